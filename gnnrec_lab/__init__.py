@@ -1,0 +1,14 @@
+"""gnnrec-lab: GNN recommender training on tiered memory, measured and modeled."""
+from .config import RunConfig
+from .errors import ConfigError, DataError, UserError
+
+__version__ = "0.1.0"
+
+
+def run(config: "RunConfig", **kw):
+    """Train one run in this process and return its :class:`~gnnrec_lab.train.RunResult`."""
+    from .train import train
+    return train(config, **kw)
+
+
+__all__ = ["RunConfig", "UserError", "ConfigError", "DataError", "run", "__version__"]

@@ -1,0 +1,181 @@
+"""What is a run? One validated :class:`RunConfig`.
+
+The CLI, the dashboards, the notebooks, the runner and the store all build and
+read this one object. Validation happens here, once, at the door: each error
+names the field, the value given and what is allowed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .errors import ConfigError
+
+MODELS = ("lightgcn", "ngcf", "mf")
+NGCF_FORMS = ("edge", "node")
+OPTIMIZERS = ("adam", "adamw", "sgd", "lamb")
+LR_RULES = ("none", "linear", "sqrt")
+SCHEDULES = ("none", "cosine", "step")
+BACKENDS = ("native", "torch", "dgl")
+MODES = ("full", "sampled")
+# Memory modes a run can be launched in. "dram" is measured here; the others are
+# measured where the hardware exists and modeled (labelled so) elsewhere.
+MEMORY_MODES = ("dram", "optane_memory_mode", "optane_app_direct", "cxl", "remote_numa")
+# Tensor classes whose placement can be chosen (see gnnrec_lab.memory).
+TENSOR_CLASSES = ("graph", "embeddings", "optimizer", "gradients", "activations",
+                  "edge_intermediates", "buffers")
+
+
+@dataclass
+class RunConfig:
+    """One training run. All sizes in elements unless a name says bytes."""
+
+    dataset: str = "ml-100k"
+    model: str = "lightgcn"
+    ngcf_form: str = "edge"          # NGCF only: edge-wise (per-edge messages) or node-wise
+    layers: int = 3
+    dim: int = 64
+    batch_size: int = 2048
+    epochs: int = 50
+    lr: float = 1e-3
+    l2: float = 1e-4
+    optimizer: str = "adam"
+    momentum: float = 0.9            # SGD only
+    weight_decay: float = 0.0        # AdamW / LAMB decoupled decay
+    lr_rule: str = "none"            # scale lr with batch size relative to ref_batch_size
+    ref_batch_size: int = 2048
+    warmup_steps: int = 0
+    warmup_epochs: float = 0.0
+    schedule: str = "none"           # after warm-up
+    seed: int = 2020
+    backend: str = "native"
+    mode: str = "full"
+    fanouts: tuple = (10, 10, 10)    # sampled mode only
+    topk: tuple = (10, 20)
+    eval_every: int = 1              # epochs
+    patience: int = 5                # evaluations without improvement before stopping; 0 = never
+    target_recall: Optional[float] = None   # time-to-accuracy target on validation Recall@20
+    eval_users: Optional[int] = None        # evaluate a seeded sample of users (None = all)
+    max_steps_per_epoch: Optional[int] = None  # cap for quick runs and tests
+    memory_mode: str = "dram"
+    placement: dict = field(default_factory=dict)   # tensor class -> "dram" | "file:DIR" | "numa:POLICY:NODES"
+    device_profile: Optional[str] = None            # tier-model target for modeled modes
+    threads: Optional[int] = None
+    data_dir: Optional[str] = None
+    name: Optional[str] = None       # free-form label
+
+    def __post_init__(self):
+        self.validate()
+
+    # ------------------------------------------------------------------
+    def validate(self) -> "RunConfig":
+        def choice(param, allowed):
+            v = getattr(self, param)
+            if v not in allowed:
+                raise ConfigError(param, f"got {v!r}, allowed: {', '.join(allowed)}")
+
+        def pos_int(param, minimum=1):
+            v = getattr(self, param)
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                raise ConfigError(param, f"must be an integer >= {minimum}, got {v!r}")
+
+        def pos_float(param, allow_zero=False):
+            v = getattr(self, param)
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (v > 0 or (allow_zero and v == 0))
+            if not ok:
+                raise ConfigError(param, f"must be a {'non-negative' if allow_zero else 'positive'} number, got {v!r}")
+
+        if not isinstance(self.dataset, str) or not self.dataset:
+            raise ConfigError("dataset", f"must be a dataset name, got {self.dataset!r}")
+        choice("model", MODELS)
+        choice("ngcf_form", NGCF_FORMS)
+        if self.model == "mf":
+            pos_int("layers", 0)
+            if self.layers != 0:
+                raise ConfigError("layers", f"model 'mf' has no propagation layers; use 0, got {self.layers}")
+        else:
+            pos_int("layers", 1)
+            if self.layers > 64:
+                raise ConfigError("layers", f"must be between 1 and 64, got {self.layers}")
+        pos_int("dim")
+        pos_int("batch_size")
+        pos_int("epochs")
+        pos_float("lr")
+        pos_float("l2", allow_zero=True)
+        pos_float("momentum", allow_zero=True)
+        pos_float("weight_decay", allow_zero=True)
+        choice("optimizer", OPTIMIZERS)
+        choice("lr_rule", LR_RULES)
+        pos_int("ref_batch_size")
+        pos_int("warmup_steps", 0)
+        pos_float("warmup_epochs", allow_zero=True)
+        choice("schedule", SCHEDULES)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError("seed", f"must be a non-negative integer, got {self.seed!r}")
+        choice("backend", BACKENDS)
+        choice("mode", MODES)
+        self.fanouts = tuple(self.fanouts)
+        if not self.fanouts or any(isinstance(f, bool) or not isinstance(f, int) or f < 1 for f in self.fanouts):
+            raise ConfigError("fanouts", f"must be positive integers, got {self.fanouts!r}")
+        if self.mode == "sampled" and self.model != "mf" and len(self.fanouts) != self.layers:
+            raise ConfigError("fanouts", f"needs one fan-out per layer ({self.layers}), got {len(self.fanouts)}")
+        self.topk = tuple(sorted(set(self.topk)))
+        if not self.topk or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.topk):
+            raise ConfigError("topk", f"must be positive integers, got {self.topk!r}")
+        pos_int("eval_every")
+        pos_int("patience", 0)
+        if self.target_recall is not None and not (0 < self.target_recall <= 1):
+            raise ConfigError("target_recall", f"must be in (0, 1], got {self.target_recall!r}")
+        if self.eval_users is not None:
+            pos_int("eval_users")
+        if self.max_steps_per_epoch is not None:
+            pos_int("max_steps_per_epoch")
+        choice("memory_mode", MEMORY_MODES)
+        if not isinstance(self.placement, dict):
+            raise ConfigError("placement", f"must map tensor classes to places, got {self.placement!r}")
+        for cls, where in self.placement.items():
+            if cls not in TENSOR_CLASSES:
+                raise ConfigError("placement", f"unknown tensor class {cls!r}, allowed: {', '.join(TENSOR_CLASSES)}")
+            if not isinstance(where, str) or not (where == "dram" or where.startswith("file:") or where.startswith("numa:")):
+                raise ConfigError("placement", f"{cls}: got {where!r}, allowed: dram, file:DIR, numa:POLICY:NODES")
+        if self.threads is not None:
+            pos_int("threads")
+        return self
+
+    # ------------------------------------------------------------------
+    @property
+    def effective_lr(self) -> float:
+        """Learning rate after the batch-size scaling rule."""
+        ratio = self.batch_size / self.ref_batch_size
+        if self.lr_rule == "linear":
+            return self.lr * ratio
+        if self.lr_rule == "sqrt":
+            return self.lr * ratio ** 0.5
+        return self.lr
+
+    @property
+    def measured(self) -> bool:
+        """Whether time in this run is measured on its memory mode (True for DRAM)."""
+        return self.memory_mode == "dram"
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["fanouts"] = list(self.fanouts)
+        d["topk"] = list(self.topk)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown field; allowed: {', '.join(sorted(known))}")
+        return cls(**d)
+
+    def replace(self, **changes) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
