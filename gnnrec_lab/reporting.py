@@ -1,0 +1,51 @@
+"""How a training run tells the outside world what it is doing.
+
+``train()`` calls these methods at visible points of its loop. The default
+:class:`Reporter` does nothing; the run store's reporter persists everything,
+the CLI's prints progress. Several reporters can be combined with
+:class:`MultiReporter`.
+"""
+from __future__ import annotations
+
+
+class Reporter:
+    def on_start(self, config, info: dict) -> None:
+        """Run begins. ``info``: dataset counts, host, predicted footprint (bytes by class)."""
+
+    def on_step(self, step: int, epoch: int, loss: float, seconds: float, records: list) -> None:
+        """One training step finished; ``records`` are its KernelRecords (measured)."""
+
+    def on_epoch(self, epoch: int, seconds: float, steps: int, loss: float) -> None:
+        """One epoch finished (``seconds`` of training time, evaluation excluded)."""
+
+    def on_eval(self, epoch: int, step: int, split: str, metrics: dict, elapsed_s: float) -> None:
+        """Evaluation on ``split`` ('valid' or 'test'); ``elapsed_s`` since training began."""
+
+    def on_event(self, kind: str, message: str) -> None:
+        """Anything worth a line: early stop, target reached, jit compile time, warnings."""
+
+    def on_finish(self, result) -> None:
+        """Run finished; ``result`` is a :class:`~gnnrec_lab.train.RunResult`."""
+
+    def should_stop(self) -> bool:
+        """Polled once per step; True asks the loop to stop cleanly (cancel)."""
+        return False
+
+
+class MultiReporter(Reporter):
+    def __init__(self, *reporters: Reporter):
+        self.reporters = [r for r in reporters if r is not None]
+
+    def _each(self, name, *a):
+        for r in self.reporters:
+            getattr(r, name)(*a)
+
+    def on_start(self, *a): self._each("on_start", *a)
+    def on_step(self, *a): self._each("on_step", *a)
+    def on_epoch(self, *a): self._each("on_epoch", *a)
+    def on_eval(self, *a): self._each("on_eval", *a)
+    def on_event(self, *a): self._each("on_event", *a)
+    def on_finish(self, *a): self._each("on_finish", *a)
+
+    def should_stop(self) -> bool:
+        return any(r.should_stop() for r in self.reporters)
