@@ -1,0 +1,96 @@
+"""Full-ranking evaluation: Recall@K and NDCG@K with known items masked.
+
+For every evaluated user, all items are scored (``u · i``), items the user
+interacted with in the masked splits (training, and validation when testing)
+are excluded, and the top K are compared with the held-out items. Users are
+processed in chunks so memory stays at ``chunk * n_items`` scores.
+
+Recall@K = |top-K ∩ held-out| / |held-out|;
+NDCG@K = DCG@K / IDCG@K with binary relevance and log2(rank + 1) discounts,
+IDCG over min(|held-out|, K) items. Users with no held-out items are skipped.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def _csr_from_pairs(pairs: np.ndarray, n_users: int):
+    pairs = np.asarray(pairs)
+    if len(pairs) == 0:
+        return np.zeros(n_users + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.argsort(pairs[:, 0], kind="stable")
+    u, i = pairs[order, 0].astype(np.int64), pairs[order, 1].astype(np.int64)
+    ptr = np.zeros(n_users + 1, dtype=np.int64)
+    np.cumsum(np.bincount(u, minlength=n_users), out=ptr[1:])
+    return ptr, i
+
+
+def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.ndarray,
+                 masked: list[np.ndarray], topk=(10, 20), users: np.ndarray | None = None,
+                 chunk: int = 1024) -> dict:
+    """Recall@K and NDCG@K averaged over evaluated users.
+
+    Args:
+        user_emb: (n_users, D) final user representations.
+        item_emb: (n_items, D) final item representations.
+        heldout: (n, 2) [user, item] pairs to find.
+        masked: list of (n, 2) pair arrays whose items are excluded from ranking.
+        topk: cut-offs K.
+        users: evaluate only these users (a sample); default all with held-out items.
+        chunk: users per scoring block (memory: chunk * n_items * 4 bytes).
+    Returns ``{"recall@K": float, "ndcg@K": float, ..., "users": int}``.
+    """
+    n_users, n_items = user_emb.shape[0], item_emb.shape[0]
+    kmax = min(max(topk), n_items)
+    h_ptr, h_items = _csr_from_pairs(heldout, n_users)
+    m_csrs = [_csr_from_pairs(m, n_users) for m in masked]
+    n_held = np.diff(h_ptr)
+    cand = np.nonzero(n_held > 0)[0]
+    if users is not None:
+        cand = np.intersect1d(cand, np.asarray(users, dtype=np.int64))
+    sums = {f"recall@{k}": 0.0 for k in topk} | {f"ndcg@{k}": 0.0 for k in topk}
+    discounts = 1.0 / np.log2(np.arange(2, kmax + 2))
+    idcg_cum = np.cumsum(discounts)
+    with torch.no_grad():
+        for s in range(0, len(cand), chunk):
+            ub = cand[s:s + chunk]
+            scores = user_emb[torch.from_numpy(ub)] @ item_emb.T
+            for ptr, items in m_csrs:
+                cnt = ptr[ub + 1] - ptr[ub]
+                rows = np.repeat(np.arange(len(ub)), cnt)
+                cols = np.concatenate([items[ptr[u]:ptr[u + 1]] for u in ub]) if cnt.sum() else np.zeros(0, np.int64)
+                scores[torch.from_numpy(rows), torch.from_numpy(cols)] = -torch.inf
+            top = torch.topk(scores, kmax, dim=1).indices.numpy()
+            # hits[r, j]: is the j-th ranked item of user r held out?
+            cnt = h_ptr[ub + 1] - h_ptr[ub]
+            rows = np.repeat(np.arange(len(ub)), cnt)
+            cols = np.concatenate([h_items[h_ptr[u]:h_ptr[u + 1]] for u in ub])
+            truth = np.zeros((len(ub), n_items), dtype=bool)
+            truth[rows, cols] = True
+            hits = np.take_along_axis(truth, top, axis=1)
+            for k in topk:
+                kk = min(k, kmax)
+                hk = hits[:, :kk]
+                sums[f"recall@{k}"] += float((hk.sum(1) / cnt).sum())
+                dcg = (hk * discounts[:kk]).sum(1)
+                idcg = idcg_cum[np.minimum(cnt, kk) - 1]
+                sums[f"ndcg@{k}"] += float((dcg / idcg).sum())
+    n = max(len(cand), 1)
+    out = {key: v / n for key, v in sums.items()}
+    out["users"] = int(len(cand))
+    return out
+
+
+def evaluate(model, adj, dataset, split: str = "valid", topk=(10, 20), users=None, chunk: int = 1024) -> dict:
+    """Propagate once without gradients and rank all items for ``split``'s users."""
+    with torch.no_grad():
+        out = model.propagate(adj)
+    ue, ie = out[:dataset.n_users], out[dataset.n_users:]
+    if split == "valid":
+        held, masked = dataset.valid, [dataset.train]
+    elif split == "test":
+        held, masked = dataset.test, [dataset.train, dataset.valid]
+    else:
+        raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
+    return rank_metrics(ue, ie, held, masked, topk=topk, users=users, chunk=chunk)

@@ -1,0 +1,84 @@
+"""Optimizers and the learning-rate schedule of a run.
+
+Adam, AdamW and SGD (with momentum) are torch's; LAMB (You et al., ICLR 2020)
+is implemented here since torch has none. :func:`lr_at` gives the learning
+rate of a step: the batch-size scaling rule, a linear warm-up, then an
+optional schedule.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+class LAMB(torch.optim.Optimizer):
+    r"""Layer-wise Adaptive Moments for Batch training.
+
+    Per parameter tensor: Adam moments ``m, v`` with bias correction, update
+    ``r = m_hat / (sqrt(v_hat) + eps) + wd * p``, trust ratio
+    ``phi = ||p|| / ||r||`` (1 when either norm is 0), ``p -= lr * phi * r``.
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state[p]
+                if not st:
+                    st["step"] = 0
+                    st["m"] = torch.zeros_like(p)
+                    st["v"] = torch.zeros_like(p)
+                st["step"] += 1
+                m, v, t = st["m"], st["v"], st["step"]
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                r = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt_().add_(group["eps"]))
+                if group["weight_decay"]:
+                    r.add_(p, alpha=group["weight_decay"])
+                pn, rn = p.norm().item(), r.norm().item()
+                trust = pn / rn if pn > 0 and rn > 0 else 1.0
+                p.add_(r, alpha=-group["lr"] * trust)
+        return loss
+
+
+def build_optimizer(config, params):
+    """The optimizer named by ``config.optimizer`` at the config's effective lr."""
+    lr = config.effective_lr
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=config.momentum)
+    if config.optimizer == "lamb":
+        return LAMB(params, lr=lr, weight_decay=config.weight_decay)
+    raise ValueError(config.optimizer)
+
+
+def state_tensors(optimizer_name: str, momentum: float = 0.9) -> int:
+    """How many parameter-sized state tensors the optimizer keeps."""
+    return {"adam": 2, "adamw": 2, "lamb": 2, "sgd": 1 if momentum else 0}[optimizer_name]
+
+
+def lr_at(step: int, config, steps_per_epoch: int, total_steps: int) -> float:
+    """Learning rate for 0-based ``step``: scaled base lr x warm-up x schedule."""
+    base = config.effective_lr
+    warm = max(config.warmup_steps, int(round(config.warmup_epochs * steps_per_epoch)))
+    if warm and step < warm:
+        return base * (step + 1) / warm
+    if config.schedule == "none":
+        return base
+    span = max(total_steps - warm, 1)
+    frac = min(max(step - warm, 0) / span, 1.0)
+    if config.schedule == "cosine":
+        return base * 0.5 * (1 + math.cos(math.pi * frac))
+    # "step": divide by 10 at 50% and 75% of the post-warm-up steps
+    return base * (0.1 ** (int(frac >= 0.5) + int(frac >= 0.75)))

@@ -1,0 +1,330 @@
+"""Full-graph training of a GNN recommender with BPR loss.
+
+One step, as the loop below reads top to bottom:
+
+1. *sampling* – the next batch of (user, positive, negative) triples;
+2. *forward*  – propagate **all** node embeddings through all layers;
+3. *loss*     – BPR on the batch plus L2 on its layer-0 embeddings;
+4. *backward* – gradients through every layer;
+5. *optimizer* – one update of all parameters.
+
+Every phase runs inside ``recorder.in_phase(...)``; the kernels record their
+own calls, and the loop records sampling and the optimizer step itself. The
+recorder's records for the step go to the reporter (the run store, the CLI).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+
+from . import kernels
+from .config import RunConfig
+from .errors import ConfigError, UserError
+from .evaluate import evaluate
+from .graph import BipartiteGraph
+from .models import bpr_loss, build_model
+from .optim import build_optimizer, lr_at, state_tensors
+from .recorder import Recorder, use_recorder
+from .reporting import MultiReporter, Reporter
+from .sampling import bpr_batches
+
+# Rank every user unless that means scoring more than this many (user, item) pairs.
+FULL_RANKING_MAX_PAIRS = 5e10
+EVAL_SAMPLE_USERS = 10_000
+
+
+@dataclass
+class RunResult:
+    """What a finished run returns (and the CLI prints with ``--json``)."""
+
+    config: RunConfig
+    status: str = "finished"                 # finished | cancelled
+    epochs: int = 0
+    steps: int = 0
+    train_seconds: float = 0.0               # measured wall time in training steps
+    epoch_seconds: list = field(default_factory=list)
+    best_epoch: int = -1
+    best_valid: dict = field(default_factory=dict)
+    test: dict = field(default_factory=dict)
+    history: list = field(default_factory=list)          # per evaluation: epoch, step, elapsed_s, metrics
+    time_to_target_s: Optional[float] = None
+    kernels: list = field(default_factory=list)          # per (kernel, phase) totals, measured
+    phases: dict = field(default_factory=dict)           # seconds per phase, measured
+    footprint: dict = field(default_factory=dict)        # bytes: predicted by class, measured peak RSS
+    info: dict = field(default_factory=dict)             # dataset counts, host, eval sampling
+    jit_seconds: float = 0.0
+    step_records: list = field(default_factory=list)     # one steady-state step's KernelRecords (trace)
+
+    def kernel_frame(self):
+        import pandas as pd
+        return pd.DataFrame(self.kernels)
+
+    def breakdown(self):
+        """Kernel x phase table (pandas) of this run's measured kernel time."""
+        from .analysis import breakdown
+        return breakdown(self.kernel_frame())
+
+    def to_dict(self) -> dict:
+        return {
+            "config": self.config.to_dict(), "status": self.status, "epochs": self.epochs,
+            "steps": self.steps, "train_seconds": self.train_seconds,
+            "epoch_seconds": self.epoch_seconds, "best_epoch": self.best_epoch,
+            "best_valid": self.best_valid, "test": self.test, "history": self.history,
+            "time_to_target_s": self.time_to_target_s, "kernels": self.kernels,
+            "phases": self.phases, "footprint": self.footprint, "info": self.info,
+            "jit_seconds": self.jit_seconds, "kind": "measured",
+        }
+
+
+class _KernelTotals:
+    """Running per-(kernel, phase) sums so long runs do not keep every record."""
+
+    KEYS = ("calls", "ns", "bytes_read", "bytes_written", "flops", "random_bytes")
+
+    def __init__(self):
+        self.tot: dict = {}
+
+    def add(self, records):
+        for r in records:
+            k = (r.name, r.phase, r.pattern, r.row_bytes)
+            t = self.tot.get(k)
+            if t is None:
+                t = self.tot[k] = [0, 0, 0, 0, 0, 0]
+            t[0] += 1
+            t[1] += r.ns
+            t[2] += r.bytes_read
+            t[3] += r.bytes_written
+            t[4] += r.flops
+            t[5] += r.random_bytes
+
+    def rows(self) -> list[dict]:
+        return [dict(name=k[0], phase=k[1], pattern=k[2], row_bytes=k[3], **dict(zip(self.KEYS, v)))
+                for k, v in sorted(self.tot.items(), key=lambda kv: -kv[1][1])]
+
+
+def _predicted_footprint(config, counts) -> dict:
+    try:
+        from .memory import footprint
+    except ImportError:  # memory-tier package not built yet
+        return {}
+    return footprint(config, counts=counts)
+
+
+def _peak_rss_bytes() -> int:
+    import resource
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def host_info() -> dict:
+    return {"hostname": platform.node(), "cpu": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "python": platform.python_version(), "torch": torch.__version__}
+
+
+def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: bool = False,
+          dataset=None) -> RunResult:
+    """Train ``config`` in this process; return the measured :class:`RunResult`.
+
+    ``progress`` shows tqdm bars and per-evaluation lines on stderr (the CLI).
+    ``dataset`` may be passed to skip loading (notebooks reuse one).
+    """
+    config.validate()
+    if config.mode != "full":
+        raise ConfigError("mode", "sampled mini-batch training is not available yet; use mode='full'")
+    rep = MultiReporter(reporter, _ProgressReporter() if progress else None)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+        try:
+            import numba
+            numba.set_num_threads(min(config.threads, numba.config.NUMBA_NUM_THREADS))
+        except ImportError:
+            pass
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+
+    if dataset is None:
+        from . import data
+        dataset = data.load(config.dataset, seed=config.seed, data_dir=config.data_dir, progress=progress)
+    n_train = len(dataset.train)
+    if n_train == 0:
+        raise UserError(f"dataset {config.dataset!r} has no training interactions")
+    if config.batch_size > n_train:
+        raise ConfigError("batch_size", f"must be at most the number of training interactions "
+                                        f"({n_train:,}) of {config.dataset!r}, got {config.batch_size:,}")
+    graph = BipartiteGraph(dataset.train, dataset.n_users, dataset.n_items)
+    kernels.set_backend(config.backend)
+    model = build_model(config, dataset.n_users, dataset.n_items)
+    opt = build_optimizer(config, model.parameters())
+    n_params = sum(p.numel() for p in model.parameters())
+    n_state = state_tensors(config.optimizer, config.momentum)
+
+    steps_per_epoch = -(-n_train // config.batch_size)
+    if config.max_steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch, config.max_steps_per_epoch)
+    total_steps = steps_per_epoch * config.epochs
+    eval_users = None
+    if config.eval_users is not None:
+        eval_users = np.sort(np.random.default_rng(config.seed + 1).choice(
+            dataset.n_users, size=min(config.eval_users, dataset.n_users), replace=False))
+    elif dataset.n_users * dataset.n_items > FULL_RANKING_MAX_PAIRS:
+        eval_users = np.sort(np.random.default_rng(config.seed + 1).choice(
+            dataset.n_users, size=EVAL_SAMPLE_USERS, replace=False))
+
+    counts = {"n_users": dataset.n_users, "n_items": dataset.n_items, "n_train": n_train,
+              "n_valid": len(dataset.valid), "n_test": len(dataset.test)}
+    result = RunResult(config=config)
+    result.info = {"dataset": counts, "host": host_info(), "steps_per_epoch": steps_per_epoch,
+                   "eval_users": "all" if eval_users is None else f"sample of {len(eval_users):,} (seeded)",
+                   "graph_bytes": graph.footprint(), "parameters": n_params}
+    result.footprint = {"predicted": _predicted_footprint(config, counts), "kind_predicted": "modeled"}
+
+    rec = Recorder()
+    with use_recorder(rec):
+        t_jit = time.perf_counter()
+        kernels.warmup()
+        result.jit_seconds = rec.jit_seconds or (time.perf_counter() - t_jit)
+    rep.on_start(config, result.info | {"footprint_predicted": result.footprint["predicted"]})
+    if eval_users is not None:
+        rep.on_event("evaluation", f"ranking a seeded sample of {len(eval_users):,} users, not all "
+                                   f"{dataset.n_users:,}")
+    rep.on_event("jit", f"kernel compilation/warm-up {result.jit_seconds:.2f} s (not counted as kernel time)")
+
+    totals = _KernelTotals()
+    phase_s: dict = {}
+    best_r20, bad_evals, best_state = -1.0, 0, None
+    key = f"recall@{20 if 20 in config.topk else max(config.topk)}"
+    step, t_train, stopped = 0, 0.0, False
+    with use_recorder(rec):
+        for epoch in range(1, config.epochs + 1):
+            model.train()
+            batches = bpr_batches(graph, config.batch_size, rng)
+            t_epoch, loss_sum = 0.0, 0.0
+            for i in range(steps_per_epoch):
+                rec.step = step
+                for g in opt.param_groups:
+                    g["lr"] = lr_at(step, config, steps_per_epoch, total_steps)
+                t0 = time.perf_counter()
+                with rec.in_phase("sampling"), rec.timed("bpr_sample", pattern="gather", backend="numpy"):
+                    users, pos, neg = next(batches)
+                    users, pos, neg = (torch.from_numpy(a) for a in (users, pos, neg))
+                with rec.in_phase("forward"):
+                    out = model.propagate(graph.adj)
+                with rec.in_phase("loss"):
+                    loss, _ = bpr_loss(model, out, users, pos, neg, config.l2)
+                with rec.in_phase("backward"):
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                with rec.in_phase("optimizer"), rec.timed(
+                        config.optimizer, bytes_read=(2 + n_state) * n_params * 4,
+                        bytes_written=(1 + n_state) * n_params * 4, flops=10 * n_params,
+                        pattern="stream", backend="torch"):
+                    opt.step()
+                dt = time.perf_counter() - t0
+                records = rec.take()
+                totals.add(records)
+                for r in records:
+                    phase_s[r.phase] = phase_s.get(r.phase, 0.0) + r.ns / 1e9
+                if step == min(2, total_steps - 1):
+                    result.step_records = records
+                lv = float(loss.detach())
+                loss_sum += lv
+                t_epoch += dt
+                step += 1
+                rep.on_step(step, epoch, lv, dt, records)
+                if rep.should_stop():
+                    stopped = True
+                    break
+            t_train += t_epoch
+            result.epochs, result.steps = epoch, step
+            result.epoch_seconds.append(t_epoch)
+            rep.on_epoch(epoch, t_epoch, i + 1, loss_sum / (i + 1))
+            if stopped:
+                result.status = "cancelled"
+                rep.on_event("cancelled", f"stopped at step {step} on request")
+                break
+            if epoch % config.eval_every == 0 or epoch == config.epochs:
+                model.eval()
+                with rec.in_phase("evaluation"):
+                    m = evaluate(model, graph.adj, dataset, "valid", topk=config.topk, users=eval_users)
+                rec.take()  # evaluation kernels are not training-step kernels
+                result.history.append({"epoch": epoch, "step": step, "elapsed_s": t_train, **m})
+                rep.on_eval(epoch, step, "valid", m, t_train)
+                if (config.target_recall is not None and result.time_to_target_s is None
+                        and m[key] >= config.target_recall):
+                    result.time_to_target_s = t_train
+                    rep.on_event("target", f"valid {key} {m[key]:.4f} >= {config.target_recall} after {t_train:.1f} s")
+                if m[key] > best_r20:
+                    best_r20, bad_evals, result.best_epoch, result.best_valid = m[key], 0, epoch, m
+                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                else:
+                    bad_evals += 1
+                    if config.patience and bad_evals >= config.patience:
+                        rep.on_event("early_stop", f"valid {key} did not improve for {bad_evals} evaluations; "
+                                                   f"best {best_r20:.4f} at epoch {result.best_epoch}")
+                        break
+
+        if best_state is not None:
+            model.load_state_dict(best_state)
+        model.eval()
+        with rec.in_phase("evaluation"):
+            result.test = evaluate(model, graph.adj, dataset, "test", topk=config.topk, users=eval_users)
+        rec.take()
+    rep.on_eval(result.best_epoch, step, "test", result.test, t_train)
+    result.train_seconds = t_train
+    result.kernels = totals.rows()
+    result.phases = phase_s
+    result.footprint["measured_peak_rss"] = _peak_rss_bytes()
+    result.footprint["kind_measured"] = "measured"
+    rep.on_finish(result)
+    return result
+
+
+class _ProgressReporter(Reporter):
+    """tqdm bar per epoch and one line per evaluation, on stderr."""
+
+    def __init__(self):
+        self.bar = None
+        self.config = None
+
+    def on_start(self, config, info):
+        self.config = config
+        self.steps = info["steps_per_epoch"]
+        d = info["dataset"]
+        _say(f"{config.model} layers={config.layers} dim={config.dim} batch={config.batch_size} on "
+             f"{config.dataset}: {d['n_users']:,} users, {d['n_items']:,} items, {d['n_train']:,} train "
+             f"interactions, {self.steps} steps/epoch, backend={config.backend}")
+
+    def on_step(self, step, epoch, loss, seconds, records):
+        from tqdm.auto import tqdm
+        if self.bar is None:
+            self.bar = tqdm(total=self.steps, desc=f"epoch {epoch}", leave=False, unit="step")
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{loss:.4f}")
+
+    def on_epoch(self, epoch, seconds, steps, loss):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        self._last = (epoch, seconds, loss)
+
+    def on_eval(self, epoch, step, split, metrics, elapsed_s):
+        ms = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if "@" in k)
+        if split == "valid":
+            e, s, l = self._last
+            _say(f"epoch {e:3d}  loss {l:.4f}  {s:6.2f} s  valid {ms}")
+        else:
+            _say(f"test (best epoch {epoch})  {ms}")
+
+    def on_event(self, kind, message):
+        _say(f"[{kind}] {message}")
+
+
+def _say(msg):
+    from tqdm.auto import tqdm
+    tqdm.write(msg, file=__import__("sys").stderr)
