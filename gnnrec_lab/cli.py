@@ -21,8 +21,7 @@ COMMANDS = ("data", "run", "runs", "sweep", "bench", "calibrate", "whatif", "adv
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own errors: one line, exit 2
-        self.print_usage(sys.stderr)
-        print(f"gnnrec-lab: error: {message}", file=sys.stderr)
+        print(f"gnnrec-lab: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         sys.exit(2)
 
 

@@ -96,9 +96,9 @@ class RunConfig:
             if self.layers != 0:
                 raise ConfigError("layers", f"model 'mf' has no propagation layers; use 0, got {self.layers}")
         else:
-            pos_int("layers", 1)
-            if self.layers > 64:
-                raise ConfigError("layers", f"must be between 1 and 64, got {self.layers}")
+            if isinstance(self.layers, bool) or not isinstance(self.layers, int) or not 1 <= self.layers <= 64:
+                raise ConfigError("layers", f"must be an integer from 1 to 64 for {self.model} "
+                                            f"(model 'mf' has 0 layers), got {self.layers!r}")
         pos_int("dim")
         pos_int("batch_size")
         pos_int("epochs")

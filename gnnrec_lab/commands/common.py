@@ -1,0 +1,116 @@
+"""RunConfig <-> command-line flags, shared by ``run``, ``sweep`` and ``advise``.
+
+Every RunConfig field becomes ``--field-name``; values are parsed by the
+field's type. With ``multi=True`` (sweeps) a flag takes a comma-separated list
+of values and the sweep runs their product.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+from ..config import RunConfig
+from ..errors import ConfigError
+
+HELP = {
+    "dataset": "dataset name (see `gnnrec-lab data list`)",
+    "model": "lightgcn | ngcf | mf",
+    "ngcf_form": "NGCF form: edge (per-edge messages) | node (aggregate first)",
+    "layers": "propagation depth",
+    "dim": "embedding size",
+    "batch_size": "BPR triples per step",
+    "epochs": "maximum epochs",
+    "lr": "base learning rate",
+    "l2": "L2 weight on the batch's layer-0 embeddings",
+    "optimizer": "adam | adamw | sgd | lamb",
+    "lr_rule": "scale lr with batch size: none | linear | sqrt (relative to --ref-batch-size)",
+    "warmup_steps": "linear warm-up steps",
+    "warmup_epochs": "linear warm-up epochs (fractional allowed)",
+    "schedule": "after warm-up: none | cosine | step",
+    "backend": "kernel backend: native | torch | dgl",
+    "mode": "full (full-graph) | sampled",
+    "fanouts": "per-layer fan-outs for sampled mode, e.g. 10,10,10",
+    "topk": "cut-offs K for Recall/NDCG, e.g. 10,20",
+    "patience": "evaluations without improvement before early stop (0 = never)",
+    "target_recall": "time-to-accuracy target on validation Recall@20",
+    "eval_users": "evaluate a seeded sample of this many users",
+    "max_steps_per_epoch": "cap steps per epoch (quick runs)",
+    "memory_mode": "dram | optane_memory_mode | optane_app_direct | cxl | remote_numa",
+    "placement": "per tensor class, e.g. embeddings=file:/mnt/pmem,optimizer=numa:membind:1",
+    "device_profile": "device profile the tier model projects onto",
+    "threads": "worker threads (torch and numba)",
+    "data_dir": "dataset cache directory (default $GNNREC_LAB_DATA or ./data)",
+}
+
+_TUPLE_FIELDS = ("fanouts", "topk")
+
+
+def _base_type(tp):
+    if typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0]
+    return tp
+
+
+def _parse_placement(text: str) -> dict:
+    out = {}
+    for part in filter(None, text.split(",")):
+        if "=" not in part:
+            raise argparse.ArgumentTypeError(f"expected CLASS=PLACE, got {part!r}")
+        k, v = part.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _int_tuple(text: str) -> tuple:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+
+
+def _parser_for(f: dataclasses.Field):
+    hints = typing.get_type_hints(RunConfig)
+    tp = _base_type(hints[f.name])
+    if f.name in _TUPLE_FIELDS:
+        return _int_tuple
+    if f.name == "placement":
+        return _parse_placement
+    return {int: int, float: float, str: str}.get(tp, str)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, multi: bool = False, skip=()) -> None:
+    """Add ``--field`` flags for every RunConfig field (defaults stay RunConfig's)."""
+    g = parser.add_argument_group("run configuration")
+    for f in dataclasses.fields(RunConfig):
+        if f.name in skip:
+            continue
+        conv = _parser_for(f)
+        kw = dict(default=None, help=HELP.get(f.name, f.name.replace("_", " ")))
+        if multi and f.name not in _TUPLE_FIELDS and f.name != "placement":
+            base = conv
+
+            def conv(text, base=base, name=f.name):
+                try:
+                    return [base(x) for x in text.split(",")]
+                except ValueError:
+                    raise argparse.ArgumentTypeError(f"expected comma-separated values for --{name.replace('_', '-')}, got {text!r}")
+        g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=conv, metavar=f.name.upper(), **kw)
+
+
+def config_overrides(args) -> dict:
+    """The RunConfig fields the user set on the command line."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
+            if getattr(args, f.name, None) is not None}
+
+
+def config_from_args(args, base: RunConfig | None = None) -> RunConfig:
+    d = (base or RunConfig()).to_dict()
+    d.update(config_overrides(args))
+    if d.get("model") == "mf" and "layers" not in config_overrides(args):
+        d["layers"] = 0
+    return RunConfig.from_dict(d)
+
+
+__all__ = ["add_config_arguments", "config_from_args", "config_overrides", "ConfigError"]

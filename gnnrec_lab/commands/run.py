@@ -1,0 +1,63 @@
+"""``gnnrec-lab run``: train one configuration (in this process, or detached)."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .common import add_config_arguments, config_from_args
+
+
+def register(sub):
+    p = sub.add_parser("run", help="train one GNN recommender run",
+                       description="Train a GNN recommender on one dataset; prints progress, validation "
+                                   "metrics, test metrics and the per-kernel time table (measured).")
+    add_config_arguments(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end (for scripts)")
+    p.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace of one step's kernels")
+    p.add_argument("--detach", action="store_true", help="launch through the runner and return the run id")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=main)
+
+
+def _print_summary(result, out=sys.stdout):
+    t = result.test
+    ms = "  ".join(f"{k} {v:.4f}" for k, v in t.items() if "@" in k)
+    print(f"test metrics (best valid epoch {result.best_epoch}): {ms}", file=out)
+    n = max(result.steps, 1)
+    print(f"{result.steps} steps in {result.train_seconds:.2f} s measured "
+          f"({result.train_seconds / n * 1e3:.1f} ms/step); kernel JIT/warm-up {result.jit_seconds:.2f} s "
+          f"not counted", file=out)
+    try:
+        from ..analysis import breakdown, format_breakdown
+        print("per-kernel time (measured on this machine):", file=out)
+        print(format_breakdown(breakdown(result.kernel_frame())), file=out)
+    except ImportError:
+        df = result.kernel_frame()
+        if len(df):
+            df = df.assign(seconds=df.ns / 1e9).drop(columns="ns")
+            print(df.to_string(index=False), file=out)
+    fp = result.footprint
+    if fp.get("predicted"):
+        tot = sum(fp["predicted"].values())
+        print(f"footprint: predicted {tot / 2**20:.1f} MiB (modeled), peak RSS "
+              f"{fp['measured_peak_rss'] / 2**20:.1f} MiB (measured)", file=out)
+
+
+def main(args) -> int:
+    config = config_from_args(args)
+    if args.detach:
+        from ..runner import launch_detached
+        run_id = launch_detached(config)
+        print(json.dumps({"run_id": run_id}) if args.json else f"launched run {run_id}; "
+              f"watch with `gnnrec-lab runs show {run_id}`")
+        return 0
+    from ..train import train
+    result = train(config, progress=not args.no_progress and not args.json)
+    if args.trace:
+        from ..analysis import export_chrome_trace
+        export_chrome_trace(result.step_records, args.trace)
+    if args.json:
+        print(json.dumps(result.to_dict(), default=str))
+    else:
+        _print_summary(result)
+    return 0 if result.status == "finished" else 1
