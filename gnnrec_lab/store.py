@@ -1,0 +1,552 @@
+"""Where do runs live? One SQLite file in WAL mode, written by workers, read by everyone.
+
+Layout: ``$GNNREC_LAB_HOME/lab.sqlite`` (``GNNREC_LAB_HOME`` defaults to
+``~/.gnnrec_lab``); each run's stdout/stderr go to ``$GNNREC_LAB_HOME/runs/<id>/``.
+
+Concurrency model: one writer process per run (its worker), plus the runner that
+creates rows and flips statuses, plus any number of readers (CLI, notebooks,
+dashboards). WAL lets readers see committed data while a writer appends; every
+write is one short ``BEGIN IMMEDIATE`` transaction (one per training step), and
+``busy_timeout`` makes concurrent writers queue instead of failing with
+"database is locked". A worker that dies mid-transaction leaves the last
+committed step intact: SQLite rolls the torn transaction back on next open.
+
+Units: times are Unix seconds (float) in the tables, durations in seconds,
+kernel times in nanoseconds, sizes in bytes.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from .errors import UserError
+from .reporting import Reporter
+
+STATUSES = ("queued", "running", "finished", "failed", "cancelled", "oom")
+TERMINAL = ("finished", "failed", "cancelled", "oom")
+FOOTPRINT_KINDS = ("predicted", "measured")
+# Each SQLite call waits this long for another writer before giving up (ms).
+BUSY_TIMEOUT_MS = 30_000
+
+
+def lab_home(home: "str | os.PathLike | None" = None) -> Path:
+    """The lab's state directory: ``home`` if given, else ``$GNNREC_LAB_HOME``, else ``~/.gnnrec_lab``."""
+    if home is not None:
+        return Path(home).expanduser()
+    env = os.environ.get("GNNREC_LAB_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".gnnrec_lab"
+
+
+# ---------------------------------------------------------------------------
+# schema: a list of migrations applied in order; schema_version = how many ran
+# ---------------------------------------------------------------------------
+def _m1_core(con: sqlite3.Connection) -> None:
+    con.execute("""CREATE TABLE runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT, config TEXT NOT NULL, status TEXT NOT NULL, pid INTEGER, host TEXT,
+        created REAL NOT NULL, started REAL, finished REAL,
+        measured TEXT NOT NULL, error TEXT, result TEXT)""")
+    con.execute("""CREATE TABLE steps (
+        run_id INTEGER NOT NULL, step INTEGER NOT NULL, epoch INTEGER,
+        loss REAL, seconds REAL, wall REAL)""")
+    con.execute("""CREATE TABLE evals (
+        run_id INTEGER NOT NULL, epoch INTEGER, step INTEGER, split TEXT,
+        metric TEXT, value REAL, elapsed_s REAL)""")
+    con.execute("""CREATE TABLE events (
+        run_id INTEGER NOT NULL, time REAL, kind TEXT, message TEXT)""")
+
+
+def _m2_breakdowns(con: sqlite3.Connection) -> None:
+    con.execute("""CREATE TABLE kernel_steps (
+        run_id INTEGER NOT NULL, step INTEGER NOT NULL, name TEXT, phase TEXT, layer INTEGER,
+        calls INTEGER, ns INTEGER, bytes_read INTEGER, bytes_written INTEGER, flops INTEGER,
+        random_bytes INTEGER, row_bytes INTEGER, pattern TEXT)""")
+    con.execute("""CREATE TABLE epochs (
+        run_id INTEGER NOT NULL, epoch INTEGER, seconds REAL, steps INTEGER, loss REAL)""")
+    con.execute("""CREATE TABLE footprints (
+        run_id INTEGER NOT NULL, tensor_class TEXT, bytes INTEGER, kind TEXT)""")
+
+
+def _m3_control(con: sqlite3.Connection) -> None:
+    # Cancellation, sweeps and crash evidence; indexes for live polling.
+    for col in ("sweep TEXT", "cancel_requested INTEGER NOT NULL DEFAULT 0", "stderr_tail TEXT",
+                "info TEXT", "pid_start INTEGER"):
+        con.execute(f"ALTER TABLE runs ADD COLUMN {col}")
+    con.execute("CREATE INDEX steps_run ON steps(run_id, step)")
+    con.execute("CREATE INDEX kernel_steps_run ON kernel_steps(run_id, step)")
+    con.execute("CREATE INDEX evals_run ON evals(run_id)")
+    con.execute("CREATE INDEX events_run ON events(run_id)")
+    con.execute("CREATE INDEX runs_status ON runs(status)")
+    con.execute("CREATE INDEX runs_config ON runs(config)")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_core, _m2_breakdowns, _m3_control]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(con: sqlite3.Connection, upto: Optional[int] = None) -> int:
+    """Apply pending migrations (up to version ``upto``, default latest) in one transaction.
+
+    Returns the schema version afterwards. Refuses a database newer than this code.
+    """
+    target = SCHEMA_VERSION if upto is None else upto
+    try:  # fast path without the write lock: readers open the store often
+        row = con.execute("SELECT value FROM kv WHERE key='schema_version'").fetchone()
+        if row and int(row[0]) == target:
+            return target
+    except sqlite3.OperationalError:
+        pass  # no kv table yet: a new file
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        con.execute("CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT)")
+        row = con.execute("SELECT value FROM kv WHERE key='schema_version'").fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise UserError(f"run store has schema version {version}, newer than this gnnrec-lab "
+                            f"({SCHEMA_VERSION}); upgrade gnnrec-lab")
+        for i in range(version, target):
+            MIGRATIONS[i](con)
+        version = max(version, target)
+        con.execute("INSERT OR REPLACE INTO kv(key, value) VALUES ('schema_version', ?)", (str(version),))
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+    return version
+
+
+def connect(path: "str | os.PathLike") -> sqlite3.Connection:
+    """An autocommit connection with WAL, NORMAL sync and a long busy timeout."""
+    con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                          check_same_thread=False)
+    con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    # WAL: readers never block the writer; NORMAL: no fsync per commit (safe against
+    # process crashes, which is what a killed run is; only power loss can drop the tail).
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=NORMAL")
+    return con
+
+
+def _json_or_none(text):
+    return json.loads(text) if text else None
+
+
+def _proc_start_ticks(pid: int) -> Optional[int]:
+    """Start time of process ``pid`` in clock ticks since boot (Linux), None when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            rest = f.read().rsplit(b")", 1)[1].split()
+        return int(rest[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def pid_alive(pid: Optional[int], start_ticks: Optional[int] = None) -> bool:
+    """Whether ``pid`` is a live (not zombie) process, and the same one that started at ``start_ticks``."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            rest = f.read().rsplit(b")", 1)[1].split()
+        if rest[0] in (b"Z", b"X"):
+            return False
+        return start_ticks is None or int(rest[19]) == int(start_ticks)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    try:  # no /proc (not Linux): existence only
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+class Store:
+    """The run store. Safe to share across threads (one connection per thread)."""
+
+    def __init__(self, home: "str | os.PathLike | None" = None, *, path: "str | os.PathLike | None" = None):
+        self.home = lab_home(home)
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.path = Path(path) if path is not None else self.home / "lab.sqlite"
+        self._local = threading.local()
+        self.schema_version = migrate(self._con())
+
+    # -- connections ------------------------------------------------------
+    def _con(self) -> sqlite3.Connection:
+        con = getattr(self._local, "con", None)
+        if con is None:
+            con = self._local.con = connect(self.path)
+        return con
+
+    def close(self) -> None:
+        """Close this thread's connection (others close when their threads end)."""
+        con = getattr(self._local, "con", None)
+        if con is not None:
+            con.close()
+            self._local.con = None
+
+    @contextlib.contextmanager
+    def _write(self):
+        """One short write transaction; taken IMMEDIATE so it never has to upgrade a read lock."""
+        con = self._con()
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            yield con
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence = ()) -> list[tuple]:
+        return self._con().execute(sql, params).fetchall()
+
+    def _frame(self, sql: str, params: Sequence = ()):
+        import pandas as pd
+        cur = self._con().execute(sql, params)
+        cols = [d[0] for d in cur.description]
+        return pd.DataFrame(cur.fetchall(), columns=cols)
+
+    def run_dir(self, run_id: int) -> Path:
+        """Directory for run ``run_id``'s stdout/stderr logs (created on demand)."""
+        d = self.home / "runs" / str(int(run_id))
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    # -- runs ---------------------------------------------------------------
+    def add_run(self, config, status: str = "queued", sweep: Optional[str] = None) -> int:
+        """Insert a run for ``config`` (a RunConfig) and return its id."""
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        now = time.time()
+        with self._write() as con:
+            cur = con.execute(
+                "INSERT INTO runs(name, config, status, created, started, measured, sweep) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (config.name, config.to_json(), status, now, now if status == "running" else None,
+                 "measured" if config.measured else "modeled", sweep))
+            return int(cur.lastrowid)
+
+    def get_run(self, run_id: int) -> dict:
+        """One run as a dict; ``config``/``host``/``info``/``result`` parsed from JSON, ``duration_s`` added."""
+        con = self._con()
+        cur = con.execute("SELECT * FROM runs WHERE id=?", (int(run_id),))
+        row = cur.fetchone()
+        if row is None:
+            raise UserError(f"run {run_id}: no such run in {self.path}")
+        d = dict(zip([c[0] for c in cur.description], row))
+        for k in ("config", "host", "info", "result"):
+            d[k] = _json_or_none(d[k])
+        d["cancel_requested"] = bool(d["cancel_requested"])
+        end = d["finished"] or (time.time() if d["status"] == "running" else None)
+        d["duration_s"] = (end - d["started"]) if (end and d["started"]) else None
+        return d
+
+    def status(self, run_id: int) -> str:
+        row = self._query("SELECT status FROM runs WHERE id=?", (int(run_id),))
+        if not row:
+            raise UserError(f"run {run_id}: no such run in {self.path}")
+        return row[0][0]
+
+    def set_status(self, run_id: int, status: str, *, error: Optional[str] = None,
+                   only_if: Optional[Iterable[str]] = None, **fields) -> bool:
+        """Set a run's status (and ``error``, ``pid``, ``pid_start``, ``stderr_tail``, ``result``...).
+
+        Entering ``running`` stamps ``started``; entering a terminal status stamps
+        ``finished``. With ``only_if``, change nothing unless the current status is
+        one of those (so a runner never overwrites what the worker decided).
+        Returns whether the row changed.
+        """
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        allowed = {"pid", "pid_start", "stderr_tail", "result", "host", "info"}
+        bad = set(fields) - allowed
+        if bad:
+            raise TypeError(f"unknown run fields {sorted(bad)}")
+        sets = {"status": status, **fields}
+        if error is not None:
+            sets["error"] = error
+        if "result" in sets and not isinstance(sets["result"], (str, type(None))):
+            sets["result"] = json.dumps(sets["result"])
+        now = time.time()
+        if status == "running":
+            sets["started"] = now
+        if status in TERMINAL:
+            sets["finished"] = now
+        sql = "UPDATE runs SET " + ", ".join(f"{k}=?" for k in sets) + " WHERE id=?"
+        params = list(sets.values()) + [int(run_id)]
+        if only_if is not None:
+            only = tuple(only_if)
+            sql += " AND status IN (" + ",".join("?" * len(only)) + ")"
+            params += list(only)
+        with self._write() as con:
+            return con.execute(sql, params).rowcount > 0
+
+    def set_fields(self, run_id: int, **fields) -> None:
+        """Update plain columns of a run (pid, pid_start, stderr_tail, host, info) without a status change."""
+        allowed = {"pid", "pid_start", "stderr_tail", "host", "info", "error"}
+        if not fields or set(fields) - allowed:
+            raise TypeError(f"fields must be among {sorted(allowed)}, got {sorted(fields)}")
+        with self._write() as con:
+            con.execute("UPDATE runs SET " + ", ".join(f"{k}=?" for k in fields) + " WHERE id=?",
+                        list(fields.values()) + [int(run_id)])
+
+    def claim_queued(self, max_running: int) -> Optional[int]:
+        """Atomically move the oldest queued run to ``running`` if fewer than ``max_running`` run.
+
+        Returns the claimed run id, or None. Safe across processes: count and claim
+        happen in one write transaction.
+        """
+        with self._write() as con:
+            n = con.execute("SELECT COUNT(*) FROM runs WHERE status='running'").fetchone()[0]
+            if n >= max_running:
+                return None
+            row = con.execute("SELECT id FROM runs WHERE status='queued' ORDER BY id LIMIT 1").fetchone()
+            if row is None:
+                return None
+            con.execute("UPDATE runs SET status='running', started=?, pid=NULL, pid_start=NULL "
+                        "WHERE id=?", (time.time(), row[0]))
+            return int(row[0])
+
+    def request_cancel(self, run_id: int) -> str:
+        """Raise the cancel flag; a queued run is cancelled at once. Returns the status afterwards."""
+        with self._write() as con:
+            con.execute("UPDATE runs SET cancel_requested=1 WHERE id=?", (int(run_id),))
+            con.execute("UPDATE runs SET status='cancelled', finished=?, error='cancelled before it started' "
+                        "WHERE id=? AND status='queued'", (time.time(), int(run_id)))
+        return self.status(run_id)
+
+    def cancel_requested(self, run_id: int) -> bool:
+        row = self._query("SELECT cancel_requested FROM runs WHERE id=?", (int(run_id),))
+        return bool(row and row[0][0])
+
+    def find_finished(self, config_json: str) -> Optional[int]:
+        """Id of the newest finished run whose config JSON equals ``config_json`` exactly, else None."""
+        row = self._query("SELECT id FROM runs WHERE config=? AND status='finished' ORDER BY id DESC LIMIT 1",
+                          (config_json,))
+        return int(row[0][0]) if row else None
+
+    def run_ids(self, status: Optional[str] = None) -> list[int]:
+        if status is None:
+            return [r[0] for r in self._query("SELECT id FROM runs ORDER BY id")]
+        return [r[0] for r in self._query("SELECT id FROM runs WHERE status=? ORDER BY id", (status,))]
+
+    # -- what the training loop reports ------------------------------------
+    def record_start(self, run_id: int, info: dict) -> None:
+        """Store ``info`` (host, dataset counts, predicted footprint by tensor class in bytes)."""
+        info = dict(info or {})
+        host = info.get("host")
+        predicted = None
+        for key in ("predicted_footprint", "footprint_predicted", "footprint"):
+            if isinstance(info.get(key), dict):
+                predicted = info[key]
+                break
+        with self._write() as con:
+            con.execute("UPDATE runs SET info=?, host=COALESCE(?, host) WHERE id=?",
+                        (json.dumps(info, default=str), json.dumps(host, default=str) if host else None,
+                         int(run_id)))
+            if predicted:
+                self._insert_footprint(con, run_id, predicted, "predicted")
+
+    def add_step(self, run_id: int, step: int, epoch: int, loss: float, seconds: float,
+                 records: Sequence = ()) -> None:
+        """Persist one step and its kernel records (aggregated by name/phase/layer/pattern) in one transaction."""
+        agg: dict[tuple, list] = {}
+        for r in records:
+            key = (r.name, r.phase, int(r.layer), r.pattern)
+            a = agg.get(key)
+            if a is None:
+                agg[key] = [1, r.ns, r.bytes_read, r.bytes_written, r.flops, r.random_bytes, r.row_bytes]
+            else:
+                a[0] += 1
+                a[1] += r.ns
+                a[2] += r.bytes_read
+                a[3] += r.bytes_written
+                a[4] += r.flops
+                a[5] += r.random_bytes
+                a[6] = max(a[6], r.row_bytes)
+        rows = [(run_id, step, k[0], k[1], k[2], a[0], a[1], a[2], a[3], a[4], a[5], a[6], k[3])
+                for k, a in agg.items()]
+        with self._write() as con:
+            con.execute("INSERT INTO steps(run_id, step, epoch, loss, seconds, wall) VALUES (?,?,?,?,?,?)",
+                        (int(run_id), int(step), int(epoch), float(loss), float(seconds), time.time()))
+            if rows:
+                con.executemany(
+                    "INSERT INTO kernel_steps(run_id, step, name, phase, layer, calls, ns, bytes_read, "
+                    "bytes_written, flops, random_bytes, row_bytes, pattern) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    rows)
+
+    def add_epoch(self, run_id: int, epoch: int, seconds: float, steps: int, loss: float) -> None:
+        with self._write() as con:
+            con.execute("INSERT INTO epochs(run_id, epoch, seconds, steps, loss) VALUES (?,?,?,?,?)",
+                        (int(run_id), int(epoch), float(seconds), int(steps), float(loss)))
+
+    def add_eval(self, run_id: int, epoch: int, step: int, split: str, metrics: dict, elapsed_s: float) -> None:
+        """One row per numeric metric (e.g. ``recall@20``) of one evaluation."""
+        rows = [(int(run_id), int(epoch), int(step), split, str(k), float(v), float(elapsed_s))
+                for k, v in (metrics or {}).items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        with self._write() as con:
+            con.executemany("INSERT INTO evals(run_id, epoch, step, split, metric, value, elapsed_s) "
+                            "VALUES (?,?,?,?,?,?,?)", rows)
+
+    def add_event(self, run_id: int, kind: str, message: str) -> None:
+        with self._write() as con:
+            con.execute("INSERT INTO events(run_id, time, kind, message) VALUES (?,?,?,?)",
+                        (int(run_id), time.time(), str(kind), str(message)))
+
+    def add_footprint(self, run_id: int, footprint: dict, kind: str) -> None:
+        """Bytes per tensor class; ``kind`` is 'predicted' (from shapes) or 'measured' (allocated)."""
+        with self._write() as con:
+            self._insert_footprint(con, run_id, footprint, kind)
+
+    @staticmethod
+    def _insert_footprint(con, run_id, footprint: dict, kind: str) -> None:
+        if kind not in FOOTPRINT_KINDS:
+            raise ValueError(f"footprint kind must be one of {FOOTPRINT_KINDS}, got {kind!r}")
+        con.execute("DELETE FROM footprints WHERE run_id=? AND kind=?", (int(run_id), kind))
+        con.executemany("INSERT INTO footprints(run_id, tensor_class, bytes, kind) VALUES (?,?,?,?)",
+                        [(int(run_id), str(c), int(b), kind) for c, b in footprint.items()
+                         if isinstance(b, (int, float)) and not isinstance(b, bool)])
+
+    def record_result(self, run_id: int, result: Any) -> None:
+        """Store a RunResult (or its dict). Footprints inside it land in the footprints table.
+
+        ``result["footprint"]`` may be ``{"predicted": {...}, "measured": {...}}`` or a
+        flat ``{class: bytes}``, which is taken as measured (allocated) bytes.
+        """
+        d = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+        text = json.dumps(d, default=str)
+        fp = d.get("footprint")
+        with self._write() as con:
+            con.execute("UPDATE runs SET result=? WHERE id=?", (text, int(run_id)))
+            if isinstance(fp, dict):
+                if any(k in fp for k in FOOTPRINT_KINDS):
+                    for kind in FOOTPRINT_KINDS:
+                        if isinstance(fp.get(kind), dict):
+                            self._insert_footprint(con, run_id, fp[kind], kind)
+                else:
+                    self._insert_footprint(con, run_id, fp, "measured")
+
+    def reporter(self, run_id: int, poll_s: float = 0.5) -> "StoreReporter":
+        """A Reporter that persists everything the training loop reports for ``run_id``."""
+        return StoreReporter(self, run_id, poll_s=poll_s)
+
+    # -- readers (pandas) ------------------------------------------------
+    def runs_frame(self, status: Optional[str] = None):
+        """One row per run: identity, status, config essentials, timings (s) and headline metrics.
+
+        ``best_valid_recall@20`` is the best validation Recall@20 seen;
+        ``test_recall@20`` the last test Recall@20 recorded.
+        """
+        import pandas as pd
+        sql = """SELECT r.id, r.name, r.status, r.measured, r.created, r.started, r.finished,
+                   r.sweep, r.pid, r.error, r.config,
+                   (SELECT MAX(value) FROM evals e WHERE e.run_id=r.id AND e.split='valid'
+                      AND lower(e.metric)='recall@20') AS "best_valid_recall@20",
+                   (SELECT value FROM evals e WHERE e.run_id=r.id AND e.split='test'
+                      AND lower(e.metric)='recall@20' ORDER BY e.rowid DESC LIMIT 1) AS "test_recall@20",
+                   (SELECT MAX(step) FROM steps s WHERE s.run_id=r.id) AS last_step
+                 FROM runs r"""
+        params: tuple = ()
+        if status is not None:
+            sql += " WHERE r.status=?"
+            params = (status,)
+        df = self._frame(sql + " ORDER BY r.id", params)
+        cfgs = [json.loads(c) for c in df["config"]] if len(df) else []
+        for key in ("dataset", "model", "layers", "dim", "batch_size", "memory_mode"):
+            df[key] = [c.get(key) for c in cfgs]
+        now = time.time()
+        end = df["finished"].where(df["finished"].notna(),
+                                   df["status"].map(lambda s: now if s == "running" else None))
+        df["duration_s"] = (end.astype(float) - df["started"].astype(float))
+        for col in ("created", "started", "finished"):
+            df[col] = pd.to_datetime(df[col], unit="s", utc=True)
+        return df.drop(columns=["config"])
+
+    def steps_frame(self, run_id: int):
+        """Steps of a run: step, epoch, loss, seconds (training time of the step), wall (Unix s)."""
+        return self._frame("SELECT step, epoch, loss, seconds, wall FROM steps WHERE run_id=? ORDER BY step, rowid",
+                           (int(run_id),))
+
+    def latest_steps(self, run_id: int, since_step: int = -1):
+        """Steps with ``step > since_step`` (for live polling), as in :meth:`steps_frame`."""
+        return self._frame("SELECT step, epoch, loss, seconds, wall FROM steps WHERE run_id=? AND step>? "
+                           "ORDER BY step, rowid", (int(run_id), int(since_step)))
+
+    def kernels_frame(self, run_id: int):
+        """Kernel records aggregated per step (ns, bytes, flops are sums over ``calls``)."""
+        return self._frame("SELECT step, name, phase, layer, calls, ns, bytes_read, bytes_written, flops, "
+                           "random_bytes, row_bytes, pattern FROM kernel_steps WHERE run_id=? ORDER BY step, rowid",
+                           (int(run_id),))
+
+    def epochs_frame(self, run_id: int):
+        return self._frame("SELECT epoch, seconds, steps, loss FROM epochs WHERE run_id=? ORDER BY epoch, rowid",
+                           (int(run_id),))
+
+    def evals_frame(self, run_ids: "int | Iterable[int]"):
+        """Evaluations of one or several runs, long format: run_id, epoch, step, split, metric, value, elapsed_s."""
+        ids = [int(run_ids)] if isinstance(run_ids, int) else [int(r) for r in run_ids]
+        if not ids:
+            ids = [-1]
+        return self._frame("SELECT run_id, epoch, step, split, metric, value, elapsed_s FROM evals WHERE run_id IN ("
+                           + ",".join("?" * len(ids)) + ") ORDER BY run_id, rowid", ids)
+
+    def footprint_frame(self, run_id: int):
+        """Bytes per tensor class; ``kind`` says predicted (from shapes) or measured (allocated)."""
+        return self._frame("SELECT tensor_class, bytes, kind FROM footprints WHERE run_id=? ORDER BY kind, rowid",
+                           (int(run_id),))
+
+    def events_frame(self, run_id: int):
+        return self._frame("SELECT time, kind, message FROM events WHERE run_id=? ORDER BY rowid", (int(run_id),))
+
+    def integrity_check(self) -> str:
+        """SQLite's own consistency check: 'ok' when the file is sound."""
+        return self._query("PRAGMA integrity_check")[0][0]
+
+
+class StoreReporter(Reporter):
+    """Persists what ``train()`` reports; ``should_stop`` reads the cancel flag at most every ``poll_s`` s."""
+
+    def __init__(self, store: Store, run_id: int, poll_s: float = 0.5):
+        self.store = store
+        self.run_id = int(run_id)
+        self.poll_s = poll_s
+        self._next_check = 0.0
+        self._stop = False
+
+    def on_start(self, config, info: dict) -> None:
+        self.store.record_start(self.run_id, info)
+
+    def on_step(self, step, epoch, loss, seconds, records) -> None:
+        self.store.add_step(self.run_id, step, epoch, loss, seconds, records)
+
+    def on_epoch(self, epoch, seconds, steps, loss) -> None:
+        self.store.add_epoch(self.run_id, epoch, seconds, steps, loss)
+
+    def on_eval(self, epoch, step, split, metrics, elapsed_s) -> None:
+        self.store.add_eval(self.run_id, epoch, step, split, metrics, elapsed_s)
+
+    def on_event(self, kind, message) -> None:
+        self.store.add_event(self.run_id, kind, message)
+
+    def on_finish(self, result) -> None:
+        self.store.record_result(self.run_id, result)
+
+    def should_stop(self) -> bool:
+        if self._stop:
+            return True
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + self.poll_s
+            self._stop = self.store.cancel_requested(self.run_id)
+        return self._stop

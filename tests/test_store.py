@@ -1,0 +1,228 @@
+"""The run store: schema, migrations, reporter persistence, concurrent writer/readers, crash safety."""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from gnnrec_lab.config import RunConfig
+from gnnrec_lab.errors import UserError
+from gnnrec_lab.recorder import KernelRecord
+from gnnrec_lab.store import SCHEMA_VERSION, Store, connect, lab_home, migrate
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def rec(name, step, ns, layer=-1, phase="forward", pattern="stream", row_bytes=0):
+    return KernelRecord(name, phase, layer, step, ns, 10, 20, 30, pattern, row_bytes, 5, "native")
+
+
+def test_lab_home_env_and_arg(tmp_path, monkeypatch):
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path / "h"))
+    assert lab_home() == tmp_path / "h"
+    assert lab_home(tmp_path / "x") == tmp_path / "x"
+    s = Store()
+    assert s.path == tmp_path / "h" / "lab.sqlite" and s.path.exists()
+    assert s._query("PRAGMA journal_mode")[0][0] == "wal"
+
+
+def test_add_run_and_reporter_round_trip(tmp_path):
+    s = Store(tmp_path)
+    cfg = RunConfig(dataset="ml-100k", layers=2, dim=16, name="a")
+    rid = s.add_run(cfg)
+    run = s.get_run(rid)
+    assert run["status"] == "queued" and run["measured"] == "measured" and run["name"] == "a"
+    assert RunConfig.from_dict(run["config"]) == cfg
+    rid2 = s.add_run(cfg.replace(memory_mode="cxl"), sweep="sw1")
+    assert s.get_run(rid2)["measured"] == "modeled" and s.get_run(rid2)["sweep"] == "sw1"
+
+    r = s.reporter(rid)
+    r.on_start(cfg, {"host": {"hostname": "h"}, "footprint": {"graph": 100, "embeddings": 200}})
+    # two spmm calls in layer 0 aggregate into one kernel row; different layer stays separate
+    r.on_step(0, 0, 0.7, 0.01, [rec("spmm", 0, 100, 0, pattern="gather", row_bytes=64),
+                                rec("spmm", 0, 50, 0, pattern="gather", row_bytes=64),
+                                rec("spmm", 0, 70, 1, pattern="gather", row_bytes=64)])
+    r.on_step(1, 0, 0.6, 0.02, [rec("adam", 1, 9, phase="optimizer")])
+    r.on_epoch(0, 0.03, 2, 0.65)
+    r.on_eval(0, 2, "valid", {"Recall@20": 0.2, "ndcg@20": 0.1, "note": "x"}, 1.5)
+    r.on_eval(0, 2, "valid", {"recall@20": 0.3}, 2.5)
+    r.on_eval(0, 2, "test", {"recall@20": 0.25}, 3.0)
+    r.on_event("early_stop", "patience reached")
+
+    class Res:
+        status = "finished"
+
+        def to_dict(self):
+            return {"metrics": {"x": 1}, "footprint": {"measured": {"embeddings": 210}}}
+    r.on_finish(Res())
+    s.set_status(rid, "running")
+    s.set_status(rid, "finished")
+
+    k = s.kernels_frame(rid)
+    spmm0 = k[(k.name == "spmm") & (k.layer == 0)].iloc[0]
+    assert (spmm0.calls, spmm0.ns, spmm0.bytes_read, spmm0.random_bytes, spmm0.row_bytes) == (2, 150, 20, 10, 64)
+    assert len(k) == 3 and set(k.step) == {0, 1}
+    assert list(s.steps_frame(rid).loss) == [0.7, 0.6]
+    assert list(s.latest_steps(rid, since_step=0).step) == [1]
+    assert s.epochs_frame(rid).iloc[0].steps == 2
+    ev = s.evals_frame([rid])
+    assert len(ev) == 4  # the non-numeric "note" is not stored
+    fp = s.footprint_frame(rid)
+    assert set(zip(fp.tensor_class, fp.bytes, fp.kind)) == {("graph", 100, "predicted"),
+                                                           ("embeddings", 200, "predicted"),
+                                                           ("embeddings", 210, "measured")}
+    assert list(s.events_frame(rid).kind) == ["early_stop"]
+    run = s.get_run(rid)
+    assert run["host"] == {"hostname": "h"} and run["result"]["metrics"] == {"x": 1}
+    assert run["duration_s"] is not None and run["duration_s"] >= 0
+
+    df = s.runs_frame()
+    row = df[df.id == rid].iloc[0]
+    assert row["best_valid_recall@20"] == pytest.approx(0.3)
+    assert row["test_recall@20"] == pytest.approx(0.25)
+    assert (row.dataset, row.layers, row.dim, row.measured) == ("ml-100k", 2, 16, "measured")
+    assert list(s.runs_frame(status="queued").id) == [rid2]
+
+    assert s.find_finished(cfg.to_json()) == rid
+    assert s.find_finished(cfg.replace(dim=32).to_json()) is None
+    with pytest.raises(UserError, match="no such run"):
+        s.get_run(999)
+
+
+def test_set_status_only_if_and_cancel_flag(tmp_path):
+    s = Store(tmp_path)
+    rid = s.add_run(RunConfig())
+    assert s.claim_queued(1) == rid
+    assert s.claim_queued(1) is None  # slot taken
+    s.set_status(rid, "finished")
+    assert not s.set_status(rid, "failed", error="late", only_if=("running",))
+    assert s.get_run(rid)["status"] == "finished" and s.get_run(rid)["error"] is None
+
+    q = s.add_run(RunConfig())
+    assert s.request_cancel(q) == "cancelled"
+    rep = s.reporter(s.add_run(RunConfig()), poll_s=0.0)
+    assert not rep.should_stop()
+    s.request_cancel(rep.run_id)
+    assert rep.should_stop()
+
+    slow = s.reporter(s.add_run(RunConfig()), poll_s=60)
+    assert not slow.should_stop()
+    s.request_cancel(slow.run_id)
+    assert not slow.should_stop()  # flag is read at most every poll_s seconds
+
+
+def test_migrates_v1_database(tmp_path):
+    path = tmp_path / "lab.sqlite"
+    con = connect(path)
+    assert migrate(con, upto=1) == 1
+    con.execute("INSERT INTO runs(name, config, status, created, measured) VALUES ('old', ?, 'finished', 1.0, "
+                "'measured')", (RunConfig().to_json(),))
+    con.execute("INSERT INTO steps(run_id, step, epoch, loss, seconds, wall) VALUES (1, 0, 0, 0.5, 0.1, 1.0)")
+    con.close()
+
+    s = Store(tmp_path)
+    assert s.schema_version == SCHEMA_VERSION
+    assert s._query("SELECT value FROM kv WHERE key='schema_version'")[0][0] == str(SCHEMA_VERSION)
+    run = s.get_run(1)
+    assert run["name"] == "old" and run["cancel_requested"] is False and run["sweep"] is None
+    assert len(s.steps_frame(1)) == 1
+    s.reporter(1).on_step(1, 0, 0.4, 0.1, [rec("spmm", 1, 5)])  # new tables work on the upgraded file
+    assert len(s.kernels_frame(1)) == 1
+
+
+def test_refuses_newer_schema(tmp_path):
+    Store(tmp_path)
+    con = sqlite3.connect(tmp_path / "lab.sqlite")
+    con.execute("UPDATE kv SET value='999' WHERE key='schema_version'")
+    con.commit()
+    con.close()
+    with pytest.raises(UserError, match="newer"):
+        Store(tmp_path)
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from gnnrec_lab.store import Store
+    from gnnrec_lab.recorder import KernelRecord
+    home, rid, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    rep = Store(home).reporter(rid)
+    for step in range(n):
+        recs = [KernelRecord(k, "forward", l, step, 100, 8, 8, 8, "gather", 64, 8, "native")
+                for k in ("spmm", "sddmm") for l in range(2)]
+        rep.on_step(step, step // 100, 1.0, 0.001, recs)
+        if step == 0:
+            print("started", flush=True)
+""")
+
+
+def test_concurrent_writer_and_readers(tmp_path):
+    s = Store(tmp_path)
+    rid = s.add_run(RunConfig())
+    n = 3000
+    errors, seen = [], [[], []]
+    done = threading.Event()
+
+    def reader(i):
+        st = Store(tmp_path)  # its own connections, as a dashboard would have
+        last = -1
+        try:
+            while not done.is_set():
+                new = st.latest_steps(rid, last)
+                if len(new):
+                    assert list(new.step) == list(range(last + 1, last + 1 + len(new)))
+                    last = int(new.step.iloc[-1])
+                seen[i].append(last)
+                st.runs_frame()
+                if i == 1:
+                    st.kernels_frame(rid)
+                time.sleep(0.005)
+        except Exception as e:  # noqa: BLE001 - collected and asserted on below
+            errors.append(repr(e))
+
+    readers = [threading.Thread(target=reader, args=(i,)) for i in range(2)]
+    for t in readers:
+        t.start()
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", WRITER, str(tmp_path), str(rid), str(n)],
+                       capture_output=True, text=True, timeout=120, cwd=REPO)
+    elapsed = time.perf_counter() - t0
+    done.set()
+    for t in readers:
+        t.join()
+    assert p.returncode == 0, p.stderr
+    assert not errors, errors[:3]
+    assert len(s.steps_frame(rid)) == n
+    assert len(s.kernels_frame(rid)) == 4 * n
+    # readers saw the run grow while it was being written
+    assert any(0 <= v < n - 1 for v in seen[0] + seen[1])
+    print(f"{n} steps x 4 kernel rows written in {elapsed:.2f} s with 2 readers polling")
+
+
+def test_killed_writer_leaves_store_readable(tmp_path):
+    s = Store(tmp_path)
+    rid = s.add_run(RunConfig())
+    p = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(rid), "1000000"],
+                         stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert p.stdout.readline().strip() == "started"
+    time.sleep(0.5)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=10)
+    p.stdout.close()
+
+    s2 = Store(tmp_path)
+    assert s2.integrity_check() == "ok"
+    steps = s2.steps_frame(rid)
+    k = s2.kernels_frame(rid)
+    assert len(steps) > 0
+    # one transaction per step: no step lost its kernel rows, none is half-written
+    assert list(steps.step) == list(range(len(steps)))
+    assert len(k) == 4 * len(steps)
+    s2.reporter(rid).on_step(len(steps), 0, 0.1, 0.1, [])  # and the store still takes writes
+    assert len(s2.steps_frame(rid)) == len(steps) + 1
