@@ -1,0 +1,271 @@
+"""The tier model: a kernel's measured DRAM time projected onto another memory tier.
+
+Every number this module returns is **modeled** (rows carry ``kind="modeled"``);
+only ``measured_s`` (the input) is measured. Equations and assumptions are in
+``docs/tier_model.md``; in short, for each kernel group
+
+1. its bytes are split into four components -- sequential reads, sequential
+   writes, random-row reads, random-row writes -- and each component's bytes are
+   attributed to tensor classes (:func:`attribute`);
+2. on the host, component ``k`` of class ``c`` would take ``h_kc = bytes_kc * cost_host_k``;
+3. on the target it takes ``h_kc * cost_dev_k / cost_base_k`` when class ``c`` is placed on
+   the device, ``h_kc`` when it stays in DRAM; ``cost_base`` is the device's own platform DRAM
+   (``baseline`` in its profile) or, with ``baseline="host"``, the host itself;
+4. memory time ``M = sum h``, device memory time ``M' = sum h * ratio``, compute time
+   ``C = flops / host GEMM rate``; ``f = max(M', C) / max(M, C)`` and
+   ``modeled_s = measured_s * f``.
+
+Memory Mode: ``cost_dev = h cost_hit + (1 - h) cost_miss`` with the hit rate of a
+direct-mapped cache with random placement, ``h = (1 - exp(-F/C)) / (F/C)`` (:func:`mm_hit_rate`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import pandas as pd
+
+from ..errors import UserError
+from ..recorder import RECORD_FIELDS
+from .profiles import DeviceProfile, get_profile, host_device
+
+COMPONENTS = ("stream_read", "stream_write", "random_read", "random_write")
+OPTIMIZER_KERNELS = ("adam", "adamw", "lamb", "sgd", "optimizer")
+_NUM = ("ns", "bytes_read", "bytes_written", "flops", "random_bytes", "calls")
+
+
+# ----------------------------------------------------------------------
+def attribute(name: str, phase: str, layer: int, pattern: str) -> dict:
+    """Which tensor classes a kernel's bytes belong to: ``{component: {class: fraction}}``.
+
+    Rules (by kernel name first, then phase; fractions of one component sum to 1):
+
+    * optimizer kernels (adam, adamw, lamb: reads p, g, m, v, writes p, m, v; sgd: reads p, g, buf,
+      writes p, buf): reads split over embeddings / gradients / optimizer state, writes over
+      embeddings / optimizer state;
+    * ``sddmm*``: random reads of node rows (embeddings at layer 0 in forward, else activations),
+      sequential reads of the graph, writes of per-edge intermediates;
+    * ``spmm_edge*``/``edge_*``: sequential reads of per-edge intermediates, random/sequential
+      writes and reads of node rows as activations;
+    * ``spmm*``: sequential reads of the graph (indptr, indices, scales), random row reads of the
+      layer input (embeddings at forward layer 0, else activations), writes of activations;
+    * ``gather*`` / ``scatter*``: random rows of embeddings (layer 0) or the model output
+      (activations, layer != 0); backward scatters write gradients; the dense side is buffers;
+    * evaluation: reads activations (the final embeddings), writes score buffers;
+    * loss: buffers; anything else (gemm, elementwise): activations.
+    """
+    n = (name or "").lower()
+    node_rows = "embeddings" if (layer == 0 and phase != "backward") else "activations"
+    if n in OPTIMIZER_KERNELS or n.split("_")[0] in OPTIMIZER_KERNELS or phase == "optimizer":
+        if n.startswith("sgd"):
+            rd = {"embeddings": 1 / 3, "gradients": 1 / 3, "optimizer": 1 / 3}
+            wr = {"embeddings": 0.5, "optimizer": 0.5}
+        else:
+            rd = {"embeddings": 0.25, "gradients": 0.25, "optimizer": 0.5}
+            wr = {"embeddings": 1 / 3, "optimizer": 2 / 3}
+        return {"stream_read": rd, "stream_write": wr, "random_read": rd, "random_write": wr}
+    if phase == "evaluation":
+        return {"stream_read": {"activations": 1.0}, "stream_write": {"buffers": 1.0},
+                "random_read": {"activations": 1.0}, "random_write": {"buffers": 1.0}}
+    if n.startswith("sddmm"):
+        return {"stream_read": {"graph": 1.0}, "stream_write": {"edge_intermediates": 1.0},
+                "random_read": {node_rows: 1.0}, "random_write": {"activations": 1.0}}
+    if n.startswith("spmm_edge") or n.startswith("edge_"):
+        return {"stream_read": {"edge_intermediates": 1.0}, "stream_write": {"activations": 1.0},
+                "random_read": {"activations": 1.0}, "random_write": {"activations": 1.0}}
+    if n.startswith("spmm"):
+        return {"stream_read": {"graph": 1.0}, "stream_write": {"activations": 1.0},
+                "random_read": {node_rows: 1.0}, "random_write": {"activations": 1.0}}
+    if n.startswith("gather") or n.startswith("scatter") or n.startswith("embedding"):
+        rows = "embeddings" if layer == 0 else "activations"
+        wrows = "gradients" if (phase == "backward" and layer == 0) else rows
+        return {"stream_read": {"buffers": 1.0}, "stream_write": {"buffers": 1.0},
+                "random_read": {rows: 1.0}, "random_write": {wrows: 1.0}}
+    if phase == "loss":
+        return {c: {"buffers": 1.0} for c in COMPONENTS}
+    return {c: {"activations": 1.0} for c in COMPONENTS}
+
+
+def split_bytes(bytes_read: int, bytes_written: int, random_bytes: int, pattern: str) -> dict:
+    """Bytes per component. Random bytes are writes for ``scatter`` kernels, reads otherwise
+    (any excess spills to the other direction); the rest of each direction is sequential."""
+    rnd = max(0, int(random_bytes))
+    if pattern == "scatter":
+        rw = min(rnd, bytes_written)
+        rr = min(rnd - rw, bytes_read)
+    else:
+        rr = min(rnd, bytes_read)
+        rw = min(rnd - rr, bytes_written)
+    return {"stream_read": bytes_read - rr, "stream_write": bytes_written - rw,
+            "random_read": rr, "random_write": rw}
+
+
+def mm_hit_rate(footprint_bytes: float, cache_bytes: float) -> float:
+    """Expected hit rate of a direct-mapped DRAM cache of ``cache_bytes`` over a working set of
+    ``footprint_bytes`` accessed uniformly, with lines placed at random physical addresses:
+    the number of other lines sharing a set is Poisson(lambda = F/C) and a line with k rivals hits
+    1/(k+1) of the time, so ``h = E[1/(K+1)] = (1 - exp(-lambda)) / lambda``."""
+    if cache_bytes <= 0:
+        return 0.0
+    lam = max(0.0, float(footprint_bytes)) / float(cache_bytes)
+    if lam < 1e-9:
+        return 1.0
+    return (1.0 - math.exp(-lam)) / lam
+
+
+# ----------------------------------------------------------------------
+def _cost(p: DeviceProfile, comp: str, row_bytes: int, threads, remote: bool, hit: Optional[float]) -> float:
+    """ns per byte of component ``comp`` on profile ``p`` (memory mode mixes hit and miss)."""
+    if p.is_memory_mode:
+        h = 1.0 if hit is None else hit
+        return (h * _cost(p.hit_profile, comp, row_bytes, threads, remote, None)
+                + (1 - h) * _cost(p.miss, comp, row_bytes, threads, remote, None))
+    write = comp.endswith("write")
+    if comp.startswith("stream"):
+        return p.stream_ns_per_byte(write=write, threads=threads, remote=remote)
+    w = row_bytes if row_bytes > 0 else 64
+    return p.random_ns_per_row(w, write=write, threads=threads, remote=remote) / w
+
+
+def _frame(records) -> pd.DataFrame:
+    if isinstance(records, pd.DataFrame):
+        df = records.copy()
+    else:
+        rows = []
+        for r in records:
+            if isinstance(r, dict):
+                rows.append(r)
+            elif hasattr(r, "_asdict"):
+                rows.append(r._asdict())
+            else:
+                rows.append({f: getattr(r, f) for f in RECORD_FIELDS})
+        df = pd.DataFrame(rows)
+    need = ("name", "phase", "ns", "bytes_read", "bytes_written", "pattern")
+    missing = [c for c in need if c not in df.columns]
+    if missing and len(df):
+        raise UserError(f"kernel records: missing field {missing[0]!r}")
+    for c, default in (("layer", -1), ("step", -1), ("flops", 0), ("random_bytes", 0), ("row_bytes", 0),
+                       ("calls", 1)):
+        if c not in df.columns:
+            df[c] = default
+    for c in ("name", "phase", "pattern"):
+        if c not in df.columns:
+            df[c] = ""
+    for c in _NUM + ("layer", "step", "row_bytes"):
+        if c in df.columns:
+            df[c] = pd.to_numeric(df[c], errors="coerce").fillna(0).astype("int64")
+    return df
+
+
+def _placement_on_device(placement: Optional[dict]):
+    """class -> True when it sits on the device. None: everything on the device."""
+    if placement is None:
+        return lambda cls: True
+    return lambda cls: str(placement.get(cls, "device")) != "dram"
+
+
+def _resolve(device, host: dict, extra_paths=None) -> tuple:
+    if host is None:
+        raise UserError("tier model: a host profile is needed (run `gnnrec-lab calibrate`)")
+    hostp = host_device(host) if isinstance(host, dict) else host
+    dev = hostp if device == "host" else get_profile(device, host=host if isinstance(host, dict) else None,
+                                                    extra_paths=extra_paths)
+    return hostp, dev
+
+
+def project(records, host, device, placement: Optional[dict] = None, footprint=None, *,
+            baseline: Optional[str] = None, threads: Optional[int] = None, remote: bool = False,
+            dram_cache_bytes: Optional[int] = None, extra_paths=None, by=("name", "phase")) -> pd.DataFrame:
+    """Project measured kernel records onto ``device``; one row per ``by`` group.
+
+    ``records``: KernelRecords, dicts or a DataFrame (``Store().kernels_frame`` columns work).
+    ``host``: the calibration dict (``gnnrec_lab.calibrate.host_profile()``) or a host DeviceProfile.
+    ``device``: a profile name or :class:`DeviceProfile`; ``"host"`` projects onto the host itself.
+    ``placement``: ``{tensor class: "dram" | anything else}``; classes not named, and every class
+    when ``placement`` is None, sit on the device. ``footprint``: bytes (int or a by-class dict),
+    required for Memory Mode. ``baseline``: None = the device's platform DRAM, or ``"host"``.
+    ``threads``: threads the run used (default: the host calibration's). ``remote``: the device
+    is on the other socket (its ``remote_socket_factor`` applies).
+
+    Returns columns ``by`` + calls, bytes_read, bytes_written, random_bytes, flops,
+    ``measured_s`` (measured), ``modeled_s`` (modeled), ``ratio`` = modeled/measured,
+    ``device``, ``hit_rate`` (Memory Mode, else NaN) and ``kind`` = "modeled".
+    """
+    hostp, dev = _resolve(device, host, extra_paths)
+    df = _frame(records)
+    threads = threads or hostp.threads
+    if baseline == "host" or dev.name == "host":
+        base = hostp
+    else:
+        base_name = dev.baseline or "ddr4_2666_6ch"
+        base = hostp if base_name == "host" else get_profile(base_name, extra_paths=extra_paths)
+    hit = None
+    if dev.is_memory_mode:
+        if footprint is None:
+            raise UserError(f"device {dev.name}: Memory Mode needs the run's footprint (bytes) for its hit rate")
+        fp = sum(footprint.values()) if isinstance(footprint, dict) else float(footprint)
+        cache = dram_cache_bytes or dev.dram_cache_bytes
+        if not cache:
+            raise UserError(f"device {dev.name}: dram_cache_bytes is not set")
+        hit = mm_hit_rate(fp, cache)
+    on_dev = _placement_on_device(None if dev.is_memory_mode else placement)
+    gemm_ns_per_flop = 1.0 / hostp.gemm_GFLOPs if hostp.gemm_GFLOPs else 0.0
+
+    keys = ["name", "phase", "layer", "pattern", "row_bytes"]
+    g = df.groupby(keys, dropna=False, sort=False)[list(_NUM)].sum().reset_index()
+    modeled = []
+    for r in g.itertuples(index=False):
+        parts = split_bytes(r.bytes_read, r.bytes_written, r.random_bytes, r.pattern)
+        owners = attribute(r.name, r.phase, r.layer, r.pattern)
+        m_host = m_dev = 0.0
+        for comp, nbytes in parts.items():
+            if nbytes <= 0:
+                continue
+            h_ns = nbytes * _cost(hostp, comp, r.row_bytes, threads, False, None)
+            ratio = _cost(dev, comp, r.row_bytes, threads, remote, hit) / _cost(base, comp, r.row_bytes, threads,
+                                                                                False, None)
+            for cls, frac in owners[comp].items():
+                m_host += frac * h_ns
+                m_dev += frac * h_ns * (ratio if on_dev(cls) else 1.0)
+        c = r.flops * gemm_ns_per_flop
+        if r.pattern == "compute" and c == 0:
+            f = 1.0          # compute-bound by declaration and no GEMM rate to weigh it: unchanged
+        else:
+            denom = max(m_host, c)
+            f = max(m_dev, c) / denom if denom > 0 else 1.0
+        modeled.append(r.ns * f)
+    g["modeled_ns"] = modeled
+    by = list(by)
+    out = g.groupby(by, dropna=False, sort=False)[list(_NUM) + ["modeled_ns"]].sum().reset_index()
+    out["measured_s"] = out["ns"] / 1e9
+    out["modeled_s"] = out["modeled_ns"] / 1e9
+    out["ratio"] = (out["modeled_s"] / out["measured_s"]).where(out["measured_s"] > 0)
+    out["device"] = dev.name
+    out["hit_rate"] = hit if hit is not None else float("nan")
+    out["kind"] = "modeled"
+    out = out.drop(columns=["ns", "modeled_ns"])
+    out.attrs.update({"kind": "modeled", "device": dev.name, "baseline": base.name, "threads": threads,
+                      "hit_rate": hit, "measured_column": "measured_s", "modeled_column": "modeled_s"})
+    return out.sort_values("measured_s", ascending=False, ignore_index=True)
+
+
+TRAIN_PHASES = ("forward", "backward", "optimizer", "loss", "sampling", "other")
+
+
+def project_step(records, host, device, placement=None, footprint=None, **kw) -> dict:
+    """Per-training-step totals: ``measured_s`` (measured) and ``modeled_s`` (modeled) seconds
+    per step over the training phases (evaluation excluded), ``ratio``, per-phase modeled
+    seconds, ``steps`` (distinct steps >= 0 in the records; 1 when none are numbered) and
+    ``kind="modeled"``."""
+    df = _frame(records)
+    steps = int(df.loc[df["step"] >= 0, "step"].nunique()) if len(df) else 0
+    steps = max(steps, 1)
+    train = df[df["phase"].isin(TRAIN_PHASES)]
+    per = project(train, host, device, placement, footprint, by=("phase",), **kw)
+    meas = float(per["measured_s"].sum()) / steps
+    mod = float(per["modeled_s"].sum()) / steps
+    return {"device": per.attrs["device"], "steps": steps, "measured_s": meas, "modeled_s": mod,
+            "ratio": mod / meas if meas > 0 else float("nan"),
+            "phases_modeled_s": {r.phase: r.modeled_s / steps for r in per.itertuples()},
+            "phases_measured_s": {r.phase: r.measured_s / steps for r in per.itertuples()},
+            "hit_rate": per.attrs["hit_rate"], "kind": "modeled", "measured_kind": "measured"}
