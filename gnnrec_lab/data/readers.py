@@ -1,0 +1,491 @@
+"""Readers for interaction files, and re-indexing of their ids.
+
+Formats (``detect_format`` picks one from the path when ``format`` is ``auto``):
+
+* ``ml100k``: MovieLens-100K ``u.data`` (tab-separated ``user item rating timestamp``),
+  a GroupLens ``ml-100k.zip`` holding ``ml-100k/u.data``, or the ``recbole`` wheel
+  holding ``recbole/dataset_example/ml-100k/ml-100k.inter``.
+* ``lightgcn``: a directory with ``train.txt`` and ``test.txt``; each line is
+  ``user item item ...`` (space-separated integers; a user with no items is allowed).
+  The given train/test cut is kept.
+* ``csv``: delimited edge lists (CSV, TSV, whitespace, ``::``) with columns
+  user, item and optionally rating and timestamp; the header is detected.
+* ``parquet``: the same columns in a Parquet file (read with pyarrow).
+
+Every problem raises :class:`~gnnrec_lab.errors.DataError` naming the file and, for a
+malformed line, its 1-based line number.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+
+from ..errors import DataError
+
+FORMATS = ("auto", "ml100k", "lightgcn", "csv", "parquet")
+ROLES = ("user", "item", "rating", "timestamp")
+RECBOLE_ML100K_MEMBER = "recbole/dataset_example/ml-100k/ml-100k.inter"
+
+# Header names recognised for each column role (compared lower-case, RecBole ":type" suffix dropped).
+SYNONYMS = {
+    "user": {"user", "user_id", "userid", "uid", "user id", "reviewerid", "customer_id", "visitor_id"},
+    "item": {"item", "item_id", "itemid", "iid", "item id", "movie", "movie_id", "movieid", "product",
+             "product_id", "productid", "asin", "business_id", "book_id", "isbn", "track_id", "song_id",
+             "artist_id", "location_id", "poi", "poi_id"},
+    "rating": {"rating", "ratings", "score", "stars", "rating_value", "weight", "plays", "count"},
+    "timestamp": {"timestamp", "time", "ts", "date", "datetime", "unix_time", "unixtime"},
+}
+_KNOWN = set().union(*SYNONYMS.values())
+
+
+@dataclass
+class Interactions:
+    """Interactions as found in a source: original ids (any dtype) and optional ratings."""
+
+    users: np.ndarray
+    items: np.ndarray
+    ratings: Optional[np.ndarray]
+    source: str                       # what to name in messages
+    columns: dict = field(default_factory=dict)   # role -> column used
+
+
+@dataclass
+class GivenSplit:
+    """A LightGCN-style directory: the train and test cuts as given."""
+
+    train: Interactions
+    test: Interactions
+    line_users: np.ndarray            # every user that heads a line (also those without items)
+    source: str
+
+
+# ----------------------------------------------------------------------
+def detect_format(path: Path, format: Optional[str] = None) -> str:
+    """The format of ``path``; checks an explicit ``format`` against what the path is."""
+    fmt = (format or "auto").lower()
+    if fmt not in FORMATS:
+        raise DataError(f"format: got {format!r}, allowed: {', '.join(FORMATS)}")
+    if not path.exists():
+        raise DataError(f"{path}: no such file or directory")
+    if path.is_dir():
+        has_lgcn = (path / "train.txt").is_file() and (path / "test.txt").is_file()
+        has_udata = (path / "u.data").is_file()
+        if fmt in ("auto", "lightgcn") and has_lgcn:
+            return "lightgcn"
+        if fmt in ("auto", "ml100k") and has_udata:
+            return "ml100k"
+        if fmt == "lightgcn":
+            raise DataError(f"{path}: format 'lightgcn' needs a directory with train.txt and test.txt")
+        if fmt == "auto":
+            raise DataError(f"{path}: directory has neither train.txt + test.txt (LightGCN format) "
+                            f"nor u.data (MovieLens-100K)")
+        raise DataError(f"{path}: format {fmt!r} needs a file, got a directory")
+    magic = path.read_bytes()[:4] if path.stat().st_size else b""
+    if fmt == "lightgcn":
+        if path.name == "train.txt" and (path.parent / "test.txt").is_file():
+            return "lightgcn"
+        raise DataError(f"{path}: format 'lightgcn' needs a directory with train.txt and test.txt")
+    if fmt == "auto":
+        suffix = path.suffix.lower()
+        if path.name == "u.data" or suffix in (".zip", ".whl"):
+            return "ml100k"
+        if suffix in (".parquet", ".pq") or magic == b"PAR1":
+            return "parquet"
+        if path.name == "train.txt" and (path.parent / "test.txt").is_file():
+            return "lightgcn"
+        return "csv"
+    if fmt == "csv" and magic == b"PAR1":
+        raise DataError(f"{path}: this is a Parquet file, not CSV; use format 'parquet'")
+    if fmt == "csv" and magic[:2] == b"PK":
+        raise DataError(f"{path}: this is a zip archive, not CSV; use format 'ml100k' for ml-100k.zip")
+    if fmt == "parquet" and magic != b"PAR1":
+        raise DataError(f"{path}: not a Parquet file (no PAR1 magic); use format 'csv' for text files")
+    return fmt
+
+
+def read_source(path: Path, fmt: str, columns=None, sep: Optional[str] = None):
+    """Read ``path`` in format ``fmt`` (as returned by :func:`detect_format`)."""
+    if fmt == "lightgcn":
+        return read_lightgcn(path if path.is_dir() else path.parent)
+    if fmt == "ml100k":
+        if columns is not None or sep is not None:
+            raise DataError(f"{path}: columns/sep do not apply to format 'ml100k' (its layout is fixed)")
+        return read_ml100k(path)
+    if fmt == "parquet":
+        if sep is not None:
+            raise DataError(f"{path}: sep does not apply to Parquet files")
+        return read_parquet(path, columns)
+    return read_delimited(path, str(path), sep=sep, columns=columns)
+
+
+# ----------------------------------------------------------------------
+def read_ml100k(path: Path) -> Interactions:
+    """MovieLens-100K from ``u.data``, a directory holding it, ``ml-100k.zip`` or the recbole wheel."""
+    if path.is_dir():
+        path = path / "u.data"
+    if path.suffix.lower() in (".zip", ".whl"):
+        try:
+            zf = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, OSError) as e:
+            raise DataError(f"{path}: not a readable zip archive ({e})") from None
+        with zf:
+            names = zf.namelist()
+            if RECBOLE_ML100K_MEMBER in names:
+                member = RECBOLE_ML100K_MEMBER
+            else:
+                cands = sorted((n for n in names if n.rsplit("/", 1)[-1] == "u.data"), key=len)
+                if not cands:
+                    raise DataError(f"{path}: archive holds neither ml-100k/u.data nor {RECBOLE_ML100K_MEMBER}")
+                member = cands[0]
+            data = zf.read(member)
+        return read_delimited(data, f"{path}!{member}", sep="\t", columns=(0, 1, 2, 3))
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    return read_delimited(path, str(path), sep="\t", columns=(0, 1, 2, 3))
+
+
+# ----------------------------------------------------------------------
+def _norm(name: str) -> str:
+    return str(name).strip().strip('"').strip("'").lower().split(":")[0]
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def _splitter(sep: str):
+    if sep == "whitespace":
+        return lambda line: line.split()
+    if len(sep) == 1:
+        return lambda line: next(csv.reader([line], delimiter=sep))
+    return lambda line: [f.strip() for f in line.split(sep)]
+
+
+def sniff_sep(line: str) -> str:
+    """Separator of a data line: tab, '::', comma, semicolon, '|' or runs of whitespace."""
+    for s in ("\t", "::", ",", ";", "|"):
+        if s in line:
+            return s
+    return "whitespace"
+
+
+def _columns_spec(columns) -> dict:
+    """Normalise a columns argument to ``{role: name-or-position}``."""
+    if columns is None:
+        return {}
+    if isinstance(columns, dict):
+        unknown = [k for k in columns if k not in ROLES]
+        if unknown:
+            raise DataError(f"columns: unknown role {unknown[0]!r}, allowed: {', '.join(ROLES)}")
+        spec = {k: v for k, v in columns.items() if v is not None}
+    elif isinstance(columns, (list, tuple)):
+        if not 2 <= len(columns) <= 4:
+            raise DataError(f"columns: give 2 to 4 columns (user, item[, rating[, timestamp]]), got {columns!r}")
+        spec = {r: c for r, c in zip(ROLES, columns) if c is not None}
+    else:
+        raise DataError(f"columns: expected a dict role->column or a list, got {columns!r}")
+    out = {}
+    for role, c in spec.items():
+        if isinstance(c, str) and c.strip().isdigit():
+            c = int(c)
+        if isinstance(c, bool) or not isinstance(c, (int, str)) or (isinstance(c, int) and c < 0):
+            raise DataError(f"columns: {role} column must be a name or a 0-based position, got {c!r}")
+        out[role] = c
+    return out
+
+
+def _resolve_columns(spec: dict, names: Optional[list], nfields: int, source: str) -> dict:
+    """Map each role to a 0-based position. ``names``: normalised header, or None without one."""
+    pos: dict = {}
+    for role, c in spec.items():
+        if isinstance(c, int):
+            if c >= nfields:
+                raise DataError(f"{source}: {role} column {c} does not exist (lines have {nfields} fields; positions are 0-based)")
+            pos[role] = c
+        else:
+            if names is None:
+                raise DataError(f"{source}: column {c!r} given by name but the file has no header")
+            try:
+                pos[role] = names.index(_norm(c))
+            except ValueError:
+                raise DataError(f"{source}: column {c!r} not found; header has: {', '.join(names)}") from None
+    if names is not None:
+        for role in ROLES:
+            if role not in pos:
+                for j, n in enumerate(names):
+                    if n in SYNONYMS[role] and j not in pos.values():
+                        pos[role] = j
+                        break
+    used = set(pos.values())
+    free = [j for j in range(nfields) if j not in used]
+    for role in ("user", "item"):
+        if role not in pos:
+            if not free:
+                raise DataError(f"{source}: no column left for {role}; lines have {nfields} field(s)")
+            pos[role] = free.pop(0)
+    # without names, a third and fourth column are rating and timestamp by convention
+    if names is None or not any(n in _KNOWN for n in names):
+        for role in ("rating", "timestamp"):
+            if role not in pos and role not in spec and free:
+                pos[role] = free.pop(0)
+    if len(set(pos.values())) != len(pos):
+        raise DataError(f"{source}: two roles use the same column: {pos}")
+    return pos
+
+
+def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = None, columns=None,
+                   header: Optional[bool] = None) -> Interactions:
+    """Read a delimited edge list from a path or bytes; ``source`` names it in messages."""
+    import pandas as pd
+
+    if isinstance(src, (bytes, bytearray)):
+        raw = bytes(src)
+    else:
+        try:
+            raw = Path(src).read_bytes()
+        except FileNotFoundError:
+            raise DataError(f"{source}: no such file") from None
+        except IsADirectoryError:
+            raise DataError(f"{source}: is a directory, expected a file") from None
+    if raw[:4] == b"PAR1":
+        raise DataError(f"{source}: this is a Parquet file; use format 'parquet'")
+    if raw[:2] == b"PK" or raw[:2] == b"\x1f\x8b":
+        raise DataError(f"{source}: this is a compressed archive, not a text edge list")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.splitlines()
+    data_idx = [k for k, ln in enumerate(lines[:200]) if ln.strip()]
+    if not data_idx:
+        raise DataError(f"{source}: no interactions (empty file)")
+    first = lines[data_idx[0]]
+    sep = sep if sep not in (None, "", "auto") else sniff_sep(first)
+    if sep in ("\\t", "tab"):
+        sep = "\t"
+    if sep in (" ", "space", "\\s+"):
+        sep = "whitespace"
+    split = _splitter(sep)
+    spec = _columns_spec(columns)
+    first_fields = split(first)
+    if header is None:
+        header = _looks_like_header(first_fields, [split(lines[k]) for k in data_idx[1:20]], spec)
+    names = [_norm(f) for f in first_fields] if header else None
+    nfields = len(first_fields)
+    pos = _resolve_columns(spec, names, nfields, source)
+    header_line = data_idx[0] + 1 if header else 0   # 1-based line of the header, 0 = none
+    if header and len(data_idx) == 1:
+        raise DataError(f"{source}: no interactions (only a header line)")
+
+    wanted = {r: p for r, p in pos.items() if r != "timestamp"}
+    order = sorted(wanted.values())
+    kw = dict(header=None, skiprows=header_line, usecols=order, skip_blank_lines=True,
+              keep_default_na=False, na_values=[""])
+    if sep == "whitespace":
+        kw.update(sep=r"\s+", engine="c")
+    elif len(sep) == 1:
+        kw.update(sep=sep, engine="c", quotechar='"')
+    else:
+        kw.update(sep=re.escape(sep), engine="python")
+    bad = None
+    try:
+        df = pd.read_csv(io.BytesIO(text.encode("utf-8")), **kw)
+    except (pd.errors.ParserError, ValueError) as e:
+        df, bad = None, str(e).strip().splitlines()[-1]
+    if df is not None and df.shape[0] == 0:
+        raise DataError(f"{source}: no interactions")
+    if df is not None:
+        cols = {r: df[p] for r, p in wanted.items()}
+        problem = any(cols[r].isna().any() for r in cols)
+        ratings = None
+        if "rating" in cols and not problem:
+            ratings = pd.to_numeric(cols["rating"], errors="coerce").to_numpy(np.float64)
+            problem = bool(np.isnan(ratings).any())
+        if not problem:
+            return Interactions(_ids(cols["user"]), _ids(cols["item"]), ratings, source,
+                                {r: (names[p] if names else p) for r, p in pos.items()})
+    where = _find_bad_line(lines, header_line, split, pos, nfields)
+    if where:
+        raise DataError(f"{source}:{where[0]}: {where[1]}")
+    raise DataError(f"{source}: could not parse ({bad or 'missing values'})")
+
+
+def _looks_like_header(first: list, rest: list, spec: dict) -> bool:
+    if any(isinstance(c, str) for c in spec.values()):
+        return True
+    if any(_norm(f) in _KNOWN for f in first):
+        return True
+    # a column that is numeric on the following lines but not on the first one
+    for j, f in enumerate(first):
+        if not _is_number(f) and rest and all(j < len(r) and _is_number(r[j]) for r in rest):
+            return True
+    return False
+
+
+def _find_bad_line(lines, header_line, split, pos, nfields):
+    """First malformed line as ``(1-based line number, reason)``, or None."""
+    need = max(pos.values()) + 1
+    for k in range(header_line, len(lines)):
+        ln = lines[k]
+        if not ln.strip():
+            continue
+        f = split(ln)
+        if len(f) < need:
+            return k + 1, f"expected at least {need} fields, got {len(f)}: {ln.strip()[:60]!r}"
+        if len(f) > nfields:
+            return k + 1, f"expected {nfields} fields like the first line, got {len(f)}: {ln.strip()[:60]!r}"
+        for role in ("user", "item"):
+            if not f[pos[role]].strip():
+                return k + 1, f"empty {role} id"
+        if "rating" in pos and not _is_number(f[pos["rating"]]):
+            return k + 1, f"rating {f[pos['rating']]!r} is not a number"
+    return None
+
+
+def _ids(col) -> np.ndarray:
+    """A column of ids as int64 when every id is an integer, else as fixed-width unicode."""
+    import pandas as pd
+
+    arr = col.to_numpy()
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind == "f":
+        if np.all(arr == np.round(arr)):
+            return arr.astype(np.int64)
+        return arr.astype(str)
+    s = pd.Series(arr).astype(str).str.strip()
+    return s.to_numpy().astype(str)
+
+
+# ----------------------------------------------------------------------
+def read_parquet(path: Path, columns=None) -> Interactions:
+    """Read user/item[/rating] columns of a Parquet file (names or 0-based positions)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(f"{path}: reading Parquet needs pyarrow (pip install 'gnnrec-lab[parquet]')") from None
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises ArrowInvalid / OSError with long messages
+        raise DataError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+    names = [_norm(n) for n in pf.schema_arrow.names]
+    pos = _resolve_columns(_columns_spec(columns), names, len(names), str(path))
+    raw_names = pf.schema_arrow.names
+    wanted = {r: raw_names[p] for r, p in pos.items() if r != "timestamp"}
+    table = pf.read(columns=sorted(set(wanted.values())))
+    if table.num_rows == 0:
+        raise DataError(f"{path}: no interactions (no rows)")
+    df = table.to_pandas()
+    for role, col in wanted.items():
+        nulls = df[col].isna().to_numpy()
+        if nulls.any():
+            raise DataError(f"{path}: row {int(np.argmax(nulls)) + 1}: empty {role} ({col!r})")
+    ratings = None
+    if "rating" in wanted:
+        import pandas as pd
+        ratings = pd.to_numeric(df[wanted["rating"]], errors="coerce").to_numpy(np.float64)
+        if np.isnan(ratings).any():
+            r = int(np.argmax(np.isnan(ratings)))
+            raise DataError(f"{path}: row {r + 1}: rating {df[wanted['rating']].iloc[r]!r} is not a number")
+    return Interactions(_ids(df[wanted["user"]]), _ids(df[wanted["item"]]), ratings, str(path),
+                        {r: raw_names[p] for r, p in pos.items()})
+
+
+# ----------------------------------------------------------------------
+def read_lightgcn(directory: Path) -> GivenSplit:
+    """Read ``train.txt`` and ``test.txt`` (lines ``user item item ...``, integers)."""
+    train_u, train_i, heads_tr = _read_lightgcn_file(directory / "train.txt")
+    test_u, test_i, heads_te = _read_lightgcn_file(directory / "test.txt")
+    if train_u.size == 0:
+        raise DataError(f"{directory / 'train.txt'}: no interactions")
+    if test_u.size == 0:
+        raise DataError(f"{directory / 'test.txt'}: no interactions (nothing to evaluate)")
+    return GivenSplit(Interactions(train_u, train_i, None, str(directory / "train.txt")),
+                      Interactions(test_u, test_i, None, str(directory / "test.txt")),
+                      np.unique(np.concatenate([heads_tr, heads_te])), str(directory))
+
+
+def _read_lightgcn_file(path: Path):
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    heads, counts, flat = [], [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            tok = line.split()
+            if not tok:
+                continue
+            try:
+                vals = list(map(int, tok))
+            except ValueError:
+                bad = next(t for t in tok if not re.fullmatch(r"[+-]?\d+", t))
+                raise DataError(f"{path}:{lineno}: expected integer ids, got {bad!r}") from None
+            heads.append(vals[0])
+            counts.append(len(vals) - 1)
+            flat.extend(vals[1:])
+    heads_a = np.asarray(heads, dtype=np.int64)
+    users = np.repeat(heads_a, np.asarray(counts, dtype=np.int64))
+    return users, np.asarray(flat, dtype=np.int64), heads_a
+
+
+# ----------------------------------------------------------------------
+def apply_min_rating(inter: Interactions, min_rating: Optional[float]) -> Interactions:
+    """Keep interactions rated ``>= min_rating`` (all when None)."""
+    if min_rating is None:
+        return inter
+    if inter.ratings is None:
+        raise DataError(f"{inter.source}: min_rating needs a rating column; none found")
+    keep = inter.ratings >= float(min_rating)
+    if not keep.any():
+        raise DataError(f"{inter.source}: no interactions with rating >= {min_rating:g}")
+    return Interactions(inter.users[keep], inter.items[keep], inter.ratings[keep], inter.source, inter.columns)
+
+
+def _codes(ids: np.ndarray, vocab: np.ndarray) -> np.ndarray:
+    return np.searchsorted(vocab, ids).astype(np.int64)
+
+
+def index_interactions(inter: Interactions):
+    """Re-index ids to ``0..n-1`` (sorted original ids) and merge duplicates.
+
+    Returns ``(pairs, user_ids, item_ids, duplicates)``: ``pairs`` is ``(n, 2)`` int32
+    sorted by user then item; ``user_ids[k]`` is the original id of user ``k``.
+    """
+    if inter.users.size == 0:
+        raise DataError(f"{inter.source}: no interactions")
+    user_ids = np.unique(inter.users)
+    item_ids = np.unique(inter.items)
+    pairs, dup = _pairs(_codes(inter.users, user_ids), _codes(inter.items, item_ids), item_ids.size)
+    return pairs, user_ids, item_ids, dup
+
+
+def _pairs(u: np.ndarray, i: np.ndarray, n_items: int):
+    key = np.unique(u * n_items + i)
+    pairs = np.empty((key.size, 2), dtype=np.int32)
+    pairs[:, 0] = key // n_items
+    pairs[:, 1] = key % n_items
+    return pairs, int(u.size - key.size)
+
+
+def index_given(given: GivenSplit):
+    """Re-index a LightGCN train/test pair over the union of their ids.
+
+    Returns ``(train_pairs, test_pairs, user_ids, item_ids, duplicates)``.
+    """
+    user_ids = np.unique(np.concatenate([given.line_users, given.train.users, given.test.users]))
+    item_ids = np.unique(np.concatenate([given.train.items, given.test.items]))
+    tr, d1 = _pairs(_codes(given.train.users, user_ids), _codes(given.train.items, item_ids), item_ids.size)
+    te, d2 = _pairs(_codes(given.test.users, user_ids), _codes(given.test.items, item_ids), item_ids.size)
+    return tr, te, user_ids, item_ids, d1 + d2
