@@ -1,0 +1,162 @@
+"""``gnnrec-lab runs``: list stored runs; ``runs show|cancel|wait ID``."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+TABLE = (  # (header, column in runs_frame)
+    ("id", "id"), ("name", "name"), ("status", "status"), ("dataset", "dataset"), ("model", "model"),
+    ("layers", "layers"), ("dim", "dim"), ("batch", "batch_size"), ("time", "measured"),
+    ("started", "started"), ("duration", "duration_s"), ("best valid R@20", "best_valid_recall@20"),
+    ("test R@20", "test_recall@20"),
+)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("runs", help="list, inspect, cancel and wait for stored runs",
+                              description="List runs in the run store ($GNNREC_LAB_HOME/lab.sqlite). "
+                                          "'time' says whether a run's timings are measured or modeled.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--status", choices=("queued", "running", "finished", "failed", "cancelled", "oom"),
+                   help="only runs with this status")
+    sub = p.add_subparsers(dest="action", metavar="ACTION")
+    s = sub.add_parser("show", help="everything stored about one run")
+    s.add_argument("id", type=int)
+    s.add_argument("--json", action="store_true", dest="show_json")
+    c = sub.add_parser("cancel", help="ask a run to stop; SIGTERM/SIGKILL after the grace period")
+    c.add_argument("id", type=int)
+    c.add_argument("--grace", type=float, default=5.0, help="seconds to wait before each escalation (default 5)")
+    w = sub.add_parser("wait", help="block until a run ends; exit 0 only when it finished")
+    w.add_argument("id", type=int)
+    w.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
+    p.set_defaults(func=main)
+
+
+def _fmt(v, col: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if col == "started":
+        try:
+            if v != v:  # NaT
+                return "-"
+        except Exception:  # noqa: BLE001
+            pass
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.timestamp()))  # local, as `runs show`
+    if col == "duration_s":
+        return _duration(float(v))
+    if col.endswith("recall@20"):
+        return f"{float(v):.4f}"
+    return str(v)
+
+
+def _duration(s: float) -> str:
+    """Seconds as '12.3 s', '4m 05s' or '2h 03m'."""
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{int(s // 60)}m {int(s % 60):02d}s"
+    return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
+
+
+def _table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _list(store, args) -> int:
+    df = store.runs_frame(status=args.status)
+    if args.json:
+        out = []
+        for rec in df.to_dict(orient="records"):
+            for k in ("created", "started", "finished"):
+                v = rec[k]
+                rec[k] = None if v is None or v != v else v.isoformat()
+            out.append({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rec.items()})
+        print(json.dumps(out, default=str, indent=1))
+        return 0
+    if df.empty:
+        print(f"no runs{' with status ' + args.status if args.status else ''} in {store.path}")
+        return 0
+    rows = [[_fmt(r[col], col) for _, col in TABLE] for r in df.to_dict(orient="records")]
+    print(_table(rows, [h for h, _ in TABLE]))
+    return 0
+
+
+def _show(store, run_id: int, as_json: bool) -> int:
+    run = store.get_run(run_id)
+    steps = store.steps_frame(run_id)
+    evals = store.evals_frame([run_id])
+    fp = store.footprint_frame(run_id)
+    if as_json:
+        run["steps"] = len(steps)
+        run["last_loss"] = None if steps.empty else float(steps.loss.iloc[-1])
+        run["evals"] = evals.to_dict(orient="records")
+        run["footprint"] = fp.to_dict(orient="records")
+        print(json.dumps(run, default=str, indent=1))
+        return 0
+    ts = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"  # noqa: E731
+    cfg = run["config"] or {}
+    print(f"run {run['id']}  {run['name'] or ''}".rstrip())
+    print(f"  status     {run['status']}" + ("  (cancel requested)" if run["cancel_requested"] and
+                                            run["status"] == "running" else ""))
+    print(f"  time       {run['measured']}")
+    print(f"  config     {cfg.get('dataset')} {cfg.get('model')} layers={cfg.get('layers')} dim={cfg.get('dim')} "
+          f"batch={cfg.get('batch_size')} memory_mode={cfg.get('memory_mode')}")
+    if cfg.get("placement"):
+        print(f"  placement  {cfg['placement']}")
+    print(f"  created    {ts(run['created'])}")
+    print(f"  started    {ts(run['started'])}")
+    print(f"  finished   {ts(run['finished'])}")
+    print(f"  duration   {_duration(run['duration_s']) if run['duration_s'] is not None else '-'}")
+    if run["pid"]:
+        print(f"  pid        {run['pid']}")
+    if run["sweep"]:
+        print(f"  sweep      {run['sweep']}")
+    print(f"  steps      {len(steps)}" + ("" if steps.empty else f"  (last loss {steps.loss.iloc[-1]:.4f})"))
+    if not evals.empty:
+        last = evals.groupby(["split", "metric"], sort=True)["value"].last()
+        for (split, metric), v in last.items():
+            print(f"  {split:<6} {metric:<12} {v:.4f}  (last)")
+    if not fp.empty:
+        for r in fp.itertuples():
+            print(f"  footprint  {r.tensor_class:<18} {r.bytes / 2**20:10.2f} MiB  {r.kind}")
+    if run["error"]:
+        print("  error      " + run["error"].rstrip().replace("\n", "\n             "))
+    if run["stderr_tail"] and run["status"] in ("failed", "oom"):
+        print(f"  stderr (last lines, full log in {store.home / 'runs' / str(run_id) / 'stderr.log'}):")
+        for line in run["stderr_tail"].splitlines():
+            print("    " + line)
+    return 0
+
+
+def main(args) -> int:
+    from ..runner import Runner, recover_dead
+    from ..store import Store
+
+    store = Store()
+    action = getattr(args, "action", None)
+    if action is None:
+        recover_dead(store)  # so a vanished worker shows as failed, not running forever
+        return _list(store, args)
+    store.get_run(args.id)  # unknown id -> UserError, one line
+    if action == "show":
+        recover_dead(store)
+        return _show(store, args.id, args.show_json or args.json)
+    if action == "cancel":
+        status = Runner(store, pick_up=False).cancel(args.id, grace_s=args.grace)
+        print(f"run {args.id}: {status}")
+        return 0
+    if action == "wait":
+        # picks up queued runs, so a queued run waited on does start
+        runner = Runner(store)
+        try:
+            status = runner.wait(args.id, timeout=args.timeout)
+        except TimeoutError as e:
+            print(f"gnnrec-lab: {e}", file=sys.stderr)
+            return 1
+        print(f"run {args.id}: {status}")
+        return 0 if status == "finished" else 1
+    raise AssertionError(action)

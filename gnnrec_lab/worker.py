@@ -1,0 +1,140 @@
+"""One run in its own process: ``python -m gnnrec_lab.worker RUN_ID``.
+
+The worker loads the run's config from the store (``$GNNREC_LAB_HOME``), marks
+it running with its pid, trains with a :class:`~gnnrec_lab.store.StoreReporter`
+and writes the final status itself:
+
+* ``finished`` / ``cancelled``: what the training function's result says;
+* ``oom``: a ``MemoryError`` (or torch's "can't allocate memory") escaped training;
+* ``failed``: a :class:`~gnnrec_lab.errors.UserError` (its one-line message) or
+  any other exception (the traceback);
+* SIGTERM (sent by ``Runner.cancel`` after the grace period) ends it as
+  ``cancelled`` when a cancel was requested.
+
+The training callable is ``gnnrec_lab.train:train`` unless
+``GNNREC_LAB_TRAIN_FN=module:attr`` names another (tests use fakes).
+
+Exit status: 0 finished/cancelled, 1 failed, 3 oom.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+import traceback
+
+from .errors import UserError
+
+TRAIN_FN_ENV = "GNNREC_LAB_TRAIN_FN"
+DEFAULT_TRAIN_FN = "gnnrec_lab.train:train"
+EXIT_OK, EXIT_FAILED, EXIT_OOM = 0, 1, 3
+STDERR_TAIL_LINES = 50
+
+
+class Terminated(BaseException):
+    """Raised in the worker when SIGTERM arrives (BaseException so training code cannot swallow it)."""
+
+
+def resolve_train_fn(spec: str | None = None):
+    """The callable named by ``spec`` ('module:attr' or 'module.attr'), default from the environment."""
+    spec = spec or os.environ.get(TRAIN_FN_ENV) or DEFAULT_TRAIN_FN
+    mod, sep, attr = spec.partition(":")
+    if not sep:
+        mod, _, attr = spec.rpartition(".")
+    if not mod or not attr:
+        raise UserError(f"{TRAIN_FN_ENV}: expected 'module:function', got {spec!r}")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` means an allocation failed (Python's MemoryError or torch's CPU allocator)."""
+    if isinstance(exc, MemoryError):
+        return True
+    msg = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in msg or "out of memory" in msg)
+
+
+def tail_lines(path, n: int = STDERR_TAIL_LINES, max_bytes: int = 64 * 1024) -> str:
+    """The last ``n`` lines of a text file (reads at most ``max_bytes`` from its end); '' if absent."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-n:])
+
+
+def host_info() -> dict:
+    return {"hostname": socket.gethostname(), "pid": os.getpid(), "cpus": os.cpu_count(),
+            "python": sys.version.split()[0]}
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def run_worker(run_id: int, store=None) -> int:
+    """Train run ``run_id`` from the store and record its final status. Returns the exit status."""
+    from .config import RunConfig
+    from .store import Store, _proc_start_ticks
+
+    store = store or Store()
+    run_dir = store.run_dir(run_id)
+    stderr_path = run_dir / "stderr.log"
+
+    def fail(status: str, error: str, code: int) -> int:
+        sys.stderr.flush()
+        store.set_status(run_id, status, error=error, stderr_tail=tail_lines(stderr_path) or None,
+                         only_if=("queued", "running"))
+        return code
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        run = store.get_run(run_id)
+        config = RunConfig.from_dict(run["config"])
+        if not store.set_status(run_id, "running", pid=os.getpid(), pid_start=_proc_start_ticks(os.getpid()),
+                                host=json.dumps(host_info()), only_if=("queued", "running")):
+            return EXIT_OK  # cancelled (or otherwise ended) before this process got going
+        train_fn = resolve_train_fn()
+        result = train_fn(config, reporter=store.reporter(run_id), progress=False)
+        status = getattr(result, "status", "finished")
+        if status not in ("finished", "cancelled"):
+            status = "finished"
+        store.record_result(run_id, result)
+        store.set_status(run_id, status, only_if=("running",))
+        return EXIT_OK
+    except Terminated:
+        if store.cancel_requested(run_id):
+            store.set_status(run_id, "cancelled", error="cancelled: worker stopped by SIGTERM after the grace period",
+                             only_if=("running",))
+            return EXIT_OK
+        return fail("failed", "worker terminated by SIGTERM without a cancel request", EXIT_FAILED)
+    except UserError as e:
+        print(f"gnnrec-lab: error: {e}", file=sys.stderr)
+        return fail("failed", str(e), EXIT_FAILED)
+    except BaseException as e:  # noqa: BLE001 - every other ending is recorded, then reported
+        tb = traceback.format_exc()
+        print(tb, file=sys.stderr)
+        if is_out_of_memory(e):
+            return fail("oom", f"out of memory: {type(e).__name__}: {e}".rstrip(": ")
+                        + " (an allocation failed inside the run: lower batch_size or dim, or place "
+                          "tensors on a larger tier)", EXIT_OOM)
+        return fail("failed", tb, EXIT_FAILED)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or not argv[0].isdigit():
+        print("usage: python -m gnnrec_lab.worker RUN_ID", file=sys.stderr)
+        return 2
+    return run_worker(int(argv[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Runner and worker: lifecycle with fake training functions, cancellation, OOM, recovery, numactl, CLI."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gnnrec_lab import cli
+from gnnrec_lab.config import RunConfig
+from gnnrec_lab.errors import UserError
+from gnnrec_lab.runner import Runner, launch_detached, numa_request, numactl_argv, parse_nodes
+from gnnrec_lab.store import Store
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("GNNREC_LAB_TRAIN_FN", "_fake_train:finish")
+    monkeypatch.delenv("FAKE_STEPS", raising=False)
+    monkeypatch.delenv("FAKE_SLEEP", raising=False)
+    return Store(tmp_path)
+
+
+def fake(monkeypatch, name, **env):
+    monkeypatch.setenv("GNNREC_LAB_TRAIN_FN", f"_fake_train:{name}")
+    for k, v in env.items():
+        monkeypatch.setenv(k, str(v))
+
+
+def wait_for(cond, timeout=20.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+# -- lifecycle ----------------------------------------------------------------
+def test_finished_run(store):
+    runner = Runner(store)
+    t0 = time.monotonic()
+    rid = runner.launch(RunConfig(name="ok"))
+    assert time.monotonic() - t0 < 2.0  # launch returns at once
+    assert runner.wait(rid, timeout=30) == "finished"
+    run = store.get_run(rid)
+    assert run["pid"] and run["host"]["hostname"] and run["error"] is None
+    assert run["result"]["metrics"] == {"steps": 5}
+    assert len(store.steps_frame(rid)) == 5 and len(store.kernels_frame(rid)) == 20  # 3 spmm layers + adam per step
+    assert set(store.footprint_frame(rid).kind) == {"predicted", "measured"}
+    assert (store.home / "runs" / str(rid) / "stderr.log").exists()
+    assert (store.home / "runs" / str(rid) / "stdout.log").exists()
+
+
+def test_failed_run_keeps_stderr_tail(store, monkeypatch):
+    fake(monkeypatch, "crash")
+    runner = Runner(store)
+    rid = runner.launch(RunConfig())
+    assert runner.wait(rid, timeout=30) == "failed"
+    run = store.get_run(rid)
+    assert "RuntimeError: fake training blew up" in run["error"] and "Traceback" in run["error"]
+    tail = run["stderr_tail"].splitlines()
+    assert len(tail) <= 50
+    assert "noise line 79" in run["stderr_tail"] and "noise line 0\n" not in run["stderr_tail"]
+
+
+def test_user_error_is_one_line(store, monkeypatch):
+    fake(monkeypatch, "user_mistake")
+    runner = Runner(store)
+    rid = runner.launch(RunConfig())
+    assert runner.wait(rid, timeout=30) == "failed"
+    assert store.get_run(rid)["error"] == "dataset: fake.csv line 3: expected 'user item', got 'x'"
+
+
+@pytest.mark.parametrize("fn, needle", [
+    ("memory_error", "MemoryError: fake allocation"),
+    ("rlimit_oom", "MemoryError"),
+    ("sigkill_self", "SIGKILL"),
+])
+def test_out_of_memory_is_classified(store, monkeypatch, fn, needle):
+    if fn == "rlimit_oom" and not os.path.exists("/proc/self/statm"):
+        pytest.skip("needs /proc to size the address-space cap")
+    fake(monkeypatch, fn)
+    runner = Runner(store)
+    rid = runner.launch(RunConfig())
+    assert runner.wait(rid, timeout=30) == "oom"
+    err = store.get_run(rid)["error"]
+    assert needle in err and "memory" in err
+
+
+def test_cancel_cooperative(store, monkeypatch):
+    fake(monkeypatch, "finish", FAKE_STEPS=100000, FAKE_SLEEP=0.01)
+    runner = Runner(store)
+    rid = runner.launch(RunConfig())
+    wait_for(lambda: len(store.steps_frame(rid)) >= 3)
+    t0 = time.monotonic()
+    assert runner.cancel(rid, grace_s=10) == "cancelled"
+    assert time.monotonic() - t0 < 5  # stopped by the flag, not by the 10 s escalation
+    run = store.get_run(rid)
+    assert run["result"]["status"] == "cancelled"
+    assert "cancelled" in list(store.events_frame(rid).kind)  # the loop itself saw the flag
+
+
+@pytest.mark.parametrize("fn, needle", [("stubborn", "SIGTERM"), ("deaf", "SIGKILL")])
+def test_cancel_escalates(store, monkeypatch, fn, needle):
+    fake(monkeypatch, fn)
+    runner = Runner(store)
+    rid = runner.launch(RunConfig())
+    wait_for(lambda: len(store.steps_frame(rid)) >= 1)
+    assert runner.cancel(rid, grace_s=0.5) == "cancelled"
+    run = store.get_run(rid)
+    assert needle in run["error"]
+    assert run["result"] is None
+
+
+def test_concurrency_limit_queues_second_run(store, monkeypatch):
+    fake(monkeypatch, "finish", FAKE_STEPS=20, FAKE_SLEEP=0.03)
+    runner = Runner(store, max_concurrent=1)
+    a = runner.launch(RunConfig(name="a"))
+    b = runner.launch(RunConfig(name="b"))
+    assert store.status(a) == "running" and store.status(b) == "queued"
+    # the monitor thread starts b when a ends, without anyone calling status/wait on b
+    wait_for(lambda: store.status(b) in ("running", "finished"), timeout=30)
+    assert store.get_run(a)["status"] == "finished"
+    assert runner.wait(b, timeout=30) == "finished"
+    ra, rb = store.get_run(a), store.get_run(b)
+    assert rb["started"] >= ra["finished"]
+
+
+def test_cancel_queued_run(store, monkeypatch):
+    fake(monkeypatch, "finish", FAKE_STEPS=100000, FAKE_SLEEP=0.01)
+    runner = Runner(store, max_concurrent=1)
+    a = runner.launch(RunConfig())
+    b = runner.launch(RunConfig())
+    assert runner.cancel(b) == "cancelled"
+    assert store.get_run(b)["pid"] is None
+    assert runner.cancel(a, grace_s=5) == "cancelled"
+
+
+def test_fresh_runner_picks_up_queued_and_recovers_dead(store):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = store.add_run(RunConfig(name="gone"))
+    store.claim_queued(10)
+    store.set_fields(gone, pid=dead.pid)
+    alive = store.add_run(RunConfig(name="alive"))
+    store.claim_queued(10)
+    store.set_fields(alive, pid=os.getpid())  # this test process: alive
+    queued = store.add_run(RunConfig(name="queued"))
+
+    runner = Runner(store, max_concurrent=2)
+    run = store.get_run(gone)
+    assert run["status"] == "failed" and "disappeared" in run["error"]
+    assert store.status(alive) == "running"
+    store.set_status(alive, "finished")  # frees the slot held by "alive"
+    assert runner.wait(queued, timeout=30) == "finished"
+
+
+def test_numa_launch_refused_before_recording(store):
+    nodes = sorted(int(p[4:]) for p in os.listdir("/sys/devices/system/node") if p[4:].isdigit()) \
+        if os.path.isdir("/sys/devices/system/node") else []
+    cfg = RunConfig(placement={"embeddings": f"numa:membind:{max(nodes, default=0) + 7}"})
+    with pytest.raises(UserError, match="placement"):
+        Runner(store).launch(cfg)
+    assert store.run_ids() == []
+
+
+def test_launch_detached(store):
+    rid = launch_detached(RunConfig(name="bg"), store=store)
+    # a runner that starts nothing itself: the detached supervisor must run it
+    assert Runner(store, pick_up=False).wait(rid, timeout=30) == "finished"
+
+
+# -- numactl argv (pure) ----------------------------------------------------------
+def test_parse_nodes():
+    assert parse_nodes("0") == [0]
+    assert parse_nodes("1,0,1") == [0, 1]
+    assert parse_nodes("0-2,5") == [0, 1, 2, 5]
+    for bad in ("", "a", "2-1", "-1"):
+        with pytest.raises(UserError, match="placement"):
+            parse_nodes(bad)
+
+
+def test_numactl_argv():
+    assert numactl_argv({}, [0]) == []
+    assert numactl_argv({"graph": "dram", "embeddings": "file:/mnt/pmem"}, [0]) == []
+    assert numactl_argv({"embeddings": "numa:membind:1"}, [0, 1], "/usr/bin/numactl") == \
+        ["/usr/bin/numactl", "--membind=1"]
+    assert numactl_argv({"embeddings": "numa:interleave:0,1", "optimizer": "numa:interleave:1,0",
+                         "graph": "dram"}, [0, 1]) == ["numactl", "--interleave=0,1"]
+    assert numactl_argv({"embeddings": "numa:preferred:2"}, [0, 1, 2], memory_nodes=[0, 2]) == \
+        ["numactl", "--preferred=2"]
+    assert numa_request({"embeddings": "numa:membind:0-1"}) == ("membind", [0, 1])
+
+
+@pytest.mark.parametrize("placement, nodes, numactl, mem, msg", [
+    ({"embeddings": "numa:membind:3"}, [0, 1], "numactl", None, "node 3 does not exist"),
+    ({"embeddings": "numa:membind:1"}, [0, 1], None, None, "numactl is not installed"),
+    ({"embeddings": "numa:membind:1"}, [0, 1], "numactl", [0], "node 1 has no memory"),
+    ({"embeddings": "numa:preferred:0,1"}, [0, 1], "numactl", None, "exactly one node"),
+    ({"embeddings": "numa:membind:0", "graph": "numa:interleave:0,1"}, [0, 1], "numactl", None,
+     "different"),
+    ({"embeddings": "numa:bind:0"}, [0], "numactl", None, "POLICY"),
+    ({"embeddings": "numa:membind"}, [0], "numactl", None, "POLICY"),
+])
+def test_numactl_argv_refusals(placement, nodes, numactl, mem, msg):
+    with pytest.raises(UserError, match=msg):
+        numactl_argv(placement, nodes, numactl, mem)
+
+
+# -- CLI --------------------------------------------------------------------
+def test_cli_runs(store, monkeypatch, capsys):
+    runner = Runner(store)
+    rid = runner.launch(RunConfig(name="clirun", layers=2))
+    runner.wait(rid, timeout=30)
+    modeled = store.add_run(RunConfig(memory_mode="cxl"))
+    store.request_cancel(modeled)
+
+    assert cli.main(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert "best valid R@20" in out and "clirun" in out and "0.1250" in out and "0.1100" in out
+    assert "modeled" in out and "measured" in out
+
+    assert cli.main(["runs", "--json", "--status", "finished"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in rows] == [rid] and rows[0]["test_recall@20"] == pytest.approx(0.11)
+
+    assert cli.main(["runs", "show", str(rid)]) == 0
+    out = capsys.readouterr().out
+    assert "finished" in out and "recall@20" in out and "predicted" in out
+
+    assert cli.main(["runs", "wait", str(rid)]) == 0
+    assert f"run {rid}: finished" in capsys.readouterr().out
+    assert cli.main(["runs", "wait", str(modeled)]) == 1
+    assert cli.main(["runs", "cancel", str(rid)]) == 0
+    assert store.status(rid) == "finished"  # an ended run stays as it ended
+
+    assert cli.main(["runs", "show", "999"]) == 2
+    assert "no such run" in capsys.readouterr().err
