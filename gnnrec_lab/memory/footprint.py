@@ -141,8 +141,12 @@ def runtime_baseline_bytes(refresh: bool = False) -> int:
     """Peak RSS (bytes, measured) of a fresh interpreter with torch, numba, numpy and pandas
     imported and one numba function compiled. Measured once per torch/python version and cached
     in ``~/.cache/gnnrec-lab/runtime_rss.json``."""
-    import torch  # noqa: F401 -- the version keys the cache
-    key = f"py{sys.version_info[0]}.{sys.version_info[1]}-torch{torch.__version__}"
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        tv = version("torch")   # metadata only: importing torch here would cost seconds
+    except PackageNotFoundError:
+        tv = "none"
+    key = f"py{sys.version_info[0]}.{sys.version_info[1]}-torch{tv}"
     path = _cache_file()
     if not refresh:
         try:

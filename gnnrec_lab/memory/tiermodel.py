@@ -173,6 +173,76 @@ def _resolve(device, host: dict, extra_paths=None) -> tuple:
     return hostp, dev
 
 
+class Projection:
+    """A run's kernel groups with their host and device memory terms, ready to be evaluated
+    for any placement (the placement search in :mod:`.advise` evaluates 2^7 of them).
+
+    Build with :func:`prepare`; :meth:`modeled_ns` gives each group's modeled time (ns).
+    """
+
+    def __init__(self, groups: pd.DataFrame, terms: list, device: DeviceProfile, base: DeviceProfile,
+                 threads, hit):
+        self.groups, self.terms, self.device, self.base, self.threads, self.hit = \
+            groups, terms, device, base, threads, hit
+
+    def modeled_ns(self, placement: Optional[dict] = None) -> list:
+        """Modeled ns per group with ``placement`` (see :func:`project`)."""
+        on_dev = _placement_on_device(None if self.device.is_memory_mode else placement)
+        out = []
+        for ns, c, pattern, host_by_cls, dev_by_cls in self.terms:
+            if pattern == "compute" and c == 0:
+                f = 1.0      # compute-bound by declaration and no GEMM rate to weigh it: unchanged
+            else:
+                m_host = sum(host_by_cls.values())
+                m_dev = sum(dev_by_cls[k] if on_dev(k) else v for k, v in host_by_cls.items())
+                denom = max(m_host, c)
+                f = max(m_dev, c) / denom if denom > 0 else 1.0
+            out.append(ns * f)
+        return out
+
+
+def prepare(records, host, device, footprint=None, *, baseline: Optional[str] = None,
+            threads: Optional[int] = None, remote: bool = False, dram_cache_bytes: Optional[int] = None,
+            extra_paths=None) -> Projection:
+    """Group ``records`` by kernel and compute their terms on ``device`` (arguments as in :func:`project`)."""
+    hostp, dev = _resolve(device, host, extra_paths)
+    df = _frame(records)
+    threads = threads or hostp.threads
+    if baseline == "host" or dev.name == "host":
+        base = hostp
+    else:
+        base_name = dev.baseline or "ddr4_2666_6ch"
+        base = hostp if base_name == "host" else get_profile(base_name, extra_paths=extra_paths)
+    hit = None
+    if dev.is_memory_mode:
+        if footprint is None:
+            raise UserError(f"device {dev.name}: Memory Mode needs the run's footprint (bytes) for its hit rate")
+        fp = sum(footprint.values()) if isinstance(footprint, dict) else float(footprint)
+        cache = dram_cache_bytes or dev.dram_cache_bytes
+        if not cache:
+            raise UserError(f"device {dev.name}: dram_cache_bytes is not set")
+        hit = mm_hit_rate(fp, cache)
+    gemm_ns_per_flop = 1.0 / hostp.gemm_GFLOPs if hostp.gemm_GFLOPs else 0.0
+    keys = ["name", "phase", "layer", "pattern", "row_bytes"]
+    g = df.groupby(keys, dropna=False, sort=False)[list(_NUM)].sum().reset_index()
+    terms = []
+    for r in g.itertuples(index=False):
+        parts = split_bytes(r.bytes_read, r.bytes_written, r.random_bytes, r.pattern)
+        owners = attribute(r.name, r.phase, r.layer, r.pattern)
+        host_by, dev_by = {}, {}
+        for comp, nbytes in parts.items():
+            if nbytes <= 0:
+                continue
+            h_ns = nbytes * _cost(hostp, comp, r.row_bytes, threads, False, None)
+            ratio = _cost(dev, comp, r.row_bytes, threads, remote, hit) / _cost(base, comp, r.row_bytes, threads,
+                                                                                False, None)
+            for cls, frac in owners[comp].items():
+                host_by[cls] = host_by.get(cls, 0.0) + frac * h_ns
+                dev_by[cls] = dev_by.get(cls, 0.0) + frac * h_ns * ratio
+        terms.append((r.ns, r.flops * gemm_ns_per_flop, r.pattern, host_by, dev_by))
+    return Projection(g, terms, dev, base, threads, hit)
+
+
 def project(records, host, device, placement: Optional[dict] = None, footprint=None, *,
             baseline: Optional[str] = None, threads: Optional[int] = None, remote: bool = False,
             dram_cache_bytes: Optional[int] = None, extra_paths=None, by=("name", "phase")) -> pd.DataFrame:
@@ -191,61 +261,22 @@ def project(records, host, device, placement: Optional[dict] = None, footprint=N
     ``measured_s`` (measured), ``modeled_s`` (modeled), ``ratio`` = modeled/measured,
     ``device``, ``hit_rate`` (Memory Mode, else NaN) and ``kind`` = "modeled".
     """
-    hostp, dev = _resolve(device, host, extra_paths)
-    df = _frame(records)
-    threads = threads or hostp.threads
-    if baseline == "host" or dev.name == "host":
-        base = hostp
-    else:
-        base_name = dev.baseline or "ddr4_2666_6ch"
-        base = hostp if base_name == "host" else get_profile(base_name, extra_paths=extra_paths)
-    hit = None
-    if dev.is_memory_mode:
-        if footprint is None:
-            raise UserError(f"device {dev.name}: Memory Mode needs the run's footprint (bytes) for its hit rate")
-        fp = sum(footprint.values()) if isinstance(footprint, dict) else float(footprint)
-        cache = dram_cache_bytes or dev.dram_cache_bytes
-        if not cache:
-            raise UserError(f"device {dev.name}: dram_cache_bytes is not set")
-        hit = mm_hit_rate(fp, cache)
-    on_dev = _placement_on_device(None if dev.is_memory_mode else placement)
-    gemm_ns_per_flop = 1.0 / hostp.gemm_GFLOPs if hostp.gemm_GFLOPs else 0.0
-
-    keys = ["name", "phase", "layer", "pattern", "row_bytes"]
-    g = df.groupby(keys, dropna=False, sort=False)[list(_NUM)].sum().reset_index()
-    modeled = []
-    for r in g.itertuples(index=False):
-        parts = split_bytes(r.bytes_read, r.bytes_written, r.random_bytes, r.pattern)
-        owners = attribute(r.name, r.phase, r.layer, r.pattern)
-        m_host = m_dev = 0.0
-        for comp, nbytes in parts.items():
-            if nbytes <= 0:
-                continue
-            h_ns = nbytes * _cost(hostp, comp, r.row_bytes, threads, False, None)
-            ratio = _cost(dev, comp, r.row_bytes, threads, remote, hit) / _cost(base, comp, r.row_bytes, threads,
-                                                                                False, None)
-            for cls, frac in owners[comp].items():
-                m_host += frac * h_ns
-                m_dev += frac * h_ns * (ratio if on_dev(cls) else 1.0)
-        c = r.flops * gemm_ns_per_flop
-        if r.pattern == "compute" and c == 0:
-            f = 1.0          # compute-bound by declaration and no GEMM rate to weigh it: unchanged
-        else:
-            denom = max(m_host, c)
-            f = max(m_dev, c) / denom if denom > 0 else 1.0
-        modeled.append(r.ns * f)
-    g["modeled_ns"] = modeled
+    pr = prepare(records, host, device, footprint, baseline=baseline, threads=threads, remote=remote,
+                 dram_cache_bytes=dram_cache_bytes, extra_paths=extra_paths)
+    g = pr.groups.copy()
+    g["modeled_ns"] = pr.modeled_ns(placement)
     by = list(by)
     out = g.groupby(by, dropna=False, sort=False)[list(_NUM) + ["modeled_ns"]].sum().reset_index()
     out["measured_s"] = out["ns"] / 1e9
     out["modeled_s"] = out["modeled_ns"] / 1e9
     out["ratio"] = (out["modeled_s"] / out["measured_s"]).where(out["measured_s"] > 0)
-    out["device"] = dev.name
-    out["hit_rate"] = hit if hit is not None else float("nan")
+    out["device"] = pr.device.name
+    out["hit_rate"] = pr.hit if pr.hit is not None else float("nan")
     out["kind"] = "modeled"
     out = out.drop(columns=["ns", "modeled_ns"])
-    out.attrs.update({"kind": "modeled", "device": dev.name, "baseline": base.name, "threads": threads,
-                      "hit_rate": hit, "measured_column": "measured_s", "modeled_column": "modeled_s"})
+    out.attrs.update({"kind": "modeled", "device": pr.device.name, "baseline": pr.base.name,
+                      "threads": pr.threads, "hit_rate": pr.hit, "measured_column": "measured_s",
+                      "modeled_column": "modeled_s"})
     return out.sort_values("measured_s", ascending=False, ignore_index=True)
 
 

@@ -1,0 +1,173 @@
+"""Configuration guidance: does it fit, what does each memory mode cost, what to keep in DRAM.
+
+Before any run exists, :func:`step_records` builds the kernel records one
+training step *would* produce (bytes, flops, access pattern per kernel and
+layer, derived from the configuration and the dataset counts) and gives each a
+host time from the calibrated host's rates (roofline: the larger of memory time
+and compute time). Those times are **modeled**, and so is everything derived
+from them: the tier model then projects them onto each memory mode, and
+:func:`recommend_placement` searches which tensor classes to keep in DRAM.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+from ..config import TENSOR_CLASSES
+from ..recorder import KernelRecord
+from .footprint import F32, footprint as predict_footprint, optimizer_states, total
+from .profiles import host_device
+from .tiermodel import TRAIN_PHASES, _cost, prepare, project_step, split_bytes
+
+# Memory mode -> the device profile it is modeled with by default.
+MODE_DEVICES = {
+    "dram": "host",
+    "optane_memory_mode": "optane_pmem100_memory_mode",
+    "optane_app_direct": "optane_pmem100_appdirect_6x",
+    "cxl": "cxl_type3_ddr5_x8",
+    "remote_numa": "remote_numa_ddr4",
+}
+GiB = 1 << 30
+
+
+def _rec(name, phase, layer, rd, wr, flops, pattern, row_bytes=0, rnd=0) -> dict:
+    return dict(name=name, phase=phase, layer=layer, step=0, bytes_read=int(rd), bytes_written=int(wr),
+                flops=int(flops), pattern=pattern, row_bytes=int(row_bytes), random_bytes=int(rnd),
+                backend="modeled")
+
+
+def step_kernels(config, counts: dict) -> list:
+    """Kernel work of one training step (no times): dicts with KernelRecord fields but ``ns``.
+
+    Approximations (documented in docs/tier_model.md): backward kernels mirror forward ones
+    (the adjacency is symmetric; GEMM backward does twice the flops); elementwise work is
+    counted as streams; gradients are dense; the optimizer touches every parameter.
+    """
+    nu, ni, nt = counts["n_users"], counts["n_items"], counts["n_train"]
+    n, e, d, L = nu + ni, 2 * nt, config.dim, config.layers
+    b = min(config.batch_size, max(nt, 1))
+    graph_stream = 8 * (n + 1) + 4 * e + F32 * n
+    rows = F32 * e * d
+    node = F32 * n * d
+    out = []
+    for phase in ("forward", "backward"):
+        for k in range(L):
+            out.append(_rec("spmm", phase, k, graph_stream + rows, node, 2 * e * d, "gather", F32 * d, rows))
+            if config.model == "lightgcn":
+                out.append(_rec("add", phase, k, 2 * node, node, n * d, "stream"))
+            else:
+                if config.ngcf_form == "edge":
+                    out.append(_rec("sddmm_mul", phase, k, graph_stream + node + rows, rows, e * d, "gather",
+                                    F32 * d, rows))
+                    out.append(_rec("spmm_edge", phase, k, graph_stream + rows, node, 2 * e * d, "stream"))
+                mult = 2 if phase == "backward" else 1
+                out.append(_rec("gemm", phase, k, 2 * (node + F32 * d * d), 2 * node * mult,
+                                2 * 2 * n * d * d * mult, "compute"))
+                out.append(_rec("elementwise", phase, k, 12 * node, 6 * node, 8 * n * d, "stream"))
+    d_out = d if config.model != "ngcf" else (L + 1) * d
+    out.append(_rec("gather", "forward", -1, 3 * b * F32 * d_out, 3 * b * F32 * d_out, 0, "gather",
+                    F32 * d_out, 3 * b * F32 * d_out))
+    out.append(_rec("gather", "forward", 0, 3 * b * F32 * d, 3 * b * F32 * d, 0, "gather", F32 * d, 3 * b * F32 * d))
+    out.append(_rec("bpr_loss", "loss", -1, 6 * b * F32 * d_out, 4, 10 * b * d_out, "stream"))
+    out.append(_rec("scatter", "backward", -1, 3 * b * F32 * d_out, 3 * b * F32 * d_out, 3 * b * d_out,
+                    "scatter", F32 * d_out, 3 * b * F32 * d_out))
+    out.append(_rec("scatter", "backward", 0, 3 * b * F32 * d, 3 * b * F32 * d, 3 * b * d, "scatter",
+                    F32 * d, 3 * b * F32 * d))
+    p = n * d + (L * (2 * d * d + 2 * d) if config.model == "ngcf" else 0)
+    s = optimizer_states(config.optimizer, config.momentum)
+    name = "sgd" if config.optimizer == "sgd" else config.optimizer
+    out.append(_rec("zero_grad", "optimizer", -1, 0, F32 * p, 0, "stream"))
+    out.append(_rec(name, "optimizer", -1, F32 * p * (2 + s), F32 * p * (1 + s), 4 * p * (1 + s), "stream"))
+    return out
+
+
+def step_records(config, counts: dict, host: dict) -> list:
+    """:func:`step_kernels` with a modeled host time each (ns): roofline of the host's measured
+    stream/gather rates and GEMM rate. The records' ``backend`` is ``"modeled"``."""
+    hp = host_device(host)
+    threads = hp.threads
+    gemm = 1.0 / hp.gemm_GFLOPs if hp.gemm_GFLOPs else 0.0
+    recs = []
+    for r in step_kernels(config, counts):
+        parts = split_bytes(r["bytes_read"], r["bytes_written"], r["random_bytes"], r["pattern"])
+        mem = sum(nb * _cost(hp, comp, r["row_bytes"], threads, False, None) for comp, nb in parts.items() if nb)
+        ns = max(mem, r["flops"] * gemm)
+        recs.append(KernelRecord(r["name"], r["phase"], r["layer"], r["step"], int(round(ns)), r["bytes_read"],
+                                 r["bytes_written"], r["flops"], r["pattern"], r["row_bytes"], r["random_bytes"],
+                                 r["backend"]))
+    return recs
+
+
+def recommend_placement(records, host: dict, device: str, fp: dict, dram_bytes: int) -> dict:
+    """Which classes to keep in DRAM when the rest sits on ``device`` (App Direct, CXL, remote NUMA).
+
+    Exhaustive search over subsets of the tensor classes (2^7): keep the subset whose bytes fit in
+    ``dram_bytes`` minus the runtime and whose modeled step time is lowest (ties: fewer DRAM bytes).
+    Returns ``{"dram": [...], "device": [...], "dram_bytes_used", "modeled_step_s", "kind": "modeled"}``.
+    """
+    classes = [c for c in TENSOR_CLASSES if fp.get(c, 0) > 0]
+    room = dram_bytes - fp.get("runtime", 0)
+    best = None
+    train = [r for r in records if r.phase in TRAIN_PHASES]
+    steps = max(1, len({r.step for r in train if r.step >= 0}))
+    pr = prepare(train, host, device)
+    for k in range(len(classes) + 1):
+        for keep in itertools.combinations(classes, k):
+            used = sum(fp[c] for c in keep)
+            if used > room:
+                continue
+            placement = {c: ("dram" if c in keep else "device") for c in TENSOR_CLASSES}
+            t = sum(pr.modeled_ns(placement)) / 1e9 / steps
+            key = (round(t, 12), used)
+            if best is None or key < best[0]:
+                best = (key, list(keep), used, t)
+    if best is None:
+        return {"dram": [], "device": classes, "dram_bytes_used": 0, "modeled_step_s": None, "kind": "modeled",
+                "note": "not even the runtime fits in DRAM"}
+    _, keep, used, t = best
+    return {"dram": keep, "device": [c for c in classes if c not in keep], "dram_bytes_used": int(used),
+            "modeled_step_s": t, "kind": "modeled"}
+
+
+def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Optional[int] = None) -> dict:
+    """Guidance for ``config`` on a machine with ``dram_gb`` GiB of DRAM (one JSON-ready dict).
+
+    ``footprint`` (modeled bytes by class), ``fits_in_dram``, and per memory mode the modeled
+    step time, its ratio to DRAM, the Memory Mode hit rate and the recommended placement.
+    """
+    fp = predict_footprint(config, counts=counts, runtime_bytes=runtime_bytes)
+    need = total(fp)
+    dram_bytes = int(dram_gb * GiB)
+    recs = step_records(config, counts, host)
+    base = project_step(recs, host, "host")
+    modes = {}
+    for mode, dev in MODE_DEVICES.items():
+        row = {"device": dev, "kind": "modeled"}
+        if mode == "dram":
+            row.update(modeled_step_s=base["modeled_s"], fits=need <= dram_bytes,
+                       placement={c: "dram" for c in TENSOR_CLASSES})
+            if need > dram_bytes:
+                row["note"] = f"needs {need / GiB:.2f} GiB, DRAM has {dram_gb:g} GiB: will not fit"
+        elif mode == "optane_memory_mode":
+            st = project_step(recs, host, dev, footprint=need, dram_cache_bytes=dram_bytes)
+            row.update(modeled_step_s=st["modeled_s"], hit_rate=st["hit_rate"], fits=True,
+                       placement={c: "memory_mode" for c in TENSOR_CLASSES},
+                       note=f"DRAM ({dram_gb:g} GiB) caches Optane; modeled hit rate {st['hit_rate']:.3f}")
+        else:
+            rec = recommend_placement(recs, host, dev, fp, dram_bytes)
+            row.update(modeled_step_s=rec["modeled_step_s"], fits=rec["modeled_step_s"] is not None,
+                       keep_in_dram=rec["dram"], on_device=rec["device"],
+                       placement={c: ("dram" if c in rec["dram"] else "device") for c in TENSOR_CLASSES})
+            if rec.get("note"):
+                row["note"] = rec["note"]
+        t = row.get("modeled_step_s")
+        row["ratio_to_dram"] = t / base["modeled_s"] if t and base["modeled_s"] else None
+        modes[mode] = row
+    fitting = {m: r for m, r in modes.items() if r.get("fits") and r.get("modeled_step_s")}
+    best = min(fitting, key=lambda m: fitting[m]["modeled_step_s"]) if fitting else None
+    return {"config": {k: getattr(config, k) for k in ("dataset", "model", "ngcf_form", "layers", "dim",
+                                                         "batch_size", "optimizer")},
+            "counts": dict(counts), "dram_bytes": dram_bytes,
+            "footprint": fp, "footprint_total": need, "footprint_kind": "modeled",
+            "fits_in_dram": need <= dram_bytes, "modes": modes, "recommended_mode": best, "kind": "modeled",
+            "host": {k: host.get(k) for k in ("cpu", "threads", "triad_GBps", "gather64_GBps", "measured_at")}}
