@@ -1,0 +1,367 @@
+"""Sparse and dense kernels with autograd, each call timed and byte-accounted.
+
+Public API::
+
+    from gnnrec_lab import kernels
+    kernels.available_backends()                  # ["native", "torch"] (+ "dgl" if importable)
+    kernels.set_backend("torch"); kernels.get_backend()
+    with kernels.use_backend("torch"): ...
+    y = kernels.spmm(adj, x)                      # W x            (n_rows, D)
+    s = kernels.sddmm(adj, u, v, op="dot")        # u[r].v[c]      (nnz,)
+    m = kernels.sddmm(adj, u, v, op="mul")        # u[r]*v[c]      (nnz, D)
+    y = kernels.spmm_edge(adj, m)                 # sum_e w_e m_e  (n_rows, D)
+    rows = kernels.gather(table, idx)             # table[idx]
+    z = kernels.gemm(x, w); a = kernels.elementwise("leaky_relu", F.leaky_relu, z)
+
+``W`` is the CSR's weighted matrix: ``values`` (or 1) times ``row_scale[r]`` times
+``col_scale[c]``. Every call appends one
+:class:`~gnnrec_lab.recorder.KernelRecord` to the active recorder: the forward
+in the recorder's current phase, the backward with ``phase="backward"`` (the
+backward of ``gather`` is recorded as ``scatter_add``). Wall time is measured;
+bytes and flops are those an ideal kernel must move and do, from
+:mod:`gnnrec_lab.kernels.costs` (read that module for the byte model). When the
+recorder is disabled nothing is timed or counted. Numba compilation time goes
+to ``Recorder.jit_seconds``, never into a record.
+
+Backends: ``native`` (numba, parallel, load-balanced by non-zeros; default),
+``torch`` (torch.sparse / index ops) and ``dgl`` (only if ``import dgl`` works).
+Features may be float32 or float64; everything is differentiable wrt the dense
+inputs (never wrt the graph).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from ..recorder import get_recorder
+from . import costs
+from .backends import BACKEND_CLASSES
+
+__all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "sddmm",
+           "spmm_edge", "gather", "gemm", "elementwise", "warmup", "SDDMM_OPS"]
+
+SDDMM_OPS = ("dot", "mul")
+
+_instances: dict = {}
+_current = "native"
+
+
+@functools.lru_cache(maxsize=1)
+def _dgl_importable() -> bool:
+    try:
+        import dgl  # noqa: F401
+    except Exception:  # a broken DGL install (wrong torch) raises more than ImportError
+        return False
+    return True
+
+
+def available_backends() -> list[str]:
+    """Backends usable in this environment, the default first."""
+    return ["native", "torch"] + (["dgl"] if _dgl_importable() else [])
+
+
+def _check(name: str) -> str:
+    allowed = available_backends()
+    if name not in allowed:
+        extra = " (dgl is not importable here)" if name == "dgl" else ""
+        raise UserError(f"backend: got {name!r}{extra}, allowed: {', '.join(allowed)}")
+    return name
+
+
+def _backend(name: str | None = None):
+    name = name or _current
+    b = _instances.get(name)
+    if b is None:
+        b = _instances[name] = BACKEND_CLASSES[name]()
+    return b
+
+
+def set_backend(name: str) -> None:
+    """Make ``name`` the backend for later kernel calls (UserError if unavailable)."""
+    global _current
+    _current = _check(name)
+
+
+def get_backend() -> str:
+    return _current
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[str]:
+    """Temporarily switch backend (restored on exit)."""
+    global _current
+    prev = _current
+    _current = _check(name)
+    try:
+        yield name
+    finally:
+        _current = prev
+
+
+# -- recording ---------------------------------------------------------------
+def _timed(name, layer, phase, backend_name, cost: Callable[[], dict], fn, *args):
+    """Run ``fn(*args)``; when recording, record its time (minus JIT) and ``cost()``."""
+    rec = get_recorder()
+    if not rec.enabled:
+        return fn(*args)
+    jit0 = rec.jit_seconds
+    t0 = time.perf_counter_ns()
+    out = fn(*args)
+    ns = time.perf_counter_ns() - t0
+    jit = rec.jit_seconds - jit0
+    if jit:
+        ns = max(0, ns - int(jit * 1e9))
+    rec.record(name, ns, layer=layer, phase=phase, backend=backend_name, **cost())
+    return out
+
+
+def _elem(t: torch.Tensor) -> int:
+    return t.element_size()
+
+
+def _check_features(adj, name: str, t: torch.Tensor, n: int, what: str) -> None:
+    if t.dim() != 2 or t.shape[0] != n:
+        raise ValueError(f"{name}: expected ({n}, D) rows for the CSR's {what}, got {tuple(t.shape)}")
+    if t.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"{name}: dtype must be float32 or float64, got {t.dtype}")
+
+
+# -- SpMM --------------------------------------------------------------------
+class _SpMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, adj, layer, bname):
+        be = _backend(bname)
+        ctx.adj, ctx.layer, ctx.bname = adj, layer, bname
+        return _timed("spmm", layer, None, bname, lambda: costs.spmm(adj, x.shape[1], _elem(x)), be.spmm, adj, x)
+
+    @staticmethod
+    def backward(ctx, g):
+        adj_t = ctx.adj.transpose()  # itself when symmetric
+        be = _backend(ctx.bname)
+        gx = _timed("spmm", ctx.layer, "backward", ctx.bname,
+                    lambda: costs.spmm(adj_t, g.shape[1], _elem(g)), be.spmm, adj_t, g.contiguous())
+        return gx, None, None, None
+
+
+def spmm(adj, x: torch.Tensor, *, layer: int = -1) -> torch.Tensor:
+    """``y = W x`` for the weighted CSR ``adj`` (n_rows x n_cols) and ``x`` (n_cols, D).
+
+    Returns (n_rows, D) in x's dtype. Differentiable wrt ``x`` (backward ``W^T g``).
+    """
+    _check_features(adj, "spmm x", x, adj.n_cols, "columns")
+    return _SpMM.apply(x, adj, layer, _current)
+
+
+# -- SDDMM -------------------------------------------------------------------
+class _SDDMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, u, v, adj, op, layer, bname):
+        be = _backend(bname)
+        ctx.adj, ctx.op, ctx.layer, ctx.bname = adj, op, layer, bname
+        ctx.save_for_backward(u, v)
+        return _timed(f"sddmm_{op}", layer, None, bname, lambda: costs.sddmm(adj, u.shape[1], _elem(u), op),
+                      be.sddmm, adj, u, v, op)
+
+    @staticmethod
+    def backward(ctx, g):
+        u, v = ctx.saved_tensors
+        need_u, need_v = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if not (need_u or need_v):
+            return None, None, None, None, None, None
+        adj, op, be = ctx.adj, ctx.op, _backend(ctx.bname)
+        gu, gv = _timed(f"sddmm_{op}", ctx.layer, "backward", ctx.bname,
+                        lambda: costs.sddmm_backward(adj, u.shape[1], _elem(u), op, need_u, need_v),
+                        be.sddmm_grads, adj, op, g.contiguous(), u, v, need_u, need_v)
+        return gu, gv, None, None, None, None
+
+
+def sddmm(adj, u: torch.Tensor, v: torch.Tensor, *, op: str = "dot", layer: int = -1) -> torch.Tensor:
+    """Per stored entry ``e = (r, c)`` of ``adj``: ``u[r] . v[c]`` (``op="dot"``,
+    shape (nnz,)) or ``u[r] * v[c]`` (``op="mul"``, shape (nnz, D)). The CSR's
+    weights are not applied. ``u`` is (n_rows, D), ``v`` (n_cols, D), same dtype.
+    Differentiable wrt ``u`` and ``v``."""
+    if op not in SDDMM_OPS:
+        raise UserError(f"sddmm op: got {op!r}, allowed: {', '.join(SDDMM_OPS)}")
+    _check_features(adj, "sddmm u", u, adj.n_rows, "rows")
+    _check_features(adj, "sddmm v", v, adj.n_cols, "columns")
+    if u.shape[1] != v.shape[1] or u.dtype != v.dtype:
+        raise ValueError(f"sddmm: u {tuple(u.shape)} {u.dtype} and v {tuple(v.shape)} {v.dtype} must share D and dtype")
+    return _SDDMM.apply(u, v, adj, op, layer, _current)
+
+
+# -- aggregation of per-edge messages ----------------------------------------
+class _SpMMEdge(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, m, adj, layer, bname):
+        be = _backend(bname)
+        ctx.adj, ctx.layer, ctx.bname = adj, layer, bname
+        return _timed("spmm_edge", layer, None, bname, lambda: costs.spmm_edge(adj, m.shape[1], _elem(m)),
+                      be.spmm_edge, adj, m)
+
+    @staticmethod
+    def backward(ctx, g):
+        adj, be = ctx.adj, _backend(ctx.bname)
+        gm = _timed("spmm_edge", ctx.layer, "backward", ctx.bname,
+                    lambda: costs.edge_broadcast(adj, g.shape[1], _elem(g)), be.edge_broadcast, adj, g.contiguous())
+        return gm, None, None, None
+
+
+def spmm_edge(adj, edge_values: torch.Tensor, *, layer: int = -1) -> torch.Tensor:
+    """Aggregate per-edge messages: ``y[r] = sum_{e in row r} w_e * edge_values[e]``.
+
+    ``edge_values`` is (nnz, D) in CSR entry order, ``w_e`` the CSR weight
+    (values x row/col scales). Returns (n_rows, D); differentiable wrt ``edge_values``."""
+    _check_features(adj, "spmm_edge edge_values", edge_values, adj.nnz, "entries")
+    return _SpMMEdge.apply(edge_values, adj, layer, _current)
+
+
+# -- gather ------------------------------------------------------------------
+class _Gather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, table, idx, layer, bname):
+        be = _backend(bname)
+        ctx.n_table, ctx.layer, ctx.bname = table.shape[0], layer, bname
+        ctx.save_for_backward(idx)
+        return _timed("gather", layer, None, bname,
+                      lambda: costs.gather(idx.shape[0], table.shape[1], _elem(table), idx.element_size()),
+                      be.gather, table, idx)
+
+    @staticmethod
+    def backward(ctx, g):
+        (idx,) = ctx.saved_tensors
+        be = _backend(ctx.bname)
+        gt = _timed("scatter_add", ctx.layer, "backward", ctx.bname,
+                    lambda: costs.scatter_add(idx.shape[0], ctx.n_table, g.shape[1], _elem(g), idx.element_size()),
+                    be.scatter_add, idx, g.contiguous(), ctx.n_table)
+        return gt, None, None, None
+
+
+def gather(table: torch.Tensor, idx: torch.Tensor, *, layer: int = -1) -> torch.Tensor:
+    """``table[idx]`` for a 2-D ``table`` and 1-D integer ``idx``; backward
+    scatter-adds into a dense gradient (recorded as ``scatter_add``)."""
+    if table.dim() != 2:
+        raise ValueError(f"gather: table must be 2-D, got {tuple(table.shape)}")
+    if idx.dim() != 1 or idx.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"gather: idx must be a 1-D int32/int64 tensor, got {tuple(idx.shape)} {idx.dtype}")
+    return _Gather.apply(table, idx, layer, _current)
+
+
+# -- dense ops (torch, recorded) ----------------------------------------------
+class _GEMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, layer):
+        ctx.layer = layer
+        ctx.save_for_backward(x, w)
+        m, k = x.shape
+        return _timed("gemm", layer, None, "torch", lambda: costs.gemm(m, k, w.shape[1], _elem(x)), torch.mm, x, w)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+
+        def grads():
+            return (g.mm(w.t()) if need_x else None, x.t().mm(g) if need_w else None)
+        gx, gw = _timed("gemm", ctx.layer, "backward", "torch",
+                        lambda: costs.gemm_backward(x.shape[0], x.shape[1], w.shape[1], _elem(x), need_x, need_w),
+                        grads)
+        return gx, gw, None
+
+
+def gemm(x: torch.Tensor, w: torch.Tensor, *, layer: int = -1) -> torch.Tensor:
+    """``x @ w`` for 2-D ``x`` (m, k) and ``w`` (k, n) via torch; forward and backward recorded."""
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[0]:
+        raise ValueError(f"gemm: expected (m,k) @ (k,n), got {tuple(x.shape)} @ {tuple(w.shape)}")
+    return _GEMM.apply(x, w, layer)
+
+
+def _elementwise_cost(tensors, out) -> dict:
+    return costs._cost(sum(t.numel() * _elem(t) for t in tensors), out.numel() * _elem(out), out.numel(), "stream")
+
+
+class _Elementwise(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, fn, layer, *tensors):
+        ctx.name, ctx.layer = name, layer
+        ins = [t.detach().requires_grad_(t.requires_grad) for t in tensors]
+        held = []
+
+        def run():
+            with torch.enable_grad():  # keep fn's own graph for the backward
+                held.append(fn(*ins))
+            return held[0]
+        out = _timed(name, layer, None, "torch", lambda: _elementwise_cost(tensors, held[0]), run)
+        ctx.ins, ctx.out = ins, out
+        return out.detach()
+
+    @staticmethod
+    def backward(ctx, g):
+        ins, out = ctx.ins, ctx.out
+        wanted = [t for t in ins if t.requires_grad]
+        nbytes = lambda ts: sum(t.numel() * _elem(t) for t in ts)  # noqa: E731
+        grads = iter(_timed(ctx.name, ctx.layer, "backward", "torch",
+                            lambda: costs._cost(g.numel() * _elem(g) + nbytes(ins), nbytes(wanted), g.numel(),
+                                                "stream"),
+                            _grad_retained, out, wanted, g))
+        return (None, None, None) + tuple(next(grads) if t.requires_grad else None for t in ins)
+
+
+def _grad_retained(out, inputs, g):
+    # retained: the outer graph may be walked again (retain_graph, gradcheck); the
+    # inner graph is freed with ctx when the outer one goes
+    return torch.autograd.grad(out, inputs, g, retain_graph=True)
+
+
+def elementwise(name: str, fn: Callable, *tensors: torch.Tensor, layer: int = -1) -> torch.Tensor:
+    """``fn(*tensors)`` (a torch elementwise op such as ``F.leaky_relu``), recorded as
+    ``name`` with bytes read = all inputs, bytes written = the output, flops = output
+    elements. Differentiable through ``fn``; the backward is recorded too (reads the
+    incoming gradient and the inputs, writes one gradient per input that needs one)."""
+    if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
+        raise ValueError(f"elementwise {name}: pass the input tensors positionally (close over scalars in fn)")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return _Elementwise.apply(name, fn, layer, *tensors)
+    held = []
+
+    def run():
+        held.append(fn(*tensors))
+        return held[0]
+    return _timed(name, layer, None, "torch", lambda: _elementwise_cost(tensors, held[0]), run)
+
+
+# -- compilation --------------------------------------------------------------
+def warmup(dtype: torch.dtype = torch.float32) -> float:
+    """Compile (or load from the disk cache) every native kernel for ``dtype`` on a
+    tiny graph, so later calls are never slowed by the JIT. Returns the seconds
+    spent, also added to the active recorder's ``jit_seconds``."""
+    from ..graph import BipartiteGraph
+    rec = get_recorder()
+    j0 = rec.jit_seconds
+    g = BipartiteGraph(np.array([[0, 0], [1, 1], [1, 0]]), 2, 2)
+    adj = g.adj
+    x = torch.ones((adj.n_cols, 2), dtype=dtype, requires_grad=True)
+    u = torch.ones((adj.n_rows, 2), dtype=dtype, requires_grad=True)
+    with use_backend("native"):
+        from ..recorder import Recorder, use_recorder
+        scratch = Recorder(enabled=False)  # keep the warm-up calls out of the caller's records
+        with use_recorder(scratch):
+            y = spmm(adj, x)
+            s = sddmm(adj, u, x, op="dot")
+            m = sddmm(adj, u, x, op="mul")
+            z = spmm_edge(adj, m)
+            r = gather(x, torch.tensor([0, 1, 1]))
+            (y.sum() + s.sum() + z.sum() + r.sum()).backward()
+        # a non-symmetric matrix with per-edge values exercises the other specialisations
+        from ..graph import CSR
+        a = CSR(np.array([0, 1, 2], dtype=np.int64), np.array([1, 0], dtype=np.int32), 2, 3,
+                values=np.ones(2, dtype=np.float32))
+        with use_recorder(scratch):
+            spmm(a, torch.ones((3, 2), dtype=dtype, requires_grad=True)).sum().backward()
+        rec.jit_seconds += scratch.jit_seconds
+    return rec.jit_seconds - j0

@@ -1,0 +1,272 @@
+"""Kernel backends: the raw (non-autograd, unrecorded) operations.
+
+A backend turns tensors into tensors; :mod:`gnnrec_lab.kernels` wraps each
+operation in autograd and records it. Per-matrix helpers (load-balanced row
+chunks, weights cast to the feature dtype, the transposed structure, torch
+sparse tensors) are built once and cached on the :class:`~gnnrec_lab.graph.CSR`
+object in the private attribute ``_kern``.
+
+Operations (``W`` the weighted CSR, ``r_e``/``c_e`` the row/column of entry e):
+
+* ``spmm(adj, x)``          -> ``W x``                                (n_rows, D)
+* ``spmm_edge(adj, m)``     -> ``y[r] = sum_e w_e m[e]``              (n_rows, D)
+* ``edge_broadcast(adj, g)``-> ``out[e] = w_e g[r_e]``                (nnz, D)
+* ``sddmm(adj, u, v, op)``  -> ``u[r_e].v[c_e]`` (nnz,) or ``u[r_e]*v[c_e]`` (nnz, D)
+* ``sddmm_grads(adj, op, g, u, v, need_u, need_v)`` -> (grad_u | None, grad_v | None)
+* ``gather(table, idx)``, ``scatter_add(idx, src, n_rows)``
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+from . import native as nk
+
+
+def _aux(adj) -> dict:
+    d = adj.__dict__.get("_kern")
+    if d is None:
+        d = adj.__dict__["_kern"] = {}
+    return d
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
+
+
+class Backend:
+    name = "?"
+
+
+class NativeBackend(Backend):
+    """numba kernels (:mod:`gnnrec_lab.kernels.native`)."""
+
+    name = "native"
+
+    # -- cached per-matrix helpers --------------------------------------
+    @staticmethod
+    def _bounds(adj) -> np.ndarray:
+        aux, th = _aux(adj), nk.threads()
+        b = aux.get(("bounds", th))
+        if b is None:
+            b = aux[("bounds", th)] = nk.row_chunks(adj.indptr, nk.CHUNKS_PER_THREAD * th)
+        return b
+
+    @staticmethod
+    def _weights(adj, dtype: np.dtype):
+        aux = _aux(adj)
+        w = aux.get(("w", dtype))
+        if w is None:
+            w = aux[("w", dtype)] = tuple(None if a is None else np.ascontiguousarray(a, dtype=dtype)
+                                          for a in (adj.values, adj.row_scale, adj.col_scale))
+        return w
+
+    @staticmethod
+    def _tstruct(adj):
+        """Structure of W^T (indptr, row ids, chunk bounds) and, for entry k of it,
+        the position ``perm[k]`` of the same entry in ``adj`` (int32)."""
+        aux = _aux(adj)
+        t = aux.get("tstruct")
+        if t is None:
+            perm = np.argsort(adj.indices, kind="stable")
+            counts = np.bincount(adj.indices, minlength=adj.n_cols)
+            t_indptr = np.zeros(adj.n_cols + 1, dtype=np.int64)
+            np.cumsum(counts, out=t_indptr[1:])
+            rows = adj.row_ids()[perm].astype(adj.indices.dtype, copy=False)
+            pdt = np.int32 if adj.nnz < 2**31 - 1 else np.int64
+            b = nk.row_chunks(t_indptr, nk.CHUNKS_PER_THREAD * nk.threads())
+            t = aux["tstruct"] = (t_indptr, np.ascontiguousarray(rows), perm.astype(pdt), b)
+        return t
+
+    @staticmethod
+    def _call(kernel, *args):
+        dt = nk.ensure_compiled(kernel, args)
+        if dt:
+            from ..recorder import get_recorder
+            get_recorder().jit_seconds += dt
+        return kernel(*args)
+
+    # -- operations -----------------------------------------------------
+    def spmm(self, adj, x):
+        xn = _np(x)
+        out = torch.empty((adj.n_rows, xn.shape[1]), dtype=x.dtype)
+        vals, rs, cs = self._weights(adj, xn.dtype)
+        self._call(nk.spmm, adj.indptr, adj.indices, vals, None, rs, cs, xn, out.numpy(), self._bounds(adj))
+        return out
+
+    def spmm_edge(self, adj, m):
+        mn = _np(m)
+        out = torch.empty((adj.n_rows, mn.shape[1]), dtype=m.dtype)
+        vals, rs, cs = self._weights(adj, mn.dtype)
+        self._call(nk.edge_aggregate, adj.indptr, adj.indices, vals, rs, cs, mn, None, None, out.numpy(),
+                   self._bounds(adj))
+        return out
+
+    def edge_broadcast(self, adj, g):
+        gn = _np(g)
+        out = torch.empty((adj.nnz, gn.shape[1]), dtype=g.dtype)
+        vals, rs, cs = self._weights(adj, gn.dtype)
+        self._call(nk.edge_broadcast, adj.indptr, adj.indices, vals, rs, cs, gn, out.numpy(), self._bounds(adj))
+        return out
+
+    def sddmm(self, adj, u, v, op):
+        un, vn = _np(u), _np(v)
+        if op == "dot":
+            out = torch.empty(adj.nnz, dtype=u.dtype)
+            self._call(nk.sddmm_dot, adj.indptr, adj.indices, un, vn, out.numpy(), self._bounds(adj))
+        else:
+            out = torch.empty((adj.nnz, un.shape[1]), dtype=u.dtype)
+            self._call(nk.sddmm_mul, adj.indptr, adj.indices, un, vn, out.numpy(), self._bounds(adj))
+        return out
+
+    def sddmm_grads(self, adj, op, g, u, v, need_u, need_v):
+        gn, un, vn = _np(g), _np(u), _np(v)
+        D = un.shape[1]
+        gu = gv = None
+        if need_u:
+            gu = torch.empty((adj.n_rows, D), dtype=u.dtype)
+            if op == "dot":
+                self._call(nk.spmm, adj.indptr, adj.indices, gn, None, None, None, vn, gu.numpy(), self._bounds(adj))
+            else:
+                self._call(nk.edge_aggregate, adj.indptr, adj.indices, None, None, None, gn, None, vn, gu.numpy(),
+                           self._bounds(adj))
+        if need_v:
+            t_indptr, t_rows, perm, tb = self._tstruct(adj)
+            gv = torch.empty((adj.n_cols, D), dtype=v.dtype)
+            if op == "dot":
+                self._call(nk.spmm, t_indptr, t_rows, gn, perm, None, None, un, gv.numpy(), tb)
+            else:
+                self._call(nk.edge_aggregate, t_indptr, t_rows, None, None, None, gn, perm, un, gv.numpy(), tb)
+        return gu, gv
+
+    def gather(self, table, idx):
+        tn, ix = _np(table), _np(idx)
+        out = torch.empty((ix.shape[0], tn.shape[1]), dtype=table.dtype)
+        self._call(nk.gather_rows, tn, ix, out.numpy())
+        return out
+
+    def scatter_add(self, idx, src, n_rows):
+        sn, ix = _np(src), _np(idx)
+        D = sn.shape[1]
+        out = torch.zeros((n_rows, D), dtype=src.dtype)
+        blocks = np.unique(np.linspace(0, D, min(nk.threads(), max(D, 1)) + 1).astype(np.int64))
+        self._call(nk.scatter_add_rows, ix, sn, out.numpy(), blocks)
+        return out
+
+
+class TorchBackend(Backend):
+    """torch.sparse CSR products and index ops, for comparison."""
+
+    name = "torch"
+
+    @staticmethod
+    def _csr(adj, dtype):
+        aux = _aux(adj)
+        t = aux.get(("torch_csr", dtype))
+        if t is None:
+            w = torch.from_numpy(adj.edge_weights()).to(dtype)
+            with warnings.catch_warnings():  # "sparse CSR support is in beta": we know
+                warnings.simplefilter("ignore", UserWarning)
+                t = aux[("torch_csr", dtype)] = torch.sparse_csr_tensor(
+                    torch.from_numpy(adj.indptr.astype(np.int64)), torch.from_numpy(adj.indices.astype(np.int64)),
+                    w, size=(adj.n_rows, adj.n_cols), check_invariants=False)
+        return t
+
+    @staticmethod
+    def _coo(adj):
+        aux = _aux(adj)
+        t = aux.get("torch_coo")
+        if t is None:
+            t = aux["torch_coo"] = (torch.from_numpy(adj.row_ids().astype(np.int64)),
+                                    torch.from_numpy(adj.indices.astype(np.int64)))
+        return t
+
+    @staticmethod
+    def _w(adj, dtype):
+        aux = _aux(adj)
+        w = aux.get(("torch_w", dtype))
+        if w is None:
+            w = aux[("torch_w", dtype)] = torch.from_numpy(adj.edge_weights()).to(dtype)
+        return w
+
+    def spmm(self, adj, x):
+        return torch.sparse.mm(self._csr(adj, x.dtype), x.detach())
+
+    def spmm_edge(self, adj, m):
+        rows, _ = self._coo(adj)
+        out = torch.zeros((adj.n_rows, m.shape[1]), dtype=m.dtype)
+        return out.index_add_(0, rows, m.detach() * self._w(adj, m.dtype)[:, None])
+
+    def edge_broadcast(self, adj, g):
+        rows, _ = self._coo(adj)
+        return g.detach().index_select(0, rows) * self._w(adj, g.dtype)[:, None]
+
+    def sddmm(self, adj, u, v, op):
+        rows, cols = self._coo(adj)
+        prod = u.detach().index_select(0, rows) * v.detach().index_select(0, cols)
+        return prod.sum(1) if op == "dot" else prod
+
+    def sddmm_grads(self, adj, op, g, u, v, need_u, need_v):
+        rows, cols = self._coo(adj)
+        g = g.detach()
+        ge = g[:, None] if op == "dot" else g
+        gu = gv = None
+        if need_u:
+            gu = torch.zeros((adj.n_rows, u.shape[1]), dtype=u.dtype).index_add_(
+                0, rows, ge * v.detach().index_select(0, cols))
+        if need_v:
+            gv = torch.zeros((adj.n_cols, v.shape[1]), dtype=v.dtype).index_add_(
+                0, cols, ge * u.detach().index_select(0, rows))
+        return gu, gv
+
+    def gather(self, table, idx):
+        return table.detach().index_select(0, idx.long())
+
+    def scatter_add(self, idx, src, n_rows):
+        return torch.zeros((n_rows, src.shape[1]), dtype=src.dtype).index_add_(0, idx.long(), src.detach())
+
+
+class DglBackend(TorchBackend):
+    """DGL's CPU SpMM/SDDMM where DGL covers the operation, torch otherwise.
+
+    Only constructed when ``import dgl`` works (DGL 2.1 needs torch <= 2.2.1, so
+    it is absent from the lab's default environment and this class is untested
+    there)."""
+
+    name = "dgl"
+
+    def __init__(self):
+        import dgl  # noqa: F401  (ImportError here means: not available)
+        self._dgl = dgl
+
+    def _graph(self, adj):
+        aux = _aux(adj)
+        g = aux.get("dgl_graph")
+        if g is None:
+            rows, cols = self._coo(adj)
+            # DGL aggregates messages from src to dst: y[r] = sum over edges c -> r
+            g = aux["dgl_graph"] = self._dgl.graph((cols, rows), num_nodes=max(adj.n_rows, adj.n_cols))
+        return g
+
+    def spmm(self, adj, x):
+        n = max(adj.n_rows, adj.n_cols)
+        xs = x.detach()
+        if xs.shape[0] < n:
+            xs = torch.cat([xs, xs.new_zeros((n - xs.shape[0], xs.shape[1]))])
+        y = self._dgl.ops.u_mul_e_sum(self._graph(adj), xs, self._w(adj, x.dtype)[:, None])
+        return y[:adj.n_rows].contiguous()
+
+    def sddmm(self, adj, u, v, op):
+        n = max(adj.n_rows, adj.n_cols)
+
+        def pad(t):
+            t = t.detach()
+            return t if t.shape[0] == n else torch.cat([t, t.new_zeros((n - t.shape[0], t.shape[1]))])
+        out = self._dgl.ops.gsddmm(self._graph(adj), "dot" if op == "dot" else "mul", pad(v), pad(u),
+                                   lhs_target="u", rhs_target="v")
+        return out.reshape(adj.nnz) if op == "dot" else out
+
+
+BACKEND_CLASSES = {"native": NativeBackend, "torch": TorchBackend, "dgl": DglBackend}

@@ -1,0 +1,138 @@
+"""How many bytes and flops an ideal kernel must move and do.
+
+Every kernel call is recorded with these numbers, computed from shapes, nnz and
+dtypes only -- never from what a particular backend happens to do -- so two
+backends running the same call are compared against the same work. The model:
+
+* **Streams are read once.** ``indptr`` (int64, ``(n_rows+1)*8`` B), ``indices``
+  (``nnz * index_bytes``), per-edge ``values``, and the degree scales
+  ``row_scale`` / ``col_scale`` (each read once in full: ``col_scale`` is a
+  4-byte-per-node vector read alongside the feature row of the same column, it
+  stays cache resident next to the D-wide rows, so it is counted as one pass).
+* **Feature rows reached through an index are random row reads**, one per
+  stored entry, with no credit for cache reuse: SpMM reads ``x[c]`` for every
+  entry, ``nnz * D * f`` bytes (``f`` the element size), ``row_bytes = D * f``.
+  These bytes are also counted in ``random_bytes`` (what the tier model prices
+  at random-access bandwidth).
+* **Rows walked in order are streams**: SDDMM's ``u[r]`` (read once per row,
+  ``n_rows * D * f``), outputs (written once).
+* Small scalar indirections (an edge permutation, a scalar per edge fetched
+  through it) are counted as reads but not as random rows.
+* flops: one multiply-add = 2 flops; SpMM ``2 * nnz * D``; SDDMM dot
+  ``2 * nnz * D``, mul ``nnz * D``.
+
+Each function returns the keyword arguments for
+:meth:`gnnrec_lab.recorder.Recorder.record` (bytes in bytes, flops in
+floating point operations).
+"""
+from __future__ import annotations
+
+INDPTR_BYTES = 8
+PERM_BYTES = 4  # the native edge permutation is int32 below 2**31 entries
+
+
+def _cost(read, written, flops, pattern, row_bytes=0, random=0) -> dict:
+    return dict(bytes_read=int(read), bytes_written=int(written), flops=int(flops),
+                pattern=pattern, row_bytes=int(row_bytes), random_bytes=int(random))
+
+
+def weight_bytes(adj) -> int:
+    """Bytes of the arrays that define the CSR weights (values, row and column scales)."""
+    n = 0
+    if adj.values is not None:
+        n += adj.values.itemsize * adj.nnz
+    if adj.row_scale is not None:
+        n += adj.row_scale.itemsize * adj.n_rows
+    if adj.col_scale is not None:
+        n += adj.col_scale.itemsize * adj.n_cols
+    return n
+
+
+def spmm(adj, dim: int, elem: int) -> dict:
+    """``y = W x``: indptr, indices, weights, one gathered x row per entry; write y."""
+    nnz = adj.nnz
+    gathered = nnz * dim * elem
+    read = INDPTR_BYTES * (adj.n_rows + 1) + adj.index_bytes * nnz + weight_bytes(adj) + gathered
+    return _cost(read, adj.n_rows * dim * elem, 2 * nnz * dim, "gather", dim * elem, gathered)
+
+
+def spmm_edge(adj, dim: int, elem: int) -> dict:
+    """``y[r] = sum_e w_e m_e``: per-edge messages streamed in order; indices only
+    needed to look up ``col_scale``."""
+    nnz = adj.nnz
+    read = (INDPTR_BYTES * (adj.n_rows + 1) + (adj.index_bytes * nnz if adj.col_scale is not None else 0)
+            + weight_bytes(adj) + nnz * dim * elem)
+    return _cost(read, adj.n_rows * dim * elem, 2 * nnz * dim, "stream")
+
+
+def edge_broadcast(adj, dim: int, elem: int) -> dict:
+    """Backward of ``spmm_edge``: ``g_e = w_e * g_y[r_e]``, rows of g_y read in order."""
+    nnz = adj.nnz
+    read = (INDPTR_BYTES * (adj.n_rows + 1) + (adj.index_bytes * nnz if adj.col_scale is not None else 0)
+            + weight_bytes(adj) + adj.n_rows * dim * elem)
+    return _cost(read, nnz * dim * elem, nnz * dim, "stream")
+
+
+def sddmm(adj, dim: int, elem: int, op: str) -> dict:
+    """Per entry ``u[r] . v[c]`` (dot) or ``u[r] * v[c]`` (mul): u rows in order,
+    v rows gathered, one scalar (dot) or one D-row (mul) written per entry."""
+    nnz = adj.nnz
+    gathered = nnz * dim * elem
+    read = (INDPTR_BYTES * (adj.n_rows + 1) + adj.index_bytes * nnz + adj.n_rows * dim * elem + gathered)
+    if op == "dot":
+        return _cost(read, nnz * elem, 2 * nnz * dim, "gather", dim * elem, gathered)
+    return _cost(read, nnz * dim * elem, nnz * dim, "gather", dim * elem, gathered)
+
+
+def sddmm_backward(adj, dim: int, elem: int, op: str, need_u: bool, need_v: bool) -> dict:
+    """Gradients of :func:`sddmm` wrt u (a pass over rows) and v (a pass over the
+    transposed structure, reaching g through an edge permutation)."""
+    nnz = adj.nnz
+    row = dim * elem
+    g_edge = nnz * (elem if op == "dot" else row)  # the incoming per-edge gradient
+    read = written = flops = random = 0
+    if need_u:
+        read += INDPTR_BYTES * (adj.n_rows + 1) + adj.index_bytes * nnz + g_edge + nnz * row
+        written += adj.n_rows * row
+        flops += 2 * nnz * dim
+        random += nnz * row
+    if need_v:
+        read += INDPTR_BYTES * (adj.n_cols + 1) + adj.index_bytes * nnz + PERM_BYTES * nnz + g_edge + nnz * row
+        written += adj.n_cols * row
+        flops += 2 * nnz * dim
+        # mul: the D-wide gradient rows are reached through the permutation too
+        random += nnz * row + (g_edge if op == "mul" else 0)
+    return _cost(read, written, flops, "gather", row, random)
+
+
+def gather(n: int, dim: int, elem: int, idx_bytes: int) -> dict:
+    """``table[idx]``: read the index, one random table row per index, write the rows."""
+    rows = n * dim * elem
+    return _cost(n * idx_bytes + rows, rows, 0, "gather", dim * elem, rows)
+
+
+def scatter_add(n: int, n_table: int, dim: int, elem: int, idx_bytes: int) -> dict:
+    """Backward of gather: zero a dense ``(n_table, D)`` gradient (written once),
+    then read-modify-write one random row per index."""
+    rows = n * dim * elem
+    return _cost(n * idx_bytes + rows + rows, n_table * dim * elem + rows, n * dim, "scatter",
+                 dim * elem, 2 * rows)
+
+
+def gemm(m: int, k: int, n: int, elem: int) -> dict:
+    """``(m,k) @ (k,n)``: both operands read once, the result written once."""
+    return _cost((m * k + k * n) * elem, m * n * elem, 2 * m * k * n, "compute")
+
+
+def gemm_backward(m: int, k: int, n: int, elem: int, need_x: bool, need_w: bool) -> dict:
+    """grad_x = g @ w^T (reads g, w; writes m*k) and grad_w = x^T @ g (reads x, g; writes k*n)."""
+    read = written = flops = 0
+    if need_x:
+        read += (m * n + k * n) * elem
+        written += m * k * elem
+        flops += 2 * m * k * n
+    if need_w:
+        read += (m * k + m * n) * elem
+        written += k * n * elem
+        flops += 2 * m * k * n
+    return _cost(read, written, flops, "compute")

@@ -1,0 +1,229 @@
+"""Kernels: every backend against a scipy reference, gradcheck in float64, the
+recorded bytes against hand counts, backend selection errors."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gnnrec_lab import kernels
+from gnnrec_lab.errors import UserError
+from gnnrec_lab.graph import CSR, BipartiteGraph
+from gnnrec_lab.kernels import native
+from gnnrec_lab.recorder import Recorder, use_recorder
+
+BACKENDS = kernels.available_backends()
+
+
+def _bipartite(n_users=9, n_items=7, n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    tr = np.unique(np.stack([rng.integers(0, n_users, n), rng.integers(0, n_items, n)], 1), axis=0)
+    return BipartiteGraph(tr, n_users, n_items).adj
+
+
+def _rect(seed=1, n_rows=6, n_cols=5, hub=True):
+    """Non-symmetric CSR with per-edge values and both scales; row 0 is a hub."""
+    rng = np.random.default_rng(seed)
+    dense = rng.random((n_rows, n_cols)) < 0.4
+    if hub:
+        dense[0, :] = True
+    dense[2, :] = False  # an empty row
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(dense.sum(1), out=indptr[1:])
+    indices = np.nonzero(dense)[1].astype(np.int32)
+    return CSR(indptr, indices, n_rows, n_cols, values=rng.random(len(indices)).astype(np.float32) + 0.5,
+               row_scale=rng.random(n_rows).astype(np.float32) + 0.5,
+               col_scale=rng.random(n_cols).astype(np.float32) + 0.5)
+
+
+GRAPHS = {"bipartite": _bipartite, "rect": _rect}
+
+
+def _dense(adj):
+    return torch.from_numpy(adj.to_scipy().toarray()).double()
+
+
+def _entries(adj):
+    return adj.row_ids().astype(np.int64), adj.indices.astype(np.int64)
+
+
+# -- values ------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_forward_values_match_reference(backend, graph):
+    adj = GRAPHS[graph]()
+    rows, cols = _entries(adj)
+    W = _dense(adj)
+    torch.manual_seed(0)
+    x = torch.randn(adj.n_cols, 8)
+    u = torch.randn(adj.n_rows, 8)
+    m = torch.randn(adj.nnz, 8)
+    w = torch.from_numpy(adj.edge_weights()).double()
+    with kernels.use_backend(backend):
+        torch.testing.assert_close(kernels.spmm(adj, x).double(), W @ x.double(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(kernels.sddmm(adj, u, x, op="dot").double(),
+                                   (u[rows] * x[cols]).sum(1).double(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(kernels.sddmm(adj, u, x, op="mul"), u[rows] * x[cols], atol=1e-6, rtol=1e-6)
+        ref = torch.zeros(adj.n_rows, 8, dtype=torch.float64).index_add_(0, torch.from_numpy(rows),
+                                                                           w[:, None] * m.double())
+        torch.testing.assert_close(kernels.spmm_edge(adj, m).double(), ref, atol=1e-5, rtol=1e-5)
+        idx = torch.tensor([3, 0, 3, 1])
+        torch.testing.assert_close(kernels.gather(x, idx), x[idx])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_power_law_hub_rows_match_reference(backend):
+    """A hub row far bigger than a chunk, many empty rows: load balancing must not lose rows."""
+    rng = np.random.default_rng(3)
+    n_users, n_items = 300, 50
+    users = np.concatenate([np.zeros(50, dtype=np.int64), rng.integers(1, n_users, 300)])
+    items = np.concatenate([np.arange(50), rng.zipf(1.6, 300) % n_items])
+    adj = BipartiteGraph(np.unique(np.stack([users, items], 1), axis=0), n_users, n_items).adj
+    x = torch.randn(adj.n_cols, 5)
+    with kernels.use_backend(backend):
+        torch.testing.assert_close(kernels.spmm(adj, x).double(), _dense(adj) @ x.double(), atol=1e-5, rtol=1e-5)
+
+
+def test_row_chunks_balance_nonzeros():
+    indptr = np.array([0, 100, 101, 102, 103, 104, 105, 106, 107, 108], dtype=np.int64)  # row 0 is a hub
+    b = native.row_chunks(indptr, 4)
+    assert b[0] == 0 and b[-1] == 9 and np.all(np.diff(b) > 0)
+    assert b[1] == 1  # the hub row sits alone in the first chunk
+    assert np.array_equal(native.row_chunks(np.zeros(1, dtype=np.int64), 4), [0])
+
+
+# -- gradients ---------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_gradcheck_float64(backend, graph):
+    adj = GRAPHS[graph](n_rows=5, n_cols=4) if graph == "rect" else _bipartite(4, 3, 8)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(adj.n_cols, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    u = torch.randn(adj.n_rows, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    m = torch.randn(adj.nnz, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    idx = torch.tensor([1, 0, 1, 2])
+    with kernels.use_backend(backend):
+        assert torch.autograd.gradcheck(lambda a: kernels.spmm(adj, a), (x,))
+        assert torch.autograd.gradcheck(lambda a, b: kernels.sddmm(adj, a, b, op="dot"), (u, x))
+        assert torch.autograd.gradcheck(lambda a, b: kernels.sddmm(adj, a, b, op="mul"), (u, x))
+        assert torch.autograd.gradcheck(lambda a: kernels.spmm_edge(adj, a), (m,))
+        assert torch.autograd.gradcheck(lambda a: kernels.gather(a, idx), (x,))
+        assert torch.autograd.gradcheck(lambda a, b: kernels.gemm(a, b), (u, x.t().contiguous()[:, :2]))
+        assert torch.autograd.gradcheck(
+            lambda a, b: kernels.elementwise("leaky_relu_mul", lambda p, q: F.leaky_relu(p * q, 0.2), a, b),
+            (u, torch.randn(u.shape, dtype=torch.float64, generator=g, requires_grad=True)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sddmm_gradient_only_for_inputs_that_need_it(backend):
+    adj = _rect()
+    u = torch.randn(adj.n_rows, 4, requires_grad=True)
+    v = torch.randn(adj.n_cols, 4)
+    with kernels.use_backend(backend):
+        kernels.sddmm(adj, u, v, op="mul").sum().backward()
+    rows, cols = _entries(adj)
+    ref = torch.zeros_like(u).index_add_(0, torch.from_numpy(rows), v[cols])
+    torch.testing.assert_close(u.grad, ref)
+    assert v.grad is None
+
+
+# -- recording ---------------------------------------------------------------------
+def _tiny():
+    # 2 users, 2 items, interactions (0,0) (1,1) (1,0): 4 nodes, nnz 6, scales float32
+    return BipartiteGraph(np.array([[0, 0], [1, 1], [1, 0]]), 2, 2).adj
+
+
+def _one(rec, name, phase):
+    hits = [r for r in rec.records if r.name == name and r.phase == phase]
+    assert len(hits) == 1, rec.records
+    return hits[0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_spmm_and_sddmm_bytes_match_hand_counts(backend):
+    adj = _tiny()
+    x = torch.randn(4, 8, requires_grad=True)
+    u = torch.randn(4, 8, requires_grad=True)
+    rec = Recorder()
+    rec.phase = "forward"
+    with use_recorder(rec), kernels.use_backend(backend):
+        kernels.spmm(adj, x, layer=2).sum().backward()
+        kernels.sddmm(adj, u, x, op="dot").sum().backward()
+        kernels.sddmm(adj, u, x, op="mul").sum().backward()
+    f = _one(rec, "spmm", "forward")
+    # indptr 5*8 + indices 6*4 + row_scale 4*4 + col_scale 4*4 + gathered rows 6*8*4
+    assert (f.bytes_read, f.bytes_written, f.flops) == (40 + 24 + 16 + 16 + 192, 4 * 8 * 4, 2 * 6 * 8)
+    assert (f.pattern, f.row_bytes, f.random_bytes, f.layer, f.backend) == ("gather", 32, 192, 2, backend)
+    b = _one(rec, "spmm", "backward")  # symmetric: the same matrix again
+    assert (b.bytes_read, b.bytes_written, b.flops, b.layer) == (f.bytes_read, f.bytes_written, f.flops, 2)
+    d = _one(rec, "sddmm_dot", "forward")
+    # indptr 40 + indices 24 + u rows in order 4*32 + v rows gathered 6*32; one float per entry
+    assert (d.bytes_read, d.bytes_written, d.flops, d.random_bytes) == (40 + 24 + 128 + 192, 24, 96, 192)
+    m = _one(rec, "sddmm_mul", "forward")
+    assert (m.bytes_read, m.bytes_written, m.flops) == (d.bytes_read, 6 * 32, 48)
+    db = _one(rec, "sddmm_dot", "backward")
+    # grad_u: indptr 40 + indices 24 + g 6*4 + v rows 192; grad_v: indptr 40 + rows 24 + perm 24 + g 24 + u rows 192
+    assert (db.bytes_read, db.bytes_written, db.flops) == ((40 + 24 + 24 + 192) + (40 + 24 + 24 + 24 + 192),
+                                                          2 * 4 * 32, 4 * 6 * 8)
+    mb = _one(rec, "sddmm_mul", "backward")
+    assert mb.random_bytes == 192 + (192 + 192)  # v rows; u rows and g rows through the permutation
+    assert all(r.ns >= 0 for r in rec.records)
+
+
+def test_spmm_edge_gather_gemm_elementwise_bytes():
+    adj = _tiny()
+    rec = Recorder()
+    table = torch.randn(4, 8, requires_grad=True)
+    with use_recorder(rec):
+        msg = torch.randn(6, 8, requires_grad=True)
+        kernels.spmm_edge(adj, msg).sum().backward()
+        kernels.gather(table, torch.tensor([0, 3, 3])).sum().backward()
+        a = torch.randn(3, 8, requires_grad=True)
+        w = torch.randn(8, 5, requires_grad=True)
+        kernels.elementwise("leaky_relu", F.leaky_relu, kernels.gemm(a, w)).sum().backward()
+    e = _one(rec, "spmm_edge", "other")
+    # indptr 40 + indices 24 (for col_scale) + scales 32 + messages 6*32 streamed
+    assert (e.bytes_read, e.bytes_written, e.pattern, e.random_bytes) == (40 + 24 + 32 + 192, 128, "stream", 0)
+    eb = _one(rec, "spmm_edge", "backward")
+    assert (eb.bytes_read, eb.bytes_written) == (40 + 24 + 32 + 128, 192)
+    g = _one(rec, "gather", "other")
+    assert (g.bytes_read, g.bytes_written, g.random_bytes) == (3 * 8 + 3 * 32, 96, 96)
+    s = _one(rec, "scatter_add", "backward")
+    # idx 24 + incoming rows 96 + read-modify of 3 rows 96; write zeroed 4x8 table 128 + rows 96
+    assert (s.bytes_read, s.bytes_written, s.pattern) == (216, 224, "scatter")
+    torch.testing.assert_close(table.grad, torch.tensor([1., 0, 0, 2])[:, None].expand(4, 8))
+    mm = _one(rec, "gemm", "other")
+    assert (mm.bytes_read, mm.bytes_written, mm.flops, mm.pattern) == ((24 + 40) * 4, 60, 240, "compute")
+    assert _one(rec, "gemm", "backward").flops == 480
+    lr = _one(rec, "leaky_relu", "other")
+    assert (lr.bytes_read, lr.bytes_written, lr.flops) == (60, 60, 15)
+    assert _one(rec, "leaky_relu", "backward").bytes_written == 60
+
+
+def test_disabled_recorder_records_nothing_and_warmup_stays_out_of_records():
+    adj = _tiny()
+    off = Recorder(enabled=False)
+    with use_recorder(off):
+        kernels.spmm(adj, torch.randn(4, 3, requires_grad=True)).sum().backward()
+    assert off.records == []
+    rec = Recorder()
+    with use_recorder(rec):
+        assert kernels.warmup() >= 0.0
+    assert rec.records == []
+
+
+# -- backend selection --------------------------------------------------------------
+def test_backend_selection():
+    assert kernels.available_backends()[:2] == ["native", "torch"]
+    assert kernels.get_backend() == "native"
+    with kernels.use_backend("torch"):
+        assert kernels.get_backend() == "torch"
+    assert kernels.get_backend() == "native"
+    with pytest.raises(UserError, match=r"backend: got 'cuda'.*allowed: native, torch"):
+        kernels.set_backend("cuda")
+    if "dgl" not in kernels.available_backends():
+        with pytest.raises(UserError, match="dgl is not importable"):
+            kernels.set_backend("dgl")
+    with pytest.raises(UserError, match="sddmm op"):
+        kernels.sddmm(_tiny(), torch.zeros(4, 2), torch.zeros(4, 2), op="add")
+    with pytest.raises(ValueError, match="spmm x"):
+        kernels.spmm(_tiny(), torch.zeros(3, 2))
