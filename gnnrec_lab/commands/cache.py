@@ -1,0 +1,191 @@
+"""``gnnrec-lab cache``: simulate embedding-row caches over a training access trace.
+
+``cache sim`` prints one row per policy (hit rate, slow-tier GB read and
+written, prefetch GB, peak occupancy, simulator seconds); ``cache skew``
+prints how concentrated the trace's accesses are.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import UserError
+
+POLICY_NAMES = ("none", "lru", "lfu", "static", "oracle", "belady")
+
+
+def _add_trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", required=True, help="dataset name (see `gnnrec-lab data list`)")
+    p.add_argument("--model", default="mf", help="mf (0 layers: BPR batches) | lightgcn | ngcf (sampled sub-graphs)")
+    p.add_argument("--layers", default=None, help="GNN layers for sampled models (default: len(--fanouts) or 2)")
+    p.add_argument("--fanouts", default=None, help="per-layer fan-outs, first hop first, e.g. 10,10 (-1 = all)")
+    p.add_argument("--batch-size", default="1024", help="BPR triples per batch")
+    p.add_argument("--epochs", default="1", help="epochs of batches in the trace")
+    p.add_argument("--seed", default="0", help="seed for batch order, negatives and sampling")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("cache", help="simulate embedding caches (LRU, LFU, static, look-ahead oracle, Belady)",
+                              description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", parser_class=type(p))
+    sim = sub.add_parser("sim", help="hit rate and slow-tier bytes per policy")
+    _add_trace_args(sim)
+    sim.add_argument("--cache-size", default="5%", help="cache capacity: N rows or P%% of the table's rows")
+    sim.add_argument("--lookahead", default="200", help="oracle look-ahead window in batches")
+    sim.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated subset of " + ", ".join(POLICY_NAMES))
+    sim.add_argument("--dim", default="64", help="embedding size (row bytes = dim x 4 x (1 + optimizer states))")
+    sim.add_argument("--optimizer", default="adam", help="per-row optimizer state moved with the row: sgd | adagrad | adam")
+    sim.set_defaults(func=_sim)
+    sk = sub.add_parser("skew", help="share of accesses taken by the hottest rows")
+    _add_trace_args(sk)
+    sk.set_defaults(func=_skew)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _pos_int(name: str, text) -> int:
+    try:
+        v = int(str(text))
+    except ValueError:
+        raise UserError(f"{name} must be a positive integer, got {text!r}") from None
+    if v < 1:
+        raise UserError(f"{name} must be a positive integer, got {text!r}")
+    return v
+
+
+def _nonneg_int(name: str, text) -> int:
+    try:
+        v = int(str(text))
+    except ValueError:
+        raise UserError(f"{name} must be a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise UserError(f"{name} must be a non-negative integer, got {text!r}")
+    return v
+
+
+def _fanouts(args) -> list[int]:
+    layers = None if args.layers is None else _pos_int("--layers", args.layers)
+    if args.fanouts is None:
+        return [10] * (layers or 2)
+    out = []
+    for part in str(args.fanouts).split(","):
+        try:
+            f = int(part)
+        except ValueError:
+            raise UserError(f"--fanouts must be comma-separated integers, got {args.fanouts!r}") from None
+        if f == 0 or f < -1:
+            raise UserError(f"--fanouts entries must be positive or -1 (all neighbours), got {f}")
+        out.append(f)
+    if layers is not None and layers != len(out):
+        raise UserError(f"--layers {layers} does not match --fanouts {args.fanouts!r} ({len(out)} layers)")
+    return out
+
+
+def _build_trace(args):
+    """Validate the trace options, load the dataset, and make the trace. Returns (trace, graph)."""
+    from ..graph import BipartiteGraph
+    from .. import cache
+
+    model = str(args.model).lower()
+    if model not in ("mf", "lightgcn", "ngcf"):
+        raise UserError(f"--model must be one of mf, lightgcn, ngcf, got {args.model!r}")
+    batch_size = _pos_int("--batch-size", args.batch_size)
+    epochs = _pos_int("--epochs", args.epochs)
+    seed = _nonneg_int("--seed", args.seed)
+    fanouts = _fanouts(args) if model != "mf" else []
+    if model == "mf" and args.fanouts is not None:
+        raise UserError("--fanouts applies to sampled models (lightgcn, ngcf), not --model mf")
+    try:
+        from ..data import load
+    except ImportError as e:  # the data package is built by another part of the project
+        raise UserError(f"--dataset: dataset loading is unavailable ({e})") from None
+    ds = load(args.dataset, seed=seed)
+    graph = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
+    if model == "mf":
+        trace = cache.mf_trace(graph, batch_size, epochs, seed)
+    else:
+        trace = cache.sampled_trace(graph, batch_size, fanouts, epochs, seed)
+    return trace, graph
+
+
+def _trace_info(args, trace) -> dict:
+    return {"dataset": args.dataset, "model": args.model, "trace": trace.source, "batches": trace.n_batches,
+            "accesses": trace.n_accesses, "table_rows": trace.n_rows, "max_rows_per_batch": trace.max_batch_rows(),
+            **trace.stats}
+
+
+def _sim(args) -> int:
+    from .. import cache
+    from ..cache.simulate import next_use, policies_for, simulate
+
+    lookahead = _pos_int("--lookahead", args.lookahead)
+    dim = _pos_int("--dim", args.dim)
+    names = [s.strip() for s in str(args.policies).split(",") if s.strip()]
+    bad = [n for n in names if n not in POLICY_NAMES]
+    if bad or not names:
+        raise UserError(f"--policies: unknown policy {bad[0] if bad else args.policies!r}, allowed: {', '.join(POLICY_NAMES)}")
+    opt = str(args.optimizer).lower()
+    try:
+        rb = cache.row_bytes(dim, opt)
+    except UserError as e:
+        raise UserError(f"--optimizer: {e}") from None
+    # validate the size's syntax before the (slow) trace is built
+    cache.parse_capacity(args.cache_size, 100)
+    trace, graph = _build_trace(args)
+    capacity = cache.parse_capacity(args.cache_size, trace.n_rows)
+    nu = next_use(trace)
+    results = []
+    for pol in policies_for(names, lookahead, graph.degree, "degree"):
+        try:
+            r = simulate(trace, pol, capacity, rb, nu).as_dict()
+            r["note"] = ""
+        except UserError as e:
+            r = {"policy": pol.label, "capacity_rows": capacity, "hit_rate": None, "note": str(e)}
+        results.append(r)
+    info = _trace_info(args, trace)
+    info.update(capacity_rows=capacity, row_bytes=rb, bytes="modeled (rows x row_bytes)", sim_seconds="measured")
+    if args.json:
+        json.dump({"trace": info, "results": results}, sys.stdout, indent=1, default=float)
+        print()
+        return 0
+    print(f"{trace}  cache={capacity:,} rows ({100 * capacity / trace.n_rows:.2f}%), "
+          f"row={rb} B, look-ahead={lookahead} batches")
+    print("bytes are modeled (rows x row bytes); sim s is measured")
+    hdr = f"{'policy':<18}{'hit rate':>9}{'stall':>8}{'read GB':>10}{'written GB':>12}{'prefetch GB':>13}{'peak rows':>11}{'sim s':>8}"
+    print(hdr)
+    print("-" * len(hdr))
+    notes = []
+    for r in results:
+        if r["note"]:
+            print(f"{r['policy']:<18}{'n/a':>9}  (see note)")
+            notes.append(f"{r['policy']}: {r['note']}")
+            continue
+        print(f"{r['policy']:<18}{100 * r['hit_rate']:>8.1f}%{100 * r['stall_rate']:>7.1f}%"
+              f"{r['read_bytes'] / 1e9:>10.3f}{r['written_bytes'] / 1e9:>12.3f}{r['prefetch_bytes'] / 1e9:>13.3f}"
+              f"{r['peak_occupancy_rows']:>11,}{r['sim_seconds']:>8.2f}")
+    for n in notes:
+        print("note: " + n)
+    return 0
+
+
+def _skew(args) -> int:
+    from .. import cache
+
+    trace, _ = _build_trace(args)
+    s = cache.skew(trace)
+    info = _trace_info(args, trace)
+    if args.json:
+        json.dump({"trace": info, "skew": s}, sys.stdout, indent=1, default=float)
+        print()
+        return 0
+    print(trace)
+    for k, v in s.items():
+        if k.endswith("_share"):
+            print(f"  {k:<22}{100 * v:8.2f}%")
+        else:
+            print(f"  {k:<22}{v:>12,.1f}" if isinstance(v, float) else f"  {k:<22}{v:>12,}")
+    for k in ("redundancy_factor",):
+        if k in trace.stats:
+            print(f"  {k:<22}{trace.stats[k]:>12.2f}")
+    return 0
