@@ -48,7 +48,8 @@ class LightGCN(nn.Module):
         for k in range(self.layers):
             x = kernels.spmm(adj, x, layer=k)
             acc = kernels.elementwise("add", torch.add, acc, x, layer=k)
-        return kernels.elementwise("scale", torch.mul, acc, 1.0 / (self.layers + 1), layer=self.layers)
+        w = 1.0 / (self.layers + 1)
+        return kernels.elementwise("scale", lambda t: t * w, acc, layer=self.layers)
 
     def __repr__(self):
         return f"{type(self).__name__}(users={self.n_users}, items={self.n_items}, dim={self.dim}, layers={self.layers})"
