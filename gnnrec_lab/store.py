@@ -173,10 +173,11 @@ def pid_alive(pid: Optional[int], start_ticks: Optional[int] = None) -> bool:
 class Store:
     """The run store. Safe to share across threads (one connection per thread)."""
 
-    def __init__(self, home: "str | os.PathLike | None" = None, *, path: "str | os.PathLike | None" = None):
+    def __init__(self, home: "str | os.PathLike | None" = None):
         self.home = lab_home(home)
         self.home.mkdir(parents=True, exist_ok=True)
-        self.path = Path(path) if path is not None else self.home / "lab.sqlite"
+        # fixed name under home: workers find the same file from GNNREC_LAB_HOME alone
+        self.path = self.home / "lab.sqlite"
         self._local = threading.local()
         self.schema_version = migrate(self._con())
 
@@ -306,6 +307,12 @@ class Store:
         Returns the claimed run id, or None. Safe across processes: count and claim
         happen in one write transaction.
         """
+        # read-only pre-check: pollers call this often, and the write lock would
+        # make every call queue behind the workers' step transactions
+        q, n = self._query("SELECT SUM(status='queued'), SUM(status='running') FROM runs "
+                           "WHERE status IN ('queued', 'running')")[0]
+        if not q or (n or 0) >= max_running:
+            return None
         with self._write() as con:
             n = con.execute("SELECT COUNT(*) FROM runs WHERE status='running'").fetchone()[0]
             if n >= max_running:
@@ -488,6 +495,19 @@ class Store:
         return self._frame("SELECT step, name, phase, layer, calls, ns, bytes_read, bytes_written, flops, "
                            "random_bytes, row_bytes, pattern FROM kernel_steps WHERE run_id=? ORDER BY step, rowid",
                            (int(run_id),))
+
+    def kernel_totals_frame(self, run_id: int, since_step: int = -1):
+        """Kernel totals over steps ``> since_step``, one row per (name, phase, layer, pattern).
+
+        Summed in SQL, so a breakdown of a long run does not load every step's rows.
+        ``steps`` counts the steps the kernel appeared in; ns/bytes/flops are sums.
+        """
+        return self._frame(
+            "SELECT name, phase, layer, pattern, COUNT(*) AS steps, SUM(calls) AS calls, SUM(ns) AS ns, "
+            "SUM(bytes_read) AS bytes_read, SUM(bytes_written) AS bytes_written, SUM(flops) AS flops, "
+            "SUM(random_bytes) AS random_bytes, MAX(row_bytes) AS row_bytes FROM kernel_steps "
+            "WHERE run_id=? AND step>? GROUP BY name, phase, layer, pattern ORDER BY SUM(ns) DESC",
+            (int(run_id), int(since_step)))
 
     def epochs_frame(self, run_id: int):
         return self._frame("SELECT epoch, seconds, steps, loss FROM epochs WHERE run_id=? ORDER BY epoch, rowid",

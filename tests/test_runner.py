@@ -244,3 +244,15 @@ def test_cli_runs(store, monkeypatch, capsys):
 
     assert cli.main(["runs", "show", "999"]) == 2
     assert "no such run" in capsys.readouterr().err
+
+
+def test_cli_cancels_run_of_another_process(store, monkeypatch, capsys):
+    fake(monkeypatch, "deaf")  # ignores the flag and SIGTERM: exercises the whole escalation
+    rid = launch_detached(RunConfig(), store=store)  # its worker belongs to the supervisor process
+    wait_for(lambda: len(store.steps_frame(rid)) >= 1)
+    assert cli.main(["runs", "cancel", str(rid), "--grace", "0.3"]) == 0
+    assert f"run {rid}: cancelled" in capsys.readouterr().out
+    run = store.get_run(rid)
+    assert run["status"] == "cancelled" and run["cancel_requested"]
+    from gnnrec_lab.store import pid_alive
+    assert not pid_alive(run["pid"], run["pid_start"])

@@ -15,7 +15,7 @@ import pytest
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.recorder import KernelRecord
-from gnnrec_lab.store import SCHEMA_VERSION, Store, connect, lab_home, migrate
+from gnnrec_lab.store import SCHEMA_VERSION, Store, _proc_start_ticks, connect, lab_home, migrate, pid_alive
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,6 +69,9 @@ def test_add_run_and_reporter_round_trip(tmp_path):
     spmm0 = k[(k.name == "spmm") & (k.layer == 0)].iloc[0]
     assert (spmm0.calls, spmm0.ns, spmm0.bytes_read, spmm0.random_bytes, spmm0.row_bytes) == (2, 150, 20, 10, 64)
     assert len(k) == 3 and set(k.step) == {0, 1}
+    tot = s.kernel_totals_frame(rid).set_index(["name", "layer"])
+    assert tot.loc[("spmm", 0), "ns"] == 150 and tot.loc[("spmm", 0), "calls"] == 2
+    assert list(s.kernel_totals_frame(rid, since_step=0).name) == ["adam"]
     assert list(s.steps_frame(rid).loss) == [0.7, 0.6]
     assert list(s.latest_steps(rid, since_step=0).step) == [1]
     assert s.epochs_frame(rid).iloc[0].steps == 2
@@ -226,3 +229,14 @@ def test_killed_writer_leaves_store_readable(tmp_path):
     assert len(k) == 4 * len(steps)
     s2.reporter(rid).on_step(len(steps), 0, 0.1, 0.1, [])  # and the store still takes writes
     assert len(s2.steps_frame(rid)) == len(steps) + 1
+
+
+def test_pid_alive_checks_identity():
+    me = os.getpid()
+    start = _proc_start_ticks(me)
+    assert pid_alive(me) and not pid_alive(None)
+    if start is not None:  # Linux: a reused pid with another start time is not our worker
+        assert pid_alive(me, start) and not pid_alive(me, start + 1)
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    assert not pid_alive(p.pid)
