@@ -1,0 +1,104 @@
+"""``gnnrec-lab whatif RUN_ID --device NAME``: a measured run's kernels projected onto a tier.
+
+Measured seconds come from the run's kernel records; modeled seconds from the
+tier model (docs/tier_model.md). Every modeled figure is labelled ``modeled``.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from ..errors import UserError
+
+
+def register(subparsers):
+    p = subparsers.add_parser("whatif", help="project a measured run onto another memory tier (modeled)",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("run_id", nargs="?", help="run id in the run store")
+    p.add_argument("--device", required=True, help="device profile name (see devices.yaml), or 'host'")
+    p.add_argument("--records", help="JSON file of raw kernel records instead of a stored run")
+    p.add_argument("--placement", action="append", default=[], metavar="CLASS=dram",
+                   help="keep a tensor class in DRAM (others sit on the device); repeatable")
+    p.add_argument("--footprint-bytes", type=int, help="run footprint for Memory Mode (default: from the run)")
+    p.add_argument("--dram-gb", type=float, help="DRAM cache size for Memory Mode (GiB)")
+    p.add_argument("--remote", action="store_true", help="the device sits on the other socket")
+    p.add_argument("--host-profile", help="host calibration JSON (default: gnnrec-lab calibrate's)")
+    p.add_argument("--devices-file", action="append", default=[], help="extra device-profile YAML file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _records(args):
+    if args.records:
+        try:
+            with open(args.records) as fh:
+                recs = json.load(fh)
+        except OSError as e:
+            raise UserError(f"--records: cannot read {args.records} ({e.strerror})") from None
+        except ValueError as e:
+            raise UserError(f"--records: {args.records} is not JSON ({e})") from None
+        if isinstance(recs, dict):
+            recs = recs.get("records", recs.get("kernels"))
+        if not isinstance(recs, list) or not all(isinstance(r, dict) for r in recs):
+            raise UserError(f"--records: {args.records} must hold a list of kernel-record objects")
+        return recs, None
+    if not args.run_id:
+        raise UserError("whatif: give a RUN_ID or --records FILE")
+    try:
+        from ..store import Store
+    except ImportError:
+        raise UserError("whatif: the run store is not available; use --records FILE") from None
+    store = Store()
+    frame = store.kernels_frame(args.run_id)
+    if frame is None or len(frame) == 0:
+        raise UserError(f"whatif: run {args.run_id!r} has no kernel records")
+    fp = None
+    for getter in ("footprint", "run_footprint"):
+        if hasattr(store, getter):
+            try:
+                fp = getattr(store, getter)(args.run_id)
+            except Exception:  # an older store without footprints: Memory Mode then needs --footprint-bytes
+                fp = None
+            break
+    return frame, fp
+
+
+def run(args) -> int:
+    from ..memory.profiles import load_host_profile
+    from ..memory.tiermodel import project, project_step
+    placement = {}
+    for item in args.placement:
+        cls, _, where = item.partition("=")
+        from ..config import TENSOR_CLASSES
+        if cls not in TENSOR_CLASSES or where not in ("dram", "device"):
+            raise UserError(f"--placement: expected CLASS=dram or CLASS=device with CLASS in "
+                            f"{', '.join(TENSOR_CLASSES)}, got {item!r}")
+        placement[cls] = where
+    records, fp = _records(args)
+    if isinstance(fp, dict) and "predicted" in fp:
+        fp = fp["predicted"]
+    footprint = args.footprint_bytes if args.footprint_bytes is not None else (fp or None)
+    host = load_host_profile(args.host_profile)
+    kw = dict(placement=placement or None, footprint=footprint, remote=args.remote,
+              dram_cache_bytes=int(args.dram_gb * (1 << 30)) if args.dram_gb else None,
+              extra_paths=args.devices_file)
+    table = project(records, host, args.device, **kw)
+    step = project_step(records, host, args.device, **kw)
+    if args.json:
+        rows = json.loads(table.to_json(orient="records"))
+        print(json.dumps({"run_id": args.run_id, "device": args.device, "kind": "modeled",
+                          "measured_column": "measured_s", "modeled_column": "modeled_s",
+                          "kernels": rows, "step": step}, indent=2))
+        return 0
+    hit = step.get("hit_rate")
+    title = f"what if on {args.device}: measured DRAM time vs modeled device time"
+    if hit is not None:
+        title += f" (modeled DRAM-cache hit rate {hit:.3f})"
+    print(title)
+    print(f"{'kernel':<16} {'phase':<11} {'measured s':>12} {'modeled s':>12} {'ratio':>7}  kind")
+    for r in table.itertuples():
+        ratio = "" if r.ratio is None or (isinstance(r.ratio, float) and math.isnan(r.ratio)) else f"{r.ratio:.2f}x"
+        print(f"{r.name:<16} {r.phase:<11} {r.measured_s:>12.6f} {r.modeled_s:>12.6f} {ratio:>7}  modeled")
+    print(f"per step ({step['steps']} steps): measured {step['measured_s']:.6f} s, "
+          f"modeled {step['modeled_s']:.6f} s on {step['device']} ({step['ratio']:.2f}x, modeled)")
+    return 0
