@@ -1,0 +1,12 @@
+"""Suite-wide isolation: runs, calibration and the store go to a temporary
+GNNREC_LAB_HOME, never the user's ~/.gnnrec_lab. Prepared datasets are shared
+through GNNREC_LAB_DATA (the repository's data/ unless the caller set it) so the
+ML-100K wheel is fetched once per machine, not once per test."""
+import os
+import pathlib
+import tempfile
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+os.environ.setdefault("GNNREC_LAB_DATA", str(_ROOT / "data"))
+if "GNNREC_LAB_HOME" not in os.environ or os.environ.get("GNNREC_LAB_TEST_KEEP_HOME") != "1":
+    os.environ["GNNREC_LAB_HOME"] = tempfile.mkdtemp(prefix="gnnrec-lab-test-home-")
