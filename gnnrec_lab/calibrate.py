@@ -1,0 +1,214 @@
+"""Measure this machine: the "host" profile (measured) behind rooflines and the tier model.
+
+What is measured (all with the lab's own numba kernels and torch, in-process):
+
+* ``copy_GBps`` / ``triad_GBps``: STREAM-style ``b = a`` and ``a = b + s*c`` over
+  float64 arrays of 128 MiB each (4x a 32 MiB last-level cache), parallel over all
+  threads, best of N repeats. Bytes counted as STREAM does (2 and 3 arrays; the
+  write-allocate read is not counted).
+* ``gather64_GBps`` / ``gather256_GBps``: random row gathers (rows of 64 B and 256 B,
+  float32) from a table of 256 MiB (128 MiB quick), 128 MiB of rows per pass,
+  counting only the row bytes (the index stream is not counted).
+* ``latency_ns``: dependent loads (pointer chasing along one random cycle through
+  128 MiB): the average time of one hop.
+* ``gemm_GFLOPs``: ``torch.mm`` of square float32 matrices (2048; 1024 quick).
+* ``threads`` (numba), ``torch_threads``, ``cpu``, ``measured_at`` (UTC ISO time).
+
+``spread`` gives best / median / worst of every measured number, so a noisy
+(shared) machine shows as a wide spread rather than a wrong number.
+The result is cached as JSON in ``$GNNREC_LAB_HOME/calibration.json``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .errors import UserError
+
+REQUIRED = ("copy_GBps", "triad_GBps", "gather64_GBps", "gather256_GBps", "latency_ns", "gemm_GFLOPs",
+            "threads", "cpu", "measured_at")
+# Sizes (module constants so tests can shrink them; the defaults dwarf a 32 MiB LLC)
+STREAM_ELEMS = 16 * 2**20          # float64 elements per STREAM array (128 MiB)
+CHASE_ELEMS = 16 * 2**20           # int64 entries in the pointer-chasing cycle (128 MiB)
+GATHER_TABLE_BYTES = 256 * 2**20   # table the random rows come from (half when quick)
+GATHER_PASS_BYTES = 128 * 2**20    # row bytes fetched per timed gather pass
+CHASE_HOPS = 10_000_000            # dependent loads per timed pass (a fifth when quick)
+GEMM_N = 2048                      # square GEMM size (half when quick)
+
+
+def calibration_path() -> Path:
+    """``$GNNREC_LAB_HOME/calibration.json`` (``~/.gnnrec_lab`` when unset)."""
+    from .store import lab_home
+    return lab_home() / "calibration.json"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _repeat(fn: Callable[[], None], reps: int) -> np.ndarray:
+    """Wall seconds of ``reps`` calls of ``fn`` (after one untimed warm call)."""
+    fn()
+    out = np.empty(reps)
+    for i in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        out[i] = time.perf_counter() - t0
+    return out
+
+
+def _rate(nbytes_or_flops: float, seconds: np.ndarray) -> dict:
+    r = nbytes_or_flops / seconds / 1e9
+    return {"best": float(r.max()), "median": float(np.median(r)), "worst": float(r.min())}
+
+
+def measure(quick: bool = False) -> dict:
+    """Measure the host now (about 5-10 s quick, ~30 s full) and return the profile dict
+    (see the module docstring for keys and units). Does not write the cache."""
+    import torch
+
+    from .kernels import native as nk
+    reps = 5 if quick else 20
+    th = nk.threads()
+    jit0 = time.perf_counter()
+    _compile_all()
+    jit = time.perf_counter() - jit0
+    spread = {}
+
+    # -- STREAM copy / triad ----------------------------------------------------
+    n = STREAM_ELEMS
+    a = np.ones(n)
+    b = np.full(n, 2.0)
+    c = np.full(n, 0.5)
+    bounds = np.linspace(0, n, nk.CHUNKS_PER_THREAD * th + 1).astype(np.int64)
+    spread["copy_GBps"] = _rate(2 * 8 * n, _repeat(lambda: nk.stream_copy(a, b, bounds), reps))
+    spread["triad_GBps"] = _rate(3 * 8 * n, _repeat(lambda: nk.stream_triad(a, b, c, 3.0, bounds), reps))
+    del a, b, c
+
+    # -- random row gathers -------------------------------------------------------
+    rng = np.random.default_rng(0)
+    table_bytes = GATHER_TABLE_BYTES // 2 if quick else GATHER_TABLE_BYTES
+    for row in (64, 256):
+        D = row // 4
+        table = np.ones((table_bytes // row, D), dtype=np.float32)
+        m = GATHER_PASS_BYTES // row
+        idx = rng.integers(0, table.shape[0], m).astype(np.int64)
+        gb = np.linspace(0, m, nk.CHUNKS_PER_THREAD * th + 1).astype(np.int64)
+        acc = np.zeros((gb.shape[0] - 1, D), dtype=np.float32)
+        spread[f"gather{row}_GBps"] = _rate(m * row, _repeat(lambda: nk.gather_sum(table, idx, acc, gb),
+                                                             max(3, reps // 2)))
+        del table
+
+    # -- dependent-load latency ---------------------------------------------------
+    order = rng.permutation(CHASE_ELEMS)
+    nxt = np.empty(CHASE_ELEMS, dtype=np.int64)
+    nxt[order[:-1]] = order[1:]          # one cycle through every entry (Sattolo-like)
+    nxt[order[-1]] = order[0]
+    del order
+    hops = CHASE_HOPS // 5 if quick else CHASE_HOPS
+    secs = _repeat(lambda: nk.pointer_chase(nxt, hops), 3)
+    ns = secs / hops * 1e9
+    spread["latency_ns"] = {"best": float(ns.min()), "median": float(np.median(ns)), "worst": float(ns.max())}
+    del nxt
+
+    # -- GEMM ---------------------------------------------------------------------
+    k = GEMM_N // 2 if quick else GEMM_N
+    x, w = torch.randn(k, k), torch.randn(k, k)
+    out = torch.empty(k, k)
+    spread["gemm_GFLOPs"] = _rate(2.0 * k ** 3, _repeat(lambda: torch.mm(x, w, out=out), 3 if quick else 10))
+
+    prof = {key: spread[key]["best"] for key in spread}
+    prof.update({
+        "threads": th, "torch_threads": int(torch.get_num_threads()), "cpu": cpu_model(),
+        "cores_online": os.cpu_count(),
+        "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "kind": "host", "measured": True, "quick": bool(quick), "spread": spread, "jit_seconds": jit,
+        "sizes": {"stream_array_bytes": 8 * STREAM_ELEMS, "gather_table_bytes": table_bytes,
+                  "chase_bytes": 8 * CHASE_ELEMS, "gemm_n": k},
+    })
+    return prof
+
+
+def _compile_all() -> None:
+    """Compile (or load) the measuring kernels on tiny inputs so no timing includes the JIT."""
+    from .kernels import native as nk
+    a = np.ones(8)
+    bd = np.array([0, 8], dtype=np.int64)
+    nk.stream_copy(a, a.copy(), bd)
+    nk.stream_triad(a, a.copy(), a.copy(), 1.0, bd)
+    nk.gather_sum(np.ones((4, 4), dtype=np.float32), np.zeros(8, dtype=np.int64),
+                  np.zeros((1, 4), dtype=np.float32), bd)
+    nk.pointer_chase(np.zeros(2, dtype=np.int64), 2)
+
+
+def save(profile: dict, path: "Path | None" = None) -> Path:
+    """Write ``profile`` as JSON (atomically) and return the path."""
+    path = Path(path) if path else calibration_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(profile, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+    return path
+
+
+def load(path: "Path | None" = None) -> "dict | None":
+    """The cached profile, or None when there is none, it is unreadable, lacks a
+    required key, or was measured on another CPU / thread count."""
+    path = Path(path) if path else calibration_path()
+    try:
+        prof = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(prof, dict) or any(k not in prof for k in REQUIRED):
+        return None
+    from .kernels import native as nk
+    if prof.get("cpu") != cpu_model() or prof.get("threads") != nk.threads():
+        return None
+    return prof
+
+
+def host_profile(measure_if_missing: bool = True, quick: bool = True) -> dict:
+    """This host's calibration (measured): from the cache when it matches this CPU
+    and thread count, else measured now (``quick``) and cached. Raises
+    :class:`UserError` when there is none and ``measure_if_missing`` is False."""
+    prof = load()
+    if prof is not None:
+        return prof
+    if not measure_if_missing:
+        raise UserError(f"no host calibration at {calibration_path()}: run `gnnrec-lab calibrate`")
+    prof = measure(quick=quick)
+    try:
+        save(prof)
+    except OSError:
+        pass  # a read-only home still gets the measured numbers, just not cached
+    return prof
+
+
+def format_profile(prof: dict) -> str:
+    """Human-readable table of a profile, each number with its unit and spread."""
+    sp = prof.get("spread", {})
+    rows = [("copy_GBps", "STREAM copy", "GB/s"), ("triad_GBps", "STREAM triad", "GB/s"),
+            ("gather64_GBps", "random gather, 64 B rows", "GB/s"),
+            ("gather256_GBps", "random gather, 256 B rows", "GB/s"),
+            ("latency_ns", "dependent-load latency", "ns"), ("gemm_GFLOPs", "GEMM float32 (torch)", "GFLOP/s")]
+    lines = [f"host calibration (measured) on {prof.get('cpu')}, {prof.get('threads')} threads, "
+             f"{prof.get('measured_at')}{' [quick]' if prof.get('quick') else ''}"]
+    for key, label, unit in rows:
+        s = sp.get(key)
+        extra = f"   (best {s['best']:.1f} / median {s['median']:.1f} / worst {s['worst']:.1f})" if s else ""
+        lines.append(f"  {label:<28} {prof[key]:>9.1f} {unit:<8}{extra}")
+    return "\n".join(lines)
