@@ -316,3 +316,31 @@ def test_cli_bad_input_exit_2_one_line(fake_data, capsys, argv, needle):
 def test_cli_unknown_dataset(fake_data, capsys):
     assert cli.main(["cache", "skew", "--dataset", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+# -- real cached tier ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cap,la", [(5, 1), (8, 3), (12, None)])
+def test_cached_tier_bit_identical_and_matches_simulator(tmp_path, cap, la):
+    from gnnrec_lab.cache.tier import OracleCachedTable, SlowTier
+    rng = np.random.default_rng(cap)
+    t = random_trace(rng, n_rows=40, n_batches=50, max_batch=5)
+    init = rng.standard_normal((40, 7)).astype(np.float32)
+    tier = SlowTier.create(str(tmp_path / "emb.bin"), init)
+    table = OracleCachedTable(tier, cap, t, la)
+    ref = init.copy()
+    for b in range(t.n_batches):
+        rows = t.batch(b)
+        upd = np.float32(0.01 * (b + 1)) * np.arange(7, dtype=np.float32)
+        ref[rows] = ref[rows] * np.float32(0.9) - upd
+        idx = table.fetch(b)
+        table.data[idx] = table.data[idx] * np.float32(0.9) - upd
+        table.release(b)
+    table.flush()
+    assert tier.bytes_read == table.misses * tier.stride and tier.io_mode in ("O_DIRECT", "buffered+fadvise")
+    assert tier.bytes_written == (table.evictions) * tier.stride and table.evictions == table.misses
+    got = tier.read_all()
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))   # bit-identical
+    sim = simulate(t, LookAheadOracle(la), cap, row_bytes=1)
+    assert (table.hits, table.misses) == (sim.hits, sim.misses)
+    tier.close()
