@@ -1,0 +1,96 @@
+"""The gnnrec-lab app: one FastListTemplate with a tab per page.
+
+:func:`build_app` makes a fresh app for one browser session (``pn.serve``
+calls it per session); tabs render lazily (``dynamic=True``), so the first
+page load only builds the Launch page. A button or a launch that wants another
+page sets ``lab.page`` and the tab follows.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import holoviews as hv
+import panel as pn
+
+from .breakdown import BreakdownPage
+from .cache import CachePage
+from .common import Lab
+from .compare import ComparePage
+from .launch import LaunchPage
+from .live import LivePage
+
+TITLE = "gnnrec-lab"
+PAGES = ("Launch", "Live", "Breakdown", "Compare", "Cache")
+
+_extensions_loaded = False
+
+
+def load_extensions() -> None:
+    """Panel/HoloViews front-end pieces the pages need (once per process)."""
+    global _extensions_loaded
+    if not _extensions_loaded:
+        pn.extension("tabulator", notifications=False)
+        hv.extension("bokeh", logo=False)
+        _extensions_loaded = True
+
+
+PAGE_CLASSES = {"Launch": LaunchPage, "Live": LivePage, "Breakdown": BreakdownPage, "Compare": ComparePage,
+                "Cache": CachePage}
+
+
+class LazyTabs:
+    """Tabs whose pages are built the first time they are shown.
+
+    ``pn.Tabs(dynamic=True)`` still builds every Viewer's view up front; here a
+    page's component is only constructed (and its store queries run) when its
+    tab is first opened, which keeps the first page load short.
+    """
+
+    def __init__(self, lab: Lab, pages=PAGES, active: str = "Launch"):
+        self.lab = lab
+        self.pages: dict = {}
+        self.holders = {name: pn.Column(sizing_mode="stretch_width") for name in pages}
+        self.names = list(pages)
+        self.tabs = pn.Tabs(*[(n, self.holders[n]) for n in self.names], sizing_mode="stretch_width",
+                            active=self.names.index(active))
+        self.tabs.param.watch(lambda e: self.show(self.names[e.new]), "active")
+        lab.param.watch(self._follow, "page")
+        self.show(active)
+
+    def page(self, name: str):
+        """The component of page ``name`` (built now if it was not yet)."""
+        if name not in self.pages:
+            self.pages[name] = PAGE_CLASSES[name](self.lab)
+            self.holders[name].objects = [self.pages[name]]
+        return self.pages[name]
+
+    def show(self, name: str) -> None:
+        self.page(name)
+        i = self.names.index(name)
+        if self.tabs.active != i:
+            self.tabs.active = i
+
+    def _follow(self, event):
+        if event.new in self.names:
+            self.show(event.new)
+            self.lab.page = ""  # a later request for the same page fires again
+
+
+def build_app(lab: Optional[Lab] = None) -> pn.template.FastListTemplate:
+    """The whole app for one session (a new :class:`Lab` unless one is given)."""
+    load_extensions()
+    lab = lab or Lab()
+    lazy = LazyTabs(lab)
+    tabs = lazy.tabs
+    about = pn.pane.Markdown(
+        "Train GNN recommenders and see where time and memory go on DRAM, Optane and CXL.\n\n"
+        "**measured**: timed on this machine. **modeled**: projected from a device profile "
+        "(hatched orange in plots).", sizing_mode="stretch_width")
+    store = lab.store
+    where = f"Store: `{store.path}`" if store is not None and hasattr(store, "path") else ""
+    template = pn.template.FastListTemplate(title=TITLE, sidebar=[about, pn.pane.Markdown(where)],
+                                            main=[tabs], sidebar_width=260, accent="#1f77b4",
+                                            font_url="")  # no web fonts: the lab may be offline
+    template.lab = lab  # for tests and notebooks
+    template.tabs = lazy
+    return template

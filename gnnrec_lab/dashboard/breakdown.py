@@ -1,0 +1,233 @@
+"""Breakdown page: where one run's time and memory went.
+
+For the chosen run: kernel x phase stacked bars (ms per step, measured), each
+kernel's share of step time (pie), a roofline scatter against the calibrated
+ceilings of this host, the footprint per tensor class against DRAM, and the
+measured DRAM step time next to the step time the tier model projects for
+Optane / CXL / remote NUMA — those bars hatched, orange and labelled *modeled*.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import pandas as pd
+import panel as pn
+import param
+
+from .common import (MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_by, not_available, optional, run_options,
+                     safe_call)
+from .launch import modeled_bars, step_time_projection
+
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf"]
+
+
+def kernel_phase_ms(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Mean ms per step of each (kernel, phase): frame ``name, phase, ms`` sorted by total time."""
+    if kernels is None or kernels.empty:
+        return pd.DataFrame({"name": [], "phase": [], "ms": []})
+    n_steps = max(1, kernels["step"].nunique())
+    g = kernels.groupby(["name", "phase"], as_index=False)["ns"].sum()
+    g["ms"] = g["ns"] / 1e6 / n_steps
+    order = g.groupby("name")["ms"].sum().sort_values(ascending=False).index
+    g["name"] = pd.Categorical(g["name"], categories=list(order), ordered=True)
+    return g.sort_values(["name", "phase"])[["name", "phase", "ms"]].assign(name=lambda d: d["name"].astype(str))
+
+
+def kernel_shares(kernels: pd.DataFrame, top: int = 8) -> pd.DataFrame:
+    """Share (0..1) of total kernel time per kernel; the tail past ``top`` is summed as 'other'."""
+    if kernels is None or kernels.empty:
+        return pd.DataFrame({"name": [], "ns": [], "share": []})
+    s = kernels.groupby("name")["ns"].sum().sort_values(ascending=False)
+    if len(s) > top:
+        s = pd.concat([s.iloc[:top], pd.Series({"other": s.iloc[top:].sum()})])
+    return pd.DataFrame({"name": s.index.astype(str), "ns": s.values.astype(float),
+                         "share": (s / s.sum()).values.astype(float)})
+
+
+def share_pie(shares: pd.DataFrame):
+    """Bokeh pie of ``kernel_shares`` (HoloViews has no pie element)."""
+    from bokeh.models import ColumnDataSource
+    from bokeh.plotting import figure
+    d = shares.copy()
+    ends = (d["share"].cumsum() * 2 * math.pi).tolist()
+    d["start"] = [0.0] + ends[:-1]
+    d["end"] = ends
+    d["color"] = [PALETTE[i % len(PALETTE)] for i in range(len(d))]
+    d["pct"] = [f"{100 * s:.1f}%" for s in d["share"]]
+    fig = figure(height=300, width=420, title="Share of kernel time (measured)", toolbar_location=None,
+                 tools="hover", tooltips="@name: @pct", x_range=(-1.0, 2.4), y_range=(-1.0, 1.0))
+    fig.wedge(x=0, y=0, radius=0.9, start_angle="start", end_angle="end", color="color",
+              line_color="white", legend_field="name", source=ColumnDataSource(d))
+    fig.axis.visible = False
+    fig.grid.grid_line_color = None
+    fig.legend.location = "top_right"
+    return fig
+
+
+def roofline_frame(kernels: pd.DataFrame) -> tuple[Optional[pd.DataFrame], Optional[dict], Optional[str]]:
+    """Points and ceilings for the roofline: ``(points, ceilings, None)`` or ``(None, None, reason)``.
+
+    Uses ``gnnrec_lab.analysis.roofline_points`` and the calibrated host profile
+    (``triad_GBps`` and ``gemm_GFLOPs`` ceilings, measured by ``gnnrec-lab calibrate``).
+    """
+    roofline_points, why = optional("gnnrec_lab.analysis", "roofline_points")
+    if roofline_points is None:
+        return None, None, why
+    host_profile, why = optional("gnnrec_lab.calibrate", "host_profile")
+    if host_profile is None:
+        return None, None, why
+    host, why = safe_call(host_profile)
+    if host is None:
+        return None, None, why
+    pts, why = safe_call(roofline_points, kernels, host)
+    if pts is None:
+        return None, None, why
+    ceilings = {k: host.get(k) if isinstance(host, dict) else getattr(host, k, None)
+                for k in ("triad_GBps", "gemm_GFLOPs")}
+    return pd.DataFrame(pts), ceilings, None
+
+
+def _pick(columns, *needles) -> Optional[str]:
+    low = {c.lower(): c for c in columns}
+    for n in needles:
+        for lc, c in low.items():
+            if n in lc:
+                return c
+    return None
+
+
+class BreakdownPage(pn.viewable.Viewer):
+    """All breakdown plots of one run (``run_id``), read once per selection."""
+
+    lab = param.ClassSelector(class_=Lab)
+    run_id = param.Parameter(default=None)
+
+    def __init__(self, lab: Lab, **params):
+        super().__init__(lab=lab, **params)
+        self.selector = pn.widgets.Select(name="run", options=run_options(lab.runs()), width=360)
+        if self.run_id is None:
+            self.run_id = lab.run_id if lab.run_id is not None else self._newest_finished()
+        if self.run_id in self.selector.options.values():
+            self.selector.value = self.run_id
+        self.selector.param.watch(lambda e: setattr(self, "run_id", e.new), "value")
+        lab.param.watch(self._lab_changed, ["run_id", "runs_version"])
+
+    def _newest_finished(self):
+        runs = self.lab.runs()
+        if runs.empty or "status" not in runs.columns:
+            return None
+        fin = runs[runs["status"] == "finished"]
+        idc = "id" if "id" in runs.columns else "run_id"
+        return (fin if not fin.empty else runs)[idc].max().item()
+
+    def _lab_changed(self, event):
+        self.selector.options = run_options(self.lab.runs())
+        if event.name == "run_id" and event.new is not None:
+            self.selector.value = event.new
+            self.run_id = event.new
+
+    # -- sections -------------------------------------------------------------
+    def _kernel_section(self, kernels: pd.DataFrame):
+        import holoviews as hv
+        kp = kernel_phase_ms(kernels)
+        bars = hv.Bars(kp, ["name", "phase"], "ms").opts(
+            stacked=True, responsive=True, height=320, xrotation=30, tools=["hover"],
+            ylabel="ms per step (measured)", title="Kernel time by phase (measured, mean per step)",
+            legend_position="right")
+        return pn.Row(pn.pane.HoloViews(bars, sizing_mode="stretch_width"),
+                      pn.pane.Bokeh(share_pie(kernel_shares(kernels))), sizing_mode="stretch_width")
+
+    def _roofline_section(self, kernels: pd.DataFrame):
+        import holoviews as hv
+        pts, ceil, why = roofline_frame(kernels)
+        if pts is None:
+            return not_available("Roofline (analysis + calibrated host profile)", why)
+        x = _pick(pts.columns, "intensity", "flops_per_byte", "ai")
+        y = _pick(pts.columns, "gflop", "flops_per_s", "perf")
+        name = _pick(pts.columns, "name", "kernel") or x
+        if x is None or y is None or pts.empty:
+            return not_available("Roofline", f"roofline_points gave columns {list(pts.columns)}")
+        pts = pts[(pts[x] > 0) & (pts[y] > 0)]
+        scatter = hv.Scatter(pts, x, [y, name]).opts(size=10, color=name, cmap="Category10", logx=True,
+                                                     logy=True, tools=["hover"], responsive=True, height=340,
+                                                     xlabel="arithmetic intensity (flop/byte)",
+                                                     ylabel="GFLOP/s (measured)",
+                                                     title="Roofline: kernels vs this host's calibrated ceilings")
+        bw, peak = ceil.get("triad_GBps"), ceil.get("gemm_GFLOPs")
+        if not bw or not peak or pts.empty:
+            return pn.pane.HoloViews(scatter, sizing_mode="stretch_width")
+        lo = min(pts[x].min(), peak / bw) / 10
+        hi = max(pts[x].max(), peak / bw) * 10
+        xs = [lo * (hi / lo) ** (i / 50) for i in range(51)]
+        roof = hv.Curve((xs, [min(peak, bw * v) for v in xs]), x, y, label="roof").opts(
+            color="black", line_dash="dashed")
+        return pn.pane.HoloViews(scatter * roof, sizing_mode="stretch_width")
+
+    def _footprint_section(self, fp: Optional[pd.DataFrame], rec: dict):
+        import holoviews as hv
+        if fp is None or fp.empty:
+            return pn.pane.Markdown("*No footprint recorded for this run.*")
+        dram = dram_bytes()
+        fp = fp.assign(GiB=fp["bytes"] / 2**30,
+                       kind=fp["kind"].map(lambda k: "modeled (predicted)" if k == "predicted" else "measured"))
+        fp["hatch"] = [" " if k == "measured" else "/" for k in fp["kind"]]
+        fp["color"] = ["#1f77b4" if k == "measured" else "#ff7f0e" for k in fp["kind"]]
+        bars = hv.Bars(fp, ["tensor_class", "kind"], ["GiB", "hatch", "color"]).opts(
+            color="color", hooks=[hatch_by("hatch")], responsive=True, height=300, xrotation=30, tools=["hover"],
+            title="Footprint by tensor class vs DRAM", ylabel="GiB")
+        line = hv.HLine(dram / 2**30).opts(color="red", line_dash="dashed")
+        peak = ((rec.get("result") or {}).get("footprint") or {}).get("measured_peak_rss")
+        text = f"DRAM of this machine: {fmt_bytes(dram)} (red dashed line, off-scale when far above the bars)."
+        if peak:
+            text += f" Peak RSS of the worker: **{fmt_bytes(peak)}** (measured)."
+        return pn.Column(pn.pane.Markdown(text), pn.pane.HoloViews(bars * line, sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
+
+    def _tier_section(self, run_id):
+        import holoviews as hv
+        df, why = step_time_projection(self.lab, run_id)
+        if df is None:
+            return not_available("Measured DRAM vs modeled Optane/CXL (memory tier model)", why)
+        return pn.Column(pn.pane.Markdown(MODELED_NOTE),
+                         pn.pane.HoloViews(modeled_bars(df, "device", "seconds", "s per step"),
+                                           sizing_mode="stretch_width"), sizing_mode="stretch_width")
+
+    def _table_section(self, kernels: pd.DataFrame):
+        breakdown, why = optional("gnnrec_lab.analysis", "breakdown")
+        if breakdown is None:
+            return pn.Spacer(height=0)
+        host_profile, _ = optional("gnnrec_lab.calibrate", "host_profile")
+        host = safe_call(host_profile)[0] if host_profile else None
+        table, why = safe_call(breakdown, kernels, host=host)
+        if table is None:
+            return not_available("Breakdown table (analysis)", why)
+        table = table.reset_index() if not isinstance(table.index, pd.RangeIndex) else table
+        return pn.Card(pn.widgets.Tabulator(table, disabled=True, pagination="local", page_size=15,
+                                            sizing_mode="stretch_width"),
+                       title="Breakdown table (measured)", collapsed=True, sizing_mode="stretch_width")
+
+    @param.depends("run_id")
+    def body(self):
+        store = self.lab.store
+        if store is None:
+            return not_available("Breakdown (run store)", self.lab.store_reason)
+        if self.run_id is None:
+            return pn.pane.Markdown("*No run selected. Launch one on the Launch page.*")
+        rec = self.lab.run(self.run_id) or {}
+        kernels, why = safe_call(store.kernels_frame, self.run_id)
+        fp, _ = safe_call(store.footprint_frame, self.run_id)
+        status = rec.get("status", "unknown")
+        head = pn.pane.Markdown(f"### Run #{self.run_id} — {status}"
+                                + (f" · {rec.get('measured')}" if rec.get("measured") else ""))
+        if kernels is None or kernels.empty:
+            return pn.Column(head, pn.pane.Markdown(
+                f"*No kernel records for run {self.run_id} yet{' (' + why + ')' if why else ''}.*"),
+                self._footprint_section(fp, rec), sizing_mode="stretch_width")
+        return pn.Column(head, self._kernel_section(kernels), self._table_section(kernels),
+                         self._roofline_section(kernels), self._footprint_section(fp, rec),
+                         self._tier_section(self.run_id), sizing_mode="stretch_width")
+
+    def __panel__(self):
+        return pn.Column("## Breakdown", self.selector, self.body, sizing_mode="stretch_width")

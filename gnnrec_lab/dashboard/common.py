@@ -1,0 +1,234 @@
+"""What every dashboard page shares: the lab state, optional seams, small helpers.
+
+One :class:`Lab` per browser session holds the selection (which run the Live and
+Breakdown pages show) as ``param`` parameters; the :class:`~gnnrec_lab.store.Store`
+and :class:`~gnnrec_lab.runner.Runner` behind it are one per server process, so
+every session reads the same runs and the concurrency limit holds across tabs.
+
+Pieces of the lab that other modules provide (store, runner, analysis, memory
+model, cache simulator) are imported through :func:`optional`; when one is not
+importable the page shows :func:`not_available` instead of failing.
+"""
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any, Optional
+
+import pandas as pd
+import panel as pn
+import param
+
+# Bar styles that tell measured from modeled numbers apart in every plot.
+MEASURED_STYLE = dict(color="#1f77b4", hatch_pattern=" ")
+MODELED_STYLE = dict(color="#ff7f0e", hatch_pattern="/")
+MODELED_NOTE = "Hatched orange = **modeled** (device profile, not measured on this machine); solid blue = **measured**."
+
+
+def hatch_by(column: str = "hatch"):
+    """A HoloViews hook that hatches each bar by its ``column`` value (' ' = solid, '/' = hatched).
+
+    HoloViews has no hatch option; the hook sets it on the Bokeh glyph so
+    modeled bars look different from measured ones even in grey print.
+    """
+    def hook(plot, element):
+        glyph = plot.handles.get("glyph")
+        if glyph is not None and column in plot.handles["source"].data:
+            glyph.hatch_pattern = {"field": column}
+            glyph.hatch_color = "white"
+            glyph.hatch_alpha = 0.9
+    return hook
+
+
+def optional(module: str, attr: Optional[str] = None):
+    """Import ``module`` (and ``attr`` of it); return ``(obj, None)`` or ``(None, reason)``.
+
+    Any import failure (missing module, or an error inside one being written)
+    becomes a one-line reason the page can show.
+    """
+    try:
+        mod = importlib.import_module(module)
+        return (getattr(mod, attr) if attr else mod), None
+    except Exception as e:  # a half-written module must not take a page down
+        return None, f"{type(e).__name__}: {e}"
+
+
+def not_available(what: str, reason: Optional[str] = None) -> pn.pane.Alert:
+    """The note a page shows where a piece of the lab is missing."""
+    text = f"**{what}** is not available yet"
+    if reason:
+        text += f" ({reason})"
+    return pn.pane.Alert(text + ".", alert_type="warning", sizing_mode="stretch_width")
+
+
+def error_note(message: str) -> pn.pane.Alert:
+    return pn.pane.Alert(message, alert_type="danger", sizing_mode="stretch_width")
+
+
+def safe_call(fn, *a, default=None, **kw):
+    """``fn(*a, **kw)``, or ``(default, reason)`` when it raises; returns ``(value, reason|None)``."""
+    try:
+        return fn(*a, **kw), None
+    except Exception as e:
+        return default, f"{type(e).__name__}: {e}"
+
+
+def dram_bytes() -> int:
+    """Installed DRAM of this machine in bytes (psutil)."""
+    import psutil
+    return int(psutil.virtual_memory().total)
+
+
+def fmt_bytes(n: float) -> str:
+    """``n`` bytes as a short human string (binary units)."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def fmt_seconds(s: Optional[float]) -> str:
+    if s is None or s != s:
+        return "–"
+    s = float(s)
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60):02d} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+
+
+# ----------------------------------------------------------------------------
+# process-wide store and runner
+_lock = threading.Lock()
+_shared: dict[str, Any] = {}
+
+
+def shared_store():
+    """The process's :class:`~gnnrec_lab.store.Store` (``(store, None)`` or ``(None, reason)``)."""
+    with _lock:
+        if "store" not in _shared:
+            Store, why = optional("gnnrec_lab.store", "Store")
+            if Store is None:
+                return None, why
+            store, why = safe_call(Store)
+            if store is None:
+                return None, why
+            _shared["store"] = store
+        return _shared["store"], None
+
+
+def shared_runner(store):
+    """The process's :class:`~gnnrec_lab.runner.Runner` over ``store`` (one for all sessions)."""
+    with _lock:
+        key = ("runner", id(store))
+        if key not in _shared:
+            Runner, why = optional("gnnrec_lab.runner", "Runner")
+            if Runner is None:
+                return None, why
+            runner, why = safe_call(Runner, store)
+            if runner is None:
+                return None, why
+            _shared[key] = runner
+        return _shared[key], None
+
+
+class Lab(param.Parameterized):
+    """Session state every page reads: the store, the runner and the chosen run.
+
+    Pass ``store``/``runner`` to drive the pages from a notebook or a test; by
+    default the process-wide ones are used.
+    """
+
+    run_id = param.Parameter(default=None, doc="run shown on the Live and Breakdown pages")
+    runs_version = param.Integer(default=0, doc="bumped whenever the set of runs changes")
+    page = param.String(default="", doc="page the app should show (Launch, Live, Breakdown, Compare, Cache)")
+
+    def __init__(self, store=None, runner=None, **params):
+        super().__init__(**params)
+        self.store_reason = self.runner_reason = None
+        if store is None:
+            store, self.store_reason = shared_store()
+        self.store = store
+        if runner is None and store is not None:
+            runner, self.runner_reason = shared_runner(store)
+        elif runner is None:
+            self.runner_reason = "needs the run store"
+        self.runner = runner
+
+    # -- reads that never raise (a page shows the reason instead) -----------
+    def runs(self) -> pd.DataFrame:
+        if self.store is None:
+            return pd.DataFrame()
+        df, _ = safe_call(self.store.runs_frame, default=pd.DataFrame())
+        return df if df is not None else pd.DataFrame()
+
+    def run(self, run_id) -> Optional[dict]:
+        if self.store is None or run_id is None:
+            return None
+        rec, _ = safe_call(self.store.get_run, run_id)
+        if rec is None:
+            return None
+        return dict(rec) if not isinstance(rec, dict) else rec
+
+    def status(self, run_id) -> str:
+        """Status of a run: the runner's view when it has one, else the store's."""
+        if run_id is None:
+            return "none"
+        if self.runner is not None:
+            st, _ = safe_call(self.runner.status, run_id)
+            if st is not None:
+                return st.get("status", str(st)) if isinstance(st, dict) else str(st)
+        rec = self.run(run_id)
+        return str(rec.get("status", "unknown")) if rec else "unknown"
+
+    def launch(self, config) -> Any:
+        """Hand ``config`` to the runner (a subprocess runs it); return the new run id."""
+        if self.runner is None:
+            raise RuntimeError(f"the runner is not available yet ({self.runner_reason})")
+        run_id = self.runner.launch(config)
+        self.run_id = run_id
+        self.runs_version += 1
+        return run_id
+
+    def cancel(self, run_id) -> None:
+        if self.runner is None:
+            raise RuntimeError(f"the runner is not available yet ({self.runner_reason})")
+        self.runner.cancel(run_id)
+        self.runs_version += 1
+
+
+def run_label(row: dict) -> str:
+    """Short text naming a run in selectors: id, model, dataset, status."""
+    cfg = row.get("config") if isinstance(row.get("config"), dict) else row
+    parts = [f"#{row.get('run_id', row.get('id', '?'))}"]
+    for key in ("model", "dataset"):
+        v = row.get(key, cfg.get(key) if isinstance(cfg, dict) else None)
+        if v is not None:
+            parts.append(str(v))
+    layers = row.get("layers", cfg.get("layers") if isinstance(cfg, dict) else None)
+    if layers is not None and layers == layers:
+        parts.append(f"L{int(layers)}")
+    if row.get("status"):
+        parts.append(f"({row['status']})")
+    return " ".join(parts)
+
+
+def run_options(runs: pd.DataFrame, limit: int = 200) -> dict:
+    """``{label: run_id}`` for the newest ``limit`` runs of a runs frame."""
+    if runs is None or runs.empty:
+        return {}
+    idcol = "run_id" if "run_id" in runs.columns else ("id" if "id" in runs.columns else None)
+    if idcol is None:
+        return {}
+    df = runs.sort_values(idcol, ascending=False).head(limit)
+    return {run_label(r): r[idcol] for r in df.to_dict("records")}
+
+
+def id_column(runs: pd.DataFrame) -> Optional[str]:
+    for c in ("run_id", "id"):
+        if c in runs.columns:
+            return c
+    return None

@@ -1,0 +1,353 @@
+"""Launch page: a RunConfig form, what the run will need, and the Launch button.
+
+The form's state is a :class:`LaunchForm` (one ``param`` per RunConfig field a
+person usually changes). ``RunConfig`` itself validates; its ``ConfigError``
+names the field, and the message is shown under that widget while the Launch
+button stays disabled. Before launching, the page shows the predicted footprint
+per tensor class against this machine's DRAM and, where a DRAM run of the same
+shape exists in the store, its measured step time next to the step time the
+tier model projects for each other memory device (marked *modeled*).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import pandas as pd
+import panel as pn
+import param
+
+from ..config import (BACKENDS, LR_RULES, MEMORY_MODES, MODELS, NGCF_FORMS, OPTIMIZERS,
+                      TENSOR_CLASSES, RunConfig)
+from ..errors import ConfigError, UserError
+from .common import (MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_by, not_available, optional,
+                     safe_call)
+
+# The one-click example offered on a fresh install (small enough for two cores).
+EXAMPLE_CONFIG = dict(dataset="ml-100k", model="lightgcn", layers=3, dim=64, batch_size=2048,
+                      epochs=3, eval_users=500)
+# Form fields shown as widgets, in order; placement gets one text box per tensor class.
+FORM_FIELDS = ("dataset", "model", "ngcf_form", "layers", "dim", "batch_size", "epochs", "lr",
+               "lr_rule", "optimizer", "memory_mode", "backend", "max_steps_per_epoch")
+
+
+def dataset_names() -> tuple[list[str], Optional[str]]:
+    """Names of the datasets the data registry knows (prepared first), or ``([], reason)``."""
+    list_datasets, why = optional("gnnrec_lab.data", "list_datasets")
+    if list_datasets is None:
+        return [], why
+    rows, why = safe_call(list_datasets, default=[])
+    if why:
+        return [], why
+    rows = sorted(rows or [], key=lambda r: (not r.get("prepared", False), str(r.get("name"))))
+    return [str(r["name"]) for r in rows if "name" in r], None
+
+
+class LaunchForm(param.Parameterized):
+    """The launch form's state. ``config``/``error`` follow from the fields."""
+
+    dataset = param.String(default="ml-100k")
+    model = param.Selector(default="lightgcn", objects=list(MODELS))
+    ngcf_form = param.Selector(default="edge", objects=list(NGCF_FORMS))
+    layers = param.Integer(default=3)
+    dim = param.Integer(default=64)
+    batch_size = param.Integer(default=2048)
+    epochs = param.Integer(default=5)
+    lr = param.Number(default=1e-3)
+    lr_rule = param.Selector(default="none", objects=list(LR_RULES))
+    optimizer = param.Selector(default="adam", objects=list(OPTIMIZERS))
+    memory_mode = param.Selector(default="dram", objects=list(MEMORY_MODES))
+    backend = param.Selector(default="native", objects=list(BACKENDS))
+    max_steps_per_epoch = param.Integer(default=None, allow_None=True,
+                                        doc="cap steps per epoch for quick runs (empty = no cap)")
+    placement = param.Dict(default={}, doc="tensor class -> 'dram' | 'file:DIR' | 'numa:POLICY:NODES'")
+
+    def values(self) -> dict:
+        d = {k: getattr(self, k) for k in FORM_FIELDS}
+        d["placement"] = {k: v for k, v in (self.placement or {}).items() if v}
+        return d
+
+    @param.depends(*FORM_FIELDS, "placement")
+    def result(self) -> tuple[Optional[RunConfig], Optional[ConfigError]]:
+        """``(config, None)`` when the form is valid, else ``(None, error)``."""
+        return config_from_values(self.values())
+
+    def set_from(self, config: RunConfig) -> None:
+        self.param.update(**{k: getattr(config, k) for k in FORM_FIELDS},
+                          placement=dict(config.placement))
+
+
+def config_from_values(values: dict) -> tuple[Optional[RunConfig], Optional[ConfigError]]:
+    """Build a RunConfig from form values; a user mistake comes back as a ConfigError."""
+    try:
+        return RunConfig.from_dict(values), None
+    except ConfigError as e:
+        return None, e
+    except UserError as e:  # not tied to a field: show it at the button
+        return None, ConfigError("form", str(e))
+    except (TypeError, ValueError) as e:
+        return None, ConfigError("form", str(e))
+
+
+def footprint_frame(config: RunConfig) -> tuple[Optional[pd.DataFrame], Optional[str]]:
+    """Predicted bytes per tensor class for ``config`` (modeled from shapes), or ``(None, reason)``."""
+    footprint, why = optional("gnnrec_lab.memory", "footprint")
+    if footprint is None:
+        return None, why
+    counts = None
+    describe, _ = optional("gnnrec_lab.data", "describe")
+    if describe is not None:
+        counts, _ = safe_call(describe, config.dataset)
+    fp, why = safe_call(footprint, config, counts=counts)
+    if fp is None:
+        return None, why
+    df = pd.DataFrame({"tensor_class": list(fp), "bytes": [float(v) for v in fp.values()]})
+    return df, None
+
+
+def reference_dram_run(lab: Lab, config: RunConfig) -> Optional[int]:
+    """Newest finished DRAM run in the store with the same dataset, model, depth, width and batch."""
+    runs = lab.runs()
+    if runs.empty or "status" not in runs.columns:
+        return None
+    m = runs["status"].eq("finished")
+    for key in ("dataset", "model", "layers", "dim", "batch_size"):
+        if key in runs.columns:
+            m &= runs[key].eq(getattr(config, key))
+    if "memory_mode" in runs.columns:
+        m &= runs["memory_mode"].eq("dram")
+    hit = runs[m]
+    if hit.empty:
+        return None
+    return int(hit["id" if "id" in hit.columns else "run_id"].max())
+
+
+def step_time_projection(lab: Lab, run_id: int) -> tuple[Optional[pd.DataFrame], Optional[str]]:
+    """Step time (s) of ``run_id`` measured here and projected onto each slower device profile.
+
+    Returns a frame ``device, seconds, kind``: one 'measured' row (the run's own
+    training-step time on this host's DRAM) and one 'modeled' row per non-DRAM
+    device profile (``gnnrec_lab.memory.tiermodel.project_step``), or
+    ``(None, reason)`` when the tier model, the calibration or the records are missing.
+    """
+    project_step, why = optional("gnnrec_lab.memory.tiermodel", "project_step")
+    if project_step is None:
+        return None, why
+    load_profiles, why = optional("gnnrec_lab.memory.profiles", "load_profiles")
+    if load_profiles is None:
+        return None, why
+    host_profile, why = optional("gnnrec_lab.calibrate", "host_profile")
+    if host_profile is None:
+        return None, f"host calibration: {why}"
+    host, why = safe_call(host_profile)
+    if host is None:
+        return None, f"host calibration: {why}"
+    records, why = safe_call(lab.store.kernels_frame, run_id)
+    if records is None or records.empty:
+        return None, why or f"run {run_id} has no kernel records"
+    fp, _ = safe_call(lab.store.footprint_frame, run_id)
+    footprint = None
+    if fp is not None and not fp.empty:
+        pred = fp[fp["kind"] == "predicted"]
+        footprint = {r.tensor_class: int(r.bytes) for r in (pred if not pred.empty else fp).itertuples()}
+    profiles, why = safe_call(load_profiles)
+    if not profiles:
+        return None, why or "no device profiles"
+    rows, measured, reasons = [], None, []
+    for name, prof in profiles.items():
+        if getattr(prof, "kind", None) in ("dram", "host"):
+            continue
+        res, why = safe_call(project_step, records, host, name, footprint=footprint)
+        if res is None:
+            reasons.append(f"{name}: {why}")
+            continue
+        measured = res["measured_s"]
+        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind="modeled"))
+    if measured is None:
+        return None, "; ".join(reasons) or "no projection"
+    rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind="measured"))
+    return pd.DataFrame(rows), None
+
+
+class LaunchPage(pn.viewable.Viewer):
+    """Form + predictions + Launch; on a fresh store also a one-click example run."""
+
+    lab = param.ClassSelector(class_=Lab)
+    form = param.ClassSelector(class_=LaunchForm)
+    message = param.String(default="")
+
+    def __init__(self, lab: Lab, **params):
+        params.setdefault("form", LaunchForm())
+        super().__init__(lab=lab, **params)
+        names, self._datasets_reason = dataset_names()
+        if names:
+            if self.form.dataset not in names:
+                self.form.dataset = names[0]
+            ds = pn.widgets.Select.from_param(self.form.param.dataset, options=names, name="dataset")
+        else:
+            ds = pn.widgets.TextInput.from_param(self.form.param.dataset, name="dataset")
+        self.widgets = {"dataset": ds}
+        for k in FORM_FIELDS[1:]:
+            p = self.form.param[k]
+            if isinstance(p, param.Selector):
+                w = pn.widgets.Select.from_param(p, name=k)
+            elif k == "lr":
+                w = pn.widgets.FloatInput.from_param(p, name=k, step=1e-4, format="0.[00000]")
+            else:
+                w = pn.widgets.IntInput.from_param(p, name=k)
+            self.widgets[k] = w
+        for w in self.widgets.values():
+            w.width = 200
+        self.placement_inputs = {
+            cls: pn.widgets.TextInput(name=cls, placeholder="dram (default)", value=self.form.placement.get(cls, ""))
+            for cls in TENSOR_CLASSES}
+        for cls, w in self.placement_inputs.items():
+            w.param.watch(self._placement_changed, "value")
+        self.errors = {k: pn.pane.Markdown("", styles={"color": "#c62828"}, margin=(0, 10), visible=False, width=200)
+                       for k in list(FORM_FIELDS) + ["placement", "form"]}
+        self.button = pn.widgets.Button(name="Launch run", button_type="primary", disabled=True)
+        self.button.on_click(self._on_launch)
+        self.example_button = pn.widgets.Button(name="Run an example: ml-100k LightGCN, 3 layers, dim 64, 3 epochs",
+                                                button_type="success")
+        self.example_button.on_click(self._on_example)
+        self.status_md = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self.form.param.watch(self._refresh_validity, list(FORM_FIELDS) + ["placement"])
+        self._refresh_validity()
+
+    # -- events ---------------------------------------------------------------
+    def _placement_changed(self, _event=None):
+        self.form.placement = {c: w.value.strip() for c, w in self.placement_inputs.items() if w.value.strip()}
+
+    def _refresh_validity(self, *_):
+        cfg, err = self.form.result()
+        for k, pane in self.errors.items():
+            hit = err is not None and (err.param == k or (k == "form" and err.param not in self.errors))
+            pane.object = f"⚠ {err}" if hit else ""
+            pane.visible = hit
+        self.widgets["ngcf_form"].visible = self.form.model == "ngcf"
+        self.button.disabled = cfg is None or self.lab.runner is None
+
+    def launch(self, config: Optional[RunConfig] = None):
+        """Launch ``config`` (default: the form's) through the runner; return the run id or None."""
+        if config is None:
+            config, err = self.form.result()
+            if config is None:
+                self.message = f"Not launched: {err}"
+                self.status_md.object = self.message
+                return None
+        try:
+            run_id = self.lab.launch(config)
+        except UserError as e:
+            self.message = f"Not launched: {e}"
+        except Exception as e:  # the runner failing must not take the page down
+            self.message = f"Not launched: {type(e).__name__}: {e}"
+        else:
+            self.message = f"Launched run **#{run_id}** — follow it on the **Live** page."
+            self.lab.page = "Live"
+            self.status_md.object = self.message
+            return run_id
+        self.status_md.object = self.message
+        return None
+
+    def _on_launch(self, _event):
+        self.launch()
+
+    def _on_example(self, _event):
+        cfg, err = config_from_values(EXAMPLE_CONFIG)
+        if cfg is None:
+            self.status_md.object = f"Example not launched: {err}"
+            return
+        self.form.set_from(cfg)
+        self.launch(cfg)
+
+    # -- views ------------------------------------------------------------------
+    @param.depends("form.dataset", "form.model", "form.ngcf_form", "form.layers", "form.dim",
+                   "form.batch_size", "form.memory_mode", "form.placement", "form.backend")
+    def predictions(self):
+        cfg, err = self.form.result()
+        if cfg is None:
+            return pn.pane.Markdown("*Fix the form to see predictions.*")
+        return pn.Column(self._footprint_view(cfg), self._step_time_view(cfg), sizing_mode="stretch_width")
+
+    def _footprint_view(self, cfg: RunConfig):
+        import holoviews as hv
+        df, why = footprint_frame(cfg)
+        if df is None:
+            return not_available("Predicted footprint (memory package)", why)
+        dram = dram_bytes()
+        total = float(df["bytes"].sum())
+        df = df.assign(GiB=df["bytes"] / 2**30, hatch="/")
+        bars = hv.Bars(df, "tensor_class", ["GiB", "hatch"]).opts(
+            color="#ff7f0e", hooks=[hatch_by("hatch")], responsive=True, height=260, xrotation=30,
+            title="Predicted footprint by tensor class (modeled)", ylabel="GiB (modeled)",
+            tools=["hover"])
+        line = hv.HLine(dram / 2**30).opts(color="red", line_dash="dashed")
+        fits = "fits in" if total <= dram else "**exceeds**"
+        note = pn.pane.Markdown(
+            f"Predicted total **{fmt_bytes(total)}** (modeled) {fits} this machine's DRAM "
+            f"({fmt_bytes(dram)}, red dashed line).")
+        return pn.Column(note, pn.pane.HoloViews(bars * line, sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
+
+    def _step_time_view(self, cfg: RunConfig):
+        import holoviews as hv
+        if self.lab.store is None:
+            return not_available("Step-time prediction (run store)", self.lab.store_reason)
+        ref = reference_dram_run(self.lab, cfg)
+        if ref is None:
+            return pn.pane.Markdown(
+                "*Predicted step time per memory mode*: no finished DRAM run with this dataset, model, "
+                "depth, dim and batch size yet — launch one on `dram`; the tier model then projects its "
+                "measured kernels onto Optane, CXL and remote NUMA (modeled).")
+        df, why = step_time_projection(self.lab, ref)
+        if df is None:
+            return not_available("Step-time prediction (memory tier model)", why)
+        return pn.Column(
+            pn.pane.Markdown(f"Step time per memory device from run **#{ref}**. {MODELED_NOTE}"),
+            pn.pane.HoloViews(modeled_bars(df, "device", "seconds", "s per step"), sizing_mode="stretch_width"),
+            sizing_mode="stretch_width")
+
+    @param.depends("lab.runs_version")
+    def fresh_install(self):
+        runs = self.lab.runs()
+        if self.lab.store is None or not runs.empty:
+            return pn.Spacer(height=0)
+        if self.lab.runner is None:
+            return not_available("The example run (runner)", self.lab.runner_reason)
+        return pn.Column(pn.pane.Markdown("### No runs yet\nStart with a small example run "
+                                          "(about a minute on two cores), then watch it on the Live page."),
+                         self.example_button, sizing_mode="stretch_width")
+
+    def __panel__(self):
+        fields = [pn.Column(self.widgets[k], self.errors[k], margin=0, width=220) for k in FORM_FIELDS]
+        placement = pn.Card(*[self.placement_inputs[c] for c in TENSOR_CLASSES], self.errors["placement"],
+                            title="Placement per tensor class", collapsed=True, sizing_mode="stretch_width")
+        notes = []
+        if self._datasets_reason:
+            notes.append(not_available("Dataset list (data registry)", self._datasets_reason))
+        if self.lab.store is None:
+            notes.append(not_available("Run store", self.lab.store_reason))
+        elif self.lab.runner is None:
+            notes.append(not_available("Runner (launching runs)", self.lab.runner_reason))
+        form = pn.Column("## Launch a run", *notes, pn.GridBox(*fields, ncols=2), placement,
+                         self.errors["form"], self.button, self.status_md, width=460)
+        return pn.Column(self.fresh_install,
+                         pn.Row(form, pn.Column("## Before launching", self.predictions,
+                                                sizing_mode="stretch_width"), sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
+
+
+def modeled_bars(df: pd.DataFrame, x: str, y: str, ylabel: str):
+    """Bars of ``y`` by ``x`` with measured solid and modeled hatched, and a kind label on each bar.
+
+    ``df`` needs a ``kind`` column ('measured' | 'modeled').
+    """
+    import holoviews as hv
+    df = df.copy()
+    df["label"] = [f"{k}" for k in df["kind"]]
+    df["color"] = ["#1f77b4" if k == "measured" else "#ff7f0e" for k in df["kind"]]
+    df["hatch"] = [" " if k == "measured" else "/" for k in df["kind"]]
+    bars = hv.Bars(df, x, [y, "kind", "color", "hatch"]).opts(
+        color="color", hooks=[hatch_by("hatch")], responsive=True, height=280, xrotation=20,
+        ylabel=ylabel, tools=["hover"], title=f"{ylabel}: measured (solid) vs modeled (hatched)")
+    labels = hv.Labels(df.assign(y=df[y] * 1.02), [x, "y"], "label").opts(text_font_size="9pt", yoffset=0)
+    return bars * labels
