@@ -234,8 +234,9 @@ def _resolve_columns(spec: dict, names: Optional[list], nfields: int, source: st
             if not free:
                 raise DataError(f"{source}: no column left for {role}; lines have {nfields} field(s)")
             pos[role] = free.pop(0)
-    # without names, a third and fourth column are rating and timestamp by convention
-    if names is None or not any(n in _KNOWN for n in names):
+    # with no columns given and no recognisable header, a third and fourth column are rating
+    # and timestamp by convention (u.data, most edge lists)
+    if not spec and (names is None or not any(n in _KNOWN for n in names)):
         for role in ("rating", "timestamp"):
             if role not in pos and role not in spec and free:
                 pos[role] = free.pop(0)
@@ -291,8 +292,9 @@ def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = No
         raise DataError(f"{source}: no interactions (only a header line)")
 
     wanted = {r: p for r, p in pos.items() if r != "timestamp"}
-    order = sorted(wanted.values())
-    kw = dict(header=None, skiprows=header_line, usecols=order, skip_blank_lines=True,
+    # all columns are read (no usecols) so that a line with extra fields is an error, as it
+    # usually means a wrong separator or a broken line
+    kw = dict(header=None, skiprows=header_line, skip_blank_lines=True,
               keep_default_na=False, na_values=[""])
     if sep == "whitespace":
         kw.update(sep=r"\s+", engine="c")

@@ -350,14 +350,24 @@ def _build_ml100k(root: Path, d: Path) -> None:
     wheel = _ml100k_wheel(root)
     inter = readers.read_ml100k(wheel)
     pairs, uids, iids, dup = readers.index_interactions(inter)
-    tmp = storage.new_tmp_dir(root, d.name)
     meta = {"name": ML100K, "kind": "real", "source": ML100K_SOURCE, "format": "ml100k", "min_rating": None,
             "n_users": int(uids.size), "n_items": int(iids.size), "n_interactions": int(pairs.shape[0]),
             "duplicates_merged": dup, "given_test": False, "columns": inter.columns, "generation": None,
             "prepare_seconds": time.perf_counter() - t0}
-    (tmp / "recipe.json").write_text(json.dumps({"builtin": ML100K, "min_rating": None}))
-    _write_dataset(tmp, {"interactions.npy": pairs, "user_ids.npy": uids, "item_ids.npy": iids}, meta)
-    storage.publish(tmp, d)
+    _publish_dataset(root, d, {"builtin": ML100K, "min_rating": None},
+                     {"interactions.npy": pairs, "user_ids.npy": uids, "item_ids.npy": iids}, meta, replace=False)
+
+
+def _publish_dataset(root: Path, d: Path, recipe: dict, arrays: dict, meta: dict, replace: bool) -> None:
+    """Write a dataset directory under a temporary name, then move it to ``d``."""
+    tmp = storage.new_tmp_dir(root, d.name)
+    try:
+        (tmp / "recipe.json").write_text(json.dumps(recipe))
+        _write_dataset(tmp, arrays, meta)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    storage.publish(tmp, d, replace=replace)
 
 
 def _build_synth(cname: str, params, d: Path, progress: bool) -> None:
@@ -446,7 +456,7 @@ def _ensure_split(d: Path, meta: dict, seed: int, fractions, progress: bool, rep
                 counts = split_per_user(inter, n_users, fractions, seed, [wt, wv, ws], bar.update)
                 protocol = ("per-user random split, seeded; users with < 3 interactions keep all in train; "
                             "each held-out part gets max(1, round(d * fraction)) per user")
-        if counts["test"] == 0:
+        if counts["test"] == 0 and fractions[2] > 0:
             raise DataError(f"dataset {meta['name']!r}: users with too few interactions to split "
                             f"(no user has 3 or more, so the test part would be empty)")
         storage.write_meta(tmp, {"seed": seed, "split": list(fractions), "counts": counts, "protocol": protocol,

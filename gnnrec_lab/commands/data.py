@@ -1,0 +1,134 @@
+"""``gnnrec-lab data``: list, prepare and describe datasets."""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("data", help="list, prepare and describe datasets",
+                              description="List, prepare and describe datasets (cached under $GNNREC_LAB_DATA or ./data).")
+    sub = p.add_subparsers(dest="data_command", metavar="ACTION")
+
+    ls = sub.add_parser("list", help="built-in and prepared datasets")
+    ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ls.add_argument("--data-dir", help="data directory (default: $GNNREC_LAB_DATA or ./data)")
+    ls.set_defaults(func=cmd_list)
+
+    pr = sub.add_parser("prepare", help="prepare a built-in dataset or a file once; prints the name to use",
+                        description="Prepare a built-in dataset (ml-100k, synth-*, synth:users=..,items=..,"
+                                    "interactions=..) or a file: u.data, ml-100k.zip, a LightGCN directory "
+                                    "(train.txt + test.txt), CSV/TSV or Parquet.")
+    pr.add_argument("source", metavar="NAME_OR_PATH")
+    pr.add_argument("--format", default="auto", choices=("auto", "ml100k", "lightgcn", "csv", "parquet"))
+    pr.add_argument("--name", help="name to load it by (default: from the file name)")
+    pr.add_argument("--min-rating", type=float, help="keep only interactions rated >= R (explicit -> implicit)")
+    pr.add_argument("--user-col", help="user column: header name or 0-based position")
+    pr.add_argument("--item-col", help="item column: header name or 0-based position")
+    pr.add_argument("--rating-col", help="rating column: header name or 0-based position")
+    pr.add_argument("--time-col", help="timestamp column: header name or 0-based position")
+    pr.add_argument("--sep", help="field separator (default: detected; 'tab', 'whitespace', ',', '::', ...)")
+    pr.add_argument("--seed", type=int, default=2020, help="seed of the default split made now (default 2020)")
+    pr.add_argument("--data-dir", help="data directory (default: $GNNREC_LAB_DATA or ./data)")
+    pr.add_argument("--json", action="store_true", help="print JSON instead of text")
+    pr.add_argument("--quiet", action="store_true", help="no progress bar")
+    pr.set_defaults(func=cmd_prepare)
+
+    inf = sub.add_parser("info", help="counts, source and split of one dataset")
+    inf.add_argument("name")
+    inf.add_argument("--data-dir", help="data directory (default: $GNNREC_LAB_DATA or ./data)")
+    inf.add_argument("--json", action="store_true", help="print JSON instead of text")
+    inf.set_defaults(func=cmd_info)
+
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _fmt(n) -> str:
+    return f"{n:,}" if isinstance(n, int) else str(n)
+
+
+def cmd_list(args) -> int:
+    from ..data import list_datasets
+
+    rows = list_datasets(args.data_dir)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    head = ("name", "kind", "users", "items", "interactions", "prepared")
+    table = [head] + [(r["name"], r["kind"], _fmt(r["n_users"]), _fmt(r["n_items"]), _fmt(r["n_interactions"]),
+                       "yes" if r["prepared"] else "no") for r in rows]
+    widths = [max(len(row[k]) for row in table) for k in range(len(head))]
+    for j, row in enumerate(table):
+        cells = [c.ljust(w) if k < 2 else c.rjust(w) for k, (c, w) in enumerate(zip(row, widths))]
+        print("  ".join(cells).rstrip())
+        if j == 0:
+            print("  ".join("-" * w for w in widths))
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    from ..data import load, prepare
+
+    cols = {"user": args.user_col, "item": args.item_col, "rating": args.rating_col, "timestamp": args.time_col}
+    cols = {k: v for k, v in cols.items() if v is not None} or None
+    name = prepare(args.source, format=None if args.format == "auto" else args.format, name=args.name,
+                   min_rating=args.min_rating, columns=cols, sep=args.sep, seed=args.seed,
+                   data_dir=args.data_dir, progress=not args.quiet and sys.stderr.isatty())
+    ds = load(name, seed=args.seed, data_dir=args.data_dir)
+    out = _summary(ds)
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"prepared {name}: {ds.n_users:,} users, {ds.n_items:,} items, "
+              f"{out['interactions']:,} interactions (train {ds.train.shape[0]:,} / valid "
+              f"{ds.valid.shape[0]:,} / test {ds.test.shape[0]:,}, seed {args.seed})")
+        print(f"use it as: --dataset {name}")
+    return 0
+
+
+def _summary(ds) -> dict:
+    m = ds.meta
+    return {"name": ds.name, "kind": m.get("kind"), "source": m.get("source"), "format": m.get("format"),
+            "users": ds.n_users, "items": ds.n_items, "interactions": m["counts"]["interactions"],
+            "train": int(ds.train.shape[0]), "valid": int(ds.valid.shape[0]), "test": int(ds.test.shape[0]),
+            "density": ds.density, "min_rating": m.get("min_rating"), "seed": m.get("seed"),
+            "split": m.get("split"), "split_protocol": m.get("split_protocol"),
+            "duplicates_merged": m.get("duplicates_merged"), "generation": m.get("generation"),
+            "cache_dir": m.get("cache_dir")}
+
+
+def cmd_info(args) -> int:
+    from ..data import describe, load
+
+    d = describe(args.name, args.data_dir)
+    if not d["prepared"]:
+        out = dict(d, name=args.name)
+        if args.json:
+            print(json.dumps(out, indent=1))
+        else:
+            print(f"{args.name} ({d['kind']}, not prepared yet): {d['n_users']:,} users, {d['n_items']:,} items, "
+                  f"{d['n_interactions']:,} interactions")
+            print(f"source: {d['source']}")
+            print(f"prepare it with: gnnrec-lab data prepare {args.name}")
+        return 0
+    ds = load(args.name, data_dir=args.data_dir)
+    out = _summary(ds)
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{ds.name} ({out['kind']}, {out['format']})")
+    print(f"source:       {out['source']}")
+    print(f"users:        {ds.n_users:,}")
+    print(f"items:        {ds.n_items:,}")
+    print(f"interactions: {out['interactions']:,} (density {out['density']:.3%})")
+    print(f"split:        train {out['train']:,} / valid {out['valid']:,} / test {out['test']:,} "
+          f"(seed {out['seed']}; {out['split_protocol']})")
+    if out["min_rating"] is not None:
+        print(f"min rating:   {out['min_rating']:g}")
+    if out["generation"]:
+        g = out["generation"]
+        print("generation:   " + ", ".join(f"{k}={g[k]}" for k in ("users", "items", "interactions", "seed",
+                                                                   "user_exp", "item_exp", "communities",
+                                                                   "locality") if k in g))
+    print(f"cache:        {out['cache_dir']}")
+    return 0
