@@ -141,7 +141,11 @@ def numa_prefix(config) -> list[str]:
 
 # ---------------------------------------------------------------------------
 def recover_dead(store: Store, exclude: Sequence[int] = ()) -> list[int]:
-    """Mark ``running`` runs whose worker process is gone as failed; returns their ids."""
+    """Close ``running`` runs whose worker process is gone; returns their ids.
+
+    Such a run becomes ``cancelled`` when a cancel was requested (the escalation
+    killed it), else ``failed`` with "worker process disappeared".
+    """
     dead = []
     now = time.time()
     for run_id in store.run_ids("running"):
@@ -152,6 +156,12 @@ def recover_dead(store: Store, exclude: Sequence[int] = ()) -> list[int]:
             if run["started"] and now - run["started"] < SPAWN_GRACE_S:
                 continue  # another runner is spawning it right now
         elif pid_alive(run["pid"], run["pid_start"]):
+            continue
+        if run["cancel_requested"]:
+            # a cancel escalated to a signal: the worker could not record its own end
+            if store.set_status(run_id, "cancelled", error="cancelled: worker stopped by a signal",
+                                only_if=("running",)):
+                dead.append(run_id)
             continue
         tail = tail_lines(store.home / "runs" / str(run_id) / "stderr.log") or None
         if store.set_status(run_id, "failed", error="worker process disappeared (pid "

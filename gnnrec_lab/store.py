@@ -429,7 +429,9 @@ class Store:
         """Store a RunResult (or its dict). Footprints inside it land in the footprints table.
 
         ``result["footprint"]`` may be ``{"predicted": {...}, "measured": {...}}`` or a
-        flat ``{class: bytes}``, which is taken as measured (allocated) bytes.
+        flat ``{class: bytes}``, which is taken as measured (allocated) bytes. Extra
+        numeric keys ``measured_X`` (e.g. ``measured_peak_rss``) become measured rows
+        of class ``X``.
         """
         d = result.to_dict() if hasattr(result, "to_dict") else dict(result)
         text = json.dumps(d, default=str)
@@ -438,9 +440,13 @@ class Store:
             con.execute("UPDATE runs SET result=? WHERE id=?", (text, int(run_id)))
             if isinstance(fp, dict):
                 if any(k in fp for k in FOOTPRINT_KINDS):
-                    for kind in FOOTPRINT_KINDS:
-                        if isinstance(fp.get(kind), dict):
-                            self._insert_footprint(con, run_id, fp[kind], kind)
+                    measured = dict(fp["measured"]) if isinstance(fp.get("measured"), dict) else {}
+                    measured.update({k[len("measured_"):]: v for k, v in fp.items()
+                                     if k.startswith("measured_") and isinstance(v, (int, float))})
+                    if isinstance(fp.get("predicted"), dict):
+                        self._insert_footprint(con, run_id, fp["predicted"], "predicted")
+                    if measured:
+                        self._insert_footprint(con, run_id, measured, "measured")
                 else:
                     self._insert_footprint(con, run_id, fp, "measured")
 

@@ -60,7 +60,7 @@ def test_add_run_and_reporter_round_trip(tmp_path):
         status = "finished"
 
         def to_dict(self):
-            return {"metrics": {"x": 1}, "footprint": {"measured": {"embeddings": 210}}}
+            return {"metrics": {"x": 1}, "footprint": {"measured": {"embeddings": 210}, "measured_peak_rss": 999}}
     r.on_finish(Res())
     s.set_status(rid, "running")
     s.set_status(rid, "finished")
@@ -80,7 +80,8 @@ def test_add_run_and_reporter_round_trip(tmp_path):
     fp = s.footprint_frame(rid)
     assert set(zip(fp.tensor_class, fp.bytes, fp.kind)) == {("graph", 100, "predicted"),
                                                            ("embeddings", 200, "predicted"),
-                                                           ("embeddings", 210, "measured")}
+                                                           ("embeddings", 210, "measured"),
+                                                           ("peak_rss", 999, "measured")}
     assert list(s.events_frame(rid).kind) == ["early_stop"]
     run = s.get_run(rid)
     assert run["host"] == {"hostname": "h"} and run["result"]["metrics"] == {"x": 1}
