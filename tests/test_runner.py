@@ -256,3 +256,22 @@ def test_cli_cancels_run_of_another_process(store, monkeypatch, capsys):
     assert run["status"] == "cancelled" and run["cancel_requested"]
     from gnnrec_lab.store import pid_alive
     assert not pid_alive(run["pid"], run["pid_start"])
+
+
+@pytest.mark.slow
+def test_real_training_through_worker(store, monkeypatch):
+    """The real train() honours the reporter contract the store relies on (one tiny epoch)."""
+    monkeypatch.delenv("GNNREC_LAB_TRAIN_FN")
+    runner = Runner(store)
+    rid = runner.launch(RunConfig(dataset="synth-tiny", dim=8, layers=1, batch_size=512, epochs=1,
+                                  max_steps_per_epoch=2, patience=0, eval_users=50))
+    status = runner.wait(rid, timeout=120)
+    run = store.get_run(rid)
+    assert status == "finished", (run["error"], run["stderr_tail"])
+    assert len(store.steps_frame(rid)) == 2
+    assert {"spmm", "gather"} <= set(store.kernels_frame(rid).name)
+    ev = store.evals_frame(rid)
+    assert {"valid", "test"} <= set(ev.split) and "recall@20" in set(ev.metric)
+    assert set(store.footprint_frame(rid).kind) == {"predicted", "measured"}
+    row = store.runs_frame().iloc[0]
+    assert row["test_recall@20"] == pytest.approx(ev[(ev.split == "test") & (ev.metric == "recall@20")].value.iloc[-1])
