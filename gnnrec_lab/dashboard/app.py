@@ -9,30 +9,17 @@ from __future__ import annotations
 
 from typing import Optional
 
-import holoviews as hv
 import panel as pn
 
 from .breakdown import BreakdownPage
 from .cache import CachePage
-from .common import Lab
+from .common import Lab, load_extensions
 from .compare import ComparePage
 from .launch import LaunchPage
 from .live import LivePage
 
 TITLE = "gnnrec-lab"
 PAGES = ("Launch", "Live", "Breakdown", "Compare", "Cache")
-
-_extensions_loaded = False
-
-
-def load_extensions() -> None:
-    """Panel/HoloViews front-end pieces the pages need (once per process)."""
-    global _extensions_loaded
-    if not _extensions_loaded:
-        pn.extension("tabulator", notifications=False)
-        hv.extension("bokeh", logo=False)
-        _extensions_loaded = True
-
 
 PAGE_CLASSES = {"Launch": LaunchPage, "Live": LivePage, "Breakdown": BreakdownPage, "Compare": ComparePage,
                 "Cache": CachePage}

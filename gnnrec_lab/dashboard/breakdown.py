@@ -78,7 +78,7 @@ def roofline_frame(kernels: pd.DataFrame) -> tuple[Optional[pd.DataFrame], Optio
     host_profile, why = optional("gnnrec_lab.calibrate", "host_profile")
     if host_profile is None:
         return None, None, why
-    host, why = safe_call(host_profile)
+    host, why = safe_call(host_profile, measure_if_missing=False)
     if host is None:
         return None, None, why
     pts, why = safe_call(roofline_points, kernels, host)
@@ -199,7 +199,7 @@ class BreakdownPage(pn.viewable.Viewer):
         if breakdown is None:
             return pn.Spacer(height=0)
         host_profile, _ = optional("gnnrec_lab.calibrate", "host_profile")
-        host = safe_call(host_profile)[0] if host_profile else None
+        host = safe_call(host_profile, measure_if_missing=False)[0] if host_profile else None
         table, why = safe_call(breakdown, kernels, host=host)
         if table is None:
             return not_available("Breakdown table (analysis)", why)

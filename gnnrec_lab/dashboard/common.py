@@ -25,6 +25,22 @@ MODELED_STYLE = dict(color="#ff7f0e", hatch_pattern="/")
 MODELED_NOTE = "Hatched orange = **modeled** (device profile, not measured on this machine); solid blue = **measured**."
 
 
+_extensions_loaded = False
+
+
+def load_extensions() -> None:
+    """Load Panel's Tabulator and HoloViews' Bokeh backend (once per process).
+
+    Every page calls it, so a page built alone (a notebook cell, a test) can plot.
+    """
+    global _extensions_loaded
+    if not _extensions_loaded:
+        import holoviews as hv
+        pn.extension("tabulator", notifications=False)
+        hv.extension("bokeh", logo=False)
+        _extensions_loaded = True
+
+
 def hatch_by(column: str = "hatch"):
     """A HoloViews hook that hatches each bar by its ``column`` value (' ' = solid, '/' = hatched).
 
@@ -148,6 +164,7 @@ class Lab(param.Parameterized):
 
     def __init__(self, store=None, runner=None, **params):
         super().__init__(**params)
+        load_extensions()
         self.store_reason = self.runner_reason = None
         if store is None:
             store, self.store_reason = shared_store()

@@ -138,7 +138,7 @@ def step_time_projection(lab: Lab, run_id: int) -> tuple[Optional[pd.DataFrame],
     host_profile, why = optional("gnnrec_lab.calibrate", "host_profile")
     if host_profile is None:
         return None, f"host calibration: {why}"
-    host, why = safe_call(host_profile)
+    host, why = safe_call(host_profile, measure_if_missing=False)
     if host is None:
         return None, f"host calibration: {why}"
     records, why = safe_call(lab.store.kernels_frame, run_id)
