@@ -241,6 +241,8 @@ def test_wrong_format_empty_missing_unknown(dd, tmp_path):
         prepare(str(tmp_path / "missing.csv"), data_dir=dd)
     with pytest.raises(DataError, match=r"unknown dataset 'gowala'; built-in: ml-100k, synth-tiny"):
         load("gowala", data_dir=dd)
+    with pytest.raises(DataError, match="not a dataset name"):
+        load("../data", data_dir=dd)
     with pytest.raises(DataError, match="unknown synthetic dataset 'synth-huge'"):
         describe("synth-huge", data_dir=dd)
     with pytest.raises(DataError, match="is a built-in dataset"):

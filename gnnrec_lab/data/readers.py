@@ -32,6 +32,7 @@ from ..errors import DataError
 FORMATS = ("auto", "ml100k", "lightgcn", "csv", "parquet")
 ROLES = ("user", "item", "rating", "timestamp")
 RECBOLE_ML100K_MEMBER = "recbole/dataset_example/ml-100k/ml-100k.inter"
+_HEAD_BYTES = 1 << 16
 
 # Header names recognised for each column role (compared lower-case, RecBole ":type" suffix dropped).
 SYNONYMS = {
@@ -250,26 +251,33 @@ def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = No
     """Read a delimited edge list from a path or bytes; ``source`` names it in messages."""
     import pandas as pd
 
+    # Only the head is decoded here (separator, header); pandas streams the whole file, and the
+    # slow line-by-line scan runs only when something is wrong, to name the line.
     if isinstance(src, (bytes, bytearray)):
-        raw = bytes(src)
+        data = bytes(src)
+        head = data[:_HEAD_BYTES]
+        whole = len(data) <= _HEAD_BYTES
     else:
         try:
-            raw = Path(src).read_bytes()
+            with open(src, "rb") as f:
+                head = f.read(_HEAD_BYTES + 1)
         except FileNotFoundError:
             raise DataError(f"{source}: no such file") from None
         except IsADirectoryError:
             raise DataError(f"{source}: is a directory, expected a file") from None
-    if raw[:4] == b"PAR1":
+        whole = len(head) <= _HEAD_BYTES
+        head = head[:_HEAD_BYTES]
+        data = None
+    if head[:4] == b"PAR1":
         raise DataError(f"{source}: this is a Parquet file; use format 'parquet'")
-    if raw[:2] == b"PK" or raw[:2] == b"\x1f\x8b":
+    if head[:2] == b"PK" or head[:2] == b"\x1f\x8b":
         raise DataError(f"{source}: this is a compressed archive, not a text edge list")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = raw.decode("latin-1")
+    text = head.decode("utf-8", errors="replace")
     if text.startswith("\ufeff"):
         text = text[1:]
     lines = text.splitlines()
+    if not whole and len(lines) > 1:
+        lines = lines[:-1]            # the last line of a cut head may be partial
     data_idx = [k for k, ln in enumerate(lines[:200]) if ln.strip()]
     if not data_idx:
         raise DataError(f"{source}: no interactions (empty file)")
@@ -288,7 +296,7 @@ def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = No
     nfields = len(first_fields)
     pos = _resolve_columns(spec, names, nfields, source)
     header_line = data_idx[0] + 1 if header else 0   # 1-based line of the header, 0 = none
-    if header and len(data_idx) == 1:
+    if header and len(data_idx) == 1 and whole:
         raise DataError(f"{source}: no interactions (only a header line)")
 
     wanted = {r: p for r, p in pos.items() if r != "timestamp"}
@@ -303,8 +311,9 @@ def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = No
     else:
         kw.update(sep=re.escape(sep), engine="python")
     bad = None
+    kw.update(encoding="utf-8-sig", encoding_errors="replace")
     try:
-        df = pd.read_csv(io.BytesIO(text.encode("utf-8")), **kw)
+        df = pd.read_csv(io.BytesIO(data) if data is not None else src, **kw)
     except (pd.errors.ParserError, ValueError) as e:
         df, bad = None, str(e).strip().splitlines()[-1]
     if df is not None and df.shape[0] == 0:
@@ -319,7 +328,12 @@ def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = No
         if not problem:
             return Interactions(_ids(cols["user"]), _ids(cols["item"]), ratings, source,
                                 {r: (names[p] if names else p) for r, p in pos.items()})
-    where = _find_bad_line(lines, header_line, split, pos, nfields)
+    if data is not None:
+        all_lines = io.StringIO(data.decode("utf-8-sig", errors="replace"))
+    else:
+        all_lines = open(src, encoding="utf-8-sig", errors="replace")
+    with all_lines:
+        where = _find_bad_line(all_lines, header_line, split, pos, nfields)
     if where:
         raise DataError(f"{source}:{where[0]}: {where[1]}")
     raise DataError(f"{source}: could not parse ({bad or 'missing values'})")
@@ -340,9 +354,9 @@ def _looks_like_header(first: list, rest: list, spec: dict) -> bool:
 def _find_bad_line(lines, header_line, split, pos, nfields):
     """First malformed line as ``(1-based line number, reason)``, or None."""
     need = max(pos.values()) + 1
-    for k in range(header_line, len(lines)):
-        ln = lines[k]
-        if not ln.strip():
+    for k, ln in enumerate(lines):
+        ln = ln.rstrip("\r\n")
+        if k < header_line or not ln.strip():
             continue
         f = split(ln)
         if len(f) < need:

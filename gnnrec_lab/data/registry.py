@@ -92,6 +92,9 @@ def _resolve(name):
     if name.startswith("synth-") or name == "synth":
         raise DataError(f"unknown synthetic dataset {name!r}; presets: {', '.join(synthetic.PRESETS)}, "
                         f"or synth:users=N,items=M,interactions=K[,seed=S]")
+    if not _NAME_RE.match(name) or name in _RESERVED:
+        raise DataError(f"unknown dataset {name!r} (not a dataset name; to use a file run "
+                        f"`gnnrec-lab data prepare PATH` and load the name it prints)")
     return "user", None, name
 
 
@@ -296,7 +299,7 @@ def _ensure_prepared(name, root: Path, progress: bool):
     elif kind == "synth":
         _build_synth(cname, params, d, progress)
     else:
-        if not d.is_dir() or not _NAME_RE.match(cname) or cname in _RESERVED:
+        if not d.is_dir():
             raise _unknown(name, root)
         try:
             recipe = json.loads((d / "recipe.json").read_text())
