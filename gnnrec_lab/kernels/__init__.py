@@ -32,7 +32,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
+
+# numba (omp threading layer) and torch each keep an OpenMP team; with the default
+# spinning wait policy the two teams (and any other process on a shared machine)
+# steal each other's cores and a 0.3 ms SpMM takes 30+ ms. Passive waiting costs a
+# few microseconds per parallel region. Effective only if set before the OpenMP
+# runtime loads (before torch is imported); an explicit user setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from typing import Callable, Iterator
 
 import numpy as np

@@ -1,0 +1,284 @@
+"""Kernel benchmark: every kernel x backend on synthetic power-law graphs.
+
+Used by ``gnnrec-lab bench kernels`` and ``benchmarks/bench_kernels.py``. Each
+kernel runs through the public API under a recorder, forward and backward, so
+the time is exactly what a training step records. Reported per (kernel, phase,
+backend, dim, graph): median seconds and spread (min..max) over repeats
+(measured), GB/s achieved on the ideal byte count of
+:mod:`gnnrec_lab.kernels.costs`, and ``pct_of_bound`` = 100 * bound / median,
+where bound = ideal bytes / measured STREAM-triad bandwidth of this host.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from ..graph import BipartiteGraph
+from ..recorder import Recorder, use_recorder
+
+# name -> (users, items, interactions); nnz of the symmetric adjacency = 2 x interactions
+SIZES = {"small": (6_000, 4_000, 50_000), "medium": (30_000, 20_000, 500_000),
+         "large": (100_000, 100_000, 2_500_000)}
+KERNELS = ("spmm", "sddmm_dot", "sddmm_mul", "spmm_edge", "gather")
+# Per-edge (nnz, D) tensors above this size are skipped (memory of a shared machine).
+EDGE_TENSOR_LIMIT = 1.5e9
+GATHER_ROWS = 3 * 8192  # one BPR batch of users, positives and negatives
+
+
+def power_law_graph(n_users: int, n_items: int, n_interactions: int, seed: int = 0,
+                    alpha_users: float = 0.8, alpha_items: float = 1.0) -> BipartiteGraph:
+    """A user-item graph whose user and item degrees follow Zipf-like laws
+    (probability of the rank-k node ~ k^-alpha, ranks shuffled over ids), with
+    duplicate interactions removed (so slightly fewer than ``n_interactions``)."""
+    rng = np.random.default_rng(seed)
+
+    def zipf_ids(n, alpha, size):
+        p = np.arange(1, n + 1, dtype=np.float64) ** -alpha
+        ids = rng.choice(n, size=size, p=p / p.sum())
+        return rng.permutation(n)[ids]
+    u = zipf_ids(n_users, alpha_users, n_interactions)
+    i = zipf_ids(n_items, alpha_items, n_interactions)
+    key = np.unique(u.astype(np.int64) * n_items + i)
+    return BipartiteGraph(np.stack([key // n_items, key % n_items], 1), n_users, n_items)
+
+
+@dataclass
+class Result:
+    kernel: str
+    phase: str
+    backend: str
+    dim: int
+    graph: str
+    nnz: int
+    seconds: float        # median, measured
+    min_seconds: float
+    max_seconds: float
+    bytes: int            # ideal bytes (read + written)
+    bound_seconds: float  # bytes / measured triad bandwidth
+    pct_of_bound: float
+    GBps: float
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _run_kernel(kernel, adj, dim, table_rows, rng_seed):
+    """One forward + backward of ``kernel`` through the public API."""
+    from .. import kernels as K
+    g = torch.Generator().manual_seed(rng_seed)
+    if kernel == "spmm":
+        x = torch.randn(adj.n_cols, dim, generator=g, requires_grad=True)
+        K.spmm(adj, x).backward(torch.ones(adj.n_rows, dim))
+    elif kernel.startswith("sddmm"):
+        u = torch.randn(adj.n_rows, dim, generator=g, requires_grad=True)
+        v = torch.randn(adj.n_cols, dim, generator=g, requires_grad=True)
+        y = K.sddmm(adj, u, v, op=kernel.split("_")[1])
+        y.backward(torch.ones_like(y))
+    elif kernel == "spmm_edge":
+        m = torch.randn(adj.nnz, dim, generator=g, requires_grad=True)
+        K.spmm_edge(adj, m).backward(torch.ones(adj.n_rows, dim))
+    elif kernel == "gather":
+        t = torch.randn(table_rows, dim, generator=g, requires_grad=True)
+        idx = torch.randint(0, table_rows, (GATHER_ROWS,), generator=g)
+        y = K.gather(t, idx)
+        y.backward(torch.ones_like(y))
+
+
+def _pyg_spmm(adj, dim, repeats, bw):
+    """PyG's propagation product: ``torch_geometric.utils.spmm`` on a torch sparse CSR
+    adjacency (sum reduce); forward and autograd backward timed with perf_counter."""
+    from torch_geometric.utils import spmm as pyg_spmm
+    a = adj.to_torch_sparse()
+    fw, bw_t = [], []
+    for r in range(repeats + 1):
+        x = torch.randn(adj.n_cols, dim, requires_grad=True)
+        t0 = time.perf_counter()
+        y = pyg_spmm(a, x, reduce="sum")
+        t1 = time.perf_counter()
+        y.backward(torch.ones_like(y))
+        t2 = time.perf_counter()
+        if r:  # the first repeat is a warm-up
+            fw.append(t1 - t0)
+            bw_t.append(t2 - t1)
+    return fw, bw_t
+
+
+def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=None, kernels=KERNELS,
+                     repeats: int = 5, host: dict | None = None, include_pyg: bool = True,
+                     progress=None) -> list[Result]:
+    """Benchmark the kernels; returns one :class:`Result` per (graph, dim, kernel, phase, backend).
+
+    ``host`` is the calibration providing ``triad_GBps`` (default: the cached host
+    profile, measured quickly if missing). ``progress`` is called with a line per result.
+    """
+    from .. import kernels as K
+    from ..calibrate import host_profile
+    for s in sizes:
+        if s not in SIZES:
+            raise UserError(f"--sizes: got {s!r}, allowed: {', '.join(SIZES)}")
+    for k in kernels:
+        if k not in KERNELS:
+            raise UserError(f"--kernels: got {k!r}, allowed: {', '.join(KERNELS)}")
+    if any(int(d) < 1 for d in dims):
+        raise UserError(f"--dims: dimensions must be positive integers, got {list(dims)}")
+    backends = list(backends or K.available_backends())
+    for b in backends:
+        if b not in K.available_backends():
+            raise UserError(f"--backends: got {b!r}, allowed: {', '.join(K.available_backends())}")
+    if repeats < 1:
+        raise UserError(f"--repeats: must be >= 1, got {repeats}")
+    host = host or host_profile(measure_if_missing=True, quick=True)
+    bw = float(host["triad_GBps"]) * 1e9
+    K.warmup(torch.float32)
+    out: list[Result] = []
+
+    def emit(res):
+        out.append(res)
+        if progress:
+            progress(format_result(res))
+
+    for size in sizes:
+        graph = power_law_graph(*SIZES[size])
+        adj = graph.adj
+        for dim in dims:
+            dim = int(dim)
+            for kernel in kernels:
+                if kernel in ("sddmm_mul", "spmm_edge") and adj.nnz * dim * 4 > EDGE_TENSOR_LIMIT:
+                    continue
+                for backend in backends:
+                    times: dict = {}
+                    nbytes: dict = {}
+                    with K.use_backend(backend):
+                        for r in range(repeats + 1):
+                            rec = Recorder()
+                            rec.phase = "forward"
+                            with use_recorder(rec):
+                                _run_kernel(kernel, adj, dim, graph.n_nodes, r)
+                            if r == 0:
+                                continue  # warm-up: caches per-matrix helpers, faults pages in
+                            for k in rec.records:
+                                key = (k.name, k.phase)
+                                times.setdefault(key, []).append(k.ns / 1e9)
+                                nbytes[key] = k.bytes_read + k.bytes_written
+                            gc.collect()
+                    for (name, phase), ts in times.items():
+                        emit(_result(name, phase, backend, dim, size, adj.nnz, ts, nbytes[(name, phase)], bw))
+            if include_pyg and "spmm" in kernels:
+                try:
+                    fw, bwd = _pyg_spmm(adj, dim, repeats, bw)
+                except ImportError:
+                    continue
+                from .costs import spmm as spmm_cost
+                c = spmm_cost(adj, dim, 4)
+                nb = c["bytes_read"] + c["bytes_written"]
+                emit(_result("spmm", "forward", "pyg", dim, size, adj.nnz, fw, nb, bw))
+                emit(_result("spmm", "backward", "pyg", dim, size, adj.nnz, bwd, nb, bw))
+        del graph, adj
+        gc.collect()
+    return out
+
+
+def _result(name, phase, backend, dim, graph, nnz, ts, nbytes, bw) -> Result:
+    med = statistics.median(ts)
+    bound = nbytes / bw
+    return Result(name, phase, backend, dim, graph, nnz, med, min(ts), max(ts), nbytes, bound,
+                  100.0 * bound / med if med > 0 else float("nan"), nbytes / med / 1e9 if med > 0 else float("nan"))
+
+
+def format_result(r: Result) -> str:
+    return (f"{r.graph:<7} {r.nnz:>10,d} {r.dim:>4d} {r.kernel:<12} {r.phase:<9} {r.backend:<7} "
+            f"{r.seconds * 1e3:>10.2f} {r.min_seconds * 1e3:>9.2f}..{r.max_seconds * 1e3:<9.2f} "
+            f"{r.GBps:>7.2f} {r.pct_of_bound:>7.1f}%")
+
+
+HEADER = (f"{'graph':<7} {'nnz':>10} {'dim':>4} {'kernel':<12} {'phase':<9} {'backend':<7} "
+          f"{'median ms':>10} {'min..max ms':>20} {'GB/s':>7} {'% bound':>8}")
+
+
+def machine_line(host: dict) -> str:
+    import numba
+    return (f"machine: {platform.node()} {host.get('cpu', '?')}, {os.cpu_count()} cores online, "
+            f"numba threads {numba.get_num_threads()}, torch threads {torch.get_num_threads()}, "
+            f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}; "
+            f"bound = ideal bytes / triad {host['triad_GBps']:.2f} GB/s (measured {host.get('measured_at', '?')})")
+
+
+def summary(results: list[Result]) -> list[str]:
+    """The headline ratios (reported, not asserted): per graph at D=64 if present."""
+    lines = []
+    by = {(r.graph, r.dim, r.kernel, r.phase, r.backend): r for r in results}
+    for (graph, dim, kernel, phase, backend), r in sorted(by.items()):
+        if backend != "native" or phase != "forward":
+            continue
+        parts = [f"{graph} D={dim} {kernel}: {r.pct_of_bound:.0f}% of bound"]
+        back = by.get((graph, dim, kernel, "backward", "native"))
+        if back:
+            parts.append(f"backward/forward {back.seconds / r.seconds:.2f}x")
+        for other in ("torch", "pyg", "dgl"):
+            o = by.get((graph, dim, kernel, "forward", other))
+            if o:
+                parts.append(f"{o.seconds / r.seconds:.2f}x faster than {other} (forward)")
+        lines.append("; ".join(parts))
+    return lines
+
+
+def pyg_note() -> str:
+    try:
+        import torch_geometric
+    except ImportError:
+        return "pyg: torch_geometric not importable, skipped"
+    try:
+        import torch_sparse  # noqa: F401
+        ts = "torch_sparse installed"
+    except ImportError:
+        ts = "no torch_sparse"
+    return (f"pyg {torch_geometric.__version__}: torch_geometric.utils.spmm(reduce='sum') on a torch.sparse_csr "
+            f"adjacency ({ts}; for CSR inputs this is torch.sparse.mm)")
+
+
+def recording_overhead(size: str = "medium", dim: int = 64, layers: int = 3, repeats: int = 10) -> dict:
+    """Wall seconds of one LightGCN-like step (``layers`` SpMMs forward, the mean of
+    the layer outputs, backward through all of them) with the recorder enabled vs
+    disabled, alternating so drift hits both alike. Returns medians, spreads and
+    ``overhead_pct`` = 100 * (recorded - unrecorded) / unrecorded (measured)."""
+    from .. import kernels as K
+    if size not in SIZES:
+        raise UserError(f"--size: got {size!r}, allowed: {', '.join(SIZES)}")
+    adj = power_law_graph(*SIZES[size]).adj
+    K.warmup(torch.float32)
+    emb = torch.randn(adj.n_cols, dim, requires_grad=True)
+
+    def step():
+        h, outs = emb, [emb]
+        for layer in range(layers):
+            h = K.spmm(adj, h, layer=layer)
+            outs.append(h)
+        torch.stack(outs).mean(0).sum().backward()
+        emb.grad = None
+
+    on, off = Recorder(), Recorder(enabled=False)
+    t = {"recorded": [], "unrecorded": []}
+    for r in range(repeats + 1):
+        for label, rec in (("recorded", on), ("unrecorded", off)):
+            with use_recorder(rec):
+                t0 = time.perf_counter()
+                step()
+                dt = time.perf_counter() - t0
+            if r:
+                t[label].append(dt)
+        on.clear()
+    med = {k: statistics.median(v) for k, v in t.items()}
+    return {"graph": size, "nnz": adj.nnz, "dim": dim, "layers": layers, "repeats": repeats,
+            "recorded_s": med["recorded"], "unrecorded_s": med["unrecorded"],
+            "recorded_range_s": [min(t["recorded"]), max(t["recorded"])],
+            "unrecorded_range_s": [min(t["unrecorded"]), max(t["unrecorded"])],
+            "records_per_step": 2 * layers,
+            "overhead_pct": 100.0 * (med["recorded"] - med["unrecorded"]) / med["unrecorded"]}
