@@ -1,0 +1,84 @@
+"""``gnnrec-lab sweep``: run the product of comma-separated config values through the runner."""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+from .common import add_config_arguments, config_overrides
+
+
+def register(sub):
+    p = sub.add_parser(
+        "sweep", help="run every combination of config values (resumable)",
+        description="Run the product of comma-separated values, e.g. --batch-size 2048,8192 --layers 1,2, "
+                    "each point as its own run (subprocess) in the run store, tagged with the sweep id. "
+                    "Points whose exact config already finished are not run again. Ends with a summary: "
+                    "steps per epoch, epoch time and time to target (measured), final metrics, peak RSS "
+                    "(measured) and the predicted footprint (modeled). Ctrl-C cancels the rest.")
+    add_config_arguments(p, multi=True, skip=("name",))
+    p.add_argument("--name", metavar="NAME", help="sweep id stored with every run (default: a hash of the points)")
+    p.add_argument("--max-concurrent", type=int, default=1, metavar="N",
+                   help="runs at a time (default 1; with more, runs share the CPU and their times are not comparable)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="cancel what is left after S seconds")
+    p.add_argument("--dry-run", action="store_true", help="list the points (and which are already finished); run nothing")
+    p.add_argument("--markdown", action="store_true", help="print the summary as a Markdown table")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
+    p.set_defaults(func=main)
+
+
+def _grid(args) -> dict:
+    grid = {}
+    for k, v in config_overrides(args).items():
+        grid[k] = v
+    return grid
+
+
+def main(args) -> int:
+    from ..errors import UserError
+    from ..sweep import Sweep, SweepInterrupted, expand, format_table, progress_line
+    if args.max_concurrent < 1:
+        raise UserError(f"--max-concurrent must be >= 1, got {args.max_concurrent}")
+    points = expand(None, _grid(args))
+    sw = Sweep(points, name=args.name, max_concurrent=args.max_concurrent)
+    out = sys.stderr if args.json else sys.stdout
+    if args.dry_run:
+        sw.check_datasets()
+        print(f"sweep {sw.id}: {len(points)} point(s), varying {', '.join(sw.fields) or 'nothing'}", file=out)
+        for i, c in enumerate(points):
+            d = c.to_dict()
+            done = sw.store.find_finished(c.to_json())
+            print(f"  [{i + 1}/{len(points)}] " + " ".join(f"{f}={d[f]}" for f in sw.fields)
+                  + (f"  (finished as run {done}: would be skipped)" if done else ""), file=out)
+        return 0
+    print(f"sweep {sw.id}: {len(points)} point(s), varying {', '.join(sw.fields) or 'nothing'}; "
+          f"{args.max_concurrent} at a time; store {sw.store.path}", file=out, flush=True)
+    interrupted = False
+    try:
+        outcome = sw.run(on_point=lambda p, n: print(progress_line(p, n, sw.fields), file=out, flush=True),
+                         timeout=args.timeout)
+    except SweepInterrupted as e:
+        outcome, interrupted = e.outcome, True
+        print("sweep interrupted: queued and running points cancelled; re-run the same command to resume",
+              file=out, flush=True)
+    df = outcome.frame()
+    ov = outcome.overheads()
+    reused = sum(p.reused for p in outcome.points)
+    if args.json:
+        print(json.dumps({"sweep": outcome.sweep, "fields": outcome.fields, "interrupted": interrupted,
+                          "points": [{"run_id": p.run_id, "status": p.status, "reused": p.reused,
+                                      "error": p.error, "run_s": p.run_s, "overhead_s": p.overhead_s,
+                                      "config": p.config.to_dict()} for p in outcome.points],
+                          "summary": json.loads(df.to_json(orient="records")),
+                          "overhead_s_mean": statistics.fmean(ov) if ov else None}))
+    else:
+        print(f"\nsweep {outcome.sweep} summary (times measured on this machine; footprint modeled from shapes):")
+        print(format_table(df, markdown=args.markdown))
+        if reused:
+            print(f"{reused} point(s) finished earlier and were not re-run.")
+        if ov:
+            print(f"sweep overhead per point beyond the run (process start, imports, store, polling; measured): "
+                  f"mean {statistics.fmean(ov):.2f} s, max {max(ov):.2f} s over {len(ov)} point(s)")
+    if interrupted:
+        return 130
+    return 0 if outcome.ok else 1
