@@ -82,3 +82,31 @@ def lr_at(step: int, config, steps_per_epoch: int, total_steps: int) -> float:
         return base * 0.5 * (1 + math.cos(math.pi * frac))
     # "step": divide by 10 at 50% and 75% of the post-warm-up steps
     return base * (0.1 ** (int(frac >= 0.5) + int(frac >= 0.75)))
+
+
+class SparseRowAdam:
+    """Adam that updates only the rows a batch touched (lazy, like ``torch.optim.SparseAdam``).
+
+    Used for the embedding table in sampled mini-batch mode: a step reads and
+    writes ``len(rows)`` rows of the table and of its two moment tables,
+    nothing else. Moments may live in any tensor (e.g. a file-backed tier).
+    """
+
+    def __init__(self, table: torch.Tensor, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 m: torch.Tensor | None = None, v: torch.Tensor | None = None):
+        self.table, self.lr, self.betas, self.eps = table, lr, betas, eps
+        self.m = torch.zeros_like(table) if m is None else m
+        self.v = torch.zeros_like(table) if v is None else v
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
+        """Apply ``grad`` (len(rows) x D) to the distinct ``rows`` of the table."""
+        b1, b2 = self.betas
+        self.t += 1
+        m = self.m[rows].mul_(b1).add_(grad, alpha=1 - b1)
+        v = self.v[rows].mul_(b2).addcmul_(grad, grad, value=1 - b2)
+        self.m[rows] = m
+        self.v[rows] = v
+        step = self.lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
+        self.table[rows] = self.table[rows] - step * m / (v.sqrt_().add_(self.eps))

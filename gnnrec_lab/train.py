@@ -28,11 +28,11 @@ from .config import RunConfig
 from .errors import ConfigError, UserError
 from .evaluate import evaluate
 from .graph import BipartiteGraph
-from .models import bpr_loss, build_model
-from .optim import build_optimizer, lr_at, state_tensors
+from .models import bpr_loss, bpr_loss_rows, build_model
+from .optim import SparseRowAdam, build_optimizer, lr_at, state_tensors
 from .recorder import Recorder, use_recorder
 from .reporting import MultiReporter, Reporter
-from .sampling import bpr_batches
+from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
 
 # Rank every user unless that means scoring more than this many (user, item) pairs.
 FULL_RANKING_MAX_PAIRS = 5e10
@@ -60,6 +60,7 @@ class RunResult:
     info: dict = field(default_factory=dict)             # dataset counts, host, eval sampling
     jit_seconds: float = 0.0
     step_records: list = field(default_factory=list)     # one steady-state step's KernelRecords (trace)
+    modeled: dict = field(default_factory=dict)          # tier-model projection for non-DRAM memory modes
 
     def kernel_frame(self):
         import pandas as pd
@@ -78,7 +79,7 @@ class RunResult:
             "best_valid": self.best_valid, "test": self.test, "history": self.history,
             "time_to_target_s": self.time_to_target_s, "kernels": self.kernels,
             "phases": self.phases, "footprint": self.footprint, "info": self.info,
-            "jit_seconds": self.jit_seconds, "kind": "measured",
+            "jit_seconds": self.jit_seconds, "kind": "measured", "modeled": self.modeled,
         }
 
 
@@ -135,8 +136,6 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
     ``dataset`` may be passed to skip loading (notebooks reuse one).
     """
     config.validate()
-    if config.mode != "full":
-        raise ConfigError("mode", "sampled mini-batch training is not available yet; use mode='full'")
     rep = MultiReporter(reporter, _ProgressReporter() if progress else None)
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -146,7 +145,6 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
         except ImportError:
             pass
     torch.manual_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
 
     if dataset is None:
         from . import data
@@ -160,7 +158,17 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
     graph = BipartiteGraph(dataset.train, dataset.n_users, dataset.n_items)
     kernels.set_backend(config.backend)
     model = build_model(config, dataset.n_users, dataset.n_items)
-    opt = build_optimizer(config, model.parameters())
+    sampled = config.mode == "sampled"
+    _place_embeddings(model, config)
+    if sampled:
+        # the embedding table gets row-sparse updates; dense weights (NGCF) a normal optimizer
+        dense = [p for n, p in model.named_parameters() if n != "embedding"]
+        model.embedding.requires_grad_(False)
+        row_opt = _sparse_row_adam(model, config)
+        opt = build_optimizer(config, dense) if dense else None
+    else:
+        opt = build_optimizer(config, model.parameters())
+        _place_optimizer_state(opt, model, config)
     n_params = sum(p.numel() for p in model.parameters())
     n_state = state_tensors(config.optimizer, config.momentum)
 
@@ -196,6 +204,8 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
     rep.on_event("jit", f"kernel compilation/warm-up {result.jit_seconds:.2f} s (not counted as kernel time)")
 
     totals = _KernelTotals()
+    sampled_stats = {"redundancy": [], "batches": 0, "nodes_per_layer": None, "edges_per_layer": None,
+                     "build_seconds": 0.0}
     phase_s: dict = {}
     best_r20, bad_evals, best_state = -1.0, 0, None
     key = f"recall@{20 if 20 in config.topk else max(config.topk)}"
@@ -203,28 +213,70 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
     with use_recorder(rec):
         for epoch in range(1, config.epochs + 1):
             model.train()
-            batches = bpr_batches(graph, config.batch_size, rng)
+            # one generator per epoch: a sampler running ahead cannot shift the next epoch's draws
+            erng = np.random.default_rng((config.seed, epoch))
+            batches = (_sampled_batches(graph, config, erng) if sampled
+                       else bpr_batches(graph, config.batch_size, erng))
             t_epoch, loss_sum = 0.0, 0.0
+            seen = np.zeros(graph.n_nodes, dtype=bool) if sampled else None
+            sampled_nodes = 0
             for i in range(steps_per_epoch):
                 rec.step = step
-                for g in opt.param_groups:
-                    g["lr"] = lr_at(step, config, steps_per_epoch, total_steps)
+                lr = lr_at(step, config, steps_per_epoch, total_steps)
+                for g in (opt.param_groups if opt is not None else ()):
+                    g["lr"] = lr
                 t0 = time.perf_counter()
-                with rec.in_phase("sampling"), rec.timed("bpr_sample", pattern="gather", backend="numpy"):
-                    users, pos, neg = next(batches)
-                    users, pos, neg = (torch.from_numpy(a) for a in (users, pos, neg))
-                with rec.in_phase("forward"):
-                    out = model.propagate(graph.adj)
-                with rec.in_phase("loss"):
-                    loss, _ = bpr_loss(model, out, users, pos, neg, config.l2)
-                with rec.in_phase("backward"):
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                with rec.in_phase("optimizer"), rec.timed(
-                        config.optimizer, bytes_read=(2 + n_state) * n_params * 4,
-                        bytes_written=(1 + n_state) * n_params * 4, flops=10 * n_params,
-                        pattern="stream", backend="torch"):
-                    opt.step()
+                if not sampled:
+                    with rec.in_phase("sampling"), rec.timed("bpr_sample", pattern="gather", backend="numpy"):
+                        users, pos, neg = (torch.from_numpy(a) for a in next(batches))
+                    with rec.in_phase("forward"):
+                        out = model.propagate(graph.adj)
+                    with rec.in_phase("loss"):
+                        loss, _ = bpr_loss(model, out, users, pos, neg, config.l2)
+                    with rec.in_phase("backward"):
+                        opt.zero_grad(set_to_none=True)
+                        loss.backward()
+                    with rec.in_phase("optimizer"), rec.timed(
+                            config.optimizer, bytes_read=(2 + n_state) * n_params * 4,
+                            bytes_written=(1 + n_state) * n_params * 4, flops=10 * n_params,
+                            pattern="stream", backend="torch"):
+                        opt.step()
+                else:
+                    with rec.in_phase("sampling"), rec.timed("sample_wait", pattern="compute", backend="numpy"):
+                        (users, pos, neg), sub = next(batches)  # built ahead by the prefetch thread
+                    rec.record("sample_subgraph", int(sub.build_seconds * 1e9), phase="sampling",
+                               pattern="gather", backend="numpy")
+                    _note_subgraph(sampled_stats, sub)
+                    seen[sub.nodes] = True
+                    sampled_nodes += len(sub.nodes)
+                    rows = torch.from_numpy(sub.nodes)
+                    with rec.in_phase("forward"):
+                        with torch.no_grad():
+                            x0 = kernels.gather(model.embedding, rows, layer=0)
+                        x0.requires_grad_(True)
+                        out = model.propagate_blocks(sub.blocks, x0)
+                    with rec.in_phase("loss"):
+                        si = torch.from_numpy(sub.seed_index)
+                        b = len(users)
+                        loss, _ = bpr_loss_rows(out, x0, si[:b], si[b:2 * b], si[2 * b:], config.l2)
+                    with rec.in_phase("backward"):
+                        if opt is not None:
+                            opt.zero_grad(set_to_none=True)
+                        loss.backward()
+                    row_bytes = model.dim * 4
+                    with rec.in_phase("optimizer"):
+                        with rec.timed("sparse_adam", bytes_read=4 * len(rows) * row_bytes,
+                                       bytes_written=3 * len(rows) * row_bytes, flops=10 * x0.numel(),
+                                       pattern="gather", row_bytes=row_bytes,
+                                       random_bytes=7 * len(rows) * row_bytes, backend="torch"):
+                            row_opt.lr = lr
+                            row_opt.step(rows, x0.grad)
+                        if opt is not None:
+                            dense_n = sum(p.numel() for p in opt.param_groups[0]["params"])
+                            with rec.timed(config.optimizer, bytes_read=(2 + n_state) * dense_n * 4,
+                                           bytes_written=(1 + n_state) * dense_n * 4, flops=10 * dense_n,
+                                           pattern="stream", backend="torch"):
+                                opt.step()
                 dt = time.perf_counter() - t0
                 records = rec.take()
                 totals.add(records)
@@ -241,6 +293,9 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
                     stopped = True
                     break
             t_train += t_epoch
+            if sampled:
+                batches.close()
+                sampled_stats["redundancy"].append(sampled_nodes / max(int(seen.sum()), 1))
             result.epochs, result.steps = epoch, step
             result.epoch_seconds.append(t_epoch)
             rep.on_epoch(epoch, t_epoch, i + 1, loss_sum / (i + 1))
@@ -278,11 +333,95 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
     rep.on_eval(result.best_epoch, step, "test", result.test, t_train)
     result.train_seconds = t_train
     result.kernels = totals.rows()
+    if sampled:
+        nb = max(sampled_stats["batches"], 1)
+        result.info["sampled"] = {
+            "fanouts": list(config.fanouts),
+            "redundancy_per_epoch": sampled_stats["redundancy"],
+            "mean_nodes_per_layer": [x / nb for x in (sampled_stats["nodes_per_layer"] or [])],
+            "mean_edges_per_layer": [x / nb for x in (sampled_stats["edges_per_layer"] or [])],
+            "mean_build_seconds": sampled_stats["build_seconds"] / nb}
+    if not config.measured:
+        result.modeled = _project_run(config, result)
+        rep.on_event("modeled", f"{config.memory_mode}: step time {result.modeled['modeled_s_per_step'] * 1e3:.1f} ms "
+                                f"modeled on {result.modeled['device']} (measured on DRAM "
+                                f"{result.modeled['measured_s_per_step'] * 1e3:.1f} ms)")
     result.phases = phase_s
     result.footprint["measured_peak_rss"] = _peak_rss_bytes()
     result.footprint["kind_measured"] = "measured"
     rep.on_finish(result)
     return result
+
+
+# Memory mode -> the device profile its modeled numbers use (``device_profile`` overrides).
+MODE_DEVICES = {"optane_memory_mode": "optane_pmem100_memory_mode",
+                "optane_app_direct": "optane_pmem100_appdirect_6x",
+                "cxl": "cxl_type3_ddr5_x8", "remote_numa": "remote_numa_ddr4"}
+
+
+def _project_run(config, result) -> dict:
+    """Modeled per-step time of this run's measured kernels on its memory mode's device."""
+    from .calibrate import host_profile
+    from .memory.tiermodel import project
+    device = config.device_profile or MODE_DEVICES[config.memory_mode]
+    host = host_profile(measure_if_missing=True, quick=True)
+    df = result.kernel_frame()
+    df = df[df.phase != "evaluation"].assign(step=-1, layer=-1)
+    fp = result.footprint.get("predicted") or None
+    proj = project(df, host, device, placement=config.placement or None,
+                   footprint=sum(fp.values()) if fp else None, baseline="host")
+    steps = max(result.steps, 1)
+    return {"device": device, "kind": "modeled", "memory_mode": config.memory_mode,
+            "measured_s_per_step": float(proj["measured_s"].sum()) / steps,
+            "modeled_s_per_step": float(proj["modeled_s"].sum()) / steps,
+            "kernels": proj.to_dict("records")}
+
+
+def _place_embeddings(model, config) -> None:
+    """Move the embedding table to its placement (a file-backed tier for ``file:DIR``)."""
+    where = config.placement.get("embeddings", "dram")
+    if where.startswith("file:"):
+        from .memory.placement import place_tensor
+        model.embedding.data = place_tensor(model.embedding.data, where, "embeddings")
+
+
+def _place_optimizer_state(opt, model, config) -> None:
+    """Pre-create Adam-family moment tensors at the ``optimizer`` placement."""
+    where = config.placement.get("optimizer", "dram")
+    if not where.startswith("file:") or config.optimizer not in ("adam", "adamw"):
+        return
+    from .memory.placement import allocate
+    for p in model.parameters():
+        opt.state[p] = {"step": torch.tensor(0.0),
+                        "exp_avg": allocate(tuple(p.shape), p.dtype, where, "optimizer"),
+                        "exp_avg_sq": allocate(tuple(p.shape), p.dtype, where, "optimizer")}
+
+
+def _sparse_row_adam(model, config) -> SparseRowAdam:
+    where = config.placement.get("optimizer", "dram")
+    from .memory.placement import allocate
+    shape, dt = tuple(model.embedding.shape), model.embedding.dtype
+    return SparseRowAdam(model.embedding.data, lr=config.effective_lr,
+                         m=allocate(shape, dt, where, "optimizer"), v=allocate(shape, dt, where, "optimizer"))
+
+
+def _sampled_batches(graph, config, rng):
+    """BPR batches with their k-hop sub-graphs, sampled ahead in a background thread."""
+    fanouts = [] if config.model == "mf" else list(config.fanouts)
+
+    def gen():
+        for users, pos, neg in bpr_batches(graph, config.batch_size, rng):
+            sub = sample_subgraph(graph, batch_nodes(graph, users, pos, neg), fanouts, rng)
+            yield (torch.from_numpy(users), torch.from_numpy(pos), torch.from_numpy(neg)), sub
+    return Prefetcher(gen(), depth=4)
+
+
+def _note_subgraph(stats, sub) -> None:
+    stats["batches"] += 1
+    stats["build_seconds"] += sub.build_seconds
+    for key, vals in (("nodes_per_layer", sub.nodes_per_layer), ("edges_per_layer", sub.edges_per_layer)):
+        cur = stats[key]
+        stats[key] = list(vals) if cur is None else [a + b for a, b in zip(cur, vals)]
 
 
 class _ProgressReporter(Reporter):

@@ -7,7 +7,7 @@ triples on those representations.
 """
 from __future__ import annotations
 
-from .lightgcn import LightGCN, MF, bpr_loss
+from .lightgcn import LightGCN, MF, bpr_loss, bpr_loss_rows
 from .ngcf import NGCF
 
 
@@ -22,4 +22,4 @@ def build_model(config, n_users: int, n_items: int):
     raise ValueError(config.model)  # RunConfig validated it already
 
 
-__all__ = ["LightGCN", "NGCF", "MF", "bpr_loss", "build_model"]
+__all__ = ["LightGCN", "NGCF", "MF", "bpr_loss", "bpr_loss_rows", "build_model"]

@@ -43,11 +43,24 @@ class LightGCN(nn.Module):
         return self.dim
 
     def propagate(self, adj) -> torch.Tensor:
-        x = self.embedding
-        acc = x
-        for k in range(self.layers):
-            x = kernels.spmm(adj, x, layer=k)
-            acc = kernels.elementwise("add", torch.add, acc, x, layer=k)
+        """Final representations of all nodes (full graph)."""
+        return self.propagate_blocks([adj] * self.layers, self.embedding)
+
+    def propagate_blocks(self, blocks, x: torch.Tensor) -> torch.Tensor:
+        """Propagate through ``blocks`` (a sampled sub-graph's, or the full ``adj`` per layer).
+
+        ``x`` holds layer-0 rows of every node the first block reads;
+        ``blocks[-1]`` is applied first and ``blocks[0]`` last, each block's
+        destination rows being a prefix of its source rows. Returns the
+        representations of ``blocks[0]``'s destination rows.
+        """
+        n_out = blocks[0].n_rows if blocks else x.shape[0]
+        acc = x[:n_out]
+        for k, blk in enumerate(reversed(blocks)):
+            x = kernels.spmm(blk, x, layer=k)
+            acc = kernels.elementwise("add", torch.add, acc, x[:n_out], layer=k)
+        if not blocks:
+            return acc
         w = 1.0 / (self.layers + 1)
         return kernels.elementwise("scale", lambda t: t * w, acc, layer=self.layers)
 
@@ -64,6 +77,9 @@ class MF(LightGCN):
     def propagate(self, adj) -> torch.Tensor:
         return self.embedding
 
+    def propagate_blocks(self, blocks, x: torch.Tensor) -> torch.Tensor:
+        return x
+
 
 def bpr_loss(model, out: torch.Tensor, users, pos, neg, l2: float):
     """BPR loss with L2 on the batch's layer-0 embeddings (LightGCN's protocol).
@@ -71,16 +87,19 @@ def bpr_loss(model, out: torch.Tensor, users, pos, neg, l2: float):
     ``users`` are user ids, ``pos``/``neg`` item ids (0-based among items).
     Returns ``(loss, bpr_part)``; the L2 term is ``l2 * 0.5 * ||e0||^2 / batch``.
     """
-    n_users = model.n_users
-    items_pos, items_neg = pos + n_users, neg + n_users
-    u = kernels.gather(out, users, layer=-1)
-    p = kernels.gather(out, items_pos, layer=-1)
-    n = kernels.gather(out, items_neg, layer=-1)
-    e0 = model.layer0
-    u0 = kernels.gather(e0, users, layer=0)
-    p0 = kernels.gather(e0, items_pos, layer=0)
-    n0 = kernels.gather(e0, items_neg, layer=0)
+    return bpr_loss_rows(out, model.layer0, users, pos + model.n_users, neg + model.n_users, l2)
+
+
+def bpr_loss_rows(out: torch.Tensor, e0: torch.Tensor, u_rows, p_rows, n_rows, l2: float):
+    """BPR + L2 given row indices into ``out`` (final) and ``e0`` (layer-0) tables."""
+    u = kernels.gather(out, u_rows, layer=-1)
+    p = kernels.gather(out, p_rows, layer=-1)
+    n = kernels.gather(out, n_rows, layer=-1)
+    u0 = kernels.gather(e0, u_rows, layer=0)
+    p0 = kernels.gather(e0, p_rows, layer=0)
+    n0 = kernels.gather(e0, n_rows, layer=0)
     rec = get_recorder()
+    users = u_rows
     b = users.shape[0]
     with rec.timed("bpr_loss", bytes_read=6 * b * u.shape[1] * u.element_size(),
                    bytes_written=4, flops=10 * b * u.shape[1], pattern="stream", backend="torch"):

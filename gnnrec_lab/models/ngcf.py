@@ -64,24 +64,30 @@ class NGCF(nn.Module):
         return self.dim * (self.layers + 1)
 
     def propagate(self, adj) -> torch.Tensor:
-        x = self.embedding
-        outs = [x]
+        """Final representations of all nodes (full graph)."""
+        return self.propagate_blocks([adj] * self.layers, self.embedding)
+
+    def propagate_blocks(self, blocks, x: torch.Tensor) -> torch.Tensor:
+        """As :meth:`LightGCN.propagate_blocks`: ``blocks[-1]`` first, prefix destinations."""
+        n_out = blocks[0].n_rows
+        outs = [x[:n_out]]
         ew = kernels.elementwise
-        for k in range(self.layers):
-            ax = kernels.spmm(adj, x, layer=k)
-            side = ew("add", torch.add, ax, x, layer=k)                      # (A + I) x
+        for k, blk in enumerate(reversed(blocks)):
+            xd = x[:blk.n_rows]                                             # destination rows
+            ax = kernels.spmm(blk, x, layer=k)
+            side = ew("add", torch.add, ax, xd, layer=k)                     # (A + I) x
             if self.form == "edge":
-                msg = kernels.sddmm(adj, x, x, op="mul", layer=k)           # per edge x_r * x_c
-                bi = kernels.spmm_edge(adj, msg, layer=k)                   # sum_c a_rc x_r x_c
+                msg = kernels.sddmm(blk, xd, x, op="mul", layer=k)          # per edge x_r * x_c
+                bi = kernels.spmm_edge(blk, msg, layer=k)                   # sum_c a_rc x_r x_c
             else:
-                bi = ew("mul", torch.mul, ax, x, layer=k)                   # x_r * (A x)_r
-            bi = ew("add", torch.add, bi, ew("mul", torch.mul, x, x, layer=k), layer=k)  # self-loop term
+                bi = ew("mul", torch.mul, ax, xd, layer=k)                  # x_r * (A x)_r
+            bi = ew("add", torch.add, bi, ew("mul", torch.mul, xd, xd, layer=k), layer=k)  # self-loop term
             h = ew("add", torch.add, kernels.gemm(side, self.W1[k], layer=k),
                    kernels.gemm(bi, self.W2[k], layer=k), layer=k)
             h = ew("bias_leaky_relu", lambda t, b: torch.nn.functional.leaky_relu(t + b, 0.2),
                    h, self.b1[k] + self.b2[k], layer=k)
             x = ew("l2_normalize", lambda t: torch.nn.functional.normalize(t, p=2, dim=1), h, layer=k)
-            outs.append(x)
+            outs.append(x[:n_out])
         return ew("concat", lambda *ts: torch.cat(ts, dim=1), *outs, layer=self.layers)
 
     def __repr__(self):
