@@ -50,6 +50,10 @@ def main(argv=None) -> int:
     except UserError as e:
         print(f"gnnrec-lab: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed early
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("gnnrec-lab: interrupted", file=sys.stderr)
         return 130

@@ -42,3 +42,9 @@ def test_lr_rules_warmup_and_schedule():
     assert all(a >= b for a, b in zip(lrs[3:], lrs[4:]))
     e = RunConfig(lr=1.0, warmup_epochs=0.5)
     assert lr_at(0, e, steps_per_epoch=10, total_steps=100) == pytest.approx(0.2)
+
+
+def test_placement_flag_keeps_commas_inside_a_place():
+    from gnnrec_lab.commands.common import _parse_placement
+    assert _parse_placement("embeddings=numa:interleave:0,1,optimizer=file:/tmp") == {
+        "embeddings": "numa:interleave:0,1", "optimizer": "file:/tmp"}

@@ -54,8 +54,10 @@ def _base_type(tp):
 
 
 def _parse_placement(text: str) -> dict:
+    """``CLASS=PLACE[,CLASS=PLACE...]``; a comma inside PLACE (``numa:interleave:0,1``) stays."""
+    import re
     out = {}
-    for part in filter(None, text.split(",")):
+    for part in filter(None, re.split(r",(?=\s*[A-Za-z_]+=)", text)):
         if "=" not in part:
             raise argparse.ArgumentTypeError(f"expected CLASS=PLACE, got {part!r}")
         k, v = part.split("=", 1)
