@@ -20,6 +20,7 @@ LR_RULES = ("none", "linear", "sqrt")
 SCHEDULES = ("none", "cosine", "step")
 BACKENDS = ("native", "torch", "dgl")
 MODES = ("full", "sampled")
+CACHE_POLICIES = ("none", "lru", "lfu", "static", "oracle")
 # Memory modes a run can be launched in. "dram" is measured here; the others are
 # measured where the hardware exists and modeled (labelled so) elsewhere.
 MEMORY_MODES = ("dram", "optane_memory_mode", "optane_app_direct", "cxl", "remote_numa")
@@ -59,6 +60,9 @@ class RunConfig:
     target_recall: Optional[float] = None   # time-to-accuracy target on validation Recall@20
     eval_users: Optional[int] = None        # evaluate a seeded sample of users (None = all)
     max_steps_per_epoch: Optional[int] = None  # cap for quick runs and tests
+    cache_policy: str = "none"       # sampled mode: DRAM cache in front of a slow-tier embedding table
+    cache_size: str = "5%"           # rows ("50000") or share of rows ("5%")
+    lookahead: int = 200             # batches the oracle policy sees ahead
     memory_mode: str = "dram"
     placement: dict = field(default_factory=dict)   # tensor class -> "dram" | "file:DIR" | "numa:POLICY:NODES"
     device_profile: Optional[str] = None            # tier-model target for modeled modes
@@ -132,6 +136,19 @@ class RunConfig:
             pos_int("eval_users")
         if self.max_steps_per_epoch is not None:
             pos_int("max_steps_per_epoch")
+        choice("cache_policy", CACHE_POLICIES)
+        if self.cache_policy != "none" and self.mode != "sampled":
+            raise ConfigError("cache_policy", f"an embedding cache needs mode='sampled', got mode={self.mode!r}")
+        cs = str(self.cache_size).strip()
+        try:
+            ok = (float(cs[:-1]) > 0 and float(cs[:-1]) <= 100) if cs.endswith("%") else int(cs) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError("cache_size", f"must be a row count (e.g. 50000) or a share of rows in (0, 100]% "
+                                            f"(e.g. 5%), got {self.cache_size!r}")
+        self.cache_size = cs
+        pos_int("lookahead")
         choice("memory_mode", MEMORY_MODES)
         if not isinstance(self.placement, dict):
             raise ConfigError("placement", f"must map tensor classes to places, got {self.placement!r}")

@@ -29,9 +29,10 @@ from .errors import ConfigError, UserError
 from .evaluate import evaluate
 from .graph import BipartiteGraph
 from .models import bpr_loss, bpr_loss_rows, build_model
-from .optim import SparseRowAdam, build_optimizer, lr_at, state_tensors
+from .optim import build_optimizer, lr_at, state_tensors
 from .recorder import Recorder, use_recorder
 from .reporting import MultiReporter, Reporter
+from .rows import make_row_store
 from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
 
 # Rank every user unless that means scoring more than this many (user, item) pairs.
@@ -164,7 +165,7 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
         # the embedding table gets row-sparse updates; dense weights (NGCF) a normal optimizer
         dense = [p for n, p in model.named_parameters() if n != "embedding"]
         model.embedding.requires_grad_(False)
-        row_opt = _sparse_row_adam(model, config)
+        row_store = make_row_store(config, model)
         opt = build_optimizer(config, dense) if dense else None
     else:
         opt = build_optimizer(config, model.parameters())
@@ -250,10 +251,9 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
                     seen[sub.nodes] = True
                     sampled_nodes += len(sub.nodes)
                     rows = torch.from_numpy(sub.nodes)
+                    row_store.lookahead([s.nodes for _, s in batches.window()])
                     with rec.in_phase("forward"):
-                        with torch.no_grad():
-                            x0 = kernels.gather(model.embedding, rows, layer=0)
-                        x0.requires_grad_(True)
+                        x0 = row_store.fetch(step, rows).requires_grad_(True)
                         out = model.propagate_blocks(sub.blocks, x0)
                     with rec.in_phase("loss"):
                         si = torch.from_numpy(sub.seed_index)
@@ -263,14 +263,8 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
                         if opt is not None:
                             opt.zero_grad(set_to_none=True)
                         loss.backward()
-                    row_bytes = model.dim * 4
                     with rec.in_phase("optimizer"):
-                        with rec.timed("sparse_adam", bytes_read=4 * len(rows) * row_bytes,
-                                       bytes_written=3 * len(rows) * row_bytes, flops=10 * x0.numel(),
-                                       pattern="gather", row_bytes=row_bytes,
-                                       random_bytes=7 * len(rows) * row_bytes, backend="torch"):
-                            row_opt.lr = lr
-                            row_opt.step(rows, x0.grad)
+                        row_store.update(step, rows, x0.grad, lr)
                         if opt is not None:
                             dense_n = sum(p.numel() for p in opt.param_groups[0]["params"])
                             with rec.timed(config.optimizer, bytes_read=(2 + n_state) * dense_n * 4,
@@ -295,6 +289,7 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
             t_train += t_epoch
             if sampled:
                 batches.close()
+                row_store.sync()  # evaluation reads the whole table
                 sampled_stats["redundancy"].append(sampled_nodes / max(int(seen.sum()), 1))
             result.epochs, result.steps = epoch, step
             result.epoch_seconds.append(t_epoch)
@@ -334,13 +329,15 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
     result.train_seconds = t_train
     result.kernels = totals.rows()
     if sampled:
+        row_store.close()
         nb = max(sampled_stats["batches"], 1)
         result.info["sampled"] = {
             "fanouts": list(config.fanouts),
             "redundancy_per_epoch": sampled_stats["redundancy"],
             "mean_nodes_per_layer": [x / nb for x in (sampled_stats["nodes_per_layer"] or [])],
             "mean_edges_per_layer": [x / nb for x in (sampled_stats["edges_per_layer"] or [])],
-            "mean_build_seconds": sampled_stats["build_seconds"] / nb}
+            "mean_build_seconds": sampled_stats["build_seconds"] / nb,
+            "row_store": row_store.stats()}
     if not config.measured:
         result.modeled = _project_run(config, result)
         rep.on_event("modeled", f"{config.memory_mode}: step time {result.modeled['modeled_s_per_step'] * 1e3:.1f} ms "
@@ -395,14 +392,6 @@ def _place_optimizer_state(opt, model, config) -> None:
         opt.state[p] = {"step": torch.tensor(0.0),
                         "exp_avg": allocate(tuple(p.shape), p.dtype, where, "optimizer"),
                         "exp_avg_sq": allocate(tuple(p.shape), p.dtype, where, "optimizer")}
-
-
-def _sparse_row_adam(model, config) -> SparseRowAdam:
-    where = config.placement.get("optimizer", "dram")
-    from .memory.placement import allocate
-    shape, dt = tuple(model.embedding.shape), model.embedding.dtype
-    return SparseRowAdam(model.embedding.data, lr=config.effective_lr,
-                         m=allocate(shape, dt, where, "optimizer"), v=allocate(shape, dt, where, "optimizer"))
 
 
 def _sampled_batches(graph, config, rng):
