@@ -99,10 +99,10 @@ class DeviceProfile:
         pts = {int(w): float(bw) for w, bw in (self.random_write_GBps if write else self.random_read_GBps).items()}
         if g not in pts:
             if write:
-                # same random-access efficiency as reads at one granule
+                # a granule-sized random write is bounded by both the write bandwidth and what random
+                # reads of that size reach (min keeps the model monotone in every profile number)
                 rd = dict(self._anchors(False))
-                eff = (g / rd[g]) / self.read_bw_GBps  # random GB/s at one granule / sequential
-                pts[g] = self.write_bw_GBps * eff
+                pts[g] = min(self.write_bw_GBps, g / rd[g])
             else:
                 # a granule-sized random read is assumed to reach sequential bandwidth
                 pts[g] = self.read_bw_GBps
