@@ -28,7 +28,7 @@ def _csr_from_pairs(pairs: np.ndarray, n_users: int):
 
 def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.ndarray,
                  masked: list[np.ndarray], topk=(10, 20), users: np.ndarray | None = None,
-                 chunk: int = 1024) -> dict:
+                 chunk: int | None = None) -> dict:
     """Recall@K and NDCG@K averaged over evaluated users.
 
     Args:
@@ -38,13 +38,16 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
         masked: list of (n, 2) pair arrays whose items are excluded from ranking.
         topk: cut-offs K.
         users: evaluate only these users (a sample); default all with held-out items.
-        chunk: users per scoring block (memory: chunk * n_items * 4 bytes).
+        chunk: users per scoring block (memory: chunk * n_items * 4 bytes); default
+            keeps a block's scores under 256 MiB (at most 1024 users).
     Returns ``{"recall@K": float, "ndcg@K": float, ..., "users": int}``.
     """
     n_users, n_items = user_emb.shape[0], item_emb.shape[0]
     kmax = min(max(topk), n_items)
     h_ptr, h_items = _csr_from_pairs(heldout, n_users)
     m_csrs = [_csr_from_pairs(m, n_users) for m in masked]
+    if chunk is None:
+        chunk = int(max(1, min(1024, (256 << 20) // (4 * max(n_items, 1)))))
     n_held = np.diff(h_ptr)
     cand = np.nonzero(n_held > 0)[0]
     if users is not None:
@@ -62,13 +65,13 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
                 cols = np.concatenate([items[ptr[u]:ptr[u + 1]] for u in ub]) if cnt.sum() else np.zeros(0, np.int64)
                 scores[torch.from_numpy(rows), torch.from_numpy(cols)] = -torch.inf
             top = torch.topk(scores, kmax, dim=1).indices.numpy()
-            # hits[r, j]: is the j-th ranked item of user r held out?
+            del scores
+            # hits[r, j]: is the j-th ranked item of user r held out? (keys row*n_items+item)
             cnt = h_ptr[ub + 1] - h_ptr[ub]
-            rows = np.repeat(np.arange(len(ub)), cnt)
+            rows = np.repeat(np.arange(len(ub), dtype=np.int64), cnt)
             cols = np.concatenate([h_items[h_ptr[u]:h_ptr[u + 1]] for u in ub])
-            truth = np.zeros((len(ub), n_items), dtype=bool)
-            truth[rows, cols] = True
-            hits = np.take_along_axis(truth, top, axis=1)
+            top_keys = np.arange(len(ub), dtype=np.int64)[:, None] * n_items + top
+            hits = np.isin(top_keys, rows * n_items + cols)
             for k in topk:
                 kk = min(k, kmax)
                 hk = hits[:, :kk]
@@ -82,7 +85,7 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
     return out
 
 
-def evaluate(model, adj, dataset, split: str = "valid", topk=(10, 20), users=None, chunk: int = 1024) -> dict:
+def evaluate(model, adj, dataset, split: str = "valid", topk=(10, 20), users=None, chunk: int | None = None) -> dict:
     """Propagate once without gradients and rank all items for ``split``'s users."""
     with torch.no_grad():
         out = model.propagate(adj)
