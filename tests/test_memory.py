@@ -1,0 +1,167 @@
+"""Footprint formulas against real objects, measured peak, topology, NUMA arguments and
+file-backed (App Direct style) tensors."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+from gnnrec_lab.config import RunConfig
+from gnnrec_lab.errors import UserError
+from gnnrec_lab.graph import BipartiteGraph
+import importlib
+fpmod = importlib.import_module("gnnrec_lab.memory.footprint")  # the package attribute is the function
+from gnnrec_lab.memory.footprint import footprint, measure_peak, total
+from gnnrec_lab.memory.placement import (allocate, is_file_backed, numactl_args, parse_place, place_array,
+                                         place_tensor, probe_dax)
+from gnnrec_lab.memory.topology import Topology, detect, parse_cpulist, read_nodes
+
+
+def tiny(n_users=40, n_items=60, n=500, seed=0):
+    rng = np.random.default_rng(seed)
+    pairs = np.unique(np.stack([rng.integers(0, n_users, n), rng.integers(0, n_items, n)], 1), axis=0)
+    return pairs, n_users, n_items
+
+
+def test_graph_and_parameter_classes_match_the_real_objects():
+    pairs, nu, ni = tiny()
+    g = BipartiteGraph(pairs, nu, ni)
+    counts = dict(n_users=nu, n_items=ni, n_train=len(pairs), n_interactions=len(pairs))
+    fp = footprint(RunConfig(model="lightgcn", layers=2, dim=8), counts=counts, runtime_bytes=0)
+    # the adjacency's row and column scales are one shared array (CSR.footprint counts it twice)
+    arrays = {id(a): a.nbytes for a in (g.adj.indptr, g.adj.indices, g.adj.row_scale, g.adj.col_scale,
+                                         g.user_items.indptr, g.user_items.indices, g.degree)}
+    assert fp["graph"] == sum(arrays.values()) + 16 * len(pairs)
+    from gnnrec_lab.models import build_model
+    for cfg in (RunConfig(model="lightgcn", layers=2, dim=8), RunConfig(model="ngcf", layers=2, dim=8)):
+        model = build_model(cfg, nu, ni)
+        params = sum(p.numel() * p.element_size() for p in model.parameters())
+        fp = footprint(cfg, counts=counts, runtime_bytes=0)
+        assert fp["embeddings"] == params == fp["gradients"]
+        opt = torch.optim.Adam(model.parameters())
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        opt.step()
+        state = sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if v.dim() > 0)
+        assert fp["optimizer"] == state
+
+
+def test_class_formulas_follow_the_configuration():
+    counts = dict(n_users=1000, n_items=2000, n_train=50_000)
+    edge = footprint(RunConfig(model="ngcf", ngcf_form="edge", layers=3, dim=16), counts, runtime_bytes=0)
+    node = footprint(RunConfig(model="ngcf", ngcf_form="node", layers=3, dim=16), counts, runtime_bytes=0)
+    assert edge["edge_intermediates"] == 3 * 4 * 2 * 50_000 * 16 and node["edge_intermediates"] == 0
+    deep = footprint(RunConfig(layers=6, dim=16), counts, runtime_bytes=0)
+    shallow = footprint(RunConfig(layers=2, dim=16), counts, runtime_bytes=0)
+    assert deep["activations"] - shallow["activations"] == 4 * 4 * 3000 * 16
+    sgd = footprint(RunConfig(optimizer="sgd", momentum=0.0), counts, runtime_bytes=0)
+    assert sgd["optimizer"] == 0
+    assert set(edge) == {"graph", "embeddings", "optimizer", "gradients", "activations", "edge_intermediates",
+                         "buffers", "runtime"}
+    assert total(edge) == sum(edge.values())
+    with pytest.raises(UserError, match="n_items"):
+        footprint(RunConfig(), dict(n_users=3, n_train=5), runtime_bytes=0)
+
+
+def test_runtime_baseline_is_measured_once_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = fpmod.runtime_baseline_bytes()
+    assert 50 * 2**20 < first < 4 * 2**30      # an interpreter with torch loaded
+    assert (tmp_path / "gnnrec-lab" / "runtime_rss.json").exists()
+    monkeypatch.setattr(fpmod.subprocess, "run", lambda *a, **k: pytest.fail("re-measured despite the cache"))
+    assert fpmod.runtime_baseline_bytes() == first
+
+
+def test_measure_peak_reports_measured_bytes():
+    m = measure_peak()
+    assert m["kind"] == "measured" and m["peak_rss_bytes"] >= m["rss_bytes"] * 0.9 > 0
+    before = m["peak_rss_bytes"]
+    block = np.ones(64 * 2**20 // 8)          # 64 MiB touched
+    assert measure_peak()["peak_rss_bytes"] >= before and block.sum() > 0
+
+
+def _fake_sysfs(root):
+    for nid, cpus, kb in ((0, "0-3", 8 * 2**20), (1, "", 64 * 2**20)):
+        d = root / f"node{nid}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+        (d / "meminfo").write_text(f"Node {nid} MemTotal:       {kb} kB\nNode {nid} MemFree: 1 kB\n")
+        (d / "distance").write_text("10 20\n" if nid == 0 else "20 10\n")
+    return root
+
+
+def test_topology_reads_sysfs_and_flags_cpu_less_nodes(tmp_path):
+    assert parse_cpulist("0-2,5,7-8") == [0, 1, 2, 5, 7, 8]
+    nodes = read_nodes(str(_fake_sysfs(tmp_path)))
+    assert [n.id for n in nodes] == [0, 1]
+    assert nodes[0].cpus == [0, 1, 2, 3] and not nodes[0].cpu_less
+    assert nodes[1].cpu_less and nodes[1].mem_total_bytes == 64 * 2**30
+    assert nodes[1].distances == [20, 10]
+    real = detect()
+    assert real.nodes and real.nodes[0].cpus           # this machine has at least node 0 with CPUs
+    for tool in ("ndctl", "daxctl", "ipmctl"):
+        assert set(real.tools[tool]) & {"absent", "devices", "error"}
+    assert real.to_dict()["nodes"][0]["id"] == real.nodes[0].id
+
+
+def test_numactl_args_and_clear_errors(tmp_path, monkeypatch):
+    topo = Topology(read_nodes(str(_fake_sysfs(tmp_path))), {})
+    assert numactl_args({"embeddings": "dram"}, topo) == []
+    assert numactl_args({"embeddings": "numa:membind:1", "optimizer": "numa:membind:1"}, topo,
+                        numactl="/usr/bin/numactl") == ["/usr/bin/numactl", "--membind=1"]
+    assert numactl_args({"graph": "numa:interleave:0-1"}, topo, numactl="numactl")[1] == "--interleave=0,1"
+    with pytest.raises(UserError, match="NUMA node 7 does not exist"):
+        numactl_args({"embeddings": "numa:membind:7"}, topo, numactl="numactl")
+    with pytest.raises(UserError, match="whole worker"):
+        numactl_args({"embeddings": "numa:membind:1", "graph": "numa:preferred:0"}, topo, numactl="numactl")
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(UserError, match="numactl"):
+        numactl_args({"embeddings": "numa:membind:1"}, topo)
+    for bad in ("numa:bind:1", "numa:membind:", "file:", "pmem"):
+        with pytest.raises(UserError, match="placement"):
+            parse_place(bad, "embeddings")
+    assert str(parse_place("numa:preferred:1")) == "numa:preferred:1"
+
+
+def _ops(emb, w, idx):
+    """A few torch ops a training step does: gather, GEMM, scatter-add, in-place update."""
+    out = emb[idx] @ w
+    g = torch.zeros_like(emb).index_add_(0, idx, out @ w.T)
+    emb.sub_(0.1 * g)
+    return out, emb.clone()
+
+
+@pytest.mark.parametrize("where", ["/dev/shm", "tmp"])
+def test_file_backed_tensors_are_bit_identical_to_dram(where, tmp_path):
+    d = str(tmp_path) if where == "tmp" else where
+    if not os.path.isdir(d):
+        pytest.skip(f"{d} does not exist here")
+    before = set(os.listdir(d))
+    torch.manual_seed(0)
+    src = torch.randn(300, 16)
+    w = torch.randn(16, 16)
+    idx = torch.randint(0, 300, (500,))
+    ram = place_tensor(src.clone(), "dram", "embeddings")
+    fil = place_tensor(src.clone(), f"file:{d}", "embeddings")
+    assert is_file_backed(fil) and not is_file_backed(ram)
+    for _ in range(3):
+        a, b = _ops(ram, w, idx), _ops(fil, w, idx)
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+    z = allocate((7, 3), torch.float32, f"file:{d}", "optimizer")
+    assert z.dtype == torch.float32 and z.shape == (7, 3) and is_file_backed(z) and float(z.abs().sum()) == 0
+    arr = place_array(np.arange(10, dtype=np.int64), f"file:{d}", "graph")
+    assert arr.dtype == np.int64 and int(arr.sum()) == 45 and is_file_backed(arr)
+    assert set(os.listdir(d)) == before          # files are unlinked once mapped: nothing left behind
+    with pytest.raises(UserError, match="no such directory"):
+        allocate((2,), torch.float32, f"file:{tempfile.gettempdir()}/does-not-exist-gnnrec", "x")
+
+
+def test_probe_dax_says_no_on_tmpfs_and_disk(tmp_path):
+    for d in ("/dev/shm", str(tmp_path)):
+        if os.path.isdir(d):
+            r = probe_dax(d)
+            assert r["dax"] is False and "MAP_SYNC" in r["reason"] and r["fs_type"]
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".gnnrec-dax")]
