@@ -385,3 +385,51 @@ def progress_line(p: SweepPoint, total: int, fields: Sequence[str]) -> str:
     if p.overhead_s is not None:
         bits.append(f"sweep overhead {p.overhead_s:.2f} s")
     return head + ", ".join(bits)
+
+
+# ---------------------------------------------------------------------------
+# in-process points (notebooks, benchmarks): same configs, no subprocess
+# ---------------------------------------------------------------------------
+def run_points(configs: Sequence[RunConfig], progress: bool = False) -> list:
+    """Train each config in this process (datasets loaded once per name/seed); returns RunResults.
+
+    For small teaching sweeps where a subprocess per point is not worth it; the
+    results are the same objects :func:`gnnrec_lab.run` returns (times measured).
+    """
+    from . import data
+    from .train import train
+    loaded: dict = {}
+    out = []
+    for c in configs:
+        key = (c.dataset, c.seed, c.data_dir)
+        if key not in loaded:
+            loaded[key] = data.load(c.dataset, seed=c.seed, data_dir=c.data_dir, progress=progress)
+        out.append(train(c, dataset=loaded[key], progress=progress))
+    return out
+
+
+def breakdown_frame(results: Sequence, fields: Sequence[str] = ()):
+    """Per-step kernel breakdowns of several runs stacked, with the varied config ``fields``.
+
+    One row per (run, kernel, phase): the :func:`gnnrec_lab.analysis.breakdown`
+    columns (measured seconds, share, bytes, flops, intensity) with ``seconds``,
+    ``bytes``, ``random_bytes`` and ``flops`` divided by the run's training steps,
+    so runs of different lengths compare per step; plus ``run`` (0-based index),
+    ``label`` (the fields as text) and the fields themselves.
+    """
+    import pandas as pd
+    from .analysis import breakdown
+    frames = []
+    for i, r in enumerate(results):
+        d = r.to_dict() if hasattr(r, "to_dict") else dict(r)
+        bd = breakdown(pd.DataFrame(d.get("kernels") or []))
+        steps = max(int(d.get("steps") or 1), 1)
+        for col in ("seconds", "bytes", "random_bytes", "flops"):
+            bd[col] = bd[col] / steps
+        cfg = d.get("config") or {}
+        bd.insert(0, "run", i)
+        bd.insert(1, "label", " ".join(f"{f}={cfg.get(f)}" for f in fields) or f"run {i}")
+        for f in fields:
+            bd[f] = cfg.get(f)
+        frames.append(bd)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
