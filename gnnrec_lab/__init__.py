@@ -1,4 +1,9 @@
 """gnnrec-lab: GNN recommender training on tiered memory, measured and modeled."""
+import os as _os
+
+# numba's and torch's OpenMP teams spin-wait by default; on a small or shared machine the
+# spinning team starves the other and a 0.3 ms SpMM takes 20-40 ms. Must precede torch's import.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from .config import RunConfig
 from .errors import ConfigError, DataError, UserError
 

@@ -65,9 +65,11 @@ def breakdown(records_or_df, host: Optional[dict] = None) -> pd.DataFrame:
     df = records_frame(records_or_df)
     if df.empty:
         return pd.DataFrame(columns=list(BREAKDOWN_COLUMNS))
+    # pre-aggregated frames (run totals, the store's per-step rows) carry a "calls" column
     df = df.assign(bytes=df["bytes_read"] + df["bytes_written"],
-                   random_bytes=df["random_bytes"] if "random_bytes" in df else 0)
-    g = df.groupby(["name", "phase"], sort=False).agg(calls=("ns", "size"), ns=("ns", "sum"), bytes=("bytes", "sum"),
+                   random_bytes=df["random_bytes"] if "random_bytes" in df else 0,
+                   calls=df["calls"] if "calls" in df else 1)
+    g = df.groupby(["name", "phase"], sort=False).agg(calls=("calls", "sum"), ns=("ns", "sum"), bytes=("bytes", "sum"),
                                                       random_bytes=("random_bytes", "sum"), flops=("flops", "sum"))
     g = g.reset_index().rename(columns={"name": "kernel"})
     g["seconds"] = g["ns"] / 1e9

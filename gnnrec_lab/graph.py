@@ -82,7 +82,7 @@ class CSR:
     def transpose_perm(self) -> np.ndarray:
         """For entry k of ``transpose()``, the position of the same entry in this matrix."""
         if self.symmetric:
-            raise ValueError("symmetric CSR is its own transpose; entry positions differ, use edge_reverse()")
+            raise ValueError("a symmetric CSR is its own transpose; its entry permutation is not kept")
         self.transpose()
         return self._t_perm
 
@@ -100,7 +100,7 @@ class CSR:
         return torch.sparse_csr_tensor(torch.from_numpy(self.indptr.astype(np.int64)),
                                        torch.from_numpy(self.indices.astype(np.int64)),
                                        torch.from_numpy(self.edge_weights()),
-                                       size=(self.n_rows, self.n_cols))
+                                       size=(self.n_rows, self.n_cols), check_invariants=False)
 
     def to_scipy(self):
         import scipy.sparse as sp

@@ -128,3 +128,14 @@ def test_chrome_trace(tmp_path):
     assert analysis.export_chrome_trace(recs, path, step=0) == 1
     with pytest.raises(ValueError):
         analysis.export_chrome_trace(recs, path, step=7)
+
+
+def test_breakdown_sums_calls_of_pre_aggregated_rows():
+    import pandas as pd
+    from gnnrec_lab.analysis import breakdown
+    df = pd.DataFrame([dict(name="spmm", phase="forward", ns=3_000_000_000, bytes_read=30, bytes_written=3,
+                            flops=6, calls=60),
+                       dict(name="spmm", phase="forward", ns=1_000_000_000, bytes_read=10, bytes_written=1,
+                            flops=2, calls=20)])
+    b = breakdown(df, host={"triad_GBps": 1.0, "gemm_GFLOPs": 1.0})
+    assert int(b.loc[0, "calls"]) == 80 and b.loc[0, "seconds"] == 4.0
