@@ -42,8 +42,8 @@ def main(args) -> int:
     points = expand(None, _grid(args))
     sw = Sweep(points, name=args.name, max_concurrent=args.max_concurrent)
     out = sys.stderr if args.json else sys.stdout
+    sw.check_datasets()  # an unknown dataset is one error line, before any header
     if args.dry_run:
-        sw.check_datasets()
         print(f"sweep {sw.id}: {len(points)} point(s), varying {', '.join(sw.fields) or 'nothing'}", file=out)
         for i, c in enumerate(points):
             d = c.to_dict()
