@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import math
 import signal
 import threading
@@ -299,6 +300,7 @@ class Sweep:
         # their overhead is not attributed.
         serial = self.max_concurrent == 1
         slot_free = time.monotonic()
+        first_new = max(self.store.run_ids() or [0]) + 1
         try:
             for p in todo:
                 p.run_id = runner.launch(p.config, sweep=self.id)
@@ -324,6 +326,20 @@ class Sweep:
                     time.sleep(self.poll_s)
         except KeyboardInterrupt:
             outcome.interrupted = True
+            # Ctrl-C may land inside launch(): the run row exists but its id never reached us
+            by_id = {p.run_id: p for p in todo if p.run_id is not None}
+            for rid in self.store.run_ids():
+                if rid >= first_new and rid not in pending and self.store.status(rid) not in TERMINAL:
+                    run = self.store.get_run(rid)
+                    if run["sweep"] == self.id:
+                        p = by_id.get(rid) or next((q for q in todo if q.run_id is None
+                                                    and q.config.to_json() == json.dumps(run["config"], sort_keys=True)), None)
+                        if p is not None:
+                            p.run_id = rid
+                            pending[rid] = p
+            for p in todo:
+                if p.run_id is None:
+                    p.status, p.error = "not started", "interrupted (Ctrl-C) before it was queued"
             self._cancel_rest(runner, pending, on_point, total, reason="interrupted (Ctrl-C)")
             runner.close()
             raise SweepInterrupted(outcome) from None

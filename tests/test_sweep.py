@@ -183,8 +183,10 @@ def test_cli_sweep_ctrl_c_exits_130_and_leaves_nothing_queued(home):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in out and "Traceback" not in err
+    # Ctrl-C may arrive while later points are still being queued: every point that
+    # reached the store is cancelled, none is left queued or running
     statuses = [store.status(r) for r in store.run_ids()]
-    assert len(statuses) == 3 and set(statuses) == {"cancelled"}
+    assert 1 <= len(statuses) <= 3 and set(statuses) == {"cancelled"}
 
 
 def test_cli_bad_input_one_line(home):
