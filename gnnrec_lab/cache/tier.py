@@ -1,4 +1,4 @@
-"""A real cached tier: embedding rows (+ optimizer state) in a file, a DRAM cache in front.
+"""A real cached tier: embedding rows (+ Adam moments) in a file, a DRAM cache in front.
 
 :class:`SlowTier` keeps a ``(n_rows, width)`` float32 table in a file and reads
 and writes rows with ``O_DIRECT`` where the file system allows it, so every
@@ -6,40 +6,69 @@ read reaches the device instead of the page cache; where it does not
 (e.g. tmpfs), it falls back to buffered I/O followed by
 ``posix_fadvise(DONTNEED)`` and says so in :attr:`SlowTier.io_mode`. Each row
 occupies a 512-byte-aligned stride (the ``O_DIRECT`` unit); runs of
-consecutive rows are moved with one system call.
+consecutive rows are moved with one system call, and up to ``io_threads``
+system calls are in flight at once (an SSD, like Optane, needs queue depth).
 
-:class:`OracleCachedTable` is a DRAM cache of ``capacity`` rows driven by the
-look-ahead oracle over a known trace (BagPipe's rule, as in
-:mod:`gnnrec_lab.cache.policies`): before batch ``b`` it makes the batch's rows
-resident (evicting, with write-back, the resident rows whose next use is
-farthest), and after the batch it writes back and drops every row whose next
-use lies beyond ``b + lookahead``. Training updates the rows in place in
-:attr:`OracleCachedTable.data`; :meth:`flush` writes everything back, so the
-file ends bit-identical to an uncached run.
+:class:`CachedRows` is the row store sampled-mode training uses when
+``cache_policy`` is not ``none`` (see :mod:`gnnrec_lab.rows`): one record per
+row holds the embedding and its two Adam moments, so a row moves with one
+read; a DRAM cache of ``capacity`` rows sits in front, run by a policy:
 
-Not built yet: the background prefetch thread that overlaps these fetches
-with compute (fetches here are synchronous, on the training thread).
+* ``lru`` / ``lfu`` / ``static`` (top-degree rows pinned, the rest streamed)
+  and ``none`` (every row read and written back every batch) fetch on demand
+  on the training thread: misses stall the step;
+* ``oracle`` (BagPipe) -- a background I/O thread reads the rows of the
+  batches the sampler has already produced (the look-ahead window) while the
+  current batch computes, and writes evicted rows back. A row is evicted right
+  after its last use within the next ``lookahead`` batches when the window
+  covers that many batches; under capacity pressure the row whose next use is
+  farthest goes first (rows not in the visible window count as farthest,
+  least recently used first among them).
+
+Updates run :class:`~gnnrec_lab.optim.SparseRowAdam` on the cached rows (same
+tensors shapes, same operations, one global step count), so training is
+bit-identical to the DRAM store.
+
+:class:`OracleCachedTable` is the trace-driven (offline) form of the oracle
+cache used to check the simulator against real I/O.
 """
 from __future__ import annotations
 
 import mmap
 import os
+import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 import numpy as np
+import torch
 
-from ..errors import UserError
+from ..errors import ConfigError, UserError
+from ..optim import SparseRowAdam
+from ..recorder import get_recorder
 from .simulate import next_use as _next_use
+from .simulate import parse_capacity
 from .traces import Trace
 
 ALIGN = 512
+MAX_IO_BYTES = 1 << 20     # one system call moves at most this much (keeps staging buffers small)
+IO_THREADS = 8             # system calls in flight; 8 gave ~4.5x the 1-deep rate on this VM's disk
+INF = np.int64(2**62)      # "no known next use"
+CACHED_POLICIES = ("none", "lru", "lfu", "static", "oracle")
 
 
 class SlowTier:
-    """A file-backed float32 row table; reads and writes bypass the page cache."""
+    """A file-backed float32 row table; reads and writes bypass the page cache.
 
-    def __init__(self, path: str, n_rows: int, width: int, direct: bool = True):
+    ``bytes_read`` / ``bytes_written`` count bytes moved by system calls
+    (whole strides, padding included) and ``read_seconds`` /
+    ``write_seconds`` their wall time: all measured. Safe to call from
+    several threads (one operation at a time).
+    """
+
+    def __init__(self, path: str, n_rows: int, width: int, direct: bool = True, io_threads: int = IO_THREADS):
         self.path, self.n_rows, self.width = str(path), int(n_rows), int(width)
         self.row_bytes = self.width * 4
         self.stride = -(-self.row_bytes // ALIGN) * ALIGN
@@ -48,38 +77,57 @@ class SlowTier:
                             "create it with SlowTier.create")
         self.io_mode = "buffered+fadvise"
         flags = os.O_RDWR
+        self.fd = -1
         if direct and hasattr(os, "O_DIRECT"):
             try:
                 self.fd = os.open(self.path, flags | os.O_DIRECT)
                 self.io_mode = "O_DIRECT"
             except OSError:
-                self.fd = os.open(self.path, flags)
-        else:
+                self.fd = -1
+        if self.fd < 0:
             self.fd = os.open(self.path, flags)
-        self._buf = mmap.mmap(-1, max(self.stride, mmap.PAGESIZE))   # page-aligned staging buffer
+        self.io_threads = max(1, int(io_threads))
+        self.max_rows_per_io = max(1, MAX_IO_BYTES // self.stride)
+        # one page-aligned staging buffer per concurrent system call (O_DIRECT needs alignment)
+        nbuf = max(self.stride * self.max_rows_per_io, mmap.PAGESIZE)
+        self._bufs = [mmap.mmap(-1, -(-nbuf // mmap.PAGESIZE) * mmap.PAGESIZE) for _ in range(self.io_threads)]
+        self._pool = ThreadPoolExecutor(self.io_threads, thread_name_prefix="gnnrec-tier-io") \
+            if self.io_threads > 1 else None
+        self._lock = threading.Lock()
         self.bytes_read = self.bytes_written = 0          # measured: bytes moved by system calls
         self.read_seconds = self.write_seconds = 0.0      # measured wall time
 
     @classmethod
-    def create(cls, path: str, table: np.ndarray, direct: bool = True) -> "SlowTier":
+    def create(cls, path: str, table: np.ndarray, direct: bool = True, io_threads: int = IO_THREADS) -> "SlowTier":
         """Write ``table`` (n_rows x width float32) to ``path`` and open it as a slow tier."""
         table = np.ascontiguousarray(table, dtype=np.float32)
         n, w = table.shape
         stride = -(-w * 4 // ALIGN) * ALIGN
-        padded = np.zeros((n, stride // 4), dtype=np.float32)
-        padded[:, :w] = table
+        chunk = max(1, (64 << 20) // stride)     # write in 64 MiB pieces: no full padded copy in memory
         with open(path, "wb") as f:
-            f.write(padded.tobytes())
+            for s in range(0, n, chunk):
+                part = table[s:s + chunk]
+                padded = np.zeros((part.shape[0], stride // 4), dtype=np.float32)
+                padded[:, :w] = part
+                f.write(padded.tobytes())
             f.flush()
             os.fsync(f.fileno())
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        return cls(path, n, w, direct)
+        return cls(path, n, w, direct, io_threads)
 
-    def _ensure(self, nbytes: int) -> memoryview:
-        if len(self._buf) < nbytes:
-            self._buf.close()
-            self._buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
-        return memoryview(self._buf)
+    def _pieces(self, srt: np.ndarray) -> list:
+        """(start row, length, position in srt) of runs of consecutive ids in sorted ``srt``,
+        each at most ``max_rows_per_io`` rows long."""
+        if srt.size == 0:
+            return []
+        breaks = np.flatnonzero(np.diff(srt) != 1) + 1
+        starts = np.concatenate([[0], breaks])
+        ends = np.concatenate([breaks, [srt.size]])
+        out, cap = [], self.max_rows_per_io
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            for p in range(s, e, cap):
+                out.append((int(srt[p]), min(cap, e - p), p))
+        return out
 
     @staticmethod
     def _runs(rows: np.ndarray):
@@ -91,59 +139,85 @@ class SlowTier:
         ends = np.concatenate([breaks, [rows.size]])
         return [(int(rows[s]), int(e - s), int(s)) for s, e in zip(starts, ends)]
 
+    def _each(self, pieces: list, fn) -> None:
+        """Run ``fn(worker, piece)`` for every piece, ``io_threads`` at a time (worker = buffer index)."""
+        k = min(self.io_threads, len(pieces))
+        if k <= 1 or self._pool is None:
+            for p in pieces:
+                fn(0, p)
+            return
+        groups = [pieces[i::k] for i in range(k)]
+        list(self._pool.map(lambda wg: [fn(wg[0], p) for p in wg[1]], enumerate(groups)))
+
+    def _block(self, worker: int, length: int) -> np.ndarray:
+        sw = self.stride // 4
+        return np.frombuffer(self._bufs[worker], dtype=np.float32, count=length * sw).reshape(length, sw)
+
     def read(self, rows: np.ndarray) -> np.ndarray:
-        """Rows ``rows`` (any order) as a (k, width) float32 array, read from the device."""
+        """Rows ``rows`` (any order, distinct) as a (k, width) float32 array, read from the device."""
         rows = np.asarray(rows, dtype=np.int64)
         order = np.argsort(rows, kind="stable")
         srt = rows[order]
         out = np.empty((rows.size, self.width), dtype=np.float32)
-        t0 = time.perf_counter()
-        sw = self.stride // 4
-        for start, length, pos in self._runs(srt):
+
+        def one(worker, piece):
+            start, length, pos = piece
             nbytes = length * self.stride
-            mv = self._ensure(nbytes)
-            got = os.preadv(self.fd, [mv[:nbytes]], start * self.stride)
+            got = os.preadv(self.fd, [memoryview(self._bufs[worker])[:nbytes]], start * self.stride)
             if got != nbytes:
                 raise OSError(f"short read from {self.path}: {got} of {nbytes} bytes")
-            block = np.frombuffer(self._buf, dtype=np.float32, count=length * sw).reshape(length, sw)
-            out[order[pos:pos + length]] = block[:, :self.width]
-            self.bytes_read += nbytes
-        if self.io_mode != "O_DIRECT":
-            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        self.read_seconds += time.perf_counter() - t0
+            out[order[pos:pos + length]] = self._block(worker, length)[:, :self.width]
+
+        with self._lock:
+            t0 = time.perf_counter()
+            pieces = self._pieces(srt)
+            self._each(pieces, one)
+            if self.io_mode != "O_DIRECT":
+                os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            self.bytes_read += int(srt.size) * self.stride
+            self.read_seconds += time.perf_counter() - t0
         return out
 
     def write(self, rows: np.ndarray, values: np.ndarray) -> None:
-        """Write ``values[k]`` to row ``rows[k]``."""
+        """Write ``values[k]`` to row ``rows[k]`` (distinct rows)."""
         rows = np.asarray(rows, dtype=np.int64)
         order = np.argsort(rows, kind="stable")
         srt = rows[order]
         vals = np.asarray(values, dtype=np.float32)[order]
-        t0 = time.perf_counter()
-        sw = self.stride // 4
-        for start, length, pos in self._runs(srt):
+
+        def one(worker, piece):
+            start, length, pos = piece
             nbytes = length * self.stride
-            mv = self._ensure(nbytes)
-            block = np.frombuffer(self._buf, dtype=np.float32, count=length * sw).reshape(length, sw)
+            block = self._block(worker, length)
             block[:, :self.width] = vals[pos:pos + length]
             block[:, self.width:] = 0
-            got = os.pwritev(self.fd, [mv[:nbytes]], start * self.stride)
+            got = os.pwritev(self.fd, [memoryview(self._bufs[worker])[:nbytes]], start * self.stride)
             if got != nbytes:
                 raise OSError(f"short write to {self.path}: {got} of {nbytes} bytes")
-            self.bytes_written += nbytes
-        if self.io_mode != "O_DIRECT":
-            os.fsync(self.fd)
-            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        self.write_seconds += time.perf_counter() - t0
+
+        with self._lock:
+            t0 = time.perf_counter()
+            self._each(self._pieces(srt), one)
+            if self.io_mode != "O_DIRECT":
+                os.fsync(self.fd)
+                os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            self.bytes_written += int(srt.size) * self.stride
+            self.write_seconds += time.perf_counter() - t0
 
     def read_all(self) -> np.ndarray:
         return self.read(np.arange(self.n_rows))
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        self._buf.close()
+        with self._lock:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+            for b in self._bufs:
+                b.close()
+            self._bufs = []
 
 
 class OracleCachedTable:
@@ -217,3 +291,462 @@ class OracleCachedTable:
     def flush(self) -> None:
         """Write every resident row back to the slow tier."""
         self._evict(self.row_in[self.row_in >= 0])
+
+
+# -- the row store sampled-mode training uses ------------------------------------------------------
+
+class CachedRows:
+    """Row store (see :mod:`gnnrec_lab.rows`) over a :class:`SlowTier` of ``[embedding | m | v]`` records.
+
+    ``capacity`` rows of DRAM cache; ``policy`` one of :data:`CACHED_POLICIES`;
+    ``lookahead`` the oracle's window ``L`` in batches; ``scores`` the static
+    policy's ranking (node degree; higher is pinned first); ``table`` the
+    model's embedding tensor, refreshed from the slow tier by :meth:`sync`.
+    Every batch's distinct rows must fit in the cache (``ConfigError`` on
+    ``cache_size`` otherwise).
+    """
+
+    def __init__(self, tier: SlowTier, capacity: int, lr: float, policy: str = "oracle", lookahead: int = 200,
+                 scores: Optional[np.ndarray] = None, table: Optional[torch.Tensor] = None,
+                 info: Optional[dict] = None, betas=(0.9, 0.999), eps: float = 1e-8):
+        if policy not in CACHED_POLICIES:
+            raise ConfigError("cache_policy", f"got {policy!r}, allowed: {', '.join(CACHED_POLICIES)}")
+        if tier.width % 3:
+            raise ValueError("slow tier records must hold [embedding | m | v] (width divisible by 3)")
+        if int(capacity) < 1:
+            raise ConfigError("cache_size", f"must hold at least one row, got {capacity} rows")
+        if int(lookahead) < 1:
+            raise ConfigError("lookahead", f"must be a positive number of batches, got {lookahead}")
+        self.tier, self.policy, self.capacity, self.L = tier, policy, int(capacity), int(lookahead)
+        self.table, self.info = table, dict(info or {})
+        n, self.dim = tier.n_rows, tier.width // 3
+        self.buf = np.zeros((self.capacity, tier.width), dtype=np.float32)
+        tb = torch.from_numpy(self.buf)
+        d = self.dim
+        # the three column blocks are strided views: indexing them yields contiguous (k, D) tensors,
+        # exactly the tensors SparseRowAdam sees on a DRAM table, so the arithmetic is the same
+        self.emb, self.m, self.v = tb[:, :d], tb[:, d:2 * d], tb[:, 2 * d:]
+        self.adam = SparseRowAdam(self.emb, lr=lr, betas=betas, eps=eps, m=self.m, v=self.v)
+        self.slot_of = np.full(n, -1, dtype=np.int64)
+        self.row_in = np.full(self.capacity, -1, dtype=np.int64)
+        self.ready = np.zeros(self.capacity, dtype=bool)      # slot holds its row's data
+        self.fresh = np.zeros(self.capacity, dtype=bool)      # read from the tier, not used by a batch yet
+        self.dirty = np.zeros(self.capacity, dtype=bool)
+        self.last_use = np.full(n, -1, dtype=np.int64)
+        self.freq = np.zeros(n, dtype=np.int64)
+        self.next_use = np.full(n, INF, dtype=np.int64)       # oracle: next known use (batch id)
+        self.inbatch = np.full(n, -1, dtype=np.int64)
+        self.rank = None
+        self.k_pinned = 0
+        if policy == "static":
+            if scores is None or len(scores) != n:
+                raise ValueError(f"static policy needs one score per row ({n})")
+            order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+            self.rank = np.empty(n, dtype=np.int64)
+            self.rank[order] = np.arange(n)
+            self.k_pinned = self.capacity      # shrinks so that the largest batch's unpinned rows fit
+        self.cur = -1                  # batch between fetch() and update(); -1 none
+        self.expected = 0              # batch id the next fetch() is expected to carry
+        self.future: dict = {}         # oracle: batch id -> distinct rows (known from the window)
+        self._nu_rows = np.empty(0, dtype=np.int64)
+        self._wb: list = []            # oracle: (rows, data) evicted, waiting to be written back
+        self._cv = threading.Condition()
+        self._closing = False
+        self._io_busy = False
+        self._io_error: Optional[BaseException] = None
+        # measured counters
+        self.hits = self.misses = self.prefetched = self.demand = self.evictions = self.eager_evictions = 0
+        self.fetch_seconds = self.stall_seconds = self.update_seconds = 0.0
+        self.fetches = 0
+        self.max_batch_rows = 0
+        self.peak_occupancy = 0
+        self.window_sum = 0
+        self.sync_bytes_read = self.sync_bytes_written = 0
+        self.sync_seconds = 0.0
+        self._rec_read = self._rec_written = 0
+        self._io = None
+        if policy == "oracle":
+            self._io = threading.Thread(target=self._io_loop, name="gnnrec-cache-prefetch", daemon=True)
+            self._io.start()
+
+    # -- helpers (call with the lock held) ------------------------------------------------------
+    def _n_free(self) -> int:
+        return int(np.count_nonzero(self.row_in < 0))
+
+    def _check_fits(self, n_rows: int) -> None:
+        self.max_batch_rows = max(self.max_batch_rows, n_rows)
+        if n_rows > self.capacity:
+            raise ConfigError("cache_size", f"{self.capacity:,} rows cannot hold a batch of {n_rows:,} distinct "
+                                            f"rows; use cache_size >= {n_rows} (rows) or a larger share")
+
+    def _take(self, victims: np.ndarray) -> tuple:
+        """Drop ``victims`` (resident rows) from the cache; returns (dirty rows, their records) to write."""
+        slots = self.slot_of[victims]
+        d = self.dirty[slots]
+        out = (victims[d], self.buf[slots[d]].copy())
+        self.slot_of[victims] = -1
+        self.row_in[slots] = -1
+        self.ready[slots] = self.fresh[slots] = self.dirty[slots] = False
+        self.evictions += int(victims.size)
+        return out
+
+    def _place(self, rows: np.ndarray) -> np.ndarray:
+        """Reserve free slots for ``rows`` (not ready until their data arrives)."""
+        slots = np.flatnonzero(self.row_in < 0)[:rows.size]
+        self.slot_of[rows] = slots
+        self.row_in[slots] = rows
+        self.ready[slots] = False
+        self.fresh[slots] = True
+        self.dirty[slots] = False
+        self.peak_occupancy = max(self.peak_occupancy, self.capacity - self._n_free())
+        return slots
+
+    def _victim_order(self, cand: np.ndarray) -> np.ndarray:
+        """``cand`` (resident rows) in eviction order for this policy."""
+        if self.policy == "lfu":
+            return cand[np.lexsort((cand, self.last_use[cand], self.freq[cand]))]
+        if self.policy == "oracle":   # farthest next use first; unknown (INF) ones least recently used first
+            return cand[np.lexsort((cand, self.last_use[cand], -self.next_use[cand]))]
+        return cand[np.lexsort((cand, self.last_use[cand]))]     # lru (and static's unpinned rows)
+
+    def _refresh_next_use(self) -> None:
+        """next_use from the batches known ahead (the current one included), up to L past the next fetch."""
+        self.next_use[self._nu_rows] = INF
+        base = self.cur if self.cur >= 0 else self.expected
+        ids = sorted(j for j in self.future if j <= base + self.L)
+        for j in reversed(ids):
+            self.next_use[self.future[j]] = j
+        self._nu_rows = np.concatenate([self.future[j] for j in ids]) if ids else np.empty(0, np.int64)
+
+    # -- the row-store interface ----------------------------------------------------------------
+    def lookahead(self, future_rows: list) -> None:
+        """Rows of the batches already sampled ahead; ``future_rows[j]`` is batch ``next fetch + 1 + j``."""
+        if self.policy != "oracle":
+            return
+        with self._cv:
+            self._raise_io_error()
+            base = self.expected
+            self.window_sum += min(len(future_rows), self.L)
+            for j, rows in enumerate(future_rows[:self.L]):
+                b = base + 1 + j
+                if b not in self.future:
+                    r = np.unique(np.asarray(rows, dtype=np.int64))
+                    self._check_fits(r.size)
+                    self.future[b] = r
+            self._refresh_next_use()
+            self._cv.notify_all()
+
+    def fetch(self, batch: int, rows: torch.Tensor) -> torch.Tensor:
+        """Layer-0 embeddings of ``rows`` (distinct global ids) for ``batch``, as a new (k, D) tensor."""
+        t0 = time.perf_counter()
+        r = rows.numpy().astype(np.int64, copy=False)
+        self._check_fits(r.size)
+        w0 = self.tier.write_seconds
+        with self._cv:
+            self._raise_io_error()
+            self.cur, self.expected = batch, batch + 1
+            self.inbatch[r] = batch
+            slots = self.slot_of[r]
+            present = slots >= 0
+            fresh = np.zeros(r.size, dtype=bool)
+            fresh[present] = self.fresh[slots[present]]
+            hits = int(np.count_nonzero(present & ~fresh))
+            self.hits += hits
+            self.misses += r.size - hits
+            self.demand += int(np.count_nonzero(~present))
+            if self.policy == "oracle":
+                self.prefetched += int(np.count_nonzero(fresh))
+                if batch not in self.future:
+                    self.future[batch] = np.sort(r)
+                self._refresh_next_use()
+                self.next_use[r] = batch           # pinned until update()
+                self._cv.notify_all()
+                ts = time.perf_counter()
+                while True:
+                    s = self.slot_of[r]
+                    if np.all(s >= 0) and np.all(self.ready[s]):
+                        break
+                    self._raise_io_error()
+                    self._cv.wait(0.5)
+                self.stall_seconds += time.perf_counter() - ts
+            else:
+                ts = time.perf_counter()
+                self._load_sync(r, batch)
+                self.stall_seconds += time.perf_counter() - ts
+            slots = self.slot_of[r]
+            self.fresh[slots] = False
+        x = self.emb[torch.from_numpy(slots)]
+        self._slots = slots
+        wb_s = self.tier.write_seconds - w0 if self.policy != "oracle" else 0.0
+        dt = time.perf_counter() - t0
+        self.fetch_seconds += dt
+        self.fetches += 1
+        rec = get_recorder()
+        nread = self.tier.bytes_read - self.sync_bytes_read - self._rec_read
+        self._rec_read += nread
+        rec.record("row_fetch", int((dt - wb_s) * 1e9), bytes_read=nread, bytes_written=x.numel() * 4,
+                   pattern="gather", row_bytes=self.tier.stride, random_bytes=nread, phase="forward",
+                   backend=self.tier.io_mode)
+        if wb_s > 0:
+            self._record_writeback(wb_s, "forward")
+        return x
+
+    def update(self, batch: int, rows: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
+        """Row-sparse Adam on ``rows`` in the cache (the tier sees them when they are evicted)."""
+        t0 = time.perf_counter()
+        r = rows.numpy().astype(np.int64, copy=False)
+        slots = self._slots if batch == self.cur else self.slot_of[r]
+        n, d = r.size, self.dim
+        rb = d * 4
+        with get_recorder().timed("sparse_adam", bytes_read=4 * n * rb, bytes_written=3 * n * rb,
+                                  flops=10 * grad.numel(), pattern="gather", row_bytes=rb,
+                                  random_bytes=7 * n * rb, backend="torch"):
+            self.adam.lr = lr
+            self.adam.step(torch.from_numpy(slots), grad)
+        w0 = self.tier.write_seconds
+        with self._cv:
+            self.dirty[slots] = True
+            self.last_use[r] = batch
+            self.freq[r] += 1
+            self.cur = -1
+            if self.policy == "oracle":
+                self.future.pop(batch, None)
+                self._refresh_next_use()
+                horizon = max(self.future) if self.future else batch
+                if horizon >= batch + self.L:     # the window covers L batches: BagPipe's eager eviction
+                    done = r[self.next_use[r] > batch + self.L]
+                    if done.size:
+                        self._wb.append(self._take(done))
+                        self.eager_evictions += int(done.size)
+                self._cv.notify_all()
+            elif self.policy in ("static", "none"):   # streamed rows go back right after their batch
+                out = r if self.policy == "none" else r[self.rank[r] >= self.k_pinned]
+                if out.size:
+                    self.tier.write(*self._take(out))
+        self.update_seconds += time.perf_counter() - t0
+        wb_s = self.tier.write_seconds - w0 if self.policy != "oracle" else 0.0
+        self._record_writeback(wb_s, "optimizer")
+
+    def _record_writeback(self, seconds: float, phase: str) -> None:
+        nw = self.tier.bytes_written - self.sync_bytes_written - self._rec_written
+        if nw <= 0 and seconds <= 0:
+            return
+        self._rec_written += nw
+        # the oracle writes back on its I/O thread: bytes count, the step does not wait (ns = 0)
+        get_recorder().record("row_writeback", int(seconds * 1e9), bytes_read=0, bytes_written=nw,
+                              pattern="scatter", row_bytes=self.tier.stride, random_bytes=nw, phase=phase,
+                              backend=self.tier.io_mode)
+
+    def _load_sync(self, r: np.ndarray, batch: int) -> None:
+        """Demand policies: make ``r`` resident now, evicting (with write-back) on the training thread."""
+        if self.policy == "static":
+            # largest k <= current with k + |batch rows ranked >= k| <= capacity (pinning shrinks, never grows)
+            rk = np.sort(self.rank[r])
+            k = self.k_pinned
+            while k > 0 and k + int(r.size - np.searchsorted(rk, k)) > self.capacity:
+                k = max(0, min(k - 1, self.capacity - int(r.size - np.searchsorted(rk, k))))
+            if k < self.k_pinned:
+                self.k_pinned = k
+                res = self.row_in[self.row_in >= 0]
+                drop = res[(self.rank[res] >= k) & (self.inbatch[res] != batch)]
+                if drop.size:
+                    self.tier.write(*self._take(drop))
+        miss = r[self.slot_of[r] < 0]
+        short = miss.size - self._n_free()
+        if short > 0:
+            res = self.row_in[self.row_in >= 0]
+            cand = res[self.inbatch[res] != batch]
+            if self.policy == "static":
+                cand = cand[self.rank[cand] >= self.k_pinned]
+            victims = self._victim_order(cand)[:short]
+            self.tier.write(*self._take(victims))
+        if miss.size:
+            slots = self._place(miss)
+            self.buf[slots] = self.tier.read(miss)
+            self.ready[slots] = True
+
+    # -- the oracle's I/O thread ------------------------------------------------------------------
+    def _raise_io_error(self) -> None:
+        if self._io_error is not None:
+            err, self._io_error = self._io_error, None
+            raise err
+
+    def _plan(self):
+        """Next I/O job (under the lock): pending write-backs and the earliest batch with rows to read."""
+        wb, self._wb = self._wb, []
+        base = self.cur if self.cur >= 0 else self.expected
+        for j in sorted(j for j in self.future if base <= j <= base + self.L):
+            rows = self.future[j]
+            missing = rows[self.slot_of[rows] < 0]
+            if missing.size == 0:
+                continue
+            short = missing.size - self._n_free()
+            if short > 0:
+                res = self.row_in[self.row_in >= 0]
+                # rows needed up to batch j (the current batch's rows are pinned at next_use = cur) stay
+                ok = self.ready[self.slot_of[res]] & (self.next_use[res] > j)
+                victims = self._victim_order(res[ok])[:short]
+                if victims.size:
+                    wb.append(self._take(victims))
+            take = min(missing.size, self._n_free())
+            if take == 0:
+                break            # blocked until training frees rows
+            missing = missing[:take]
+            return wb, missing, self._place(missing)
+        return (wb, None, None) if wb else None
+
+    def _io_loop(self) -> None:
+        while True:
+            with self._cv:
+                job = None
+                while not self._closing:
+                    job = self._plan()
+                    if job is not None:
+                        break
+                    self._cv.wait()
+                if job is None:
+                    return
+                self._io_busy = True
+            wb, rows, slots = job
+            try:
+                for wrows, data in wb:
+                    if wrows.size:
+                        self.tier.write(wrows, data)
+                if rows is not None:
+                    data = self.tier.read(rows)
+                    self.buf[slots] = data
+            except BaseException as e:   # handed to the training thread
+                with self._cv:
+                    self._io_error = e
+                    self._io_busy = False
+                    self._closing = True
+                    self._cv.notify_all()
+                return
+            with self._cv:
+                if rows is not None:
+                    self.ready[slots] = True
+                self._io_busy = False
+                self._cv.notify_all()
+
+    def _drain(self) -> None:
+        """Wait until the I/O thread has nothing in flight and no write-back pending (lock held)."""
+        while self._io is not None and self._io.is_alive() and (self._io_busy or self._wb):
+            self._cv.wait(0.5)
+        self._raise_io_error()
+
+    # -- epoch end, statistics -----------------------------------------------------------------------
+    def sync(self) -> None:
+        """Write every dirty cached row back and copy the slow-tier embeddings into ``table``."""
+        t0 = time.perf_counter()
+        with self._cv:
+            self._drain()
+            r0, w0 = self.tier.bytes_read, self.tier.bytes_written
+            slots = np.flatnonzero((self.row_in >= 0) & self.dirty & self.ready)
+            if slots.size:
+                self.tier.write(self.row_in[slots], self.buf[slots])
+                self.dirty[slots] = False
+            if self.table is not None:
+                allrows = self.tier.read_all()
+                with torch.no_grad():
+                    self.table.copy_(torch.from_numpy(allrows[:, :self.dim]))
+            self.sync_bytes_read += self.tier.bytes_read - r0
+            self.sync_bytes_written += self.tier.bytes_written - w0
+        self.sync_seconds += time.perf_counter() - t0
+
+    def stats(self) -> dict:
+        """Measured counters: rows (hits, misses, prefetched, evictions), bytes moved to/from the
+        slow tier by training (sync's excluded, reported apart), seconds (fetch, stall = time the
+        training thread spent on or waiting for slow-tier I/O), and how the tier was set up."""
+        acc = self.hits + self.misses
+        t = self.tier
+        return {
+            "kind": "measured", "policy": self.policy, "capacity_rows": self.capacity,
+            "capacity_pct": 100.0 * self.capacity / t.n_rows, "lookahead": self.L if self.policy == "oracle" else None,
+            "mean_window_batches": self.window_sum / max(self.fetches, 1) if self.policy == "oracle" else None,
+            "batches": self.fetches, "accesses": acc, "hits": self.hits, "misses": self.misses,
+            "hit_rate": self.hits / acc if acc else float("nan"),
+            "prefetched_rows": self.prefetched, "demand_rows": self.demand, "evictions": self.evictions,
+            "eager_evictions": self.eager_evictions, "peak_occupancy_rows": self.peak_occupancy,
+            "max_batch_rows": self.max_batch_rows,
+            "pinned_rows": self.k_pinned if self.policy == "static" else None,
+            "fetch_seconds": self.fetch_seconds, "stall_seconds": self.stall_seconds,
+            "update_seconds": self.update_seconds,
+            "bytes_read": t.bytes_read - self.sync_bytes_read,
+            "bytes_written": t.bytes_written - self.sync_bytes_written,
+            "sync_bytes_read": self.sync_bytes_read, "sync_bytes_written": self.sync_bytes_written,
+            "sync_seconds": self.sync_seconds,
+            "io_read_seconds": t.read_seconds, "io_write_seconds": t.write_seconds,
+            "io_mode": t.io_mode, "io_threads": t.io_threads, "record_bytes": t.stride,
+            "record_payload_bytes": t.row_bytes, **self.info,
+        }
+
+    def close(self) -> None:
+        """Stop the I/O thread and close the slow-tier file (its data is not written back)."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        if self._io is not None:
+            self._io.join(timeout=30)
+        self.tier.close()
+
+
+def _slow_tier_dir(config) -> tuple:
+    where = config.placement.get("embeddings", "dram")
+    if where.startswith("file:"):
+        d = where[5:]
+        if not os.path.isdir(d):
+            raise ConfigError("placement", f"embeddings: directory {d!r} of the slow tier does not exist")
+        return d, f"file:{d} (placement embeddings)"
+    d = tempfile.gettempdir()
+    return d, f"{d} ($TMPDIR; no file: placement for embeddings given)"
+
+
+def _degree_scores(config, n_rows: int) -> np.ndarray:
+    """Interaction count of every node (users, then items) in the training split."""
+    from ..data import load
+    ds = load(config.dataset, seed=config.seed, data_dir=config.data_dir)
+    tr = np.asarray(ds.train)
+    deg = np.concatenate([np.bincount(tr[:, 0], minlength=ds.n_users),
+                          np.bincount(tr[:, 1], minlength=ds.n_items)]).astype(np.float64)
+    if deg.size != n_rows:
+        raise UserError(f"dataset {config.dataset!r} has {deg.size} nodes, the embedding table {n_rows} rows")
+    return deg
+
+
+def make_cached_rows(config, model, policy: Optional[str] = None, io_threads: int = IO_THREADS,
+                     scores: Optional[np.ndarray] = None) -> CachedRows:
+    """The cached row store for ``config`` (``cache_policy``, ``cache_size``, ``lookahead``).
+
+    Writes the model's embedding table with zero Adam moments to a new slow-tier
+    file (in the ``file:DIR`` placement of ``embeddings``, else ``$TMPDIR``),
+    unlinked at once so it disappears however the run ends. ``policy``
+    overrides ``config.cache_policy`` (``"none"`` = a store that reads every
+    row every batch; benchmarks use it). ``scores`` overrides the static
+    policy's node degrees.
+    """
+    policy = policy or config.cache_policy
+    if policy not in CACHED_POLICIES:
+        raise ConfigError("cache_policy", f"got {policy!r}, allowed: {', '.join(CACHED_POLICIES)}")
+    emb = model.embedding.data
+    n, d = emb.shape
+    try:
+        capacity = parse_capacity(config.cache_size, n)
+    except UserError as e:
+        raise ConfigError("cache_size", str(e)) from None
+    if capacity < 1:
+        raise ConfigError("cache_size", f"{config.cache_size} of {n:,} rows is less than one row")
+    directory, where_note = _slow_tier_dir(config)
+    if policy == "static" and scores is None:
+        scores = _degree_scores(config, n)
+    fd, path = tempfile.mkstemp(prefix="gnnrec-slow-tier-", suffix=".bin", dir=directory)
+    os.close(fd)
+    try:
+        init = np.zeros((n, 3 * d), dtype=np.float32)
+        init[:, :d] = emb.detach().cpu().numpy()
+        tier = SlowTier.create(path, init, io_threads=io_threads)
+        del init
+    finally:
+        os.unlink(path)
+    info = {"slow_tier": where_note, "dataset_rows": n}
+    return CachedRows(tier, capacity, lr=config.effective_lr, policy=policy, lookahead=config.lookahead,
+                      scores=scores, table=emb, info=info)
