@@ -89,8 +89,10 @@ class CSR:
     def footprint(self) -> int:
         """Bytes held by this matrix's arrays."""
         n = self.indptr.nbytes + self.indices.nbytes
+        seen = set()
         for a in (self.values, self.row_scale, self.col_scale):
-            if a is not None:
+            if a is not None and id(a) not in seen:  # a symmetric matrix shares one scale array
+                seen.add(id(a))
                 n += a.nbytes
         return int(n)
 

@@ -18,7 +18,7 @@ def test_normalised_adjacency_matches_dense():
     assert g.adj.indices.dtype == np.int32 and g.adj.symmetric
     assert g.adj.values is None  # weights derived from degrees, not stored per edge
     fp = g.footprint()["adjacency"]
-    assert fp == (n_u + n_i + 1) * 8 + 2 * len(pairs) * 4 + 2 * (n_u + n_i) * 4
+    assert fp == (n_u + n_i + 1) * 8 + 2 * len(pairs) * 4 + (n_u + n_i) * 4  # one shared d^-1/2 array
     ui = g.user_items.to_scipy().toarray()
     assert ui.sum() == len(pairs) and all(ui[u, i] == 1 for u, i in pairs)
 

@@ -233,3 +233,21 @@ def test_advise_labels_and_recommends(files, capsys):
     text = capsys.readouterr().out.splitlines()
     rows = [ln for ln in text if "GiB" in ln or ln.strip().startswith(("dram ", "optane", "cxl", "remote"))]
     assert rows and all("modeled" in ln for ln in rows)
+
+
+def test_whatif_on_a_stored_run_uses_its_footprint_for_memory_mode(capsys):
+    """A real tiny run persisted through the store, projected onto Optane Memory Mode."""
+    import json as _json
+
+    from gnnrec_lab import RunConfig, run
+    from gnnrec_lab.cli import main
+    from gnnrec_lab.store import Store
+    cfg = RunConfig(dataset="synth-tiny", layers=1, dim=8, batch_size=1024, epochs=1, max_steps_per_epoch=2)
+    store = Store()
+    rid = store.add_run(cfg)
+    run(cfg, reporter=store.reporter(rid))
+    capsys.readouterr()
+    assert main(["whatif", str(rid), "--device", "optane_pmem100_memory_mode", "--json"]) == 0
+    out = _json.loads(capsys.readouterr().out)
+    text = _json.dumps(out)
+    assert "modeled" in text and "hit_rate" in text

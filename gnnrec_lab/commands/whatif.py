@@ -52,14 +52,9 @@ def _records(args):
     frame = store.kernels_frame(args.run_id)
     if frame is None or len(frame) == 0:
         raise UserError(f"whatif: run {args.run_id!r} has no kernel records")
-    fp = None
-    for getter in ("footprint", "run_footprint"):
-        if hasattr(store, getter):
-            try:
-                fp = getattr(store, getter)(args.run_id)
-            except Exception:  # an older store without footprints: Memory Mode then needs --footprint-bytes
-                fp = None
-            break
+    fpf = store.footprint_frame(args.run_id)
+    pred = fpf[fpf["kind"] == "predicted"] if len(fpf) else fpf
+    fp = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None  # Memory Mode needs it
     return frame, fp
 
 
