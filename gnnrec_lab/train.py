@@ -157,6 +157,7 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
         raise ConfigError("batch_size", f"must be at most the number of training interactions "
                                         f"({n_train:,}) of {config.dataset!r}, got {config.batch_size:,}")
     graph = BipartiteGraph(dataset.train, dataset.n_users, dataset.n_items)
+    _place_graph(graph, config)
     kernels.set_backend(config.backend)
     model = build_model(config, dataset.n_users, dataset.n_items)
     sampled = config.mode == "sampled"
@@ -372,6 +373,15 @@ def _project_run(config, result) -> dict:
             "measured_s_per_step": float(proj["measured_s"].sum()) / steps,
             "modeled_s_per_step": float(proj["modeled_s"].sum()) / steps,
             "kernels": proj.to_dict("records")}
+
+
+def _place_graph(graph, config) -> None:
+    """Move the adjacency's index arrays (the bulk of the graph class) to ``file:DIR``."""
+    where = config.placement.get("graph", "dram")
+    if where.startswith("file:"):
+        from .memory.placement import place_array
+        graph.adj.indptr = place_array(graph.adj.indptr, where, "graph")
+        graph.adj.indices = place_array(graph.adj.indices, where, "graph")
 
 
 def _place_embeddings(model, config) -> None:

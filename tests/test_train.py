@@ -126,5 +126,6 @@ def test_sparse_row_adam_matches_torch_sparse_adam():
 def test_file_backed_embeddings_match_dram(tmp_path):
     base = RunConfig(**TINY | {"epochs": 1, "max_steps_per_epoch": 3})
     a = run(base)
-    b = run(base.replace(placement={"embeddings": f"file:{tmp_path}", "optimizer": f"file:{tmp_path}"}))
+    b = run(base.replace(placement={"embeddings": f"file:{tmp_path}", "optimizer": f"file:{tmp_path}",
+                                    "graph": f"file:{tmp_path}"}))
     assert a.test == b.test and a.best_valid == b.best_valid
