@@ -195,8 +195,9 @@ class LaunchPage(pn.viewable.Viewer):
             else:
                 w = pn.widgets.IntInput.from_param(p, name=k)
             self.widgets[k] = w
-        for w in self.widgets.values():
+        for k, w in self.widgets.items():
             w.width = 200
+            w.css_classes = [f"launch-{k}"]  # stable hooks for the browser tests
         self.placement_inputs = {
             cls: pn.widgets.TextInput(name=cls, placeholder="dram (default)", value=self.form.placement.get(cls, ""))
             for cls in TENSOR_CLASSES}
@@ -204,7 +205,8 @@ class LaunchPage(pn.viewable.Viewer):
             w.param.watch(self._placement_changed, "value")
         self.errors = {k: pn.pane.Markdown("", styles={"color": "#c62828"}, margin=(0, 10), visible=False, width=200)
                        for k in list(FORM_FIELDS) + ["placement", "form"]}
-        self.button = pn.widgets.Button(name="Launch run", button_type="primary", disabled=True)
+        self.button = pn.widgets.Button(name="Launch run", button_type="primary", disabled=True,
+                                        css_classes=["launch-button"])
         self.button.on_click(self._on_launch)
         self.example_button = pn.widgets.Button(name="Run an example: ml-100k LightGCN, 3 layers, dim 64, 3 epochs",
                                                 button_type="success")

@@ -159,12 +159,13 @@ class LivePage(pn.viewable.Viewer):
         self.selector.param.watch(lambda e: setattr(self.lab, "run_id", e.new), "value")
         self.lab.param.watch(self._lab_run_changed, "run_id")
         self.lab.param.watch(lambda e: self._refresh_options(), "runs_version")
+        self.monitor.param.watch(lambda e: self._refresh_options(), "status")
         self.cancel_button = pn.widgets.Button(name="Cancel run", button_type="danger")
         self.cancel_button.on_click(self._on_cancel)
         self.progress = pn.indicators.Progress(name="progress", value=0, max=100, sizing_mode="stretch_width",
                                                height=24, bar_color="primary")
         self._callback = None
-        if pn.state.curdoc is not None and pn.state.served:
+        if pn.state.curdoc is not None:  # a live session (server or notebook), not a bare test
             self._callback = pn.state.add_periodic_callback(self.tick, period=POLL_MS)
 
     # -- selection ----------------------------------------------------------
@@ -222,7 +223,9 @@ class LivePage(pn.viewable.Viewer):
     def header(self):
         m = self.monitor
         pct, eta = m.eta()
-        self.progress.value = int(pct) if pct is not None else (100 if m.status == "finished" else -1)
+        if pct is None:  # unknown total: busy stripes while active, else full or empty
+            pct = -1 if m.status in ACTIVE else (100 if m.status == "finished" else 0)
+        self.progress.value = int(pct)
         self.cancel_button.disabled = m.status not in ACTIVE
         total = f"{m.total:,}" if m.total else "?"
         rss = fmt_bytes(m.rss_bytes) + " (measured now)" if m.rss_bytes else "–"
@@ -234,14 +237,19 @@ class LivePage(pn.viewable.Viewer):
             parts.append(error_note(f"Run {m.status}: {m.error.splitlines()[-1] if m.error else ''}"))
         return pn.Column(*parts, sizing_mode="stretch_width")
 
+    # The curves are redrawn from the accumulated buffers when new steps arrive. (Streaming
+    # them through hv.DynamicMap left the browser spinning in Bokeh's layout as soon as
+    # another tab drew a new plot in the same session, so each redraw is a fresh pane.)
+    @param.depends("monitor.done")
     def loss_plot(self):
         import holoviews as hv
-        return hv.DynamicMap(lambda data: hv.Curve(data, "step", "loss"), streams=[self.monitor.loss]).opts(
-            hv.opts.Curve(responsive=True, height=260, title="Training loss (BPR, measured)", tools=["hover"]))
+        curve = hv.Curve(self.monitor.loss.data, "step", "loss").opts(
+            responsive=True, height=260, title="Training loss (BPR, measured)", tools=["hover"])
+        return pn.pane.HoloViews(curve, sizing_mode="stretch_width")
 
+    @param.depends("monitor.done")
     def kernel_plot(self):
-        import holoviews as hv
-        return hv.DynamicMap(lambda data: stacked_area(data), streams=[self.monitor.kernels])
+        return pn.pane.HoloViews(stacked_area(self.monitor.kernels.data), sizing_mode="stretch_width")
 
     @param.depends("monitor.evals")
     def eval_plot(self):
@@ -249,11 +257,13 @@ class LivePage(pn.viewable.Viewer):
         ev = self.monitor.evals
         if ev is None or ev.empty:
             return pn.pane.Markdown("*Validation metrics appear after the first evaluation.*")
-        v = ev[ev["split"] == "valid"]
+        v = ev[(ev["split"] == "valid") & ev["metric"].str.contains("@")]  # metrics, not counts
         if v.empty:
             return pn.pane.Markdown("*No validation metrics yet.*")
         curves = [hv.Curve(g, "epoch", "value", label=str(metric)).opts(tools=["hover"])
+                  * hv.Scatter(g, "epoch", "value", label=str(metric)).opts(size=6)
                   for metric, g in v.groupby("metric")]
+        curves = [el for ov in curves for el in ov]
         plot = hv.Overlay(curves).opts(responsive=True, height=260, title="Validation metrics", ylabel="value",
                                        legend_position="right")
         return pn.pane.HoloViews(plot, sizing_mode="stretch_width")
@@ -263,7 +273,6 @@ class LivePage(pn.viewable.Viewer):
             return not_available("Live view (run store)", self.lab.store_reason)
         return pn.Column(
             "## Live run", pn.Row(self.selector, self.cancel_button), self.progress, self.header,
-            pn.Row(pn.pane.HoloViews(self.loss_plot(), sizing_mode="stretch_width"), self.eval_plot,
-                   sizing_mode="stretch_width"),
-            pn.pane.HoloViews(self.kernel_plot(), sizing_mode="stretch_width"),
+            pn.Row(self.loss_plot, self.eval_plot, sizing_mode="stretch_width"),
+            self.kernel_plot,
             sizing_mode="stretch_width")
