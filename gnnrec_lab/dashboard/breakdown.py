@@ -58,7 +58,7 @@ def share_pie(shares: pd.DataFrame):
     d["pct"] = [f"{100 * s:.1f}%" for s in d["share"]]
     fig = figure(height=320, width=460, title="Share of kernel time (measured)", toolbar_location=None,
                  tools="hover", tooltips="@name: @pct", x_range=(-1.0, 2.6), y_range=(-1.0, 1.0))
-    fig.wedge(x=0, y=0, radius=0.9, start_angle="start", end_angle="end", color="color",
+    fig.wedge(x=0, y=0, radius=0.8, start_angle="start", end_angle="end", color="color",
               line_color="white", legend_field="name", source=ColumnDataSource(d))
     fig.axis.visible = False
     fig.grid.grid_line_color = None

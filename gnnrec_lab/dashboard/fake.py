@@ -30,8 +30,8 @@ def fake_records(step: int, layers: int, dim: int, rng) -> list:
 
 
 def fill_store(store, n_runs: int = 10, steps: int = 20, epochs: int = 2, seed: int = 0,
-               kernels: bool = True) -> list[int]:
-    """Write ``n_runs`` finished fake runs with ``steps`` steps each; return their ids."""
+               kernels: bool = True, first: int = 0) -> list[int]:
+    """Write ``n_runs`` finished fake runs (named ``fake-<first + i>``) with ``steps`` steps each; return their ids."""
     rng = np.random.default_rng(seed)
     ids = []
     for i in range(n_runs):
@@ -39,7 +39,7 @@ def fill_store(store, n_runs: int = 10, steps: int = 20, epochs: int = 2, seed: 
         dim = int(rng.choice([32, 64, 128]))
         cfg = RunConfig(dataset="synth-tiny", model=str(rng.choice(["lightgcn", "ngcf"])), layers=layers,
                         dim=dim, batch_size=int(rng.choice([512, 1024, 2048, 4096])), epochs=epochs,
-                        name=f"fake-{i}")
+                        name=f"fake-{first + i}")
         rid = store.add_run(cfg, status="running")
         store.record_start(rid, {"steps_per_epoch": steps // epochs,
                                  "footprint_predicted": {"graph": 2_000_000, "embeddings": 700 * dim * 4 * (layers + 1),
