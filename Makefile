@@ -30,7 +30,7 @@ browser:
 	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null'; }
 
 lab: data
-	$(VENV)/bin/gnnrec-lab calibrate --quick >/dev/null || echo "calibration failed; roofline and modeled bars wait for 'gnnrec-lab calibrate'"
+	$(VENV)/bin/gnnrec-lab calibrate --show >/dev/null 2>&1 || $(VENV)/bin/gnnrec-lab calibrate --quick >/dev/null || echo "calibration failed; roofline and modeled bars wait for 'gnnrec-lab calibrate'"
 	@echo "gnnrec-lab dashboards: http://localhost:$(PORT)/"
 	$(VENV)/bin/gnnrec-lab dashboard --port $(PORT)
 
