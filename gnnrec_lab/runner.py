@@ -10,12 +10,21 @@ runs and starts the next queued run. Claiming a queued run is one store
 transaction, so several runners (a dashboard, a detached supervisor, a CLI
 ``wait``) can share a store without starting a run twice.
 
+``launch(config, memory_limit_bytes=N)`` runs the worker in its own cgroup v1
+memory cgroup (``<memory mount>/<our cgroup>/gnnrec-lab/run-<id>-<tag>``) with a
+hard limit of N bytes; it joins the cgroup from a one-line ``sh`` wrapper before it
+execs, so nothing it allocates escapes the limit. After the worker exits the
+cgroup's ``oom_kill`` counter tells a kill by the limit (status ``oom``, "killed
+by the memory limit of N bytes (cgroup ...)") from any other death, its peak
+charge goes to the run's events, and the cgroup is removed.
+
 ``launch_detached(config)`` is for ``gnnrec-lab run --detach``: it queues the
 run and starts a detached supervisor (``python -m gnnrec_lab.runner
 --supervise``) that runs queued work until the queue is empty.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -23,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -140,6 +150,191 @@ def numa_prefix(config) -> list[str]:
 
 
 # ---------------------------------------------------------------------------
+# Memory limit per run: a cgroup v1 memory cgroup around the worker
+# ---------------------------------------------------------------------------
+CGROUP_MOUNTS = Path("/proc/self/mounts")
+CGROUP_SELF = Path("/proc/self/cgroup")
+CGROUP_DIR_NAME = "gnnrec-lab"
+LIMIT_FILE = "memory_limit.json"     # in the run directory: the requested limit, then the cgroup used
+_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
+               "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}
+# joins the cgroup named by $1 from inside the child, then becomes the worker: no window in which
+# the worker allocates outside the limit ($$ is the shell, which exec keeps as the worker's pid)
+_JOIN_AND_EXEC = 'echo $$ > "$1/cgroup.procs" || exit 125; shift; exec "$@"'
+
+
+def parse_size(text, what: str = "memory limit") -> int:
+    """Bytes in ``text``: an integer or a number with a binary unit (``2G``, ``512MiB``, ``1.5g``).
+
+    Units are powers of 1024 (K, M, G, T, with or without ``B``/``iB``). Raises UserError
+    naming ``what`` for anything else or a size under 1 MiB.
+    """
+    if isinstance(text, bool):
+        raise UserError(f"{what}: expected a size like 2G or 512M, got {text!r}")
+    if isinstance(text, int):
+        value = text
+    else:
+        s = str(text).strip().lower().replace(" ", "")
+        num = s.rstrip("kmgtib")
+        unit = s[len(num):]
+        try:
+            value = int(float(num) * _SIZE_UNITS[unit])
+        except (ValueError, KeyError):
+            raise UserError(f"{what}: expected a size like 2G or 512M, got {text!r}") from None
+    if value < 2**20:
+        raise UserError(f"{what}: must be at least 1 MiB, got {value} bytes")
+    return value
+
+
+def memory_cgroup_root() -> Path:
+    """Directory under which the lab creates per-run memory cgroups (cgroup v1).
+
+    It is ``<memory controller mount>/<this process's memory cgroup>/gnnrec-lab``, so
+    any limit already set above this process still applies to its runs. Raises
+    UserError naming the reason where no memory cgroup can be created here (no v1
+    memory controller mounted, cgroup v2 only, not root / not writable).
+    """
+    try:
+        mounts = CGROUP_MOUNTS.read_text().splitlines()
+    except OSError as e:
+        raise UserError(f"memory limit: cannot read {CGROUP_MOUNTS} ({e.strerror})") from None
+    mount, has_v2 = None, False
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        if parts[2] == "cgroup2":
+            has_v2 = True
+        elif parts[2] == "cgroup" and "memory" in parts[3].split(","):
+            mount = Path(parts[1].replace("\\040", " "))
+    if mount is None:
+        why = ("only cgroup v2 is mounted" if has_v2 else "no cgroup filesystem is mounted")
+        raise UserError(f"memory limit: needs the cgroup v1 memory controller, but {why} "
+                        f"(mount -t cgroup -o memory cgroup /sys/fs/cgroup/memory)")
+    own = ""
+    try:
+        for line in CGROUP_SELF.read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "memory" in controllers.split(","):
+                own = path
+    except (OSError, ValueError):
+        pass
+    base = mount / own.lstrip("/")
+    if not (base / "cgroup.procs").exists():
+        base = mount  # our own cgroup is not visible in this mount (another namespace): use the top
+    root = base / CGROUP_DIR_NAME
+    try:
+        root.mkdir(exist_ok=True)
+    except OSError as e:
+        who = "" if os.geteuid() == 0 else " (creating cgroups needs root)"
+        raise UserError(f"memory limit: cannot create the cgroup {root}: {e.strerror}{who}") from None
+    if not os.access(root / "cgroup.procs", os.W_OK):
+        raise UserError(f"memory limit: cgroup {root} is not writable"
+                        + ("" if os.geteuid() == 0 else " (needs root)"))
+    return root
+
+
+class MemoryCgroup:
+    """One cgroup v1 memory cgroup with a hard limit, holding one run's worker.
+
+    Usage: ``cg = MemoryCgroup.create("run-7-ab12", 2 << 30)``; start the worker
+    with ``cg.wrap(argv)``; after it exits read :meth:`oom_kills` / :meth:`usage`
+    and :meth:`remove` it.
+    """
+
+    def __init__(self, path, limit_bytes: int):
+        self.path = Path(path)
+        self.limit_bytes = int(limit_bytes)
+
+    @classmethod
+    def create(cls, name: str, limit_bytes: int, root: Optional[Path] = None) -> "MemoryCgroup":
+        """Create cgroup ``name`` with ``memory.limit_in_bytes`` (and the memory+swap limit,
+        where the kernel has one, set to the same so swap cannot extend it)."""
+        root = memory_cgroup_root() if root is None else Path(root)
+        path = root / name
+        try:
+            path.mkdir()
+        except OSError as e:
+            raise UserError(f"memory limit: cannot create the cgroup {path}: {e.strerror}") from None
+        cg = cls(path, limit_bytes)
+        try:
+            (path / "memory.limit_in_bytes").write_text(str(int(limit_bytes)))
+            if (path / "memory.memsw.limit_in_bytes").exists():
+                (path / "memory.memsw.limit_in_bytes").write_text(str(int(limit_bytes)))
+            # the kernel rounds down to pages: keep what it actually enforces
+            cg.limit_bytes = int((path / "memory.limit_in_bytes").read_text())
+        except OSError as e:
+            cg.remove()
+            raise UserError(f"memory limit: cannot set {limit_bytes} bytes on {path}: {e.strerror}") from None
+        return cg
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` prefixed so the process joins this cgroup before it execs (race-free)."""
+        return ["/bin/sh", "-c", _JOIN_AND_EXEC, "gnnrec-lab-cgroup", str(self.path), *argv]
+
+    def _read(self, name: str) -> Optional[str]:
+        try:
+            return (self.path / name).read_text()
+        except OSError:
+            return None
+
+    def oom_kills(self) -> Optional[int]:
+        """Processes the kernel OOM killer has killed in this cgroup (None when unknown)."""
+        text = self._read("memory.oom_control")
+        for line in (text or "").splitlines():
+            k, _, v = line.partition(" ")
+            if k == "oom_kill" and v.strip().isdigit():
+                return int(v)
+        return None
+
+    def usage(self) -> dict:
+        """Measured: ``max_usage_bytes`` (peak charge, page cache included) and ``failcnt``
+        (times the limit was hit), as the kernel counts them; -1 where unreadable."""
+        def num(name):
+            t = self._read(name)
+            return int(t) if t and t.strip().lstrip("-").isdigit() else -1
+        return {"max_usage_bytes": num("memory.max_usage_in_bytes"), "failcnt": num("memory.failcnt"),
+                "limit_bytes": self.limit_bytes, "kind": "measured"}
+
+    def remove(self, timeout_s: float = 5.0) -> bool:
+        """Remove the cgroup (waits up to ``timeout_s`` for exiting tasks to leave). Returns success."""
+        end = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.path.rmdir()
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError:
+                if time.monotonic() >= end:
+                    return False
+                time.sleep(0.05)
+
+
+def memory_limit_of(run_dir: Path) -> Optional[dict]:
+    """The memory-limit record of a run directory (``limit_bytes``, ``cgroup`` once started), or None."""
+    try:
+        return json.loads((Path(run_dir) / LIMIT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _oom_verdict(rec: Optional[dict], rc: Optional[int]) -> Optional[str]:
+    """The 'oom' error message when a run's cgroup says its worker was killed by the limit."""
+    if not rec or not rec.get("cgroup"):
+        return None
+    cg = MemoryCgroup(rec["cgroup"], rec["limit_bytes"])
+    kills = cg.oom_kills()
+    use = cg.usage()
+    killed = (kills or 0) > 0 or (kills is None and rc == -signal.SIGKILL and use["failcnt"] > 0)
+    if not killed:
+        return None
+    peak = f"; peak charge {use['max_usage_bytes']:,} bytes (measured)" if use["max_usage_bytes"] >= 0 else ""
+    return (f"out of memory: killed by the memory limit of {cg.limit_bytes:,} bytes (cgroup {cg.path}){peak}; "
+            f"raise --memory-limit or place large classes on file:DIR")
+
+
+# ---------------------------------------------------------------------------
 def recover_dead(store: Store, exclude: Sequence[int] = ()) -> list[int]:
     """Close ``running`` runs whose worker process is gone; returns their ids.
 
@@ -163,7 +358,16 @@ def recover_dead(store: Store, exclude: Sequence[int] = ()) -> list[int]:
                                 only_if=("running",)):
                 dead.append(run_id)
             continue
-        tail = tail_lines(store.home / "runs" / str(run_id) / "stderr.log") or None
+        run_dir = store.home / "runs" / str(run_id)
+        tail = tail_lines(run_dir / "stderr.log") or None
+        rec = memory_limit_of(run_dir)
+        verdict = _oom_verdict(rec, None)
+        if rec and rec.get("cgroup"):
+            MemoryCgroup(rec["cgroup"], rec["limit_bytes"]).remove(timeout_s=0.5)
+        if verdict:
+            if store.set_status(run_id, "oom", error=verdict, stderr_tail=tail, only_if=("running",)):
+                dead.append(run_id)
+            continue
         if store.set_status(run_id, "failed", error="worker process disappeared (pid "
                             f"{run['pid']} is gone without recording a final status)",
                             stderr_tail=tail, only_if=("running",)):
@@ -188,6 +392,7 @@ class Runner:
         self.python = python
         self.poll_s = poll_s
         self._procs: dict[int, subprocess.Popen] = {}
+        self._cgroups: dict[int, MemoryCgroup] = {}
         self._lock = threading.RLock()
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
@@ -196,10 +401,21 @@ class Runner:
             self.schedule()
 
     # -- launching ----------------------------------------------------------
-    def launch(self, config, sweep: Optional[str] = None) -> int:
-        """Queue ``config`` and start it when a slot is free; returns the run id at once."""
+    def launch(self, config, sweep: Optional[str] = None, *, memory_limit_bytes=None) -> int:
+        """Queue ``config`` and start it when a slot is free; returns the run id at once.
+
+        ``memory_limit_bytes`` (int or a size like ``"2G"``): run the worker in its own
+        cgroup v1 memory cgroup with that hard limit; a worker the kernel kills for
+        exceeding it ends as ``oom`` ("killed by the memory limit of N bytes (cgroup)").
+        Raises UserError at once where no memory cgroup can be created.
+        """
         numa_prefix(config)  # refuse an impossible placement before anything is recorded
+        limit = _check_limit(memory_limit_bytes)
         run_id = self.store.add_run(config, status="queued", sweep=sweep)
+        if limit is not None:
+            # another runner sharing this store could claim the run before this file exists
+            # (a ~1 ms window); runs launched through one runner or launch_detached are safe
+            _write_limit(self.store.run_dir(run_id), {"limit_bytes": limit})
         self.schedule()
         return run_id
 
@@ -222,6 +438,12 @@ class Runner:
         try:
             config = RunConfig.from_dict(self.store.get_run(run_id)["config"])
             argv = numa_prefix(config) + [self.python, "-m", "gnnrec_lab.worker", str(run_id)]
+            rec = memory_limit_of(run_dir)
+            if rec is not None:
+                cg = MemoryCgroup.create(f"run-{run_id}-{uuid.uuid4().hex[:8]}", rec["limit_bytes"])
+                self._cgroups[run_id] = cg
+                _write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path)})
+                argv = cg.wrap(argv)
             env = dict(os.environ, GNNREC_LAB_HOME=str(self.store.home), PYTHONUNBUFFERED="1")
             with open(run_dir / "stdout.log", "ab") as out, open(run_dir / "stderr.log", "ab") as err:
                 # own session: Ctrl-C in the launching shell does not reach it, and
@@ -231,6 +453,9 @@ class Runner:
         except Exception as e:  # noqa: BLE001 - a run that cannot start is recorded as failed
             msg = str(e) if isinstance(e, UserError) else f"could not start worker: {type(e).__name__}: {e}"
             self.store.set_status(run_id, "failed", error=msg, only_if=("running",))
+            cg = self._cgroups.pop(run_id, None)
+            if cg is not None:
+                cg.remove(timeout_s=0.5)
             return
         self._procs[run_id] = proc
         self.store.set_fields(run_id, pid=proc.pid, pid_start=_proc_start_ticks(proc.pid))
@@ -269,13 +494,27 @@ class Runner:
 
     def _finalize(self, run_id: int, rc: int) -> None:
         """Record how a worker that exited with ``rc`` ended, unless it recorded that itself."""
-        tail = tail_lines(self.store.run_dir(run_id) / "stderr.log") or None
+        run_dir = self.store.run_dir(run_id)
+        tail = tail_lines(run_dir / "stderr.log") or None
+        verdict, cg = None, self._cgroups.pop(run_id, None)
+        if cg is not None:
+            # read the kernel's counters before the cgroup goes away
+            verdict = _oom_verdict(memory_limit_of(run_dir), rc)
+            use = cg.usage()
+            self.store.add_event(run_id, "memory_limit",
+                                 f"cgroup limit {cg.limit_bytes:,} bytes; peak charge {use['max_usage_bytes']:,} "
+                                 f"bytes (page cache included), limit hit {use['failcnt']} times (measured)")
+            cg.remove()
         run = self.store.get_run(run_id)
         if run["status"] in TERMINAL:
             if run["status"] in ("failed", "oom") and not run["stderr_tail"] and tail:
                 self.store.set_fields(run_id, stderr_tail=tail)
             return
-        if run["cancel_requested"]:
+        if verdict:
+            status, error = "oom", verdict
+        elif cg is not None and rc == 125:
+            status, error = "failed", f"could not put the worker into its memory cgroup {cg.path} (see stderr)"
+        elif run["cancel_requested"]:
             status, error = "cancelled", f"cancelled: worker ended by {_describe_rc(rc)}"
         elif rc == -signal.SIGKILL:
             status, error = "oom", ("out of memory (presumed): the worker was killed by SIGKILL without a cancel "
@@ -372,6 +611,21 @@ class Runner:
             t.join(timeout=2)
 
 
+def _check_limit(memory_limit_bytes) -> Optional[int]:
+    """Parsed limit in bytes (None for no limit); raises UserError where cgroups cannot be used."""
+    if memory_limit_bytes is None:
+        return None
+    limit = parse_size(memory_limit_bytes)
+    memory_cgroup_root()
+    return limit
+
+
+def _write_limit(run_dir: Path, rec: dict) -> None:
+    tmp = Path(run_dir) / (LIMIT_FILE + ".tmp")
+    tmp.write_text(json.dumps(rec))
+    os.replace(tmp, Path(run_dir) / LIMIT_FILE)
+
+
 def _describe_rc(rc: int) -> str:
     if rc < 0:
         try:
@@ -382,15 +636,20 @@ def _describe_rc(rc: int) -> str:
 
 
 # ---------------------------------------------------------------------------
-def launch_detached(config, *, store: Optional[Store] = None, max_concurrent: int = 1) -> int:
+def launch_detached(config, *, store: Optional[Store] = None, max_concurrent: int = 1,
+                    memory_limit_bytes=None) -> int:
     """Queue ``config`` and return its run id; a detached supervisor process runs the queue.
 
     The supervisor outlives the caller (own session) and exits when no run it
-    started is alive and nothing queued fits.
+    started is alive and nothing queued fits. ``memory_limit_bytes``: as in
+    :meth:`Runner.launch`.
     """
     store = store or Store()
     numa_prefix(config)
+    limit = _check_limit(memory_limit_bytes)
     run_id = store.add_run(config, status="queued")
+    if limit is not None:
+        _write_limit(store.run_dir(run_id), {"limit_bytes": limit})
     log = open(store.home / "supervisor.log", "ab")
     with log:
         subprocess.Popen([sys.executable, "-m", "gnnrec_lab.runner", "--supervise",
