@@ -358,6 +358,7 @@ class CachedRows:
         self.hits = self.misses = self.prefetched = self.demand = self.evictions = self.eager_evictions = 0
         self.fetch_seconds = self.stall_seconds = self.update_seconds = 0.0
         self.fetches = 0
+        self.rows_read = self.wasted = 0
         self.max_batch_rows = 0
         self.peak_occupancy = 0
         self.window_sum = 0
@@ -386,6 +387,7 @@ class CachedRows:
         out = (victims[d], self.buf[slots[d]].copy())
         self.slot_of[victims] = -1
         self.row_in[slots] = -1
+        self.wasted += int(np.count_nonzero(self.fresh[slots]))   # prefetched, evicted before any use
         self.ready[slots] = self.fresh[slots] = self.dirty[slots] = False
         self.evictions += int(victims.size)
         return out
@@ -398,6 +400,7 @@ class CachedRows:
         self.ready[slots] = False
         self.fresh[slots] = True
         self.dirty[slots] = False
+        self.rows_read += int(rows.size)
         self.peak_occupancy = max(self.peak_occupancy, self.capacity - self._n_free())
         return slots
 
@@ -428,11 +431,9 @@ class CachedRows:
             base = self.expected
             self.window_sum += min(len(future_rows), self.L)
             for j, rows in enumerate(future_rows[:self.L]):
-                b = base + 1 + j
-                if b not in self.future:
-                    r = np.unique(np.asarray(rows, dtype=np.int64))
-                    self._check_fits(r.size)
-                    self.future[b] = r
+                r = np.unique(np.asarray(rows, dtype=np.int64))
+                self._check_fits(r.size)
+                self.future[base + 1 + j] = r
             self._refresh_next_use()
             self._cv.notify_all()
 
@@ -456,8 +457,11 @@ class CachedRows:
             self.demand += int(np.count_nonzero(~present))
             if self.policy == "oracle":
                 self.prefetched += int(np.count_nonzero(fresh))
-                if batch not in self.future:
-                    self.future[batch] = np.sort(r)
+                known = self.future.get(batch)
+                actual = np.unique(r)
+                if known is not None and not np.array_equal(known, actual):
+                    self.future.clear()   # a window from a sampler that was stopped early: stale
+                self.future[batch] = actual
                 self._refresh_next_use()
                 self.next_use[r] = batch           # pinned until update()
                 self._cv.notify_all()
@@ -467,6 +471,8 @@ class CachedRows:
                     if np.all(s >= 0) and np.all(self.ready[s]):
                         break
                     self._raise_io_error()
+                    if not self._io.is_alive():
+                        raise RuntimeError("cache prefetch thread stopped while a batch waited for rows")
                     self._cv.wait(0.5)
                 self.stall_seconds += time.perf_counter() - ts
             else:
@@ -640,6 +646,9 @@ class CachedRows:
         t0 = time.perf_counter()
         with self._cv:
             self._drain()
+            # the epoch's sampler is closed: rows it had produced ahead will never be trained
+            self.future.clear()
+            self._refresh_next_use()
             r0, w0 = self.tier.bytes_read, self.tier.bytes_written
             slots = np.flatnonzero((self.row_in >= 0) & self.dirty & self.ready)
             if slots.size:
@@ -665,6 +674,7 @@ class CachedRows:
             "mean_window_batches": self.window_sum / max(self.fetches, 1) if self.policy == "oracle" else None,
             "batches": self.fetches, "accesses": acc, "hits": self.hits, "misses": self.misses,
             "hit_rate": self.hits / acc if acc else float("nan"),
+            "rows_read": self.rows_read, "prefetch_wasted_rows": self.wasted,
             "prefetched_rows": self.prefetched, "demand_rows": self.demand, "evictions": self.evictions,
             "eager_evictions": self.eager_evictions, "peak_occupancy_rows": self.peak_occupancy,
             "max_batch_rows": self.max_batch_rows,

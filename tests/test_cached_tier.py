@@ -1,0 +1,134 @@
+"""The real cached tier in sampled-mode training: every policy trains bit-identically to the
+DRAM row store, the slow tier is really read (O_DIRECT) and counted, LRU matches the simulator,
+and a cache too small for a batch is refused naming cache_size."""
+import os
+import types
+
+import numpy as np
+import pytest
+import torch
+
+import gnnrec_lab.train as train_mod
+from gnnrec_lab import RunConfig, run
+from gnnrec_lab.cache import Trace, simulate
+from gnnrec_lab.cache.tier import CachedRows, SlowTier, make_cached_rows
+from gnnrec_lab.errors import ConfigError
+
+# synth-tiny (700 rows), 2 layers, fan-outs 5,5: a 32-triple batch touches up to ~590 rows, so a
+# 90% cache (630 rows) holds one batch and still has to evict
+BASE = RunConfig(dataset="synth-tiny", dim=16, layers=2, fanouts=(5, 5), batch_size=32, epochs=2, lr=5e-3,
+                 patience=0, mode="sampled", max_steps_per_epoch=12, eval_users=100)
+CACHE = "90%"
+
+
+def _run(monkeypatch, config, policy_override=None, spy=None):
+    """Train ``config``; return (result, final model embedding, the row store)."""
+    got = {}
+    real = train_mod.make_row_store
+
+    def make(cfg, model):
+        got["model"] = model
+        store = make_cached_rows(cfg, model, policy=policy_override) if policy_override else real(cfg, model)
+        got["store"] = store
+        if spy is not None:
+            spy(store)
+        return store
+
+    monkeypatch.setattr(train_mod, "make_row_store", make)
+    r = run(config)
+    return r, got["model"].embedding.detach().clone(), got["store"]
+
+
+@pytest.fixture(scope="module")
+def dram_run():
+    mp = pytest.MonkeyPatch()
+    try:
+        yield _run(mp, BASE)
+    finally:
+        mp.undo()
+
+
+@pytest.mark.parametrize("policy,lookahead", [("lru", 200), ("lfu", 200), ("static", 200), ("oracle", 200),
+                                              ("oracle", 2), ("none", 200)])
+def test_every_policy_trains_bit_identically_to_dram(dram_run, monkeypatch, policy, lookahead):
+    r0, e0, _ = dram_run
+    cfg = BASE.replace(cache_policy="lru" if policy == "none" else policy, cache_size=CACHE, lookahead=lookahead)
+    r, e, store = _run(monkeypatch, cfg, policy_override="none" if policy == "none" else None)
+    assert isinstance(store, CachedRows) and store.policy == policy
+    assert torch.equal(e, e0)                                  # bit-identical final embeddings
+    assert r.test == r0.test and r.best_valid == r0.best_valid
+    s = r.info["sampled"]["row_store"]
+    assert s["kind"] == "measured" and s["io_mode"] in ("O_DIRECT", "buffered+fadvise")
+    assert s["hits"] + s["misses"] == s["accesses"] > 0
+    assert s["batches"] == r.steps
+    # every row read is one record from the slow tier; the sync refresh is counted apart. Only the
+    # oracle reads rows it then does not use (prefetched for batches the epoch cap cut off)
+    assert s["bytes_read"] == s["rows_read"] * s["record_bytes"]
+    assert s["rows_read"] == s["misses"] + (s["prefetch_wasted_rows"] if policy == "oracle" else 0) \
+        or (policy == "oracle" and s["rows_read"] >= s["misses"])
+    assert s["sync_bytes_read"] == 2 * 700 * s["record_bytes"]
+    assert s["record_bytes"] % 512 == 0 and s["record_payload_bytes"] == 3 * 16 * 4
+    assert s["fetch_seconds"] >= s["stall_seconds"] >= 0
+    names = {k["name"] for k in r.kernels}
+    assert {"row_fetch", "row_writeback", "sparse_adam"} <= names
+    fetched = sum(k["bytes_read"] for k in r.kernels if k["name"] == "row_fetch")
+    # the oracle's reads are recorded with the next fetch; ones after the last fetch are not in a step
+    assert fetched == s["bytes_read"] if policy != "oracle" else 0 < fetched <= s["bytes_read"]
+    if policy == "none":
+        assert s["hits"] == 0 and s["evictions"] == s["misses"]
+    else:
+        assert s["hit_rate"] > 0.3
+    if policy == "oracle":
+        assert s["prefetched_rows"] > 0 and s["mean_window_batches"] > 0
+        assert (s["eager_evictions"] > 0) == (lookahead == 2)  # window (4 batches) covers L=2, not L=200
+    if policy == "static":
+        assert 0 < s["pinned_rows"] < s["capacity_rows"]
+
+
+def test_lru_hits_match_the_simulator_on_the_same_trace(monkeypatch):
+    batches = []
+
+    def spy(store):
+        real = store.fetch
+
+        def fetch(b, rows):
+            batches.append(rows.numpy().copy())
+            return real(b, rows)
+        store.fetch = fetch
+
+    cfg = BASE.replace(cache_policy="lru", cache_size="600", epochs=1)
+    r, _, _ = _run(monkeypatch, cfg, spy=spy)
+    s = r.info["sampled"]["row_store"]
+    sim = simulate(Trace.from_batches(batches, 700), "lru", 600, row_bytes=1)
+    assert (s["hits"], s["misses"]) == (sim.hits, sim.misses)
+
+
+def test_cache_smaller_than_a_batch_is_refused_naming_cache_size(monkeypatch):
+    with pytest.raises(ConfigError, match=r"cache_size: .*use cache_size >= \d+"):
+        _run(monkeypatch, BASE.replace(cache_policy="oracle", cache_size="50"))
+
+
+def test_file_placement_holds_the_slow_tier_and_leaves_nothing(monkeypatch, tmp_path):
+    cfg = BASE.replace(cache_policy="lru", cache_size=CACHE, epochs=1, max_steps_per_epoch=3,
+                       placement={"embeddings": f"file:{tmp_path}"})
+    r, _, _ = _run(monkeypatch, cfg)
+    s = r.info["sampled"]["row_store"]
+    assert str(tmp_path) in s["slow_tier"] and "placement" in s["slow_tier"]
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("gnnrec-slow-tier-")]   # unlinked
+    with pytest.raises(ConfigError, match="placement"):
+        make_cached_rows(cfg.replace(placement={"embeddings": f"file:{tmp_path}/missing"}),
+                         types.SimpleNamespace(embedding=torch.nn.Parameter(torch.zeros(700, 16))))
+
+
+def test_slow_tier_parallel_io_round_trips(tmp_path):
+    rng = np.random.default_rng(0)
+    init = rng.standard_normal((3000, 48)).astype(np.float32)
+    tier = SlowTier.create(str(tmp_path / "t.bin"), init, io_threads=4)
+    rows = rng.choice(3000, 700, replace=False)
+    assert np.array_equal(tier.read(rows), init[rows])
+    new = rng.standard_normal((700, 48)).astype(np.float32)
+    tier.write(rows, new)
+    init[rows] = new
+    assert np.array_equal(tier.read_all(), init)               # one contiguous run, split into pieces
+    assert tier.bytes_read == (700 + 3000) * tier.stride and tier.bytes_written == 700 * tier.stride
+    tier.close()
