@@ -1,28 +1,567 @@
-"""Cache page (slot): hit rate vs cache size per policy, look-ahead sweep.
+"""Cache page: what an embedding-row cache in front of a slow tier would hit, and what cached runs did.
 
-The embedding-row cache simulator (``gnnrec_lab.cache.simulate``) is being
-built separately; until it is importable this page says so. When it lands this
-page plots its results for a chosen run's access trace.
+Three parts:
+
+* **Simulation** (modeled): for a dataset's access trace (plain BPR batches of
+  a 0-layer model, or sampled sub-graph batches) :func:`gnnrec_lab.cache.sweep`
+  runs every policy at every cache size, the look-ahead oracle also at every
+  look-ahead. Plots: hit rate and slow-tier bytes vs cache size per policy, and
+  the oracle's hit rate vs look-ahead. Slow-tier bytes are rows x row bytes, so
+  they are *modeled*; the skew of the trace (top 1% / 10% share) is counted.
+  The simulation runs on a worker thread (:data:`EXECUTOR`); the page shows a
+  spinner and swaps the plots in when it is done, so a served page never waits
+  on it. Finished simulations are kept per request (:data:`MAX_CACHED`).
+* **Finished cached runs** (measured): sampled-mode runs with a cache policy
+  store their row store's counters in ``result["info"]["sampled"]["row_store"]``.
+* **Live** (measured): while such a run trains, its ``row_fetch`` kernel records
+  (one per step) carry the slow-tier bytes read and the rows the step needed;
+  the page sums them in SQL every :data:`LIVE_POLL_MS` ms.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable, Optional
+
+import pandas as pd
 import panel as pn
 import param
 
-from .common import Lab, not_available, optional
+from ..errors import UserError
+from .common import Lab, error_note, fmt_bytes, not_available, optional, safe_call
+
+POLICY_NAMES = ("none", "lru", "lfu", "static", "oracle", "belady")
+TRACE_KINDS = ("mf", "sampled")
+OPTIMIZERS = ("sgd", "adagrad", "adam")
+LIVE_POLL_MS = 2000
+MAX_CACHED = 16
+# One simulation at a time for the whole server: the machine may have two cores.
+EXECUTOR = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-sim")
+_results: "OrderedDict[tuple, SimOutcome]" = OrderedDict()
+_results_lock = threading.Lock()
+MODELED_TAG = "modeled"
+
+
+# ----------------------------------------------------------------------------
+# the request and its checks
+# ----------------------------------------------------------------------------
+def parse_cache_sizes(text: str) -> list[str]:
+    """Comma-separated cache sizes (``"5%"`` of rows or ``"5000"`` rows) -> list of size strings.
+
+    Raises UserError naming "cache sizes" for an empty list or a bad entry.
+    """
+    from ..cache import parse_capacity
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise UserError("cache sizes: give at least one size, e.g. 5%,10%,20%")
+    for p in parts:
+        try:
+            parse_capacity(p, 100)
+        except UserError as e:
+            raise UserError(f"cache sizes: {e}") from None
+    return parts
+
+
+def parse_positive_ints(text: str, what: str) -> list[int]:
+    """Comma-separated positive integers (look-aheads in batches, fan-outs); UserError names ``what``."""
+    out = []
+    for p in (s.strip() for s in str(text).split(",")):
+        if not p:
+            continue
+        try:
+            v = int(p)
+        except ValueError:
+            raise UserError(f"{what}: {p!r} is not a whole number") from None
+        if v < 1:
+            raise UserError(f"{what}: must be positive, got {v}")
+        out.append(v)
+    if not out:
+        raise UserError(f"{what}: give at least one value")
+    return out
+
+
+@dataclass(frozen=True)
+class SimRequest:
+    """What to simulate. Hashable: equal requests share one result."""
+
+    dataset: str = "synth-small"
+    trace: str = "mf"                 # "mf" (BPR batches, 0 layers) or "sampled" (k-hop sub-graphs)
+    batch_size: int = 128             # BPR triples per batch
+    fanouts: tuple = (10, 10)         # sampled only, first hop first
+    cache_sizes: tuple = ("5%", "10%", "20%", "40%")
+    lookaheads: tuple = (1, 10, 50, 200)   # oracle look-ahead, batches
+    policies: tuple = POLICY_NAMES
+    dim: int = 64
+    optimizer: str = "adam"           # per-row state moved with the row
+    epochs: int = 1
+    seed: int = 0
+
+    def checked(self) -> "SimRequest":
+        """This request if valid; else UserError naming the field."""
+        if self.trace not in TRACE_KINDS:
+            raise UserError(f"trace: must be one of {', '.join(TRACE_KINDS)}, got {self.trace!r}")
+        for name in ("batch_size", "dim", "epochs"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise UserError(f"{name.replace('_', ' ')}: must be a positive integer, got {v!r}")
+        if not self.policies or set(self.policies) - set(POLICY_NAMES):
+            raise UserError(f"policies: choose among {', '.join(POLICY_NAMES)}, got {list(self.policies)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise UserError(f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if not self.cache_sizes or not self.lookaheads:
+            raise UserError("cache sizes and look-aheads: give at least one of each")
+        if not str(self.dataset).strip():
+            raise UserError("dataset: choose a dataset")
+        return self
+
+
+@dataclass
+class SimOutcome:
+    """A finished simulation: the sweep (one row per policy, size, look-ahead) and the trace's skew."""
+
+    request: SimRequest
+    frame: pd.DataFrame
+    skew: dict
+    trace_info: dict
+    row_bytes: int
+    trace_seconds: float          # measured: building the trace
+    sim_seconds: float            # measured: running every policy
+    error: Optional[str] = None
+    extra: dict = field(default_factory=dict)
+
+
+def load_graph(dataset: str):
+    """The training graph of ``dataset`` (default split) as a BipartiteGraph."""
+    from ..data import load
+    from ..graph import BipartiteGraph
+    ds = load(dataset)
+    return BipartiteGraph(ds.train, ds.n_users, ds.n_items)
+
+
+def run_simulation(req: SimRequest, graph_loader: Callable = load_graph) -> SimOutcome:
+    """Build ``req``'s trace and sweep it (seconds on a worker thread; never on the UI thread).
+
+    User mistakes come back in ``outcome.error`` (one line); the frame is then empty.
+    """
+    from .. import cache
+    try:
+        req.checked()
+        rb = cache.row_bytes(req.dim, req.optimizer)
+        t0 = time.perf_counter()
+        graph = graph_loader(req.dataset)
+        if req.trace == "mf":
+            trace = cache.mf_trace(graph, req.batch_size, req.epochs, req.seed)
+        else:
+            trace = cache.sampled_trace(graph, req.batch_size, list(req.fanouts), req.epochs, req.seed)
+        t1 = time.perf_counter()
+        frame = cache.sweep(trace, list(req.cache_sizes), list(req.lookaheads), list(req.policies),
+                            row_bytes=rb, static_scores=getattr(graph, "degree", None), static_basis="degree")
+        t2 = time.perf_counter()
+    except UserError as e:
+        return SimOutcome(req, pd.DataFrame(), {}, {}, 0, 0.0, 0.0, error=str(e))
+    info = {"trace": trace.source, "batches": trace.n_batches, "accesses": trace.n_accesses,
+            "table_rows": trace.n_rows, "max_rows_per_batch": trace.max_batch_rows()}
+    return SimOutcome(req, frame, cache.skew(trace), info, rb, t1 - t0, t2 - t1)
+
+
+def simulate_cached(req: SimRequest, graph_loader: Callable = load_graph) -> SimOutcome:
+    """:func:`run_simulation`, remembered per request (the newest :data:`MAX_CACHED` ones)."""
+    key = (req, graph_loader)
+    with _results_lock:
+        if key in _results:
+            _results.move_to_end(key)
+            return _results[key]
+    out = run_simulation(req, graph_loader)
+    if out.error is None:
+        with _results_lock:
+            _results[key] = out
+            while len(_results) > MAX_CACHED:
+                _results.popitem(last=False)
+    return out
+
+
+# ----------------------------------------------------------------------------
+# frames the plots draw
+# ----------------------------------------------------------------------------
+def size_curves(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (policy, cache size) with hit rate and modeled slow-tier MiB read and written.
+
+    The oracle appears at its largest look-ahead only (the look-ahead plot has the
+    rest); sizes too small for a policy (NaN hit rate) are left out.
+    """
+    cols = ["policy", "capacity_pct", "capacity_rows", "hit_rate", "read_MiB", "written_MiB"]
+    if frame is None or frame.empty or "hit_rate" not in frame.columns:
+        return pd.DataFrame(columns=cols)
+    f = frame[frame["hit_rate"].notna()].copy()
+    if "lookahead" in f.columns and f["lookahead"].notna().any():
+        top = f["lookahead"].max()
+        f = f[f["lookahead"].isna() | (f["lookahead"] == top)]
+    f["read_MiB"] = f["read_bytes"].astype(float) / 2**20
+    f["written_MiB"] = f["written_bytes"].astype(float) / 2**20
+    return f[cols].sort_values(["policy", "capacity_pct"]).reset_index(drop=True)
+
+
+def lookahead_curves(frame: pd.DataFrame) -> pd.DataFrame:
+    """Oracle hit rate per (cache size, look-ahead); Belady's per size as ``belady_hit_rate`` (the ceiling)."""
+    cols = ["capacity_pct", "size", "lookahead", "hit_rate", "belady_hit_rate"]
+    if frame is None or frame.empty or "lookahead" not in frame.columns:
+        return pd.DataFrame(columns=cols)
+    f = frame[frame["lookahead"].notna() & frame["hit_rate"].notna()].copy()
+    if f.empty:
+        return pd.DataFrame(columns=cols)
+    bel = frame[frame["policy"] == "belady"].set_index("capacity_rows")["hit_rate"]
+    f["belady_hit_rate"] = f["capacity_rows"].map(bel).astype(float)
+    f["size"] = [f"{p:.3g}% of rows" for p in f["capacity_pct"]]
+    f["lookahead"] = f["lookahead"].astype(int)
+    return f[cols].sort_values(["capacity_pct", "lookahead"]).reset_index(drop=True)
+
+
+def skew_text(skew: dict, info: dict) -> str:
+    """Markdown line with the trace's skew (counted from the trace, not modeled)."""
+    if not skew:
+        return ""
+    pct = lambda k: f"{100 * skew[k]:.1f}%" if k in skew and skew[k] == skew[k] else "–"  # noqa: E731
+    return (f"**Skew of the trace** (counted): the top 1% of rows take **{pct('top1pct_share')}** of accesses, "
+            f"the top 10% take **{pct('top10pct_share')}** (top 0.1%: {pct('top0.1pct_share')}); "
+            f"{pct('rows_touched_share')} of the {info.get('table_rows', 0):,} rows are touched at all. "
+            f"{info.get('batches', 0):,} batches, {info.get('accesses', 0):,} row accesses, "
+            f"up to {info.get('max_rows_per_batch', 0):,} distinct rows per batch ({info.get('trace', '')}).")
+
+
+def hit_rate_plot(curves: pd.DataFrame):
+    import holoviews as hv
+    opts = dict(responsive=True, height=300, xlabel="cache size (% of rows)", ylabel="hit rate (modeled)",
+                ylim=(0, 1.02), tools=["hover"], title="Hit rate vs cache size (simulated)",
+                legend_position="right")
+    els = [hv.Curve(g, "capacity_pct", "hit_rate", label=str(p)) * hv.Scatter(g, "capacity_pct", "hit_rate",
+                                                                              label=str(p)).opts(size=6)
+           for p, g in curves.groupby("policy", sort=False)]
+    if not els:
+        return hv.Curve([], "capacity_pct", "hit_rate").opts(**opts)
+    return hv.Overlay([e for ov in els for e in ov]).opts(**opts)
+
+
+def bytes_plot(curves: pd.DataFrame):
+    import holoviews as hv
+    opts = dict(responsive=True, height=300, xlabel="cache size (% of rows)",
+                ylabel="slow-tier MiB read (modeled)", tools=["hover"], legend_position="right",
+                title="Slow-tier bytes read vs cache size (modeled: rows x row bytes)")
+    els = [hv.Curve(g, "capacity_pct", ["read_MiB", "written_MiB"], label=str(p)).opts(line_dash="dashed")
+           * hv.Scatter(g, "capacity_pct", ["read_MiB", "written_MiB"], label=str(p)).opts(size=6)
+           for p, g in curves.groupby("policy", sort=False)]
+    if not els:
+        return hv.Curve([], "capacity_pct", "read_MiB").opts(**opts)
+    return hv.Overlay([e for ov in els for e in ov]).opts(**opts)
+
+
+def lookahead_plot(la: pd.DataFrame):
+    import holoviews as hv
+    opts = dict(responsive=True, height=300, xlabel="look-ahead L (batches)", ylabel="hit rate (modeled)",
+                logx=True, ylim=(0, 1.02), tools=["hover"], legend_position="right",
+                title="Look-ahead oracle: hit rate vs L (dotted = Belady ceiling)")
+    els = []
+    for size, g in la.groupby("size", sort=False):
+        els.append(hv.Curve(g, "lookahead", "hit_rate", label=size))
+        els.append(hv.Scatter(g, "lookahead", "hit_rate", label=size).opts(size=6))
+        els.append(hv.Curve(g, "lookahead", "belady_hit_rate", label=size).opts(line_dash="dotted",
+                                                                                 alpha=0.6))
+    if not els:
+        return hv.Curve([], "lookahead", "hit_rate").opts(**opts)
+    return hv.Overlay(els).opts(**opts)
+
+
+# ----------------------------------------------------------------------------
+# measured: cached runs in the store
+# ----------------------------------------------------------------------------
+RUN_COLUMNS = ["id", "name", "status", "dataset", "policy", "cache_size", "lookahead", "hit_rate", "hits",
+               "misses", "prefetched_rows", "fetch_s", "stall_s", "read_bytes", "written_bytes", "io_mode"]
+
+
+def cached_runs(store, status: Optional[str] = None, limit: int = 200) -> pd.DataFrame:
+    """Runs with a cache policy (newest first): config, status, and the row store's *measured* counters.
+
+    Counter columns are NaN until the run finishes (they are written with its result).
+    """
+    import json
+    sql = ("SELECT id, name, status, config, json_extract(result, '$.info.sampled.row_store') AS row_store "
+           "FROM runs WHERE json_extract(config, '$.cache_policy') IS NOT NULL "
+           "AND json_extract(config, '$.cache_policy') != 'none'")
+    params: tuple = ()
+    if status is not None:
+        sql += " AND status=?"
+        params = (status,)
+    if hasattr(store, "_frame"):
+        # one query instead of parsing every run's result (store.py has no public reader for this yet)
+        raw = store._frame(sql + " ORDER BY id DESC LIMIT ?", params + (int(limit),))
+        recs = [(r.id, r.name, r.status, json.loads(r.config),
+                 json.loads(r.row_store) if r.row_store else {}) for r in raw.itertuples()]
+    else:
+        recs = []
+        for rid in sorted(store.run_ids(status), reverse=True):
+            rec = store.get_run(rid)
+            cfg = rec.get("config") or {}
+            if cfg.get("cache_policy", "none") == "none":
+                continue
+            rs = (((rec.get("result") or {}).get("info") or {}).get("sampled") or {}).get("row_store") or {}
+            recs.append((rid, rec.get("name"), rec.get("status"), cfg, rs))
+            if len(recs) >= limit:
+                break
+    rows = []
+    for rid, name, st, cfg, rs in recs:
+        rows.append({"id": int(rid), "name": name, "status": st, "dataset": cfg.get("dataset"),
+                     "policy": cfg.get("cache_policy"), "cache_size": cfg.get("cache_size"),
+                     "lookahead": cfg.get("lookahead") if cfg.get("cache_policy") == "oracle" else None,
+                     "hit_rate": rs.get("hit_rate"), "hits": rs.get("hits"), "misses": rs.get("misses"),
+                     "prefetched_rows": rs.get("prefetched_rows"), "fetch_s": rs.get("fetch_seconds"),
+                     "stall_s": rs.get("stall_seconds"), "read_bytes": rs.get("bytes_read"),
+                     "written_bytes": rs.get("bytes_written"), "io_mode": rs.get("io_mode")})
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def live_cache_stats(store, run_id: int, dim: int) -> Optional[dict]:
+    """Measured slow-tier traffic of a cached run so far, from its ``row_fetch``/``row_writeback`` records.
+
+    Returns ``{"steps", "rows_accessed", "rows_read", "read_ratio", "bytes_read", "bytes_written",
+    "fetch_s"}`` or None when the run has no such records yet. ``read_ratio`` = rows read from
+    the slow tier / rows the steps needed; for on-demand policies (lru, lfu, none) it is the miss
+    rate, for the oracle and static it also counts prefetched and warm-up reads.
+    """
+    tot = store.kernel_totals_frame(int(run_id))
+    if tot is None or tot.empty:
+        return None
+    fetch = tot[tot["name"] == "row_fetch"]
+    if fetch.empty:
+        return None
+    wb = tot[tot["name"] == "row_writeback"]
+    stride = int(fetch["row_bytes"].max() or 0)
+    accessed = float(fetch["bytes_written"].sum()) / (4.0 * int(dim))
+    read = float(fetch["bytes_read"].sum()) / stride if stride else float("nan")
+    return {"steps": int(fetch["steps"].max()), "rows_accessed": accessed, "rows_read": read,
+            "read_ratio": read / accessed if accessed else float("nan"),
+            "bytes_read": int(fetch["bytes_read"].sum()),
+            "bytes_written": int(wb["bytes_written"].sum()) if not wb.empty else 0,
+            "fetch_s": float(fetch["ns"].sum()) / 1e9}
+
+
+def live_text(run: dict, stats: Optional[dict]) -> str:
+    cfg = run.get("config") or {}
+    head = (f"**Run #{run.get('id')}** ({cfg.get('cache_policy')} cache of {cfg.get('cache_size')} rows, "
+            f"{cfg.get('dataset')}) is **{run.get('status')}**")
+    if stats is None:
+        return head + ": no slow-tier records yet."
+    est = ""
+    if cfg.get("cache_policy") in ("lru", "lfu", "none"):
+        est = f" → live hit rate **{100 * (1 - stats['read_ratio']):.1f}%**"
+    return (head + f" — after {stats['steps']:,} steps (measured): {stats['rows_read']:,.0f} rows read from the "
+            f"slow tier for {stats['rows_accessed']:,.0f} rows needed (read ratio {stats['read_ratio']:.3f}{est}); "
+            f"{fmt_bytes(stats['bytes_read'])} read, {fmt_bytes(stats['bytes_written'])} written back, "
+            f"{stats['fetch_s']:.2f} s in row fetches. The exact hit rate is in the table when it finishes.")
+
+
+# ----------------------------------------------------------------------------
+# the page
+# ----------------------------------------------------------------------------
+def default_dataset(names: list[str]) -> str:
+    for n in ("synth-small", "ml-100k", "synth-tiny"):
+        if n in names:
+            return n
+    return names[0] if names else "synth-small"
 
 
 class CachePage(pn.viewable.Viewer):
-    lab = param.ClassSelector(class_=Lab)
+    """Simulated hit rate and slow-tier bytes per policy; measured counters of cached runs."""
 
-    def __init__(self, lab: Lab, **params):
+    lab = param.ClassSelector(class_=Lab)
+    outcome = param.Parameter(default=None, doc="the SimOutcome shown")
+    busy = param.Boolean(default=False)
+
+    def __init__(self, lab: Lab, graph_loader: Callable = load_graph, autostart: Optional[bool] = None,
+                 **params):
         super().__init__(lab=lab, **params)
+        self.graph_loader = graph_loader
+        self._cache_mod, self._cache_reason = optional("gnnrec_lab.cache", "sweep")
+        from .launch import dataset_names
+        names, _ = dataset_names()
+        self.w = {
+            "dataset": (pn.widgets.Select(name="dataset", options=names, value=default_dataset(names))
+                        if names else pn.widgets.TextInput(name="dataset", value="synth-small")),
+            "trace": pn.widgets.Select(name="trace", options={"BPR batches (MF, 0 layers)": "mf",
+                                                              "sampled sub-graphs": "sampled"}, value="mf"),
+            "batch_size": pn.widgets.IntInput(name="batch size", value=SimRequest.batch_size, start=1),
+            "fanouts": pn.widgets.TextInput(name="fan-outs (sampled)", value="10,10"),
+            "cache_sizes": pn.widgets.TextInput(name="cache sizes (% of rows or rows)", value="5%,10%,20%,40%"),
+            "lookaheads": pn.widgets.TextInput(name="look-aheads L (batches)", value="1,10,50,200"),
+            "policies": pn.widgets.MultiChoice(name="policies", options=list(POLICY_NAMES),
+                                               value=list(POLICY_NAMES)),
+            "dim": pn.widgets.IntInput(name="dim", value=64, start=1),
+            "optimizer": pn.widgets.Select(name="optimizer state per row", options=list(OPTIMIZERS), value="adam"),
+        }
+        for k, wdg in self.w.items():
+            wdg.width = 240
+            wdg.css_classes = [f"cache-{k}"]
+        self.button = pn.widgets.Button(name="Simulate", button_type="primary", css_classes=["cache-simulate"])
+        self.button.on_click(lambda _e: self.start())
+        self.form_error = pn.pane.Markdown("", styles={"color": "#c62828"}, visible=False, width=240)
+        self.status_md = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self.results = pn.Column(pn.pane.Markdown("*Press Simulate.*"), sizing_mode="stretch_width",
+                                 min_height=300, css_classes=["cache-results"])
+        self.runs_pane = pn.Column(sizing_mode="stretch_width")
+        self.live_md = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self._future = None
+        self._doc = pn.state.curdoc
+        self._live_cb = None
+        self.refresh_runs()
+        self.lab.param.watch(lambda e: self.refresh_runs(), "runs_version")
+        served = self._doc is not None and self._doc.session_context is not None
+        if served:
+            self._live_cb = pn.state.add_periodic_callback(self.refresh_live, period=LIVE_POLL_MS)
+        if (served if autostart is None else autostart) and self._cache_mod is not None:
+            self.start()
+
+    # -- simulation -------------------------------------------------------------
+    def request(self) -> SimRequest:
+        """The form as a checked SimRequest (UserError names the field)."""
+        w = self.w
+        req = SimRequest(
+            dataset=str(w["dataset"].value or "").strip(), trace=w["trace"].value,
+            batch_size=w["batch_size"].value, dim=w["dim"].value, optimizer=w["optimizer"].value,
+            fanouts=tuple(parse_positive_ints(w["fanouts"].value, "fan-outs")) if w["trace"].value == "sampled"
+            else SimRequest.fanouts,
+            cache_sizes=tuple(parse_cache_sizes(w["cache_sizes"].value)),
+            lookaheads=tuple(parse_positive_ints(w["lookaheads"].value, "look-aheads")),
+            policies=tuple(p for p in POLICY_NAMES if p in (w["policies"].value or [])))
+        return req.checked()
+
+    def start(self):
+        """Check the form and simulate on the worker thread; returns the Future (None on a form error)."""
+        try:
+            req = self.request()
+        except UserError as e:
+            self.form_error.object, self.form_error.visible = f"⚠ {e}", True
+            return None
+        self.form_error.visible = False
+        self.busy = True
+        self.button.disabled = True
+        self.results.loading = True
+        self.status_md.object = f"Simulating {req.dataset} ({req.trace} trace)…"
+        fut = EXECUTOR.submit(simulate_cached, req, self.graph_loader)
+        self._future = fut
+        doc = self._doc
+
+        def done(f):
+            if doc is not None and doc.session_context is not None:
+                def show():
+                    from panel.io.state import set_curdoc
+                    with set_curdoc(doc):
+                        self._show(f)
+                doc.add_next_tick_callback(show)   # bokeh models change on the session's thread only
+            else:
+                self._show(f)
+        fut.add_done_callback(done)
+        return fut
+
+    def _show(self, fut) -> None:
+        try:
+            out = fut.result()
+        except Exception as e:  # a bug in the simulator must not leave the spinner on forever
+            out = SimOutcome(SimRequest(), pd.DataFrame(), {}, {}, 0, 0.0, 0.0, error=f"{type(e).__name__}: {e}")
+        if fut is not self._future:
+            return  # a newer request replaced this one
+        self.outcome = out
+        self.results.objects = [self.render(out)]
+        self.results.loading = False
+        self.button.disabled = False
+        self.busy = False
+        self.status_md.object = "" if out.error else (
+            f"Trace built in {out.trace_seconds:.2f} s, {len(out.frame)} simulations in {out.sim_seconds:.2f} s "
+            f"(measured, on a worker thread).")
+
+    def render(self, out: SimOutcome):
+        """The plots of one outcome (or its error)."""
+        if out.error:
+            return error_note(f"Simulation not run: {out.error}")
+        curves = size_curves(out.frame)
+        la = lookahead_curves(out.frame)
+        notes = (out.frame[out.frame["note"].fillna("") != ""] if "note" in out.frame.columns
+                 else out.frame.iloc[0:0])
+        parts = [pn.pane.Markdown(skew_text(out.skew, out.trace_info), sizing_mode="stretch_width"),
+                 pn.pane.Markdown(
+                     f"All hit rates and slow-tier bytes below are **modeled** by the trace simulator "
+                     f"(rows x {out.row_bytes} B per row: embedding + {out.request.optimizer} state), "
+                     f"not measured on a device. Oracle curves use its largest look-ahead "
+                     f"(L={max(out.request.lookaheads)}).", sizing_mode="stretch_width"),
+                 pn.Row(pn.pane.HoloViews(hit_rate_plot(curves), sizing_mode="stretch_width"),
+                        pn.pane.HoloViews(bytes_plot(curves), sizing_mode="stretch_width"),
+                        sizing_mode="stretch_width"),
+                 pn.pane.HoloViews(lookahead_plot(la), sizing_mode="stretch_width")]
+        if not notes.empty:
+            skipped = sorted({f"{r.policy} at {r.capacity_pct:.3g}%" for r in notes.itertuples()})
+            parts.append(pn.pane.Markdown(
+                f"*Not simulated (cache smaller than the largest batch, {out.trace_info.get('max_rows_per_batch', 0):,}"
+                f" rows): {', '.join(skipped)}.*", sizing_mode="stretch_width"))
+        return pn.Column(*parts, sizing_mode="stretch_width")
+
+    # -- measured runs ----------------------------------------------------------------
+    def refresh_runs(self) -> None:
+        store = self.lab.store
+        if store is None:
+            self.runs_pane.objects = [not_available("Cached runs (run store)", self.lab.store_reason)]
+            return
+        df, why = safe_call(cached_runs, store, default=None)
+        if df is None:
+            self.runs_pane.objects = [error_note(f"Could not read cached runs: {why}")]
+            return
+        done = df[df["hit_rate"].notna()]
+        if done.empty:
+            self.runs_pane.objects = [pn.pane.Markdown(
+                "*No finished cached runs yet: launch a run with `mode sampled` and a `cache_policy` "
+                "(e.g. `gnnrec-lab run --mode sampled --cache-policy oracle`); its measured hit rate, "
+                "fetch and stall time appear here.*", sizing_mode="stretch_width")]
+            return
+        show = done.assign(hit_rate=(done["hit_rate"] * 100).round(1),
+                           read=done["read_bytes"].map(lambda b: fmt_bytes(b) if b == b and b is not None else "–"),
+                           written=done["written_bytes"].map(
+                               lambda b: fmt_bytes(b) if b == b and b is not None else "–"))
+        show = show.drop(columns=["read_bytes", "written_bytes"]).rename(
+            columns={"hit_rate": "hit rate % (measured)", "fetch_s": "fetch s", "stall_s": "stall s"})
+        self.runs_pane.objects = [pn.pane.DataFrame(show.set_index("id"), sizing_mode="stretch_width",
+                                                    float_format="{:.3f}".format, css_classes=["cache-runs"])]
+
+    def refresh_live(self) -> Optional[str]:
+        """Update the live line from the newest running cached run; returns its text ('' when none)."""
+        store = self.lab.store
+        if store is None:
+            return ""
+        try:
+            running = cached_runs(store, status="running", limit=1)
+            if running.empty:
+                if self.live_md.object:      # a run just ended: its counters are in the table now
+                    self.live_md.object = ""
+                    self.refresh_runs()
+                return ""
+            rid = int(running["id"].iloc[0])
+            run = self.lab.run(rid) or {"id": rid}
+            run.setdefault("id", rid)
+            stats = live_cache_stats(store, rid, int((run.get("config") or {}).get("dim") or 64))
+            text = live_text(run, stats)
+        except Exception as e:  # a bad read must not stop the periodic callback
+            text = f"Live cache stats unavailable: {type(e).__name__}: {e}"
+        self.live_md.object = text
+        return text
 
     def __panel__(self):
-        simulate, why = optional("gnnrec_lab.cache", "simulate")
-        if simulate is None:
-            return pn.Column("## Embedding cache", not_available("Cache simulator (gnnrec_lab.cache.simulate)", why),
+        if self._cache_mod is None:
+            return pn.Column("## Embedding cache",
+                             not_available("Cache simulator (gnnrec_lab.cache)", self._cache_reason),
                              sizing_mode="stretch_width")
-        return pn.Column("## Embedding cache", not_available(
-            "Cache plots", "the simulator is importable but this page does not plot it yet"),
+        form = pn.Column("### Simulate", *self.w.values(), self.form_error, self.button, width=270)
+        return pn.Column(
+            "## Embedding cache",
+            pn.Row(form, pn.Column(self.status_md, self.results, sizing_mode="stretch_width"),
+                   sizing_mode="stretch_width"),
+            "### Cached runs (measured)", self.live_md, self.runs_pane,
             sizing_mode="stretch_width")
