@@ -235,3 +235,118 @@ def test_dashboard_command_rejects_bad_port(capsys):
     from gnnrec_lab.cli import main
     assert main(["dashboard", "--port", "70000"]) == 2
     assert "--port" in capsys.readouterr().err
+
+
+# -- cache ------------------------------------------------------------------------------
+def tiny_graph(_dataset=None):
+    """A seeded 60-user x 80-item graph with a few popular items (stands in for a dataset)."""
+    import numpy as np
+    from gnnrec_lab.graph import BipartiteGraph
+    rng = np.random.default_rng(0)
+    users = rng.integers(0, 60, 1500)
+    items = np.minimum(rng.zipf(1.6, 1500) - 1, 79)
+    pairs = np.unique(np.stack([users, items], 1), axis=0)
+    return BipartiteGraph(pairs, 60, 80)
+
+
+def test_cache_form_parsing_names_the_field():
+    from gnnrec_lab.dashboard.cache import SimRequest, parse_cache_sizes, parse_positive_ints
+    from gnnrec_lab.errors import UserError
+    assert parse_cache_sizes(" 5%, 100 ,12.5%") == ["5%", "100", "12.5%"]
+    with pytest.raises(UserError, match="cache sizes"):
+        parse_cache_sizes("5%,lots")
+    with pytest.raises(UserError, match="cache sizes"):
+        parse_cache_sizes("")
+    assert parse_positive_ints("1, 10,200", "look-aheads") == [1, 10, 200]
+    with pytest.raises(UserError, match="look-aheads"):
+        parse_positive_ints("1,0", "look-aheads")
+    with pytest.raises(UserError, match="batch size"):
+        SimRequest(batch_size=0).checked()
+    with pytest.raises(UserError, match="policies"):
+        SimRequest(policies=("lru", "fifo")).checked()
+
+
+def test_cache_simulation_curves_and_skew():
+    from gnnrec_lab.dashboard.cache import (SimRequest, lookahead_curves, run_simulation, size_curves,
+                                            skew_text)
+    req = SimRequest(dataset="tiny", batch_size=32, cache_sizes=("30%", "60%", "100%"), lookaheads=(1, 4, 50))
+    out = run_simulation(req, tiny_graph)
+    assert out.error is None and out.row_bytes == 64 * 4 * 3          # embedding + two Adam moments
+    curves = size_curves(out.frame)
+    assert set(curves["policy"]) == {"none", "lru", "lfu", "static-degree", "oracle(L=50)", "belady"}
+    assert curves["hit_rate"].between(0, 1).all()
+    by = curves.set_index(["policy", "capacity_pct"])
+    assert by.loc[("none", 100.0), "hit_rate"] == 0.0 and by.loc[("belady", 100.0), "hit_rate"] > 0.5
+    for pct in curves.loc[curves["policy"] == "belady", "capacity_pct"]:
+        assert by.loc[("belady", pct), "hit_rate"] >= by.loc[("lru", pct), "hit_rate"] - 1e-12
+    raw = out.frame.set_index("policy")
+    assert (raw["read_bytes"].dropna() == raw["misses"].dropna() * out.row_bytes).all()   # modeled bytes
+    la = lookahead_curves(out.frame)
+    assert sorted(la["lookahead"].unique()) == [1, 4, 50]
+    assert (la["hit_rate"] <= la["belady_hit_rate"] + 1e-12).all()
+    text = skew_text(out.skew, out.trace_info)
+    assert "top 1% of rows" in text and "top 10%" in text
+    assert out.skew["top10pct_share"] > 0.1      # zipf items: the hot 10% take more than their share
+
+
+def test_cache_simulation_reports_user_mistakes():
+    from gnnrec_lab.dashboard.cache import SimRequest, run_simulation
+    out = run_simulation(SimRequest(trace="sampled", fanouts=()), tiny_graph)   # caught by the library
+    assert out.frame.empty and "fanouts" in out.error
+
+
+def test_cache_page_simulates_off_the_calling_thread(store):
+    import threading
+    from gnnrec_lab.dashboard.cache import CachePage
+    seen = []
+
+    def slow_graph(name):
+        seen.append(threading.current_thread().name)
+        return tiny_graph(name)
+
+    page = CachePage(Lab(store=store, runner=RecordingRunner(store)), graph_loader=slow_graph, autostart=False)
+    page.w["cache_sizes"].value = "40%,100%"
+    page.w["batch_size"].value = 16
+    fut = page.start()
+    assert page.results.loading is True or fut.done()
+    fut.result(timeout=30)
+    deadline = __import__("time").monotonic() + 10
+    while page.busy and __import__("time").monotonic() < deadline:
+        __import__("time").sleep(0.01)
+    assert seen and seen[0] != threading.current_thread().name
+    assert page.results.loading is False and page.outcome.error is None
+    assert pn.panel(page.results).select(pn.pane.HoloViews)
+    assert "modeled" in texts(page.results)
+    page.w["cache_sizes"].value = "5%,huge"
+    assert page.start() is None and page.form_error.visible and "cache sizes" in page.form_error.object
+
+
+def test_cached_runs_table_and_live_stats(store):
+    import numpy as np
+    from gnnrec_lab.dashboard.cache import CachePage, cached_runs, live_cache_stats
+    from gnnrec_lab.recorder import KernelRecord
+    plain = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8), status="finished")
+    cfg = RunConfig(dataset="synth-tiny", layers=1, dim=8, mode="sampled", fanouts=(5,), cache_policy="lru",
+                    cache_size="10%")
+    rid = store.add_run(cfg, status="running")
+    stride = 512
+    for s in (1, 2):   # 100 rows needed per step, 30 and 10 read from the slow tier
+        rec = KernelRecord("row_fetch", "forward", -1, s, 1_000_000, (30 if s == 1 else 10) * stride,
+                           100 * 8 * 4, 0, "gather", stride, 0, "buffered")
+        store.add_step(rid, s, 1, 1.0, 0.01, [rec])
+    live = live_cache_stats(store, rid, dim=8)
+    assert live["steps"] == 2 and live["rows_accessed"] == pytest.approx(200)
+    assert live["rows_read"] == pytest.approx(40) and live["read_ratio"] == pytest.approx(0.2)
+    assert live_cache_stats(store, plain, dim=8) is None
+    page = CachePage(Lab(store=store, runner=RecordingRunner(store)), graph_loader=tiny_graph, autostart=False)
+    assert "80.0%" in page.refresh_live()           # lru: 1 - read ratio is the hit rate
+    assert "No finished cached runs" in texts(page.runs_pane)
+    store.record_result(rid, {"info": {"sampled": {"row_store": {
+        "hit_rate": 0.8, "hits": 160, "misses": 40, "fetch_seconds": 0.5, "stall_seconds": 0.25,
+        "bytes_read": 40 * stride, "bytes_written": 0, "io_mode": "buffered"}}}})
+    store.set_status(rid, "finished")
+    df = cached_runs(store)
+    assert list(df["id"]) == [rid] and df["hit_rate"].iloc[0] == 0.8 and df["stall_s"].iloc[0] == 0.25
+    assert page.refresh_live() == ""                 # the run ended: the table took over
+    table = pn.panel(page.runs_pane).select(pn.pane.DataFrame)[0].object
+    assert table.loc[rid, "hit rate % (measured)"] == 80.0 and np.isclose(table.loc[rid, "stall s"], 0.25)
