@@ -350,3 +350,43 @@ def test_cached_runs_table_and_live_stats(store):
     assert page.refresh_live() == ""                 # the run ended: the table took over
     table = pn.panel(page.runs_pane).select(pn.pane.DataFrame)[0].object
     assert table.loc[rid, "hit rate % (measured)"] == 80.0 and np.isclose(table.loc[rid, "stall s"], 0.25)
+
+
+def test_live_monitor_reads_only_new_kernel_rows(store):
+    import numpy as np
+
+    class Spy:
+        """The store, counting how the monitor reads kernels."""
+        def __init__(self, inner):
+            self.inner, self.calls = inner, []
+
+        def __getattr__(self, name):
+            attr = getattr(self.inner, name)
+            if name in ("kernels_frame", "kernel_totals_frame"):
+                def spy(*a):
+                    self.calls.append((name,) + a)
+                    return attr(*a)
+                return spy
+            return attr
+
+    rid = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=1), status="running")
+    rng = np.random.default_rng(1)
+    recs = {s: fake_records(s, 1, 8, rng) for s in range(1, 6)}
+    for s in (1, 2):
+        store.add_step(rid, s, 1, 1.0, 0.01, recs[s])
+    spy = Spy(store)
+    mon = LiveMonitor(lab=Lab(store=spy, runner=RecordingRunner(store)), run_id=rid)
+    assert [c[0] for c in spy.calls] == ["kernels_frame"]          # history, once
+    for s in (3, 4):
+        store.add_step(rid, s, 1, 1.0, 0.01, recs[s])
+    assert mon.poll() == 2
+    assert spy.calls[1:] == [("kernel_totals_frame", rid, 2)]      # only steps after 2
+    got = mon.kernels.data[mon.kernels.data["step"] == 4.0].set_index("name")["ms"]
+    want = {}
+    for s in (3, 4):
+        for r in recs[s]:
+            want[r.name] = want.get(r.name, 0.0) + r.ns / 1e6 / 2       # mean ms per step over 3 and 4
+    assert got.to_dict() == pytest.approx(want)
+    assert mon.poll() == 0 and len(spy.calls) == 2                   # nothing new, nothing read
+    store.add_step(rid, 5, 1, 1.0, 0.01, recs[5])
+    assert mon.poll() == 1 and spy.calls[-1] == ("kernel_totals_frame", rid, 4)

@@ -7,9 +7,18 @@ and the per-kernel stacked area without resending old points. A served page
 calls ``poll`` once a second (``pn.state.add_periodic_callback``), so a new
 step shows within about a second of the worker committing it; a notebook or a
 test calls it directly.
+
+Reads per poll are proportional to what is new: the steps after the last one
+seen (``Store.latest_steps``) and the kernel totals over those steps, summed in
+SQL (``Store.kernel_totals_frame(since_step=...)``), both in one read
+transaction so they cover the same steps. The run's per-step kernel history is
+read once, when the run is first shown. When several steps arrive between two
+polls, the stacked area gets one point for them (at the newest step: each
+kernel's mean ms per step over them).
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Optional
 
@@ -47,6 +56,39 @@ def kernel_ms_per_step(kernels: pd.DataFrame) -> pd.DataFrame:
     g = kernels.groupby(["step", "name"], as_index=False)["ns"].sum()
     return pd.DataFrame({"step": g["step"].astype(float), "name": g["name"].astype(object),
                          "ms": g["ns"].astype(float) / 1e6})
+
+
+def kernel_ms_since(totals: pd.DataFrame, step: int, n_steps: int) -> pd.DataFrame:
+    """Long frame ``step, name, ms``: each kernel's mean ms per step over the ``n_steps`` newest steps.
+
+    ``totals`` is ``Store.kernel_totals_frame`` over those steps (ns summed per name,
+    phase, layer, pattern); every row gets x = ``step`` (the newest of them).
+    """
+    if totals is None or totals.empty or n_steps <= 0:
+        return pd.DataFrame(KERNEL_COLUMNS)
+    g = totals.groupby("name", as_index=False)["ns"].sum()
+    return pd.DataFrame({"step": float(step), "name": g["name"].astype(object),
+                         "ms": g["ns"].astype(float) / 1e6 / n_steps})
+
+
+@contextlib.contextmanager
+def read_snapshot(store):
+    """Store reads inside the block see one committed state (one SQLite read transaction).
+
+    The worker commits each step with its kernel rows; without a snapshot a step
+    committed between two reads would be counted by one and missed by the other.
+    Falls back to plain reads for a store without a SQLite connection.
+    """
+    con_of = getattr(store, "_con", None)   # store.py offers no public snapshot yet
+    con = con_of() if callable(con_of) else None
+    if con is None or getattr(con, "in_transaction", True):
+        yield
+        return
+    con.execute("BEGIN")
+    try:
+        yield
+    finally:
+        con.execute("COMMIT")   # read-only: nothing to write, ends the snapshot
 
 
 def stacked_area(data: pd.DataFrame, top: int = 8):
@@ -111,14 +153,20 @@ class LiveMonitor(param.Parameterized):
         spe = info.get("steps_per_epoch")
         if spe and cfg.get("epochs"):
             self.total = int(spe) * int(cfg["epochs"])
-        new, _ = safe_call(store.latest_steps, self.run_id, self.last_step)
-        n_new = 0 if new is None else len(new)
+        ks = None
+        with read_snapshot(store):
+            new, _ = safe_call(store.latest_steps, self.run_id, self.last_step)
+            n_new = 0 if new is None else len(new)
+            if n_new and self.last_step <= 0:      # first look at this run: its whole history, per step
+                hist, _ = safe_call(store.kernels_frame, self.run_id)
+                ks = kernel_ms_per_step(hist)
+            elif n_new:                            # only the new steps, summed in SQL
+                tot, _ = safe_call(store.kernel_totals_frame, self.run_id, self.last_step)
+                ks = kernel_ms_since(tot, int(new["step"].max()), int(new["step"].nunique()))
         if n_new:
             self.loss.send(pd.DataFrame({"step": new["step"].astype(float), "loss": new["loss"].astype(float)}))
-            ks, _ = safe_call(store.kernels_frame, self.run_id)
             if ks is not None and not ks.empty:
-                ks = ks[ks["step"] > self.last_step]
-                self.kernels.send(kernel_ms_per_step(ks))
+                self.kernels.send(ks)
             self.last_step = int(new["step"].max())
             self.done = self.last_step
             ev, _ = safe_call(store.evals_frame, [self.run_id])
