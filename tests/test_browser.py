@@ -201,3 +201,29 @@ def test_crashed_or_killed_run_does_not_take_the_server_down(tmp_path, browser):
         assert page.errors() == [] and page2.errors() == [], page.errors() + page2.errors()
     finally:
         stop(proc)
+
+
+def test_cache_page_simulates_and_plots(tmp_path, browser):
+    """The Cache page simulates synth-tiny on the server's worker thread and draws its plots."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    proc, url = serve(tmp_path)
+    try:
+        page, errors = open_page(browser, url)
+        page.get_by_text("Cache", exact=True).first.click()
+        page.get_by_text("Embedding cache").wait_for(timeout=15_000)
+        # a small trace: synth-tiny (generated into this test's data directory), 25 rows per batch
+        page.locator(".cache-dataset select").select_option("synth-tiny")
+        for name, value in (("batch_size", "16"), ("cache_sizes", "10%,30%,60%"), ("lookaheads", "1,10")):
+            box = page.locator(f".cache-{name} input")
+            box.fill(value)
+            box.press("Enter")
+            box.press("Tab")
+        page.locator(".cache-simulate button").click()
+        page.get_by_text(re.compile(r"synth-tiny: trace built in .* simulations in [0-9.]+ s")).wait_for(
+            timeout=45_000)
+        page.get_by_text(re.compile(r"top 1% of rows take .* of the 700 rows")).wait_for(timeout=5_000)
+        page.wait_for_function(f"({DRAWN_CANVASES})() >= 3", timeout=30_000)
+        page.screenshot(path=str(ARTIFACTS / "cache.png"), full_page=True)
+        assert page.errors() == [], page.errors()
+    finally:
+        stop(proc)

@@ -249,7 +249,7 @@ def bytes_plot(curves: pd.DataFrame):
     import holoviews as hv
     opts = dict(responsive=True, height=300, xlabel="cache size (% of rows)",
                 ylabel="slow-tier MiB read (modeled)", tools=["hover"], legend_position="right",
-                title="Slow-tier bytes read vs cache size (modeled: rows x row bytes)")
+                title="Slow-tier MiB read (modeled)")
     els = [hv.Curve(g, "capacity_pct", ["read_MiB", "written_MiB"], label=str(p)).opts(line_dash="dashed")
            * hv.Scatter(g, "capacity_pct", ["read_MiB", "written_MiB"], label=str(p)).opts(size=6)
            for p, g in curves.groupby("policy", sort=False)]
@@ -365,10 +365,23 @@ def live_text(run: dict, stats: Optional[dict]) -> str:
 # ----------------------------------------------------------------------------
 # the page
 # ----------------------------------------------------------------------------
-def default_dataset(names: list[str]) -> str:
-    for n in ("synth-small", "ml-100k", "synth-tiny"):
-        if n in names:
-            return n
+def dataset_choices() -> tuple[list[str], set, Optional[str]]:
+    """``(names, prepared names, reason)`` from the data registry (prepared ones first)."""
+    list_datasets, why = optional("gnnrec_lab.data", "list_datasets")
+    if list_datasets is None:
+        return [], set(), why
+    rows, why = safe_call(list_datasets, default=[])
+    rows = sorted(rows or [], key=lambda r: (not r.get("prepared", False), str(r.get("name"))))
+    names = [str(r["name"]) for r in rows if "name" in r]
+    return names, {str(r["name"]) for r in rows if r.get("prepared")}, why
+
+
+def default_dataset(names: list[str], prepared: set = frozenset()) -> str:
+    """synth-small, else ml-100k, else synth-tiny (a prepared one first), else the first name."""
+    for pool in (prepared, set(names)):
+        for n in ("synth-small", "ml-100k", "synth-tiny"):
+            if n in pool:
+                return n
     return names[0] if names else "synth-small"
 
 
@@ -384,10 +397,10 @@ class CachePage(pn.viewable.Viewer):
         super().__init__(lab=lab, **params)
         self.graph_loader = graph_loader
         self._cache_mod, self._cache_reason = optional("gnnrec_lab.cache", "sweep")
-        from .launch import dataset_names
-        names, _ = dataset_names()
+        names, prepared, _ = dataset_choices()
+        first = default_dataset(names, prepared)
         self.w = {
-            "dataset": (pn.widgets.Select(name="dataset", options=names, value=default_dataset(names))
+            "dataset": (pn.widgets.Select(name="dataset", options=names, value=first)
                         if names else pn.widgets.TextInput(name="dataset", value="synth-small")),
             "trace": pn.widgets.Select(name="trace", options={"BPR batches (MF, 0 layers)": "mf",
                                                               "sampled sub-graphs": "sampled"}, value="mf"),
@@ -419,7 +432,11 @@ class CachePage(pn.viewable.Viewer):
         served = self._doc is not None and self._doc.session_context is not None
         if served:
             self._live_cb = pn.state.add_periodic_callback(self.refresh_live, period=LIVE_POLL_MS)
-        if (served if autostart is None else autostart) and self._cache_mod is not None:
+        # a served page simulates its default at once, unless that would first generate or
+        # download the dataset (then the person chooses and presses Simulate)
+        if autostart is None:
+            autostart = served and first in prepared
+        if autostart and self._cache_mod is not None:
             self.start()
 
     # -- simulation -------------------------------------------------------------
@@ -477,8 +494,8 @@ class CachePage(pn.viewable.Viewer):
         self.button.disabled = False
         self.busy = False
         self.status_md.object = "" if out.error else (
-            f"Trace built in {out.trace_seconds:.2f} s, {len(out.frame)} simulations in {out.sim_seconds:.2f} s "
-            f"(measured, on a worker thread).")
+            f"{out.request.dataset}: trace built in {out.trace_seconds:.2f} s, {len(out.frame)} simulations in "
+            f"{out.sim_seconds:.2f} s (measured, on a worker thread).")
 
     def render(self, out: SimOutcome):
         """The plots of one outcome (or its error)."""

@@ -310,8 +310,9 @@ class LaunchPage(pn.viewable.Viewer):
 
     @param.depends("lab.runs_version")
     def fresh_install(self):
-        runs = self.lab.runs()
-        if self.lab.store is None or not runs.empty:
+        # run ids only: the page opens fast however many runs the store holds
+        ids, _ = safe_call(self.lab.store.run_ids, default=[]) if self.lab.store is not None else ([], None)
+        if self.lab.store is None or ids:
             return pn.Spacer(height=0)
         if self.lab.runner is None:
             return not_available("The example run (runner)", self.lab.runner_reason)
@@ -321,8 +322,14 @@ class LaunchPage(pn.viewable.Viewer):
 
     def __panel__(self):
         fields = [pn.Column(self.widgets[k], self.errors[k], margin=0, width=220) for k in FORM_FIELDS]
-        placement = pn.Card(*[self.placement_inputs[c] for c in TENSOR_CLASSES], self.errors["placement"],
-                            title="Placement per tensor class", collapsed=True, sizing_mode="stretch_width")
+        # The card's inputs are built into the page when it is first opened: a collapsed card
+        # still sends every child to the browser, which slows the first page load.
+        placement = pn.Card(title="Placement per tensor class", collapsed=True, sizing_mode="stretch_width")
+
+        def fill(event):
+            if not event.new and not placement.objects:
+                placement.objects = [self.placement_inputs[c] for c in TENSOR_CLASSES]
+        placement.param.watch(fill, "collapsed")
         notes = []
         if self._datasets_reason:
             notes.append(not_available("Dataset list (data registry)", self._datasets_reason))
@@ -331,9 +338,11 @@ class LaunchPage(pn.viewable.Viewer):
         elif self.lab.runner is None:
             notes.append(not_available("Runner (launching runs)", self.lab.runner_reason))
         form = pn.Column("## Launch a run", *notes, pn.GridBox(*fields, ncols=2), placement,
-                         self.errors["form"], self.button, self.status_md, width=460)
+                         self.errors["placement"], self.errors["form"], self.button, self.status_md, width=460)
+        # predictions (footprint plot, step-time projection) load after the form is on screen
+        predictions = pn.param.ParamMethod(self.predictions, defer_load=True, sizing_mode="stretch_width")
         return pn.Column(self.fresh_install,
-                         pn.Row(form, pn.Column("## Before launching", self.predictions,
+                         pn.Row(form, pn.Column("## Before launching", predictions,
                                                 sizing_mode="stretch_width"), sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
 
