@@ -99,6 +99,7 @@ def bpr_batches(graph: BipartiteGraph, batch_size: int, rng: np.random.Generator
     users, items = train_pairs(graph)
     perm = rng.permutation(users.shape[0])
     users, items = users[perm], items[perm]
+    del perm  # this generator lives for the whole epoch: do not keep 8 B per interaction for it
     negs = sample_negatives(graph.user_items, users, rng)
     n = users.shape[0]
     stop = (n // batch_size) * batch_size if drop_last else n
