@@ -7,7 +7,7 @@ from ..errors import UserError
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("dashboard", help="serve the dashboards (Launch, Live, Breakdown, Compare)",
+    p = subparsers.add_parser("dashboard", help="serve the dashboards (Launch, Live, Breakdown, Compare, Cache)",
                               description=__doc__)
     p.add_argument("--port", type=int, default=5006, help="TCP port (default 5006; 0 picks a free one)")
     p.add_argument("--address", default=None, help="address to listen on (default: all interfaces)")
