@@ -20,7 +20,9 @@ LR_RULES = ("none", "linear", "sqrt")
 SCHEDULES = ("none", "cosine", "step")
 BACKENDS = ("native", "torch", "dgl")
 MODES = ("full", "sampled")
-CACHE_POLICIES = ("none", "lru", "lfu", "static", "oracle")
+# none: table in DRAM (no slow tier); stream: slow tier, no cache (every row read every batch);
+# the others: slow tier behind a DRAM cache of cache_size rows.
+CACHE_POLICIES = ("none", "stream", "lru", "lfu", "static", "oracle")
 # Memory modes a run can be launched in. "dram" is measured here; the others are
 # measured where the hardware exists and modeled (labelled so) elsewhere.
 MEMORY_MODES = ("dram", "optane_memory_mode", "optane_app_direct", "cxl", "remote_numa")

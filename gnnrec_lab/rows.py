@@ -58,7 +58,8 @@ class DramRows:
 
 
 def make_row_store(config, model):
-    """The row store ``config`` asks for (``cache_policy``; ``none`` = :class:`DramRows`)."""
+    """The row store ``config`` asks for: ``cache_policy`` none = :class:`DramRows`, stream = the
+    slow tier read every batch, else the slow tier behind a DRAM cache with that policy."""
     from .memory.placement import allocate
     where = config.placement.get("optimizer", "dram")
     shape, dt = tuple(model.embedding.shape), model.embedding.dtype
@@ -66,7 +67,7 @@ def make_row_store(config, model):
         return DramRows(model.embedding.data, lr=config.effective_lr,
                         m=allocate(shape, dt, where, "optimizer"), v=allocate(shape, dt, where, "optimizer"))
     from .cache.tier import make_cached_rows
-    return make_cached_rows(config, model)
+    return make_cached_rows(config, model, policy="none" if config.cache_policy == "stream" else None)
 
 
 __all__ = ["DramRows", "make_row_store", "np"]

@@ -38,6 +38,8 @@ from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
 # Rank every user unless that means scoring more than this many (user, item) pairs.
 FULL_RANKING_MAX_PAIRS = 5e10
 EVAL_SAMPLE_USERS = 10_000
+# Sub-graphs the sampler may build ahead of training for the look-ahead oracle (memory bound).
+MAX_SAMPLE_AHEAD = 64
 
 
 @dataclass
@@ -412,7 +414,9 @@ def _sampled_batches(graph, config, rng):
         for users, pos, neg in bpr_batches(graph, config.batch_size, rng):
             sub = sample_subgraph(graph, batch_nodes(graph, users, pos, neg), fanouts, rng)
             yield (torch.from_numpy(users), torch.from_numpy(pos), torch.from_numpy(neg)), sub
-    return Prefetcher(gen(), depth=4)
+    # the oracle's future is what the sampler has produced ahead: let it run up to `lookahead` batches
+    depth = min(config.lookahead, MAX_SAMPLE_AHEAD) if config.cache_policy == "oracle" else 4
+    return Prefetcher(gen(), depth=depth)
 
 
 def _note_subgraph(stats, sub) -> None:

@@ -52,8 +52,8 @@ def dram_run():
                                               ("oracle", 2), ("none", 200)])
 def test_every_policy_trains_bit_identically_to_dram(dram_run, monkeypatch, policy, lookahead):
     r0, e0, _ = dram_run
-    cfg = BASE.replace(cache_policy="lru" if policy == "none" else policy, cache_size=CACHE, lookahead=lookahead)
-    r, e, store = _run(monkeypatch, cfg, policy_override="none" if policy == "none" else None)
+    cfg = BASE.replace(cache_policy="stream" if policy == "none" else policy, cache_size=CACHE, lookahead=lookahead)
+    r, e, store = _run(monkeypatch, cfg)
     assert isinstance(store, CachedRows) and store.policy == policy
     assert torch.equal(e, e0)                                  # bit-identical final embeddings
     assert r.test == r0.test and r.best_valid == r0.best_valid
