@@ -26,7 +26,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="gnnrec-lab", description=__doc__.splitlines()[0])
+    p = _Parser(prog="gnnrec-lab", description="Train GNN recommenders (LightGCN, NGCF) and see where time and "
+                                                "bytes go on DRAM, Optane and CXL (measured here, modeled elsewhere).")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         try:
