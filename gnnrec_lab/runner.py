@@ -44,6 +44,8 @@ NUMA_POLICIES = ("membind", "preferred", "interleave")
 SYS_NODE_DIR = Path("/sys/devices/system/node")
 # a running row with no pid yet is being spawned; after this long its spawner is presumed dead (s)
 SPAWN_GRACE_S = 60.0
+# after a worker recorded its final status, how long wait() gives it to exit (s)
+REAP_GRACE_S = 10.0
 
 
 # ---------------------------------------------------------------------------
@@ -312,7 +314,9 @@ class MemoryCgroup:
 
 
 def memory_limit_of(run_dir: Path) -> Optional[dict]:
-    """The memory-limit record of a run directory (``limit_bytes``, ``cgroup`` once started), or None."""
+    """The memory-limit record of a run directory, or None: ``limit_bytes``; ``cgroup`` once
+    started; after the worker ended ``max_usage_bytes`` (peak charge, page cache included),
+    ``failcnt`` and ``oom_kills`` as the kernel counted them (measured)."""
     try:
         return json.loads((Path(run_dir) / LIMIT_FILE).read_text())
     except (OSError, ValueError):
@@ -499,8 +503,12 @@ class Runner:
         verdict, cg = None, self._cgroups.pop(run_id, None)
         if cg is not None:
             # read the kernel's counters before the cgroup goes away
-            verdict = _oom_verdict(memory_limit_of(run_dir), rc)
+            rec = memory_limit_of(run_dir) or {}
+            verdict = _oom_verdict(rec, rc)
             use = cg.usage()
+            _write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
+                                   "max_usage_bytes": use["max_usage_bytes"], "failcnt": use["failcnt"],
+                                   "oom_kills": cg.oom_kills()})
             self.store.add_event(run_id, "memory_limit",
                                  f"cgroup limit {cg.limit_bytes:,} bytes; peak charge {use['max_usage_bytes']:,} "
                                  f"bytes (page cache included), limit hit {use['failcnt']} times (measured)")
@@ -532,12 +540,21 @@ class Runner:
         return self.store.status(run_id)
 
     def wait(self, run_id: int, timeout: Optional[float] = None) -> str:
-        """Block until ``run_id`` ends; returns its final status. Raises TimeoutError after ``timeout`` s."""
+        """Block until ``run_id`` ends; returns its final status. Raises TimeoutError after ``timeout`` s.
+
+        For a worker this runner started, it also waits (up to ``REAP_GRACE_S``) for the process
+        to exit after recording its status, so its memory cgroup's counters are final.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
+        reap_by = None
         while True:
             st = self.status(run_id)
             if st in TERMINAL:
-                return st
+                if run_id not in self._procs:
+                    return st
+                reap_by = reap_by or time.monotonic() + REAP_GRACE_S
+                if time.monotonic() >= reap_by:
+                    return st
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"run {run_id} still {st} after {timeout} s")
             time.sleep(self.poll_s)
