@@ -4,7 +4,9 @@ cgroup; in ``dram`` mode the kernel kills it at the limit and the lab records st
 completes. Skips where no memory cgroup can be created (not root, no v1 memory controller)."""
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -117,3 +119,20 @@ def test_real_run_over_the_limit_ooms_in_dram_and_completes_file_backed(store, t
     filed = r.launch(placed, memory_limit_bytes=limit)
     assert r.wait(filed, timeout=120) == "finished", store.get_run(filed)["error"]
     r.close()
+
+
+def test_cli_detached_run_with_a_memory_limit(store, monkeypatch, capsys):
+    from gnnrec_lab import cli
+    assert cli.main(["run", "--memory-limit", "2X", "--detach", "--dataset", "synth-tiny"]) == 2
+    assert "memory limit: expected a size like 2G" in capsys.readouterr().err
+    assert cli.main(["run", "--memory-limit", "2G", "--dataset", "synth-tiny"]) == 2
+    assert "--memory-limit needs --detach" in capsys.readouterr().err
+    cgroups_or_skip()
+    monkeypatch.setenv("GNNREC_LAB_TRAIN_FN", "test_out_of_memory:hog")
+    assert cli.main(["run", "--detach", "--json", "--memory-limit", "160M", "--dataset", "synth-tiny"]) == 0
+    rid = json.loads(capsys.readouterr().out)["run_id"]
+    end = time.monotonic() + 60
+    while store.status(rid) not in ("finished", "failed", "cancelled", "oom"):
+        assert time.monotonic() < end, "detached run did not end"
+        time.sleep(0.1)
+    assert store.status(rid) == "oom" and "memory limit of" in store.get_run(rid)["error"]

@@ -15,6 +15,8 @@ def register(sub):
     p.add_argument("--json", action="store_true", help="print one JSON object at the end (for scripts)")
     p.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace of one step's kernels")
     p.add_argument("--detach", action="store_true", help="launch through the runner and return the run id")
+    p.add_argument("--memory-limit", metavar="SIZE", help="with --detach: run the worker under a cgroup memory "
+                                                         "limit (e.g. 2G); a kill by the limit is recorded as oom")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=main)
 
@@ -45,9 +47,12 @@ def _print_summary(result, out=sys.stdout):
 
 def main(args) -> int:
     config = config_from_args(args)
+    if args.memory_limit is not None and not args.detach:
+        from ..errors import UserError
+        raise UserError("--memory-limit needs --detach (the limit applies to the run's worker process)")
     if args.detach:
         from ..runner import launch_detached
-        run_id = launch_detached(config)
+        run_id = launch_detached(config, memory_limit_bytes=args.memory_limit)
         print(json.dumps({"run_id": run_id}) if args.json else f"launched run {run_id}; "
               f"watch with `gnnrec-lab runs show {run_id}`")
         return 0
