@@ -14,7 +14,7 @@ from gnnrec_lab.errors import UserError
 from gnnrec_lab.graph import BipartiteGraph
 import importlib
 fpmod = importlib.import_module("gnnrec_lab.memory.footprint")  # the package attribute is the function
-from gnnrec_lab.memory.footprint import footprint, measure_peak, total
+from gnnrec_lab.memory.footprint import footprint, footprint_phases, measure_peak, total
 from gnnrec_lab.memory.placement import (allocate, is_file_backed, numactl_args, parse_place, place_array,
                                          place_tensor, probe_dax)
 from gnnrec_lab.memory.topology import Topology, detect, parse_cpulist, read_nodes
@@ -30,33 +30,38 @@ def test_graph_and_parameter_classes_match_the_real_objects():
     pairs, nu, ni = tiny()
     g = BipartiteGraph(pairs, nu, ni)
     counts = dict(n_users=nu, n_items=ni, n_train=len(pairs), n_interactions=len(pairs))
-    fp = footprint(RunConfig(model="lightgcn", layers=2, dim=8), counts=counts, runtime_bytes=0)
+    train = footprint_phases(RunConfig(model="lightgcn", layers=2, dim=8), counts=counts, runtime_bytes=0)["train"]
     # the adjacency's row and column scales are one shared array (CSR.footprint counts it twice)
     arrays = {id(a): a.nbytes for a in (g.adj.indptr, g.adj.indices, g.adj.row_scale, g.adj.col_scale,
                                          g.user_items.indptr, g.user_items.indices, g.degree)}
-    assert fp["graph"] == sum(arrays.values()) + 16 * len(pairs)
+    assert train["graph"] == sum(arrays.values()) + pairs.astype(np.int32).nbytes   # + the int32 splits
     from gnnrec_lab.models import build_model
     for cfg in (RunConfig(model="lightgcn", layers=2, dim=8), RunConfig(model="ngcf", layers=2, dim=8)):
         model = build_model(cfg, nu, ni)
         params = sum(p.numel() * p.element_size() for p in model.parameters())
-        fp = footprint(cfg, counts=counts, runtime_bytes=0)
-        assert fp["embeddings"] == params == fp["gradients"]
+        ph = footprint_phases(cfg, counts=counts, runtime_bytes=0)
+        assert ph["train"]["embeddings"] == params == ph["train"]["gradients"]
+        assert ph["eval"]["embeddings"] == 2 * params          # the best state's copy
         opt = torch.optim.Adam(model.parameters())
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
         opt.step()
         state = sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if v.dim() > 0)
-        assert fp["optimizer"] == state
+        assert ph["train"]["optimizer"] == state
 
 
 def test_class_formulas_follow_the_configuration():
     counts = dict(n_users=1000, n_items=2000, n_train=50_000)
     edge = footprint(RunConfig(model="ngcf", ngcf_form="edge", layers=3, dim=16), counts, runtime_bytes=0)
     node = footprint(RunConfig(model="ngcf", ngcf_form="node", layers=3, dim=16), counts, runtime_bytes=0)
-    assert edge["edge_intermediates"] == 3 * 4 * 2 * 50_000 * 16 and node["edge_intermediates"] == 0
-    deep = footprint(RunConfig(layers=6, dim=16), counts, runtime_bytes=0)
-    shallow = footprint(RunConfig(layers=2, dim=16), counts, runtime_bytes=0)
-    assert deep["activations"] - shallow["activations"] == 4 * 4 * 3000 * 16
+    # two layers' per-edge messages coexist, not all L
+    assert edge["edge_intermediates"] == 2 * 4 * 2 * 50_000 * 16 and node["edge_intermediates"] == 0
+    one = footprint(RunConfig(model="ngcf", ngcf_form="edge", layers=1, dim=16), counts, runtime_bytes=0)
+    assert one["edge_intermediates"] == 4 * 2 * 50_000 * 16
+    deep = footprint_phases(RunConfig(layers=6, dim=16), counts, runtime_bytes=0)["train"]
+    shallow = footprint_phases(RunConfig(layers=2, dim=16), counts, runtime_bytes=0)["train"]
+    # (2L + 4) f N d live, and as much again retained by the allocator (node tensors < 32 MiB)
+    assert deep["activations"] - shallow["activations"] == 2 * 2 * 4 * 4 * 3000 * 16
     sgd = footprint(RunConfig(optimizer="sgd", momentum=0.0), counts, runtime_bytes=0)
     assert sgd["optimizer"] == 0
     assert set(edge) == {"graph", "embeddings", "optimizer", "gradients", "activations", "edge_intermediates",
@@ -64,6 +69,25 @@ def test_class_formulas_follow_the_configuration():
     assert total(edge) == sum(edge.values())
     with pytest.raises(UserError, match="n_items"):
         footprint(RunConfig(), dict(n_users=3, n_train=5), runtime_bytes=0)
+
+
+def test_peak_is_the_largest_phase_and_retention_stops_at_the_mmap_threshold():
+    counts = dict(n_users=1000, n_items=2000, n_train=50_000)
+    for cfg in (RunConfig(dim=16), RunConfig(model="ngcf", dim=16), RunConfig(model="mf", layers=0, dim=16)):
+        ph = footprint_phases(cfg, counts, runtime_bytes=0)
+        assert total(footprint(cfg, counts, runtime_bytes=0)) == max(total(p) for p in ph.values())
+        assert all(v == 0 for k, v in ph["build"].items() if k not in ("graph", "runtime"))
+    # since the graph-build transients were cut (20 B per interaction), the epoch's BPR arrays
+    # (24 B) alone outweigh them: building the graph is never the peak now
+    dense = dict(n_users=100, n_items=100, n_train=9_000)
+    ph = footprint_phases(RunConfig(dim=1, batch_size=64), dense, runtime_bytes=0)
+    assert total(ph["build"]) < total(ph["train"])
+    # node tensors of 32 MiB or more are mmapped and returned when freed: no retention term
+    big = dict(n_users=300_000, n_items=300_000, n_train=1_000_000)          # f N d = 146 MiB at d 64
+    small = dict(n_users=30_000, n_items=30_000, n_train=1_000_000)          # 14.6 MiB
+    L = 3
+    assert footprint_phases(RunConfig(), big, runtime_bytes=0)["train"]["activations"] == (2 * L + 4) * 4 * 600_000 * 64
+    assert footprint_phases(RunConfig(), small, runtime_bytes=0)["train"]["activations"] == 2 * (2 * L + 4) * 4 * 60_000 * 64
 
 
 def test_runtime_baseline_is_measured_once_and_cached(tmp_path, monkeypatch):

@@ -1,37 +1,73 @@
 """Bytes by tensor class, predicted before a run and measured during it.
 
 :func:`footprint` answers "will it fit in DRAM?" from the run configuration and
-the dataset's counts alone. Each class's formula (``N = n_users + n_items``
-nodes, ``E = 2 * n_train`` directed edges, ``d`` = dim, ``L`` = layers,
-``f = 4`` bytes per float32):
+the dataset's counts alone. It models the *peak* of the run as the largest of
+three phases (:func:`footprint_phases`), because what is alive differs between them:
+
+``build``
+    building the graph: the split arrays, the finished graph, and the build's
+    temporaries (two lexsort orders of 8 B and one sorted column of 4 B per
+    training interaction): ``graph + 20 n_train``.
+``train``
+    a training step: every class below, with the training activations.
+``eval``
+    evaluation after the epoch: parameters, gradients and optimizer state are
+    still allocated, and so are the epoch's BPR arrays (the epoch generator is
+    still referenced) and the last step's output; on top come the no-grad
+    propagation, the train-pair masks and the score block; at the test
+    evaluation the best state's copy of the parameters exists too.
+
+Symbols: ``N = n_users + n_items`` nodes, ``E = 2 n_train`` directed edges, ``d`` = dim,
+``L`` = layers, ``f = 4`` bytes per float32, ``B`` = batch size, ``d_out`` = output width
+(``d``; NGCF ``(L+1) d``). Classes (bytes alive in the peak phase):
 
 ``graph``
     adjacency CSR: indptr ``8 (N+1)`` + indices ``4 E`` (int32 while N < 2^31, else 8)
     + ``D^-1/2`` ``4 N`` + node degrees ``8 N``; user->items CSR: ``8 (n_users+1) + 4 n_train``;
-    the split interaction arrays ``16 n_interactions`` (int64 pairs).
+    the int32 ``[user, item]`` split arrays ``8 n_interactions`` (resident once read, also when
+    memory-mapped); edge-form NGCF adds the transposed structure its SDDMM backward caches
+    (row ids + int32 entry permutation, ``8 E``). When the build phase is the peak, ``graph``
+    also carries its excess over the other phases (so every other class keeps its size).
 ``embeddings``
-    the parameters: ``f N d``; NGCF adds ``L (2 d^2 + 2 d) f`` for W1, W2, b1, b2.
+    the parameters: ``f N d``; NGCF adds ``L (2 d^2 + 2 d) f`` for W1, W2, b1, b2. Twice
+    that in the eval phase (the best state's copy).
 ``gradients``
-    one dense gradient per parameter (same bytes as ``embeddings``).
+    one dense gradient per parameter (same bytes as the parameters).
 ``optimizer``
     ``s`` state tensors per parameter: Adam/AdamW/LAMB 2, SGD 1 with momentum (0 without).
 ``activations``
-    node-sized tensors alive at the peak of forward+backward. LightGCN: ``(L + 2)`` layer outputs
-    and the running sum, plus 2 backward temporaries: ``(L + 4) f N d``. NGCF: per layer 7
-    node tensors kept for backward (A x, side, bi, two GEMM outputs, pre-activation, output) +
-    the concatenated output ``(L+1) d`` wide + 2 backward temporaries of that width.
-    MF: 2 temporaries of ``f N d``.
+    train phase: node-sized tensors alive at the peak of forward+backward. LightGCN: ``L``
+    layer outputs, ``L`` running sums and the mean, plus 3 backward temporaries:
+    ``(2L + 4) f N d``. NGCF: per layer 7 node tensors kept for backward (A x, side, bi, two
+    GEMM outputs, pre-activation, output) + the concatenated output + 2 backward temporaries of
+    that width: ``f N (7 L d + 3 d_out)``. MF: ``2 f N d``.
+    Plus *allocator retention*: glibc serves blocks under its dynamic mmap threshold (at most
+    32 MiB on 64-bit) from the heap and keeps them there when freed, so after the first step
+    the process holds about one more step's activations than are live. Measured with per-phase
+    peak RSS (VmHWM reset between phases): synth-gowalla NGCF keeps ~830 MiB more after step 1
+    than before it (571 MiB modeled activations), synth-ml10m LightGCN ~250 MiB (197 MiB
+    modeled). Counted (once more the training activations) only when a node tensor ``f N d``
+    is under 32 MiB; larger tensors are mmapped and returned when freed.
+    eval phase: the larger of the retained heap and the no-grad propagation's temporaries
+    (LightGCN ``3 f N d``; NGCF ``f N (6 d + 2 d_out)``; MF ``f N d``), plus the last
+    training step's output ``f N d_out``.
 ``edge_intermediates``
-    edge-form NGCF only: the per-edge message ``e_r * e_c`` kept for backward, ``L f E d``.
+    edge-form NGCF only: the per-edge message ``e_r * e_c`` (``f E d``). It is not kept for
+    backward, but the model's loop still references one layer's message while the next
+    layer's is allocated, so two coexist: ``min(L, 2) f E d`` (the same in no-grad evaluation).
 ``buffers``
-    one mini-batch (ids ``3 * 8 B``, gathered rows of the output and of layer 0, their grads:
-    ``12 f B d_out``) and the evaluation scores ``f * chunk * n_items`` plus the same again for the
-    train-item mask / top-k work (chunk = 1024 users, fewer when the dataset has fewer).
+    train: the epoch's BPR arrays (users, positives, negatives, int64: ``24 n_train``) and one
+    mini-batch (ids ``3 * 8 B``, gathered rows and their grads ``12 f B d_out``). eval: the
+    epoch's BPR arrays, the masks (sorting the train pairs by user: order, two int64 columns
+    and their int32 gathers, ``28 n_train``, ``16`` per valid/test pair) and the score block
+    with its masked/top-k work ``2 f chunk n_items`` (chunk = at most 1024 users and 256 MiB).
 ``runtime``
     the interpreter with torch, numba and numpy loaded and one numba function compiled,
     measured once in a fresh process and cached (:func:`runtime_baseline_bytes`).
 
-The sum is compared with the measured peak RSS of the run (:func:`measure_peak`).
+The sum is compared with the measured peak RSS of the run (:func:`measure_peak`);
+``benchmarks/bench_footprint.py`` prints that comparison. File-backed placement is not
+subtracted: the footprint is what the run touches, wherever it lives.
 """
 from __future__ import annotations
 
@@ -47,6 +83,7 @@ from ..errors import UserError
 
 F32 = 4
 EVAL_CHUNK_USERS = 1024
+GLIBC_MMAP_THRESHOLD_MAX = 32 << 20   # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (bytes)
 # What a fresh worker holds before it touches data: interpreter, torch, numba (LLVM) and numpy.
 _RUNTIME_SNIPPET = (
     "import resource, torch, numba, numpy, pandas\n"
@@ -83,8 +120,72 @@ def _counts(config, counts: Optional[dict]) -> dict:
     return c
 
 
+def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optional[int] = None) -> dict:
+    """Predicted live bytes by tensor class in each phase of a run (see the module docstring).
+
+    Returns ``{"build": {...}, "train": {...}, "eval": {...}}``, each ``{class: bytes}`` over
+    ``TENSOR_CLASSES`` plus ``runtime``; classes not alive yet in a phase are 0. Modeled bytes.
+    """
+    c = _counts(config, counts)
+    nu, ni, nt = c["n_users"], c["n_items"], c["n_train"]
+    n = nu + ni
+    e = 2 * nt
+    d, L = config.dim, config.layers
+    idx = 4 if n < 2**31 - 1 else 8
+    runtime = runtime_baseline_bytes() if runtime_bytes is None else int(runtime_bytes)
+    edge_form = config.model == "ngcf" and config.ngcf_form == "edge"
+    graph = (8 * (n + 1) + idx * e + F32 * n + 8 * n                    # adjacency + D^-1/2 + degrees
+             + 8 * (nu + 1) + (4 if ni < 2**31 - 1 else 8) * nt          # user -> items CSR
+             + 8 * c["n_interactions"])                                   # int32 [user, item] splits
+    if edge_form:
+        graph += (idx + 4) * e      # the transposed structure SDDMM's backward caches (row ids + entry perm)
+    params = F32 * n * d
+    if config.model == "ngcf":
+        params += L * (2 * d * d + 2 * d) * F32
+    states = optimizer_states(config.optimizer, getattr(config, "momentum", 0.9))
+    ndf = F32 * n * d
+    if config.model == "lightgcn":
+        d_out = d
+        act_train = (2 * L + 4) * ndf          # L layer outputs + L running sums + mean, 3 backward temps
+        act_eval = 3 * ndf                      # no_grad: current layer, next layer, running sum
+    elif config.model == "ngcf":
+        d_out = (L + 1) * d
+        act_train = F32 * n * (7 * L * d + 3 * d_out)   # 7 node tensors per layer kept + concat + 2 temps
+        act_eval = F32 * n * (6 * d + 2 * d_out)         # one layer's temporaries + kept outputs + concat
+    else:  # mf
+        d_out = d
+        act_train, act_eval = 2 * ndf, ndf
+    # glibc keeps freed blocks below its dynamic mmap threshold (at most 32 MiB on 64-bit) in the
+    # heap: once a step has run, the heap holds about one step's node-sized activations on top of
+    # what is live (measured: see the module docstring); tensors of 32 MiB or more are mmapped
+    # and given back when freed
+    retained = act_train if ndf < GLIBC_MMAP_THRESHOLD_MAX else 0
+    # edge form: the next layer's message is allocated while the previous one is still referenced
+    edge = min(L, 2) * F32 * e * d if edge_form else 0
+    b = min(config.batch_size, max(nt, 1))
+    sampler = 24 * nt                           # the epoch's users, positives, negatives (int64)
+    batch = 3 * 8 * b + 12 * F32 * b * d_out
+    chunk = min(EVAL_CHUNK_USERS, nu, max(1, (256 << 20) // (F32 * max(ni, 1))))
+    masks = 28 * nt + 16 * max(c["n_interactions"] - nt, 0)   # sorting the train/valid pairs by user
+    scores = 2 * F32 * chunk * ni
+    zero = {k: 0 for k in ("graph", "embeddings", "optimizer", "gradients", "activations",
+                           "edge_intermediates", "buffers")}
+    build = dict(zero, graph=graph + 20 * nt, runtime=runtime)   # two lexsort orders + one sorted column
+    train = dict(zero, graph=graph, embeddings=params, gradients=params, optimizer=states * params,
+                 activations=act_train + retained, edge_intermediates=edge, buffers=sampler + batch, runtime=runtime)
+    ev = dict(train, activations=max(act_eval, retained) + F32 * n * d_out,  # + the last step's output
+              edge_intermediates=edge, buffers=sampler + masks + scores,
+              embeddings=2 * params)                             # the best state's copy (test evaluation)
+    return {"build": build, "train": train, "eval": ev}
+
+
 def footprint(config, counts: Optional[dict] = None, runtime_bytes: Optional[int] = None) -> dict:
-    """Predicted bytes by tensor class (see the module docstring for every formula).
+    """Predicted bytes by tensor class at the run's peak (see the module docstring for every formula).
+
+    The peak is the largest of three phases (:func:`footprint_phases`): building the graph,
+    a training step, and evaluation. Classes hold what is alive at that peak, except that
+    when building the graph is the peak, the classes are those of the larger of the other
+    two phases and ``graph`` carries the excess, so that every class keeps its size.
 
     ``counts``: ``n_users``, ``n_items``, ``n_train`` and optionally ``n_interactions`` (or
     ``n_valid``/``n_test``); default ``gnnrec_lab.data.describe(config.dataset)``.
@@ -93,36 +194,12 @@ def footprint(config, counts: Optional[dict] = None, runtime_bytes: Optional[int
     Returns ``{class: bytes}`` over ``TENSOR_CLASSES`` plus ``runtime``; all values are
     modeled (predicted) bytes.
     """
-    c = _counts(config, counts)
-    nu, ni, nt = c["n_users"], c["n_items"], c["n_train"]
-    n = nu + ni
-    e = 2 * nt
-    d, L = config.dim, config.layers
-    idx = 4 if n < 2**31 - 1 else 8
-    out = {}
-    out["graph"] = (8 * (n + 1) + idx * e + F32 * n + 8 * n
-                    + 8 * (nu + 1) + (4 if ni < 2**31 - 1 else 8) * nt
-                    + 16 * c["n_interactions"])
-    params = F32 * n * d
-    if config.model == "ngcf":
-        params += L * (2 * d * d + 2 * d) * F32
-    out["embeddings"] = params
-    out["gradients"] = params
-    out["optimizer"] = optimizer_states(config.optimizer, getattr(config, "momentum", 0.9)) * params
-    if config.model == "lightgcn":
-        out["activations"] = (L + 4) * F32 * n * d
-        d_out = d
-    elif config.model == "ngcf":
-        d_out = (L + 1) * d
-        out["activations"] = F32 * n * (7 * L * d + 3 * d_out)
-    else:  # mf
-        out["activations"] = 2 * F32 * n * d
-        d_out = d
-    out["edge_intermediates"] = L * F32 * e * d if (config.model == "ngcf" and config.ngcf_form == "edge") else 0
-    chunk = min(EVAL_CHUNK_USERS, nu)
-    b = min(config.batch_size, max(nt, 1))
-    out["buffers"] = 3 * 8 * b + 12 * F32 * b * d_out + 2 * F32 * chunk * ni
-    out["runtime"] = runtime_baseline_bytes() if runtime_bytes is None else int(runtime_bytes)
+    ph = footprint_phases(config, counts, runtime_bytes)
+    steady = max((ph["train"], ph["eval"]), key=total)
+    out = dict(steady)
+    excess = total(ph["build"]) - total(steady)
+    if excess > 0:
+        out["graph"] += excess
     return {k: int(v) for k, v in out.items()}
 
 
