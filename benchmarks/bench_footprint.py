@@ -2,7 +2,8 @@
 
 For each dataset, one fresh worker process trains a few steps (``max_steps_per_epoch``
 small, one epoch, evaluation on) and reports ``gnnrec_lab.memory.footprint`` (modeled,
-predicted before the run) next to its measured peak RSS. Each configuration runs
+predicted before the run) next to its measured peak RSS, and the phase (graph build,
+training step, evaluation) the model puts the peak in. Each configuration runs
 ``--repeat`` times (fresh processes) to show the spread.
 
 Usage: python benchmarks/bench_footprint.py [--datasets ml-100k,synth-gowalla,synth-ml10m]
@@ -19,11 +20,13 @@ _CHILD = r"""
 import json, sys
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.train import train
-from gnnrec_lab.memory.footprint import peak_rss_bytes, total
+from gnnrec_lab.memory.footprint import footprint_phases, peak_rss_bytes, total
 cfg = RunConfig(**json.loads(sys.argv[1]))
 res = train(cfg)
 pred = res.footprint.get("predicted") or {}
-print(json.dumps({"predicted": pred, "predicted_total": total(pred), "measured_peak_rss": peak_rss_bytes()}))
+phases = {k: total(v) for k, v in footprint_phases(cfg, counts=res.info["dataset"]).items()}
+print(json.dumps({"predicted": pred, "predicted_total": total(pred), "measured_peak_rss": peak_rss_bytes(),
+                  "phases": phases, "peak_phase": max(phases, key=phases.get)}))
 """
 
 
@@ -59,13 +62,14 @@ def main(argv=None):
         return 0
     print(f"footprint: predicted (modeled) vs measured peak RSS on {info}")
     print(f"{'dataset':<16} {'model':<9} {'predicted MiB (modeled)':>24} {'peak RSS MiB (measured)':>24} "
-          f"{'error':>8} {'spread':>8}")
+          f"{'error':>8} {'spread':>8}  peak phase (modeled)")
     for r in rows:
         if "error" in r:
             print(f"{r['dataset']:<16} {r['model']:<9} failed: {r['error']}")
             continue
         print(f"{r['dataset']:<16} {r['model']:<9} {r['predicted_total'] / 2**20:>24.1f} "
-              f"{r['measured_peak_rss'] / 2**20:>24.1f} {r['error_mean']:>+8.1%} {r['error_spread']:>8.1%}")
+              f"{r['measured_peak_rss'] / 2**20:>24.1f} {r['error_mean']:>+8.1%} {r['error_spread']:>8.1%}  "
+              f"{r.get('peak_phase', '?')}")
     return 0
 
 
