@@ -511,7 +511,8 @@ class Runner:
                                    "oom_kills": cg.oom_kills()})
             self.store.add_event(run_id, "memory_limit",
                                  f"cgroup limit {cg.limit_bytes:,} bytes; peak charge {use['max_usage_bytes']:,} "
-                                 f"bytes (page cache included), limit hit {use['failcnt']} times (measured)")
+                                 f"bytes (page cache included; measured); "
+                                 f"{'reached the limit' if _reached(use) else 'stayed under the limit'}")
             cg.remove()
         run = self.store.get_run(run_id)
         if run["status"] in TERMINAL:
@@ -626,6 +627,12 @@ class Runner:
         t = self._thread
         if t is not None:
             t.join(timeout=2)
+
+
+def _reached(use: dict) -> bool:
+    # memory.failcnt stays 0 on some kernels even when the limit was hit; a peak charge at the
+    # limit says the same thing (the kernel reclaimed or killed to stay under it)
+    return use["failcnt"] > 0 or use["max_usage_bytes"] >= use["limit_bytes"]
 
 
 def _check_limit(memory_limit_bytes) -> Optional[int]:

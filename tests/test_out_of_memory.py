@@ -73,7 +73,7 @@ def test_a_kill_by_the_limit_is_recorded_as_oom(store, monkeypatch):
     cg = memory_limit_of(store.run_dir(rid))["cgroup"]
     assert not Path(cg).exists()                          # removed after the run
     ev = store.events_frame(rid)
-    assert "limit hit" in ev[ev.kind == "memory_limit"].message.iloc[0]
+    assert "reached the limit" in ev[ev.kind == "memory_limit"].message.iloc[0]
 
 
 def test_a_run_within_its_limit_finishes(store, monkeypatch):
