@@ -294,6 +294,7 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
                 batches.close()
                 row_store.sync()  # evaluation reads the whole table
                 sampled_stats["redundancy"].append(sampled_nodes / max(int(seen.sum()), 1))
+            del batches  # the epoch's BPR arrays (24 B per interaction) are not needed to evaluate
             result.epochs, result.steps = epoch, step
             result.epoch_seconds.append(t_epoch)
             rep.on_epoch(epoch, t_epoch, i + 1, loss_sum / (i + 1))

@@ -53,12 +53,11 @@ Symbols: ``N = n_users + n_items`` nodes, ``E = 2 n_train`` directed edges, ``d`
     training step's output ``f N d_out``.
 ``edge_intermediates``
     edge-form NGCF only: the per-edge message ``e_r * e_c`` (``f E d``). It is not kept for
-    backward, but the model's loop still references one layer's message while the next
-    layer's is allocated, so two coexist: ``min(L, 2) f E d`` (the same in no-grad evaluation).
+    backward and the model frees each layer's before the next: ``f E d`` (also in evaluation).
 ``buffers``
     train: the epoch's BPR arrays (users, positives, negatives, int64: ``24 n_train``) and one
-    mini-batch (ids ``3 * 8 B``, gathered rows and their grads ``12 f B d_out``). eval: the
-    epoch's BPR arrays, the masks (sorting the train pairs by user: order, two int64 columns
+    mini-batch (ids ``3 * 8 B``, gathered rows and their grads ``12 f B d_out``). eval (the
+    epoch's BPR arrays are freed by then): the masks (sorting the train pairs by user: order, two int64 columns
     and their int32 gathers, ``28 n_train``, ``16`` per valid/test pair) and the score block
     with its masked/top-k work ``2 f chunk n_items`` (chunk = at most 1024 users and 256 MiB).
 ``runtime``
@@ -160,8 +159,8 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     # what is live (measured: see the module docstring); tensors of 32 MiB or more are mmapped
     # and given back when freed
     retained = act_train if ndf < GLIBC_MMAP_THRESHOLD_MAX else 0
-    # edge form: the next layer's message is allocated while the previous one is still referenced
-    edge = min(L, 2) * F32 * e * d if edge_form else 0
+    # edge form: one layer's per-edge message at a time (freed after aggregation; backward keeps none)
+    edge = F32 * e * d if edge_form else 0
     b = min(config.batch_size, max(nt, 1))
     sampler = 24 * nt                           # the epoch's users, positives, negatives (int64)
     batch = 3 * 8 * b + 12 * F32 * b * d_out
@@ -174,7 +173,7 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     train = dict(zero, graph=graph, embeddings=params, gradients=params, optimizer=states * params,
                  activations=act_train + retained, edge_intermediates=edge, buffers=sampler + batch, runtime=runtime)
     ev = dict(train, activations=max(act_eval, retained) + F32 * n * d_out,  # + the last step's output
-              edge_intermediates=edge, buffers=sampler + masks + scores,
+              edge_intermediates=edge, buffers=masks + scores,   # the epoch's BPR arrays are freed
               embeddings=2 * params)                             # the best state's copy (test evaluation)
     return {"build": build, "train": train, "eval": ev}
 

@@ -79,6 +79,7 @@ class NGCF(nn.Module):
             if self.form == "edge":
                 msg = kernels.sddmm(blk, xd, x, op="mul", layer=k)          # per edge x_r * x_c
                 bi = kernels.spmm_edge(blk, msg, layer=k)                   # sum_c a_rc x_r x_c
+                del msg  # backward keeps no per-edge tensor: free it before the next layer's
             else:
                 bi = ew("mul", torch.mul, ax, xd, layer=k)                  # x_r * (A x)_r
             bi = ew("add", torch.add, bi, ew("mul", torch.mul, xd, xd, layer=k), layer=k)  # self-loop term
