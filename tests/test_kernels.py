@@ -227,3 +227,19 @@ def test_backend_selection():
         kernels.sddmm(_tiny(), torch.zeros(4, 2), torch.zeros(4, 2), op="add")
     with pytest.raises(ValueError, match="spmm x"):
         kernels.spmm(_tiny(), torch.zeros(3, 2))
+
+
+def test_lincomb_gradcheck_and_records():
+    from gnnrec_lab import kernels as K
+    from gnnrec_lab.recorder import Recorder, use_recorder
+    a = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, y: K.lincomb("add", (0.25, 1.0), x, y), (a, b))
+    rec = Recorder()
+    with use_recorder(rec):
+        out = K.lincomb("add", (0.5, 2.0), a, b, layer=1)
+        out.sum().backward()
+    assert torch.allclose(out, 0.5 * a + 2 * b)
+    fwd, bwd = rec.records
+    assert (fwd.name, fwd.phase, fwd.layer, fwd.bytes_read, fwd.bytes_written) == ("add", "other", 1, 2 * 120, 120)
+    assert bwd.phase == "backward" and bwd.bytes_read == 120 and bwd.bytes_written == 2 * 120

@@ -51,7 +51,7 @@ from ..recorder import get_recorder
 from . import costs
 from .backends import BACKEND_CLASSES
 
-__all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "sddmm",
+__all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "sddmm", "lincomb",
            "spmm_edge", "gather", "gemm", "elementwise", "warmup", "SDDMM_OPS"]
 
 SDDMM_OPS = ("dot", "mul")
@@ -344,6 +344,56 @@ def elementwise(name: str, fn: Callable, *tensors: torch.Tensor, layer: int = -1
 
 
 # -- compilation --------------------------------------------------------------
+class _LinComb(torch.autograd.Function):
+    """``sum_i c_i t_i`` with a closed-form backward (``c_i g``): saves no tensor and runs no
+    inner autograd graph, unlike :func:`elementwise` (layer sums are on every step's path)."""
+
+    @staticmethod
+    def forward(ctx, name, layer, coeffs, *tensors):
+        ctx.name, ctx.layer, ctx.coeffs = name, layer, coeffs
+        ctx.shape_bytes = tensors[0].numel() * _elem(tensors[0])
+
+        def run():
+            out = tensors[0] * coeffs[0] if coeffs[0] != 1 else tensors[0].clone()
+            for c, t in zip(coeffs[1:], tensors[1:]):
+                out.add_(t, alpha=c)
+            return out
+        nb = ctx.shape_bytes
+        return _timed(name, layer, None, "torch",
+                      lambda: costs._cost(nb * len(tensors), nb, tensors[0].numel() * len(tensors), "stream"), run)
+
+    @staticmethod
+    def backward(ctx, g):
+        need = ctx.needs_input_grad[3:]
+        nb = ctx.shape_bytes
+        scaled = sum(1 for c, n in zip(ctx.coeffs, need) if n and c != 1)
+
+        def run():
+            return tuple((g if c == 1 else g * c) if n else None for c, n in zip(ctx.coeffs, need))
+        grads = _timed(ctx.name, ctx.layer, "backward", "torch",
+                       lambda: costs._cost(nb, nb * scaled, g.numel() * scaled, "stream"), run)
+        return (None, None, None) + grads
+
+
+def lincomb(name: str, coeffs, *tensors: torch.Tensor, layer: int = -1) -> torch.Tensor:
+    """``coeffs[0] * tensors[0] + coeffs[1] * tensors[1] + ...`` (same shapes), recorded as
+    ``name``: reads every input, writes the output; the backward reads the gradient and writes
+    only the gradients that need scaling (unscaled ones are the incoming gradient itself)."""
+    if len(coeffs) != len(tensors) or not tensors:
+        raise ValueError(f"lincomb {name}: one coefficient per tensor, got {len(coeffs)} and {len(tensors)}")
+    if any(t.shape != tensors[0].shape for t in tensors):
+        raise ValueError(f"lincomb {name}: shapes differ: {[tuple(t.shape) for t in tensors]}")
+    coeffs = tuple(float(c) for c in coeffs)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return _LinComb.apply(name, layer, coeffs, *tensors)
+    with torch.no_grad():
+        return _LinComb.forward(_Ctx(), name, layer, coeffs, *tensors)
+
+
+class _Ctx:
+    """Stand-in ``ctx`` for calling a Function's forward without autograd."""
+
+
 def warmup(dtype: torch.dtype = torch.float32) -> float:
     """Compile (or load from the disk cache) every native kernel for ``dtype`` on a
     tiny graph, so later calls are never slowed by the JIT. Returns the seconds

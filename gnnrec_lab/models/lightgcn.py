@@ -55,14 +55,17 @@ class LightGCN(nn.Module):
         representations of ``blocks[0]``'s destination rows.
         """
         n_out = blocks[0].n_rows if blocks else x.shape[0]
-        acc = x[:n_out]
-        for k, blk in enumerate(reversed(blocks)):
-            x = kernels.spmm(blk, x, layer=k)
-            acc = kernels.elementwise("add", torch.add, acc, x[:n_out], layer=k)
         if not blocks:
-            return acc
+            return x
         w = 1.0 / (self.layers + 1)
-        return kernels.elementwise("scale", lambda t: t * w, acc, layer=self.layers)
+        acc = None
+        for k, blk in enumerate(reversed(blocks)):
+            prev = x
+            x = kernels.spmm(blk, x, layer=k)
+            # running mean: acc = w*x0 + w*x1 + ... (the 1/(K+1) folded into each term)
+            acc = (kernels.lincomb("add", (w, w), prev[:n_out], x[:n_out], layer=k) if acc is None
+                   else kernels.lincomb("add", (1.0, w), acc, x[:n_out], layer=k))
+        return acc
 
     def __repr__(self):
         return f"{type(self).__name__}(users={self.n_users}, items={self.n_items}, dim={self.dim}, layers={self.layers})"
@@ -92,15 +95,11 @@ def bpr_loss(model, out: torch.Tensor, users, pos, neg, l2: float):
 
 def bpr_loss_rows(out: torch.Tensor, e0: torch.Tensor, u_rows, p_rows, n_rows, l2: float):
     """BPR + L2 given row indices into ``out`` (final) and ``e0`` (layer-0) tables."""
-    u = kernels.gather(out, u_rows, layer=-1)
-    p = kernels.gather(out, p_rows, layer=-1)
-    n = kernels.gather(out, n_rows, layer=-1)
-    u0 = kernels.gather(e0, u_rows, layer=0)
-    p0 = kernels.gather(e0, p_rows, layer=0)
-    n0 = kernels.gather(e0, n_rows, layer=0)
+    b = u_rows.shape[0]
+    idx = torch.cat([u_rows, p_rows, n_rows])  # one gather (and one scatter in backward) per table
+    u, p, n = kernels.gather(out, idx, layer=-1).split(b)
+    u0, p0, n0 = kernels.gather(e0, idx, layer=0).split(b)
     rec = get_recorder()
-    users = u_rows
-    b = users.shape[0]
     with rec.timed("bpr_loss", bytes_read=6 * b * u.shape[1] * u.element_size(),
                    bytes_written=4, flops=10 * b * u.shape[1], pattern="stream", backend="torch"):
         diff = (u * p).sum(1) - (u * n).sum(1)
