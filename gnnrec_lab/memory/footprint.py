@@ -36,9 +36,11 @@ Symbols: ``N = n_users + n_items`` nodes, ``E = 2 n_train`` directed edges, ``d`
 ``optimizer``
     ``s`` state tensors per parameter: Adam/AdamW/LAMB 2, SGD 1 with momentum (0 without).
 ``activations``
-    train phase: node-sized tensors alive at the peak of forward+backward. LightGCN: ``L``
-    layer outputs, ``L`` running sums and the mean, plus 3 backward temporaries:
-    ``(2L + 4) f N d``. NGCF: per layer 7 node tensors kept for backward (A x, side, bi, two
+    train phase: node-sized tensors alive at the peak of forward+backward. LightGCN: the
+    current and next layer, the old and new running sum, and about one gradient per layer in
+    backward: ``(L + 4) f N d`` (layer sums save nothing for backward; fitted within 5% on
+    1M nodes, L = 1 and 3); below glibc's mmap threshold the heap keeps about
+    ``(2L + 4) f N d`` after a step (fitted on ml-100k, synth-gowalla, synth-ml10m). NGCF: per layer 7 node tensors kept for backward (A x, side, bi, two
     GEMM outputs, pre-activation, output) + the concatenated output + 2 backward temporaries of
     that width: ``f N (7 L d + 3 d_out)``. MF: ``2 f N d``.
     Plus *allocator retention*: glibc serves blocks under its dynamic mmap threshold (at most
@@ -145,7 +147,10 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     ndf = F32 * n * d
     if config.model == "lightgcn":
         d_out = d
-        act_train = (2 * L + 4) * ndf          # L layer outputs + L running sums + mean, 3 backward temps
+        # layer sums go through kernels.lincomb, which saves nothing for backward: forward holds the
+        # current and next layer and the old and new running sum; backward about one gradient per
+        # layer in flight (fitted: 400k+600k nodes, d=64, L=1 and 3, within 5%)
+        act_train = (L + 4) * ndf
         act_eval = 3 * ndf                      # no_grad: current layer, next layer, running sum
     elif config.model == "ngcf":
         d_out = (L + 1) * d
@@ -158,7 +163,9 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     # heap: once a step has run, the heap holds about one step's node-sized activations on top of
     # what is live (measured: see the module docstring); tensors of 32 MiB or more are mmapped
     # and given back when freed
-    retained = act_train if ndf < GLIBC_MMAP_THRESHOLD_MAX else 0
+    # (fitted for LightGCN as (2L + 4) node tensors on ml-100k, synth-gowalla and synth-ml10m)
+    heap_step = (2 * L + 4) * ndf if config.model == "lightgcn" else act_train
+    retained = heap_step if ndf < GLIBC_MMAP_THRESHOLD_MAX else 0
     # edge form: one layer's per-edge message at a time (freed after aggregation; backward keeps none)
     edge = F32 * e * d if edge_form else 0
     b = min(config.batch_size, max(nt, 1))
