@@ -11,18 +11,13 @@ from gnnrec_lab import cli
 from gnnrec_lab.cache import (Trace, make_policy, mf_trace, next_use, parse_capacity, row_bytes,
                               sampled_trace, simulate, skew, sweep)
 from gnnrec_lab.cache.policies import INF, LookAheadOracle, StaticTop
+from _graphs import power_law_graph
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.graph import BipartiteGraph
 
 
 def skewed_graph(n_users=200, n_items=150, n_inter=2500, seed=0) -> BipartiteGraph:
-    rng = np.random.default_rng(seed)
-    pu = 1.0 / np.arange(1, n_users + 1) ** 0.7
-    pi = 1.0 / np.arange(1, n_items + 1) ** 1.0
-    u = rng.choice(n_users, n_inter, p=pu / pu.sum())
-    i = rng.choice(n_items, n_inter, p=pi / pi.sum())
-    pairs = np.unique(np.stack([u, i], 1), axis=0)
-    return BipartiteGraph(pairs.astype(np.int32), n_users, n_items)
+    return power_law_graph(n_users, n_items, n_inter, seed, user_exp=0.7, item_exp=1.0)
 
 
 def T(batches, n_rows=None):

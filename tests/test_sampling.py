@@ -7,19 +7,9 @@ import pytest
 
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.graph import BipartiteGraph
+from _graphs import power_law_graph
 from gnnrec_lab.sampling import (Prefetcher, SubGraph, batch_nodes, bpr_batches, redundancy_factor,
                                  sample_negatives, sample_subgraph, sampled_batches)
-
-
-def power_law_graph(n_users=300, n_items=200, n_inter=3000, seed=0) -> BipartiteGraph:
-    """A small skewed user-item graph (Zipf-like item popularity), duplicates removed."""
-    rng = np.random.default_rng(seed)
-    pu = 1.0 / np.arange(1, n_users + 1) ** 0.6
-    pi = 1.0 / np.arange(1, n_items + 1) ** 0.9
-    u = rng.choice(n_users, n_inter, p=pu / pu.sum())
-    i = rng.choice(n_items, n_inter, p=pi / pi.sum())
-    pairs = np.unique(np.stack([u, i], 1), axis=0)
-    return BipartiteGraph(pairs.astype(np.int32), n_users, n_items)
 
 
 @pytest.fixture(scope="module")
