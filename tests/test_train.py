@@ -129,3 +129,12 @@ def test_file_backed_embeddings_match_dram(tmp_path):
     b = run(base.replace(placement={"embeddings": f"file:{tmp_path}", "optimizer": f"file:{tmp_path}",
                                     "graph": f"file:{tmp_path}"}))
     assert a.test == b.test and a.best_valid == b.best_valid
+
+
+def test_run_in_a_modeled_memory_mode_carries_a_labelled_projection():
+    r = run(RunConfig(**TINY | {"epochs": 1, "max_steps_per_epoch": 2, "memory_mode": "cxl"}))
+    m = r.to_dict()["modeled"]
+    assert m["kind"] == "modeled" and m["device"] == "cxl_type3_ddr5_x8"
+    assert m["modeled_s_per_step"] >= m["measured_s_per_step"] > 0  # a slower tier never predicts faster
+    assert all(k["kind"] == "modeled" for k in m["kernels"])
+    assert run(RunConfig(**TINY | {"epochs": 1, "max_steps_per_epoch": 1})).modeled == {}  # DRAM: measured only
