@@ -147,7 +147,9 @@ def main(argv=None) -> int:
                    "identical_to_dram": bool(torch.equal(e, e_dram)), "load_avg_1min_before": la0,
                    "wall_s": time.perf_counter() - t0, "kind": "measured", "row_store": s}
             io = modeled_io(s, a.epochs, a.io_threads)
-            compute = max(med - row["stall_s_per_epoch"], 0.0)
+            # compute = the measured all-DRAM epoch: epoch minus stall would also count this
+            # machine's synchronous write-backs and Python I/O loop, which differ per policy
+            compute = dram["epoch_s_median"]
             for dev, secs in io.items():
                 row[f"modeled_io_s_{dev}"] = secs
                 row[f"modeled_epoch_s_{dev}"] = max(compute, secs) if pol == "oracle" else compute + secs
