@@ -95,6 +95,26 @@ class Recorder:
                              for r in recs], columns=list(RECORD_FIELDS))
 
 
+def sum_records(records, key, into: Optional[dict] = None) -> dict:
+    """Sum kernel records by ``key(record)``: ``{key: [calls, ns, bytes_read, bytes_written, flops,
+    random_bytes, max row_bytes]}``. Pass ``into`` to keep adding to running totals."""
+    agg = {} if into is None else into
+    for r in records:
+        k = key(r)
+        a = agg.get(k)
+        if a is None:
+            agg[k] = [1, r.ns, r.bytes_read, r.bytes_written, r.flops, r.random_bytes, r.row_bytes]
+        else:
+            a[0] += 1
+            a[1] += r.ns
+            a[2] += r.bytes_read
+            a[3] += r.bytes_written
+            a[4] += r.flops
+            a[5] += r.random_bytes
+            a[6] = max(a[6], r.row_bytes)
+    return agg
+
+
 _NULL = Recorder(enabled=False)
 _current: Recorder = _NULL
 

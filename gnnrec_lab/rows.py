@@ -13,7 +13,6 @@ All stores produce bit-identical training (same rows, same arithmetic).
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from . import kernels
@@ -70,4 +69,4 @@ def make_row_store(config, model):
     return make_cached_rows(config, model, policy="none" if config.cache_policy == "stream" else None)
 
 
-__all__ = ["DramRows", "make_row_store", "np"]
+__all__ = ["DramRows", "make_row_store"]

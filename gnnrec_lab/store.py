@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from .errors import UserError
+from .recorder import sum_records
 from .reporting import Reporter
 
 STATUSES = ("queued", "running", "finished", "failed", "cancelled", "oom")
@@ -367,20 +368,7 @@ class Store:
     def add_step(self, run_id: int, step: int, epoch: int, loss: float, seconds: float,
                  records: Sequence = ()) -> None:
         """Persist one step and its kernel records (aggregated by name/phase/layer/pattern) in one transaction."""
-        agg: dict[tuple, list] = {}
-        for r in records:
-            key = (r.name, r.phase, int(r.layer), r.pattern)
-            a = agg.get(key)
-            if a is None:
-                agg[key] = [1, r.ns, r.bytes_read, r.bytes_written, r.flops, r.random_bytes, r.row_bytes]
-            else:
-                a[0] += 1
-                a[1] += r.ns
-                a[2] += r.bytes_read
-                a[3] += r.bytes_written
-                a[4] += r.flops
-                a[5] += r.random_bytes
-                a[6] = max(a[6], r.row_bytes)
+        agg = sum_records(records, lambda r: (r.name, r.phase, int(r.layer), r.pattern))
         rows = [(run_id, step, k[0], k[1], k[2], a[0], a[1], a[2], a[3], a[4], a[5], a[6], k[3])
                 for k, a in agg.items()]
         with self._write() as con:

@@ -30,7 +30,8 @@ from .evaluate import evaluate
 from .graph import BipartiteGraph
 from .models import bpr_loss, bpr_loss_rows, build_model
 from .optim import build_optimizer, lr_at, state_tensors
-from .recorder import Recorder, use_recorder
+from .memory import footprint, peak_rss_bytes
+from .recorder import Recorder, sum_records, use_recorder
 from .reporting import MultiReporter, Reporter
 from .rows import make_row_store
 from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
@@ -87,7 +88,7 @@ class RunResult:
 
 
 class _KernelTotals:
-    """Running per-(kernel, phase) sums so long runs do not keep every record."""
+    """Running per-(kernel, phase, pattern, row width) sums so long runs do not keep every record."""
 
     KEYS = ("calls", "ns", "bytes_read", "bytes_written", "flops", "random_bytes")
 
@@ -95,34 +96,11 @@ class _KernelTotals:
         self.tot: dict = {}
 
     def add(self, records):
-        for r in records:
-            k = (r.name, r.phase, r.pattern, r.row_bytes)
-            t = self.tot.get(k)
-            if t is None:
-                t = self.tot[k] = [0, 0, 0, 0, 0, 0]
-            t[0] += 1
-            t[1] += r.ns
-            t[2] += r.bytes_read
-            t[3] += r.bytes_written
-            t[4] += r.flops
-            t[5] += r.random_bytes
+        sum_records(records, lambda r: (r.name, r.phase, r.pattern, r.row_bytes), into=self.tot)
 
     def rows(self) -> list[dict]:
         return [dict(name=k[0], phase=k[1], pattern=k[2], row_bytes=k[3], **dict(zip(self.KEYS, v)))
                 for k, v in sorted(self.tot.items(), key=lambda kv: -kv[1][1])]
-
-
-def _predicted_footprint(config, counts) -> dict:
-    try:
-        from .memory import footprint
-    except ImportError:  # memory-tier package not built yet
-        return {}
-    return footprint(config, counts=counts)
-
-
-def _peak_rss_bytes() -> int:
-    import resource
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def host_info() -> dict:
@@ -194,7 +172,7 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
     result.info = {"dataset": counts, "host": host_info(), "steps_per_epoch": steps_per_epoch,
                    "eval_users": "all" if eval_users is None else f"sample of {len(eval_users):,} (seeded)",
                    "graph_bytes": graph.footprint(), "parameters": n_params}
-    result.footprint = {"predicted": _predicted_footprint(config, counts), "kind_predicted": "modeled"}
+    result.footprint = {"predicted": footprint(config, counts=counts), "kind_predicted": "modeled"}
 
     rec = Recorder()
     with use_recorder(rec):
@@ -348,7 +326,7 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
                                 f"modeled on {result.modeled['device']} (measured on DRAM "
                                 f"{result.modeled['measured_s_per_step'] * 1e3:.1f} ms)")
     result.phases = phase_s
-    result.footprint["measured_peak_rss"] = _peak_rss_bytes()
+    result.footprint["measured_peak_rss"] = peak_rss_bytes()
     result.footprint["kind_measured"] = "measured"
     rep.on_finish(result)
     return result
