@@ -1,0 +1,73 @@
+"""The recorder-vs-torch.profiler machinery on tiny graphs: every recorded kernel call is paired
+with the profiler's event of its autograd Function, and none of the profiler's kernel events is
+left over. Timing ratios are noisy and checked by benchmarks/bench_profiler_agreement.py, not here."""
+import math
+
+import pytest
+
+from gnnrec_lab import RunConfig
+from gnnrec_lab import profiling as P
+
+TINY = dict(dataset="synth-tiny", dim=16, layers=2, batch_size=512, lr=5e-3)
+
+
+@pytest.mark.parametrize("model", ["lightgcn", "ngcf"])
+def test_agreement_table_pairs_every_recorded_kernel(model):
+    steps = 2
+    df = P.profiler_agreement(RunConfig(**TINY | {"model": model}), steps=steps, warmup=1)
+    assert list(df.columns) == list(P.AGREEMENT_COLUMNS)
+    assert df.attrs["steps"] == steps and df.attrs["step_seconds"] > 0
+    # no kernel event without a record, no Function-backed record without an event
+    assert not (df["kernel"] == "(unrecorded)").any(), df
+    plain = df["kernel"].isin(P.PLAIN_BLOCKS)
+    assert (df.loc[plain, "profiler_event"] == "(none)").all()
+    paired = df[~plain]
+    assert (paired["profiler_event"] != "(none)").all(), df
+    assert (paired["profiler_s"] > 0).all() and (paired["ours_s"] > 0).all()
+    assert paired["ratio"].map(math.isfinite).all()
+    # the kernels a full-graph step records, forward and backward, and the optimizer step
+    keys = set(zip(df["kernel"], df["phase"]))
+    assert {("spmm", "forward"), ("spmm", "backward"), ("gather", "loss"), ("scatter_add", "backward"),
+            ("adam", "optimizer"), ("bpr_sample", "sampling")} <= keys
+    assert set(df.loc[df["kernel"] == "spmm", "profiler_event"]) == {"_SpMM", "_SpMMBackward"}
+    assert (df.loc[df["kernel"] == "adam", "profiler_event"] == "Optimizer.step#Adam.step").all()
+    if model == "ngcf":
+        assert {("sddmm_mul", "forward"), ("spmm_edge", "backward"), ("gemm", "forward")} <= keys
+    # calls are per step: 2 layers -> 2 SpMMs forward per step
+    assert df.set_index(["kernel", "phase"]).loc[("spmm", "forward"), "calls"] == 2
+
+
+class _Rec:
+    def __init__(self, name, phase, ns=1000):
+        self.name, self.phase, self.ns = name, phase, ns
+
+
+class _Range:
+    def __init__(self, start, us):
+        self.start, self._us = start, us
+
+    def elapsed_us(self):
+        return self._us
+
+
+class _Ev:
+    def __init__(self, name, start, us):
+        self.name, self.time_range = name, _Range(start, us)
+
+
+def test_matching_follows_call_order_and_reports_leftovers():
+    classes = {"_SpMM", "_SDDMM", "_LinComb"}
+    events = [_Ev("_SDDMM", 0, 4), _Ev("_SDDMM", 10, 6), _Ev("_LinComb", 20, 2), _Ev("_SpMM", 30, 3),
+              _Ev("_SpMMBackward", 40, 5), _Ev("autograd::engine::evaluate_function: _SpMMBackward", 39, 9)]
+    recs = [_Rec("sddmm_mul", "forward"), _Rec("sddmm_dot", "forward"), _Rec("bpr_loss", "loss"),
+            _Rec("add", "forward"), _Rec("gather", "loss")]
+    pairs, left = P.match_records(recs, events, classes)
+    got = [(r.name, label, sec) for r, label, sec in pairs]
+    assert got[:2] == [("sddmm_mul", "_SDDMM", 4e-6), ("sddmm_dot", "_SDDMM", 6e-6)]
+    assert got[2][1] is None and math.isnan(got[2][2])      # a plain timed block has no event
+    assert got[3][:2] == ("add", "_LinComb")
+    assert got[4][1] is None                                 # gather must match _Gather, not _SpMM
+    assert sorted(left) == [("_SpMM", 3e-6), ("_SpMMBackward", 5e-6)]
+    df = P.agreement_table(pairs, left)
+    assert set(df.loc[df["kernel"] == "(unrecorded)", "profiler_event"]) == {"_SpMM", "_SpMMBackward"}
+    assert P.agreement_verdict(df.assign(ratio=[1.05] + [0.5] * (len(df) - 1)))[0] == "met"
