@@ -1,0 +1,87 @@
+"""Recorder vs torch.profiler: per-kernel totals of the same full-graph training steps
+(issue 3 target: agree within 10%).
+
+Each model trains warm-up + N steps through gnnrec_lab.train.train on the dataset; torch.profiler
+runs over the last N. Per recorded kernel x phase: our recorded seconds per step, the profiler's
+seconds per step for the matching autograd Function event (``_SpMM``, ``_SpMMBackward``, ...; the
+optimizer against torch's ``Optimizer.step#...`` event), ratio ours / profiler and met / NOT met
+against |ratio - 1| <= 10%. Our record times the kernel inside the Function's event, so a ratio
+below 1 is the Function wrapper's own cost (autograd bookkeeping, argument checks, recording).
+
+Usage: python benchmarks/bench_profiler_agreement.py [--datasets ml-100k] [--models lightgcn,ngcf]
+                                                      [--steps 5] [--warmup 2] [--repeats 3]
+"""
+import argparse
+import os
+import pathlib
+import platform
+import statistics
+
+# before torch loads OpenMP (see gnnrec_lab/kernels/__init__.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("GNNREC_LAB_DATA", str(pathlib.Path(__file__).resolve().parents[1] / "data"))
+
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+from gnnrec_lab import RunConfig  # noqa: E402
+from gnnrec_lab import profiling as P  # noqa: E402
+
+TOL = 0.10
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", default="ml-100k")
+    ap.add_argument("--models", default="lightgcn,ngcf")
+    ap.add_argument("--steps", type=int, default=5, help="profiled steps per repeat")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3, help="independent runs; the table shows the median ratio")
+    a = ap.parse_args()
+    import numba
+    print(f"machine: {platform.node()}, {os.cpu_count()} cores online, numba threads {numba.get_num_threads()}, "
+          f"torch threads {torch.get_num_threads()}, torch {torch.__version__}, "
+          f"load average {os.getloadavg()[0]:.1f}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+    print(f"{a.repeats} runs x {a.steps} profiled steps after {a.warmup} warm-up steps; seconds are per step "
+          f"(median over runs), all measured")
+    verdicts = []
+    for ds in [x for x in a.datasets.split(",") if x]:
+        for model in [x for x in a.models.split(",") if x]:
+            cfg = RunConfig(dataset=ds, model=model)
+            runs = [P.profiler_agreement(cfg, steps=a.steps, warmup=a.warmup) for _ in range(a.repeats)]
+            key = ["kernel", "phase", "profiler_event"]
+            allr = pd.concat([r.assign(run=i) for i, r in enumerate(runs)])
+            g = allr.groupby(key, sort=False)
+            df = g.agg(calls=("calls", "median"), ours_s=("ours_s", "median"), profiler_s=("profiler_s", "median"),
+                       ratio=("ratio", "median"), ratio_min=("ratio", "min"), ratio_max=("ratio", "max")).reset_index()
+            df = df.sort_values("profiler_s", ascending=False, na_position="last").reset_index(drop=True)
+            df["verdict"] = P.agreement_verdict(df, TOL)
+            step_s = statistics.median(r.attrs["step_seconds"] for r in runs)
+            print(f"\n== {model} on {ds}: step {step_s * 1e3:.1f} ms under the profiler (median)")
+            print(f"{'kernel':<16} {'phase':<10} {'profiler event':<26} {'calls':>5} {'ours ms':>9} "
+                  f"{'profiler ms':>11} {'ratio':>6} {'min..max':>12}  verdict")
+            for r in df.itertuples(index=False):
+                ours = "-" if r.ours_s != r.ours_s else f"{r.ours_s * 1e3:9.3f}"
+                prof = "-" if r.profiler_s != r.profiler_s or r.profiler_event == "(none)" else f"{r.profiler_s * 1e3:11.3f}"
+                ratio = "-" if r.ratio != r.ratio else f"{r.ratio:6.3f}"
+                rng = "" if r.ratio != r.ratio else f"{r.ratio_min:.2f}..{r.ratio_max:.2f}"
+                why = r.verdict if r.profiler_event != "(none)" else "- (timed block, no profiler event)"
+                print(f"{r.kernel:<16.16} {r.phase:<10.10} {r.profiler_event:<26.26} {r.calls:5.0f} {ours:>9} "
+                      f"{prof:>11} {ratio:>6} {rng:>12}  {why}")
+            paired = df[df["ratio"] == df["ratio"]]
+            tot = paired["ours_s"].sum() / paired["profiler_s"].sum()
+            n_met = int((paired["verdict"] == "met").sum())
+            leftover = df[df["kernel"] == "(unrecorded)"]
+            print(f"all paired kernels together: ours {paired['ours_s'].sum() * 1e3:.2f} ms vs profiler "
+                  f"{paired['profiler_s'].sum() * 1e3:.2f} ms per step, ratio {tot:.3f} "
+                  f"({'met' if abs(tot - 1) <= TOL else 'NOT met'}); per kernel x phase: {n_met}/{len(paired)} "
+                  f"within {TOL:.0%}; profiler kernel events without a record: {int(leftover['calls'].sum())}")
+            verdicts.append((f"{model}/{ds}", n_met, len(paired), tot))
+    print("\nsummary (target: every kernel's total within 10% of torch.profiler's):")
+    for name, n_met, n, tot in verdicts:
+        print(f"  {name}: {n_met}/{n} kernel x phase rows within 10% -> {'met' if n_met == n else 'NOT met'}; "
+              f"all kernels together ratio {tot:.3f}")
+
+
+if __name__ == "__main__":
+    main()
