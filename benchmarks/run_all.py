@@ -17,6 +17,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 PLAN = [
     ("bench_kernels.py", ["--sizes", "small,large", "--dims", "64"]),
     ("bench_recording_overhead.py", []),
+    ("bench_profiler_agreement.py", []),
+    ("bench_framework_overhead.py", []),
     ("bench_vs_pyg.py", ["--epochs", "50"]),
     ("bench_cache.py", []),
     ("bench_cached_tier.py", []),
