@@ -34,14 +34,19 @@ cache used to check the simulator against real I/O.
 """
 from __future__ import annotations
 
+import ctypes
+import errno
 import mmap
 import os
+import platform
+import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
+import numba
 import numpy as np
 import torch
 
@@ -53,28 +58,171 @@ from .simulate import parse_capacity
 from .traces import Trace
 
 ALIGN = 512
-MAX_IO_BYTES = 1 << 20     # one system call moves at most this much (keeps staging buffers small)
-IO_THREADS = 8             # system calls in flight; 8 gave ~4.5x the 1-deep rate on this VM's disk
+MAX_IO_BYTES = 1 << 20     # one system call moves at most this much
+IO_THREADS = 8             # threads engine: system calls in flight; 8 gave ~4.5x the 1-deep rate on this VM's disk
+AIO_DEPTH = 512            # aio engine: requests in flight per context (this VM's disk: 128-512 ~2x the rate of 8)
+READ_MERGE_BYTES = 4096    # a read may span unwanted rows up to this many bytes: one call instead of two
+STAGE_MAX_BYTES = 64 << 20  # staging buffer per round of system calls
 INF = np.int64(2**62)      # "no known next use"
 CACHED_POLICIES = ("none", "lru", "lfu", "static", "oracle")
+
+
+# -- system calls: Linux native AIO (io_submit) where available, else a thread pool of pread/pwrite --
+
+_AIO_SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}  # io_setup, io_destroy, io_getevents, io_submit
+_IOCB_PREAD, _IOCB_PWRITE = 0, 1
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _syscall = _libc.syscall
+    _syscall.restype = ctypes.c_long
+except (OSError, AttributeError):   # pragma: no cover - not a libc platform
+    _syscall = None
+
+
+class _Aio:
+    """One Linux native AIO context (``io_setup(2)``). :meth:`run` submits a table of iocbs (one
+    int64[8] row each: the kernel's ``struct iocb``), keeps up to ``depth`` in flight, and waits
+    for all. Every system call goes through ctypes, which releases the GIL while it runs."""
+
+    def __init__(self, depth: int):
+        nr = _AIO_SYSCALLS.get(platform.machine())
+        if _syscall is None or nr is None or not sys.platform.startswith("linux"):
+            raise OSError(errno.ENOSYS, "Linux native AIO is not available on this platform")
+        self._setup, self._destroy, self._getevents, self._submit = nr
+        self.depth = int(depth)
+        self.ctx = ctypes.c_ulong(0)
+        if _syscall(ctypes.c_long(self._setup), ctypes.c_long(self.depth), ctypes.byref(self.ctx)) < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"io_setup: {os.strerror(e)}")
+        self.events = np.zeros((self.depth, 4), dtype=np.int64)   # struct io_event: data, obj, res, res2
+
+    def close(self) -> None:
+        if self.ctx.value:
+            _syscall(ctypes.c_long(self._destroy), self.ctx)   # waits for anything still in flight
+            self.ctx = ctypes.c_ulong(0)
+
+    def run(self, cb: np.ndarray) -> None:
+        k = len(cb)
+        if k == 0:
+            return
+        cb[:, 0] = np.arange(k)                                  # aio_data: the row, to check results
+        ptrs = cb.ctypes.data + 64 * np.arange(k, dtype=np.int64)
+        pbase, ev, evp = ptrs.ctypes.data, self.events, self.events.ctypes.data
+        sub = done = 0
+        err: Optional[OSError] = None
+        while done < sub or (sub < k and err is None):
+            if sub < k and err is None and sub - done < self.depth:
+                n = min(self.depth - (sub - done), k - sub)
+                r = _syscall(ctypes.c_long(self._submit), self.ctx, ctypes.c_long(n), ctypes.c_void_p(pbase + 8 * sub))
+                if r < 0:
+                    e = ctypes.get_errno()
+                    if e not in (errno.EAGAIN, errno.EINTR) or sub == done:
+                        err = OSError(e, f"io_submit: {os.strerror(e)}")
+                    r = 0
+                sub += r
+            if done < sub:
+                # all submitted (or giving up): wait for everything; else refill once a quarter completes
+                want = sub - done if (sub == k or err is not None) else min(sub - done, max(1, self.depth // 4))
+                r = _syscall(ctypes.c_long(self._getevents), self.ctx, ctypes.c_long(want),
+                             ctypes.c_long(self.depth), ctypes.c_void_p(evp), None)
+                if r < 0:
+                    e = ctypes.get_errno()
+                    if e == errno.EINTR:
+                        continue
+                    self.close()          # io_destroy waits for the requests still in flight
+                    raise OSError(e, f"io_getevents: {os.strerror(e)}")
+                res, want_b = ev[:r, 2], cb[ev[:r, 0], 4]
+                if err is None and np.any(res != want_b):
+                    i = int(np.flatnonzero(res != want_b)[0])
+                    got = int(res[i])
+                    err = OSError(-got, os.strerror(-got)) if got < 0 else \
+                        OSError(errno.EIO, f"short transfer: {got} of {int(want_b[i])} bytes")
+                done += r
+        if err is not None:
+            raise err
+
+
+@numba.njit(cache=True, nogil=True)
+def _plan_pieces(srt, gap, cap):
+    """Greedy system calls over sorted distinct rows ``srt``: a call extends to the next row while at
+    most ``gap`` unwanted rows lie between and it spans at most ``cap`` rows. Returns each call's
+    first row and span (rows) and each row's position in the calls' concatenated staging area."""
+    n = srt.size
+    first = np.empty(max(n, 1), np.int64)
+    span = np.empty(max(n, 1), np.int64)
+    pos = np.empty(n, np.int64)
+    if n == 0:
+        return first[:0], span[:0], pos
+    k, off, last = 0, 0, srt[0]
+    first[0] = srt[0]
+    for i in range(n):
+        r = srt[i]
+        if i > 0:
+            if r - last - 1 <= gap and r - first[k] + 1 <= cap:
+                last = r
+            else:
+                span[k] = last - first[k] + 1
+                off += span[k]
+                k += 1
+                first[k] = r
+                last = r
+        pos[i] = off + r - first[k]
+    span[k] = last - first[k] + 1
+    return first[:k + 1], span[:k + 1], pos
+
+
+@numba.njit(cache=True, nogil=True)
+def _stage_rows(stage, pos, order, vals):
+    """stage[pos[i]] = [vals[order[i]] | zero padding]"""
+    w = vals.shape[1]
+    for i in range(pos.size):
+        dst, src = stage[pos[i]], vals[order[i]]
+        for c in range(w):
+            dst[c] = src[c]
+        for c in range(w, dst.size):
+            dst[c] = 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def _unstage_rows(stage, pos, order, out):
+    """out[order[i]] = stage[pos[i], :width]"""
+    w = out.shape[1]
+    for i in range(pos.size):
+        dst, src = out[order[i]], stage[pos[i]]
+        for c in range(w):
+            dst[c] = src[c]
 
 
 class SlowTier:
     """A file-backed float32 row table; reads and writes bypass the page cache.
 
-    ``bytes_read`` / ``bytes_written`` count bytes moved by system calls
-    (whole strides, padding included) and ``read_seconds`` /
-    ``write_seconds`` their wall time: all measured. Safe to call from
-    several threads (one operation at a time).
+    Each row occupies a 512-byte-aligned stride (the ``O_DIRECT`` unit). A request is
+    sorted and cut into system calls: runs of consecutive rows move with one call, and a
+    read also spans up to ``merge_gap`` unwanted rows between two wanted ones (one 4 KiB
+    read costs this disk about what a 1 KiB read does). With ``O_DIRECT`` the calls are
+    submitted through Linux native AIO, up to :data:`AIO_DEPTH` in flight from one thread
+    (``io_engine = "aio"``); otherwise (no ``O_DIRECT``, no AIO) ``io_threads`` threads
+    issue ``preadv``/``pwritev`` (``io_engine = "threads"``). Staging copies are numba
+    loops and the system calls release the GIL, so the training thread keeps running.
+
+    ``bytes_read`` / ``bytes_written`` count the requested rows' whole strides (padding
+    included), ``device_bytes_read`` also the unwanted rows merged reads spanned,
+    ``read_calls`` / ``write_calls`` the system I/Os, ``read_seconds`` / ``write_seconds``
+    wall time (an :meth:`exchange` splits its time by the share of calls): all measured.
+    Safe to call from several threads at once (each thread has its own staging buffer and
+    AIO context); the caller must not read a row while another thread writes it.
     """
 
-    def __init__(self, path: str, n_rows: int, width: int, direct: bool = True, io_threads: int = IO_THREADS):
+    def __init__(self, path: str, n_rows: int, width: int, direct: bool = True, io_threads: int = IO_THREADS,
+                 engine: str = "auto", merge_gap: Optional[int] = None):
         self.path, self.n_rows, self.width = str(path), int(n_rows), int(width)
         self.row_bytes = self.width * 4
         self.stride = -(-self.row_bytes // ALIGN) * ALIGN
         if not os.path.exists(self.path) or os.path.getsize(self.path) < self.n_rows * self.stride:
             raise UserError(f"slow tier file {self.path} is missing or smaller than {self.n_rows} rows; "
                             "create it with SlowTier.create")
+        if engine not in ("auto", "aio", "threads"):
+            raise ValueError(f"engine must be auto, aio or threads, got {engine!r}")
         self.io_mode = "buffered+fadvise"
         flags = os.O_RDWR
         self.fd = -1
@@ -88,17 +236,29 @@ class SlowTier:
             self.fd = os.open(self.path, flags)
         self.io_threads = max(1, int(io_threads))
         self.max_rows_per_io = max(1, MAX_IO_BYTES // self.stride)
-        # one page-aligned staging buffer per concurrent system call (O_DIRECT needs alignment)
-        nbuf = max(self.stride * self.max_rows_per_io, mmap.PAGESIZE)
-        self._bufs = [mmap.mmap(-1, -(-nbuf // mmap.PAGESIZE) * mmap.PAGESIZE) for _ in range(self.io_threads)]
-        self._pool = ThreadPoolExecutor(self.io_threads, thread_name_prefix="gnnrec-tier-io") \
-            if self.io_threads > 1 else None
+        self.merge_gap = max(0, READ_MERGE_BYTES // self.stride - 1) if merge_gap is None else max(0, int(merge_gap))
         self._lock = threading.Lock()
-        self.bytes_read = self.bytes_written = 0          # measured: bytes moved by system calls
-        self.read_seconds = self.write_seconds = 0.0      # measured wall time
+        self._local = threading.local()
+        self._aios: list = []
+        self.io_engine, self.io_depth = "threads", self.io_threads
+        if engine != "threads" and self.io_mode == "O_DIRECT":
+            try:
+                self._aio()       # probe: a context for this thread
+                self.io_engine, self.io_depth = "aio", AIO_DEPTH
+            except OSError:
+                if engine == "aio":
+                    raise
+        elif engine == "aio":
+            raise OSError(errno.EINVAL, "the aio engine needs O_DIRECT (not available for this file)")
+        self._pool = ThreadPoolExecutor(self.io_threads, thread_name_prefix="gnnrec-tier-io") \
+            if self.io_engine == "threads" and self.io_threads > 1 else None
+        self.bytes_read = self.bytes_written = self.device_bytes_read = 0   # measured: bytes moved
+        self.read_calls = self.write_calls = 0                              # measured: system I/Os
+        self.read_seconds = self.write_seconds = 0.0                        # measured wall time
 
     @classmethod
-    def create(cls, path: str, table: np.ndarray, direct: bool = True, io_threads: int = IO_THREADS) -> "SlowTier":
+    def create(cls, path: str, table: np.ndarray, direct: bool = True, io_threads: int = IO_THREADS,
+               **kw) -> "SlowTier":
         """Write ``table`` (n_rows x width float32) to ``path`` and open it as a slow tier."""
         table = np.ascontiguousarray(table, dtype=np.float32)
         n, w = table.shape
@@ -113,111 +273,155 @@ class SlowTier:
             f.flush()
             os.fsync(f.fileno())
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        return cls(path, n, w, direct, io_threads)
+        return cls(path, n, w, direct, io_threads, **kw)
 
-    def _pieces(self, srt: np.ndarray) -> list:
-        """(start row, length, position in srt) of runs of consecutive ids in sorted ``srt``,
-        each at most ``max_rows_per_io`` rows long."""
-        if srt.size == 0:
-            return []
-        breaks = np.flatnonzero(np.diff(srt) != 1) + 1
-        starts = np.concatenate([[0], breaks])
-        ends = np.concatenate([breaks, [srt.size]])
-        out, cap = [], self.max_rows_per_io
-        for s, e in zip(starts.tolist(), ends.tolist()):
-            for p in range(s, e, cap):
-                out.append((int(srt[p]), min(cap, e - p), p))
-        return out
+    # -- per-thread resources -----------------------------------------------------------------
+    def _aio(self) -> _Aio:
+        a = getattr(self._local, "aio", None)
+        if a is None or not a.ctx.value:
+            a = _Aio(AIO_DEPTH)
+            self._local.aio = a
+            with self._lock:
+                self._aios.append(a)
+        return a
 
-    @staticmethod
-    def _runs(rows: np.ndarray):
-        """(start row, length, position in rows) of each run of consecutive ids in sorted ``rows``."""
-        if rows.size == 0:
-            return []
-        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-        starts = np.concatenate([[0], breaks])
-        ends = np.concatenate([breaks, [rows.size]])
-        return [(int(rows[s]), int(e - s), int(s)) for s, e in zip(starts, ends)]
+    def _stage(self, n_rows: int) -> np.ndarray:
+        """This thread's page-aligned staging buffer as an (n_rows, stride/4) float32 array."""
+        need = n_rows * self.stride
+        raw = getattr(self._local, "raw", None)
+        if raw is None or raw.size < need + mmap.PAGESIZE:
+            raw = np.zeros(max(need, 1 << 16) * 5 // 4 + mmap.PAGESIZE, dtype=np.uint8)
+            self._local.raw = raw
+        off = (-raw.ctypes.data) % mmap.PAGESIZE
+        return raw[off:off + need].view(np.float32).reshape(n_rows, self.stride // 4)
 
-    def _each(self, pieces: list, fn) -> None:
-        """Run ``fn(worker, piece)`` for every piece, ``io_threads`` at a time (worker = buffer index)."""
-        k = min(self.io_threads, len(pieces))
-        if k <= 1 or self._pool is None:
-            for p in pieces:
-                fn(0, p)
+    # -- one round of system calls ------------------------------------------------------------
+    def _calls(self, op: int, first: np.ndarray, span: np.ndarray, stage_row: np.ndarray) -> np.ndarray:
+        cb = np.zeros((first.size, 8), dtype=np.int64)
+        cb[:, 2] = op | (self.fd << 32)           # aio_lio_opcode, aio_fildes
+        cb[:, 3] = stage_row * self.stride       # aio_buf (relative to the staging buffer until submitted)
+        cb[:, 4] = span * self.stride            # aio_nbytes
+        cb[:, 5] = first * self.stride           # aio_offset
+        return cb
+
+    def _run(self, cb: np.ndarray, stage: np.ndarray) -> None:
+        if cb.size == 0:
             return
-        groups = [pieces[i::k] for i in range(k)]
-        list(self._pool.map(lambda wg: [fn(wg[0], p) for p in wg[1]], enumerate(groups)))
+        if self.io_engine == "aio":
+            cb[:, 3] += stage.ctypes.data
+            self._aio().run(cb)
+        else:
+            mv = memoryview(stage.reshape(-1).view(np.uint8))
 
-    def _block(self, worker: int, length: int) -> np.ndarray:
-        sw = self.stride // 4
-        return np.frombuffer(self._bufs[worker], dtype=np.float32, count=length * sw).reshape(length, sw)
+            def one(rows):
+                for op, buf, nb, off in cb[rows][:, 2:6].tolist():
+                    if op & 0xFFFF == _IOCB_PREAD:
+                        got = os.preadv(self.fd, [mv[buf:buf + nb]], off)
+                    else:
+                        got = os.pwritev(self.fd, [mv[buf:buf + nb]], off)
+                    if got != nb:
+                        raise OSError(errno.EIO, f"short transfer on {self.path}: {got} of {nb} bytes")
+            k = min(self.io_threads, len(cb))
+            if k <= 1 or self._pool is None:
+                one(slice(None))
+            else:
+                list(self._pool.map(one, [slice(i, None, k) for i in range(k)]))
+            if self.io_mode != "O_DIRECT":
+                if np.any(cb[:, 2] & 0xFFFF == _IOCB_PWRITE):
+                    os.fsync(self.fd)
+                os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
+    # -- the interface ------------------------------------------------------------------------
     def read(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (any order, distinct) as a (k, width) float32 array, read from the device."""
-        rows = np.asarray(rows, dtype=np.int64)
-        order = np.argsort(rows, kind="stable")
-        srt = rows[order]
-        out = np.empty((rows.size, self.width), dtype=np.float32)
-
-        def one(worker, piece):
-            start, length, pos = piece
-            nbytes = length * self.stride
-            got = os.preadv(self.fd, [memoryview(self._bufs[worker])[:nbytes]], start * self.stride)
-            if got != nbytes:
-                raise OSError(f"short read from {self.path}: {got} of {nbytes} bytes")
-            out[order[pos:pos + length]] = self._block(worker, length)[:, :self.width]
-
-        with self._lock:
-            t0 = time.perf_counter()
-            pieces = self._pieces(srt)
-            self._each(pieces, one)
-            if self.io_mode != "O_DIRECT":
-                os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            self.bytes_read += int(srt.size) * self.stride
-            self.read_seconds += time.perf_counter() - t0
-        return out
+        return self.exchange(None, None, rows)
 
     def write(self, rows: np.ndarray, values: np.ndarray) -> None:
         """Write ``values[k]`` to row ``rows[k]`` (distinct rows)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        order = np.argsort(rows, kind="stable")
-        srt = rows[order]
-        vals = np.asarray(values, dtype=np.float32)[order]
+        self.exchange(rows, values, None)
 
-        def one(worker, piece):
-            start, length, pos = piece
-            nbytes = length * self.stride
-            block = self._block(worker, length)
-            block[:, :self.width] = vals[pos:pos + length]
-            block[:, self.width:] = 0
-            got = os.pwritev(self.fd, [memoryview(self._bufs[worker])[:nbytes]], start * self.stride)
-            if got != nbytes:
-                raise OSError(f"short write to {self.path}: {got} of {nbytes} bytes")
-
+    def exchange(self, wrows, values, rrows) -> Optional[np.ndarray]:
+        """Write ``values`` to rows ``wrows`` and read rows ``rrows`` with the calls of both in flight
+        together; a row in both is returned from ``values`` (as if written first). Returns the
+        (len(rrows), width) rows read, or None when ``rrows`` is None."""
+        t0 = time.perf_counter()
+        out = None
+        wr = np.empty(0, np.int64) if wrows is None else np.asarray(wrows, dtype=np.int64).reshape(-1)
+        wv = np.empty((0, self.width), np.float32) if values is None else \
+            np.ascontiguousarray(values, dtype=np.float32).reshape(wr.size, self.width)
+        worder = np.argsort(wr, kind="stable")
+        wsrt = wr[worder]
+        if wsrt.size > 1 and np.any(wsrt[1:] == wsrt[:-1]):
+            raise ValueError("write: rows must be distinct")
+        if rrows is not None:
+            rr = np.asarray(rrows, dtype=np.int64).reshape(-1)
+            out = np.empty((rr.size, self.width), dtype=np.float32)
+            if wr.size and rr.size:                       # rows being written are returned as written
+                both = np.isin(rr, wr)
+                if both.any():
+                    j = np.flatnonzero(both)
+                    out[j] = wv[worder[np.searchsorted(wsrt, rr[j])]]
+                    rr_idx = np.flatnonzero(~both)
+                else:
+                    rr_idx = np.arange(rr.size)
+            else:
+                rr_idx = np.arange(rr.size)
+            rorder_local = np.argsort(rr[rr_idx], kind="stable")
+            rorder = rr_idx[rorder_local]
+            rsrt = rr[rorder]
+        else:
+            rsrt = rorder = np.empty(0, np.int64)
+        # cut into rounds of at most STAGE_MAX_BYTES of staging: writes first, then reads
+        cap_rows = max(self.max_rows_per_io, STAGE_MAX_BYTES // self.stride)
+        wstep = cap_rows
+        rstep = max(1, cap_rows // (self.merge_gap + 1))
+        n_rounds = max(-(-wsrt.size // wstep), -(-rsrt.size // rstep))
+        wcalls = rcalls = dev_read = 0
+        for i in range(n_rounds):
+            ws = slice(i * wstep, (i + 1) * wstep)
+            rs = slice(i * rstep, (i + 1) * rstep)
+            wpart = wsrt[ws]
+            rpart = rsrt[rs]
+            wf, wsp, wpos = _plan_pieces(wpart, 0, self.max_rows_per_io)
+            rf, rsp, rpos = _plan_pieces(rpart, self.merge_gap, self.max_rows_per_io)
+            nw, nr = int(wsp.sum()), int(rsp.sum())
+            stage = self._stage(nw + nr)
+            if wpart.size:
+                _stage_rows(stage, wpos, worder[ws], wv)
+            wcb = self._calls(_IOCB_PWRITE, wf, wsp, np.cumsum(wsp) - wsp)
+            rcb = self._calls(_IOCB_PREAD, rf, rsp, nw + np.cumsum(rsp) - rsp)
+            self._run(np.concatenate([wcb, rcb]) if wcb.size and rcb.size else (wcb if wcb.size else rcb), stage)
+            if rpart.size:
+                _unstage_rows(stage, rpos + nw, rorder[rs], out)
+            wcalls += wf.size
+            rcalls += rf.size
+            dev_read += nr
+        dt = time.perf_counter() - t0
+        share = wcalls / max(wcalls + rcalls, 1)
         with self._lock:
-            t0 = time.perf_counter()
-            self._each(self._pieces(srt), one)
-            if self.io_mode != "O_DIRECT":
-                os.fsync(self.fd)
-                os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            self.bytes_written += int(srt.size) * self.stride
-            self.write_seconds += time.perf_counter() - t0
+            self.bytes_written += int(wr.size) * self.stride
+            self.bytes_read += int(rsrt.size) * self.stride
+            self.device_bytes_read += dev_read * self.stride
+            self.write_calls += wcalls
+            self.read_calls += rcalls
+            self.write_seconds += dt * share
+            self.read_seconds += dt * (1 - share)
+        return out
 
     def read_all(self) -> np.ndarray:
         return self.read(np.arange(self.n_rows))
 
     def close(self) -> None:
         with self._lock:
-            if self.fd >= 0:
-                os.close(self.fd)
-                self.fd = -1
+            for a in self._aios:          # io_destroy waits for requests in flight
+                a.close()
+            self._aios = []
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
                 self._pool = None
-            for b in self._bufs:
-                b.close()
-            self._bufs = []
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
 
 
 class OracleCachedTable:
@@ -545,6 +749,7 @@ class CachedRows:
 
     def _load_sync(self, r: np.ndarray, batch: int) -> None:
         """Demand policies: make ``r`` resident now, evicting (with write-back) on the training thread."""
+        dropped = None
         if self.policy == "static":
             # largest k <= current with k + |batch rows ranked >= k| <= capacity (pinning shrinks, never grows)
             rk = np.sort(self.rank[r])
@@ -556,19 +761,22 @@ class CachedRows:
                 res = self.row_in[self.row_in >= 0]
                 drop = res[(self.rank[res] >= k) & (self.inbatch[res] != batch)]
                 if drop.size:
-                    self.tier.write(*self._take(drop))
+                    dropped = self._take(drop)
         miss = r[self.slot_of[r] < 0]
         short = miss.size - self._n_free()
+        out = [dropped] if dropped is not None else []
         if short > 0:
             res = self.row_in[self.row_in >= 0]
             cand = res[self.inbatch[res] != batch]
             if self.policy == "static":
                 cand = cand[self.rank[cand] >= self.k_pinned]
             victims = self._victim_order(cand)[:short]
-            self.tier.write(*self._take(victims))
-        if miss.size:
+            out.append(self._take(victims))
+        if miss.size or out:
+            # the victims' write-back and the misses' reads go to the device together
             slots = self._place(miss)
-            self.buf[slots] = self.tier.read(miss)
+            wrows, wdata = _concat_writes(out)
+            self.buf[slots] = self.tier.exchange(wrows, wdata, miss)
             self.ready[slots] = True
 
     # -- the oracle's I/O thread ------------------------------------------------------------------
@@ -615,11 +823,10 @@ class CachedRows:
                 self._io_busy = True
             wb, rows, slots = job
             try:
-                for wrows, data in wb:
-                    if wrows.size:
-                        self.tier.write(wrows, data)
+                # write-backs and reads in flight together (a row in both is read as written)
+                wrows, wdata = _concat_writes(wb)
+                data = self.tier.exchange(wrows, wdata, rows if rows is not None else None)
                 if rows is not None:
-                    data = self.tier.read(rows)
                     self.buf[slots] = data
             except BaseException as e:   # handed to the training thread
                 with self._cv:
@@ -698,6 +905,16 @@ class CachedRows:
         if self._io is not None:
             self._io.join(timeout=30)
         self.tier.close()
+
+
+def _concat_writes(parts: list) -> tuple:
+    """One (rows, records) pair from a list of :meth:`CachedRows._take` results."""
+    parts = [p for p in parts if p[0].size]
+    if not parts:
+        return None, None
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 def _slow_tier_dir(config) -> tuple:
