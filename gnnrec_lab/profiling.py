@@ -35,8 +35,12 @@ from .reporting import Reporter
 
 # recorded kernel name -> the Function class that records it; other names (lincomb's and
 # elementwise's caller-chosen names) may match any Function class not listed here
-KERNEL_CLASSES = {"spmm": "_SpMM", "sddmm_dot": "_SDDMM", "sddmm_mul": "_SDDMM", "spmm_edge": "_SpMMEdge",
-                  "gather": "_Gather", "scatter_add": "_Gather", "gemm": "_GEMM"}
+KERNEL_CLASSES = {"spmm": ("_SpMM", "_LayerMean"), "sddmm_dot": ("_SDDMM",), "sddmm_mul": ("_SDDMM",),
+                  "spmm_edge": ("_SpMMEdge",), "gather": ("_Gather",), "scatter_add": ("_Gather",),
+                  "gemm": ("_GEMM",)}
+# Functions whose one call records several kernels: _LayerMean records one spmm per layer
+# (forward layers ascending, backward descending); its event's time is shared among them
+MULTI_RECORD_CLASSES = {"_LayerMean"}
 # records of timed blocks that are not autograd Functions (no profiler event of their own)
 PLAIN_BLOCKS = {"bpr_loss", "bpr_sample", "sample_wait", "sample_subgraph", "row_fetch", "row_writeback",
                 "sparse_adam"}
@@ -122,7 +126,13 @@ def _kernel_events(events, classes: set[str]):
 
 def _compatible(record_name: str, cls: str) -> bool:
     want = KERNEL_CLASSES.get(record_name)
-    return cls == want if want is not None else cls not in KERNEL_CLASSES.values()
+    return cls in want if want is not None else all(cls not in v for v in KERNEL_CLASSES.values())
+
+
+def _same_call(prev, r, direction: str) -> bool:
+    """Whether record ``r`` continues ``prev``'s call of a multi-record Function."""
+    step = 1 if direction == "forward" else -1
+    return r.name == prev.name and r.phase == prev.phase and r.layer == prev.layer + step
 
 
 def match_records(records, events, classes: Optional[set] = None, optimizer: Optional[str] = None):
@@ -136,7 +146,10 @@ def match_records(records, events, classes: Optional[set] = None, optimizer: Opt
     queues = {d: [e for e in evs if e[0] == d] for d in ("forward", "backward", "optimizer")}
     pos = {d: 0 for d in queues}
     pairs = []
-    for r in records:
+    records = list(records)
+    i = 0
+    while i < len(records):
+        r = records[i]
         if r.phase == "optimizer":
             d = "optimizer" if optimizer is None or r.name == optimizer else None
         elif r.name in PLAIN_BLOCKS:
@@ -148,9 +161,17 @@ def match_records(records, events, classes: Optional[set] = None, optimizer: Opt
             _, cls, sec, _ = q[pos[d]]
             pos[d] += 1
             label = cls if d == "optimizer" else (cls + ("Backward" if d == "backward" else ""))
-            pairs.append((r, label, sec))
+            group = [r]
+            if cls in MULTI_RECORD_CLASSES:
+                while i + len(group) < len(records) and _same_call(group[-1], records[i + len(group)], d):
+                    group.append(records[i + len(group)])
+            ns = sum(g.ns for g in group)
+            for g in group:  # the event's time shared in proportion to each record's own
+                pairs.append((g, label, sec * (g.ns / ns if ns else 1 / len(group))))
+            i += len(group)
         else:
             pairs.append((r, None, math.nan))
+            i += 1
     unmatched = []
     for d, q in queues.items():
         for _, cls, sec, _ in q[pos[d]:]:

@@ -243,3 +243,68 @@ def test_lincomb_gradcheck_and_records():
     fwd, bwd = rec.records
     assert (fwd.name, fwd.phase, fwd.layer, fwd.bytes_read, fwd.bytes_written) == ("add", "other", 1, 2 * 120, 120)
     assert bwd.phase == "backward" and bwd.bytes_read == 120 and bwd.bytes_written == 2 * 120
+
+
+# -- LightGCN's fused layer mean -----------------------------------------------------
+def _block_pair(seed=3):
+    """Two sampled-style blocks: 3 <- 5 rows and 5 <- 7 rows, destinations a prefix of sources."""
+    rng = np.random.default_rng(seed)
+
+    def blk(n_dst, n_src):
+        dense = rng.random((n_dst, n_src)) < 0.5
+        dense[:, 0] = True
+        indptr = np.zeros(n_dst + 1, dtype=np.int64)
+        np.cumsum(dense.sum(1), out=indptr[1:])
+        return CSR(indptr, np.nonzero(dense)[1].astype(np.int32), n_dst, n_src, None,
+                   (rng.random(n_dst) + 0.5).astype(np.float32), (rng.random(n_src) + 0.5).astype(np.float32))
+    return [blk(3, 5), blk(5, 7)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layer_mean_matches_composed_spmm_and_gradchecks(backend):
+    adj = _bipartite()
+    x = torch.randn(adj.n_cols, 5, dtype=torch.float64, requires_grad=True)
+    blocks = _block_pair()
+    xb = torch.randn(7, 4, dtype=torch.float64, requires_grad=True)
+    with kernels.use_backend(backend):
+        got = kernels.layer_mean([adj] * 3, x, 0.25)
+        A = _dense(adj)
+        ref, cur = x / 4, x
+        for _ in range(3):
+            cur = A @ cur
+            ref = ref + cur / 4
+        assert torch.allclose(got, ref, atol=1e-12)
+        w = torch.randn_like(got)
+        (gx,) = torch.autograd.grad((got * w).sum(), x)
+        (rx,) = torch.autograd.grad((ref * w).sum(), x)
+        assert torch.allclose(gx, rx, atol=1e-12)
+        assert torch.autograd.gradcheck(lambda t: kernels.layer_mean([adj] * 2, t, 1 / 3), (x,))
+        # blocks[-1] first; the mean keeps blocks[0]'s destination rows
+        x1 = _dense(blocks[1]) @ xb
+        x2 = _dense(blocks[0]) @ x1
+        assert torch.allclose(kernels.layer_mean(blocks, xb, 1 / 3), (xb[:3] + x1[:3] + x2) / 3, atol=1e-12)
+        assert torch.autograd.gradcheck(lambda t: kernels.layer_mean(blocks, t, 1 / 3), (xb,))
+
+
+def test_layer_mean_records_one_spmm_per_layer_and_direction_with_the_mean_bytes():
+    adj = _tiny()
+    x = torch.randn(4, 8, requires_grad=True)
+    rec = Recorder()
+    rec.phase = "forward"
+    with use_recorder(rec):
+        kernels.layer_mean([adj] * 3, x, 0.25).sum().backward()
+    assert [(r.name, r.phase, r.layer) for r in rec.records] == (
+        [("spmm", "forward", k) for k in range(3)] + [("spmm", "backward", k) for k in (2, 1, 0)])
+    plain = 40 + 24 + 16 + 16 + 192  # as a plain SpMM (hand count above)
+    f, b = rec.records[0], rec.records[3]
+    # the mean's stream: forward reads init/acc (4 rows x 32 B) and writes acc; backward reads g
+    assert (f.bytes_read, f.bytes_written) == (plain + 128, 128 + 128)
+    assert (b.bytes_read, b.bytes_written) == (plain + 128, 128)
+
+
+def test_layer_mean_rejects_blocks_that_do_not_chain():
+    blocks = _block_pair()
+    with pytest.raises(ValueError, match="cannot follow"):
+        kernels.layer_mean([blocks[1], blocks[0]], torch.randn(5, 2), 0.5)
+    with pytest.raises(ValueError, match="layer_mean x"):
+        kernels.layer_mean(blocks, torch.randn(6, 2), 0.5)

@@ -29,7 +29,8 @@ def test_agreement_table_pairs_every_recorded_kernel(model):
     keys = set(zip(df["kernel"], df["phase"]))
     assert {("spmm", "forward"), ("spmm", "backward"), ("gather", "loss"), ("scatter_add", "backward"),
             ("adam", "optimizer"), ("bpr_sample", "sampling")} <= keys
-    assert set(df.loc[df["kernel"] == "spmm", "profiler_event"]) == {"_SpMM", "_SpMMBackward"}
+    spmm_events = {"_LayerMean", "_LayerMeanBackward"} if model == "lightgcn" else {"_SpMM", "_SpMMBackward"}
+    assert set(df.loc[df["kernel"] == "spmm", "profiler_event"]) == spmm_events
     assert (df.loc[df["kernel"] == "adam", "profiler_event"] == "Optimizer.step#Adam.step").all()
     if model == "ngcf":
         assert {("sddmm_mul", "forward"), ("spmm_edge", "backward"), ("gemm", "forward")} <= keys
@@ -38,8 +39,8 @@ def test_agreement_table_pairs_every_recorded_kernel(model):
 
 
 class _Rec:
-    def __init__(self, name, phase, ns=1000):
-        self.name, self.phase, self.ns = name, phase, ns
+    def __init__(self, name, phase, ns=1000, layer=-1):
+        self.name, self.phase, self.ns, self.layer = name, phase, ns, layer
 
 
 class _Range:
@@ -71,3 +72,15 @@ def test_matching_follows_call_order_and_reports_leftovers():
     df = P.agreement_table(pairs, left)
     assert set(df.loc[df["kernel"] == "(unrecorded)", "profiler_event"]) == {"_SpMM", "_SpMMBackward"}
     assert P.agreement_verdict(df.assign(ratio=[1.05] + [0.5] * (len(df) - 1)))[0] == "met"
+
+
+def test_one_layer_mean_event_is_shared_by_its_per_layer_records():
+    classes = {"_LayerMean", "_Gather"}
+    events = [_Ev("_LayerMean", 0, 30), _Ev("_Gather", 40, 2), _Ev("_LayerMeanBackward", 50, 60)]
+    recs = [_Rec("spmm", "forward", 1000, 0), _Rec("spmm", "forward", 2000, 1), _Rec("gather", "loss", 500),
+            _Rec("spmm", "backward", 3000, 1), _Rec("spmm", "backward", 3000, 0)]
+    pairs, left = P.match_records(recs, events, classes)
+    got = [(r.name, r.layer, label, round(sec * 1e6, 6)) for r, label, sec in pairs]
+    assert got == [("spmm", 0, "_LayerMean", 10.0), ("spmm", 1, "_LayerMean", 20.0), ("gather", -1, "_Gather", 2.0),
+                   ("spmm", 1, "_LayerMeanBackward", 30.0), ("spmm", 0, "_LayerMeanBackward", 30.0)]
+    assert left == []

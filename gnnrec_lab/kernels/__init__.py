@@ -51,7 +51,7 @@ from ..recorder import get_recorder
 from . import costs
 from .backends import BACKEND_CLASSES
 
-__all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "sddmm", "lincomb",
+__all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "layer_mean", "sddmm", "lincomb",
            "spmm_edge", "gather", "gemm", "elementwise", "warmup", "SDDMM_OPS"]
 
 SDDMM_OPS = ("dot", "mul")
@@ -164,6 +164,64 @@ def spmm(adj, x: torch.Tensor, *, layer: int = -1) -> torch.Tensor:
     """
     _check_features(adj, "spmm x", x, adj.n_cols, "columns")
     return _SpMM.apply(x, adj, layer, _current)
+
+
+# -- LightGCN's layer mean ------------------------------------------------------
+class _LayerMean(torch.autograd.Function):
+    """``w * (x0[:n] + x1[:n] + ... + xK[:n])`` with ``x_k = A_k x_{k-1}``, as one autograd node.
+
+    Forward: one fused SpMM per layer that also updates the running mean while each
+    output row is in L1 (no separate add pass, no per-layer autograd node). The
+    propagation is linear, so nothing is saved for backward; the backward is the
+    Horner form ``h = A_K^T (w g); h = A_k^T h + w P g`` (``P`` pads ``g`` with zero
+    rows), again one fused SpMM per layer. Each SpMM is recorded as ``spmm`` with its
+    layer, the accumulator's bytes included."""
+
+    @staticmethod
+    def forward(ctx, x, blocks, weight, bname):
+        be = _backend(bname)
+        ctx.blocks, ctx.weight, ctx.bname = blocks, weight, bname
+        n_out, D, f = blocks[0].n_rows, x.shape[1], _elem(x)
+        acc = torch.empty((n_out, D), dtype=x.dtype)
+        cur = x
+        for k, blk in enumerate(reversed(blocks)):
+            init = x[:n_out] if k == 0 else None
+            extra_read = n_out * D * f  # init (first layer) or acc (later layers)
+            cur = _timed("spmm", k, None, bname,
+                         lambda blk=blk: costs.spmm(blk, D, f, extra_read=extra_read, extra_written=n_out * D * f),
+                         be.spmm_fused, blk, cur, 1.0, acc, init, None, weight)
+        return acc
+
+    @staticmethod
+    def backward(ctx, g):
+        be, w, blocks = _backend(ctx.bname), ctx.weight, ctx.blocks
+        g = g.contiguous()
+        n_g, D, f = g.shape[0], g.shape[1], _elem(g)
+        h, alpha = g, w
+        for k in range(len(blocks) - 1, -1, -1):
+            blk_t = blocks[len(blocks) - 1 - k].transpose()  # layer k applied blocks[-1-k]
+            h = _timed("spmm", k, "backward", ctx.bname,
+                       lambda blk_t=blk_t: costs.spmm(blk_t, D, f, extra_read=n_g * D * f),
+                       be.spmm_fused, blk_t, h, alpha, None, None, g, w)
+            alpha = 1.0
+        return h, None, None, None
+
+
+def layer_mean(blocks, x: torch.Tensor, weight: float) -> torch.Tensor:
+    """LightGCN's propagation: ``weight * sum_{k=0..K} x_k[:n]`` where ``x_0 = x`` and
+    ``x_k = blocks[K-k] @ x_{k-1}`` (``blocks[-1]`` applied first; each block's rows are a
+    prefix of its columns, ``n = blocks[0].n_rows``). Pass the full adjacency K times
+    for full-graph training. Differentiable wrt ``x``; each layer's SpMM (forward and
+    backward) is recorded as ``spmm``."""
+    if not blocks:
+        raise ValueError("layer_mean: needs at least one block (a model with 0 layers has no propagation)")
+    _check_features(blocks[-1], "layer_mean x", x, blocks[-1].n_cols, "columns")
+    for a, b in zip(blocks[1:], blocks[:-1]):  # b is applied right after a
+        if b.n_cols != a.n_rows or b.n_rows > a.n_rows:
+            raise ValueError(f"layer_mean: block of {b.n_rows}x{b.n_cols} cannot follow one of {a.n_rows}x{a.n_cols}")
+    if blocks[0].n_rows > x.shape[0]:
+        raise ValueError(f"layer_mean: {blocks[0].n_rows} output rows but x has only {x.shape[0]}")
+    return _LayerMean.apply(x.contiguous(), blocks, float(weight), _current)
 
 
 # -- SDDMM -------------------------------------------------------------------
@@ -414,12 +472,17 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
             m = sddmm(adj, u, x, op="mul")
             z = spmm_edge(adj, m)
             r = gather(x, torch.tensor([0, 1, 1]))
-            (y.sum() + s.sum() + z.sum() + r.sum()).backward()
+            h = layer_mean([adj, adj], x, 1 / 3)  # the fused SpMM's accumulate / addend forms
+            (y.sum() + s.sum() + z.sum() + r.sum() + h.sum()).backward()
         # a non-symmetric matrix with per-edge values exercises the other specialisations
         from ..graph import CSR
         a = CSR(np.array([0, 1, 2], dtype=np.int64), np.array([1, 0], dtype=np.int32), 2, 3,
                 values=np.ones(2, dtype=np.float32))
         with use_recorder(scratch):
             spmm(a, torch.ones((3, 2), dtype=dtype, requires_grad=True)).sum().backward()
+            # a sampled block: rows a prefix of the columns, degree scales, no per-edge values
+            blk = CSR(np.array([0, 1, 2], dtype=np.int64), np.array([1, 2], dtype=np.int32), 2, 3, None,
+                      np.ones(2, dtype=np.float32), np.ones(3, dtype=np.float32))
+            layer_mean([blk], torch.ones((3, 2), dtype=dtype, requires_grad=True), 0.5).sum().backward()
         rec.jit_seconds += scratch.jit_seconds
     return rec.jit_seconds - j0

@@ -36,8 +36,32 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
+def _plain(dtype) -> tuple:
+    """The trailing arguments of :func:`native.spmm` for a plain product (no fused update)."""
+    one = np.dtype(dtype).type(1)
+    return (one, None, None, None, one)
+
+
 class Backend:
     name = "?"
+
+    def spmm_fused(self, adj, x, alpha=1.0, acc=None, init=None, addend=None, beta=1.0):
+        """``out = alpha * W x`` plus LightGCN's layer-mean updates (see
+        :func:`gnnrec_lab.kernels.native.spmm`): with ``acc``, ``acc[:n] = beta*init[:n] +
+        beta*out[:n]`` (or ``acc += beta*out[:n]`` without ``init``); with ``addend``,
+        ``out[:n] += beta*addend``. This generic form runs the product and the updates as
+        separate torch ops; the native backend fuses them into the product's row loop."""
+        out = self.spmm(adj, x)
+        if alpha != 1.0:
+            out.mul_(alpha)
+        if acc is not None:
+            n = acc.shape[0]
+            if init is not None:
+                torch.mul(init[:n], beta, out=acc)
+            acc.add_(out[:n], alpha=beta)
+        if addend is not None:
+            out[:addend.shape[0]].add_(addend, alpha=beta)
+        return out
 
 
 class NativeBackend(Backend):
@@ -90,10 +114,16 @@ class NativeBackend(Backend):
 
     # -- operations -----------------------------------------------------
     def spmm(self, adj, x):
+        return self.spmm_fused(adj, x)
+
+    def spmm_fused(self, adj, x, alpha=1.0, acc=None, init=None, addend=None, beta=1.0):
         xn = _np(x)
         out = torch.empty((adj.n_rows, xn.shape[1]), dtype=x.dtype)
         vals, rs, cs = self._weights(adj, xn.dtype)
-        self._call(nk.spmm, adj.indptr, adj.indices, vals, None, rs, cs, xn, out.numpy(), self._bounds(adj))
+        f = xn.dtype.type
+        opt = lambda t: None if t is None else _np(t)  # noqa: E731
+        self._call(nk.spmm, adj.indptr, adj.indices, vals, None, rs, cs, xn, out.numpy(), self._bounds(adj),
+                   f(alpha), None if acc is None else acc.numpy(), opt(init), opt(addend), f(beta))
         return out
 
     def spmm_edge(self, adj, m):
@@ -128,7 +158,8 @@ class NativeBackend(Backend):
         if need_u:
             gu = torch.empty((adj.n_rows, D), dtype=u.dtype)
             if op == "dot":
-                self._call(nk.spmm, adj.indptr, adj.indices, gn, None, None, None, vn, gu.numpy(), self._bounds(adj))
+                self._call(nk.spmm, adj.indptr, adj.indices, gn, None, None, None, vn, gu.numpy(), self._bounds(adj),
+                           *_plain(un.dtype))
             else:
                 self._call(nk.edge_aggregate, adj.indptr, adj.indices, None, None, None, gn, None, vn, gu.numpy(),
                            self._bounds(adj))
@@ -136,7 +167,7 @@ class NativeBackend(Backend):
             t_indptr, t_rows, perm, tb = self._tstruct(adj)
             gv = torch.empty((adj.n_cols, D), dtype=v.dtype)
             if op == "dot":
-                self._call(nk.spmm, t_indptr, t_rows, gn, perm, None, None, un, gv.numpy(), tb)
+                self._call(nk.spmm, t_indptr, t_rows, gn, perm, None, None, un, gv.numpy(), tb, *_plain(un.dtype))
             else:
                 self._call(nk.edge_aggregate, t_indptr, t_rows, None, None, None, gn, perm, un, gv.numpy(), tb)
         return gu, gv

@@ -48,12 +48,14 @@ def weight_bytes(adj) -> int:
     return n
 
 
-def spmm(adj, dim: int, elem: int) -> dict:
-    """``y = W x``: indptr, indices, weights, one gathered x row per entry; write y."""
+def spmm(adj, dim: int, elem: int, extra_read: int = 0, extra_written: int = 0) -> dict:
+    """``y = W x``: indptr, indices, weights, one gathered x row per entry; write y.
+    ``extra_read``/``extra_written``: bytes of a row-wise update fused into the same
+    pass (LightGCN's running layer mean), streamed."""
     nnz = adj.nnz
     gathered = nnz * dim * elem
-    read = INDPTR_BYTES * (adj.n_rows + 1) + adj.index_bytes * nnz + weight_bytes(adj) + gathered
-    return _cost(read, adj.n_rows * dim * elem, 2 * nnz * dim, "gather", dim * elem, gathered)
+    read = INDPTR_BYTES * (adj.n_rows + 1) + adj.index_bytes * nnz + weight_bytes(adj) + gathered + extra_read
+    return _cost(read, adj.n_rows * dim * elem + extra_written, 2 * nnz * dim, "gather", dim * elem, gathered)
 
 
 def spmm_edge(adj, dim: int, elem: int) -> dict:

@@ -36,10 +36,10 @@ Symbols: ``N = n_users + n_items`` nodes, ``E = 2 n_train`` directed edges, ``d`
 ``optimizer``
     ``s`` state tensors per parameter: Adam/AdamW/LAMB 2, SGD 1 with momentum (0 without).
 ``activations``
-    train phase: node-sized tensors alive at the peak of forward+backward. LightGCN: the
-    current and next layer, the old and new running sum, and about one gradient per layer in
-    backward: ``(L + 4) f N d`` (layer sums save nothing for backward; fitted within 5% on
-    1M nodes, L = 1 and 3); below glibc's mmap threshold the heap keeps about
+    train phase: node-sized tensors alive at the peak of forward+backward. LightGCN
+    (``kernels.layer_mean``, which saves nothing for backward): the current and next layer
+    and the running mean in forward; in backward the incoming gradient, two Horner terms and
+    the mean itself: ``4 f N d`` whatever L; below glibc's mmap threshold the heap keeps about
     ``(2L + 4) f N d`` after a step (fitted on ml-100k, synth-gowalla, synth-ml10m). NGCF: per layer 7 node tensors kept for backward (A x, side, bi, two
     GEMM outputs, pre-activation, output) + the concatenated output + 2 backward temporaries of
     that width: ``f N (7 L d + 3 d_out)``. MF: ``2 f N d``.
@@ -147,10 +147,10 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     ndf = F32 * n * d
     if config.model == "lightgcn":
         d_out = d
-        # layer sums go through kernels.lincomb, which saves nothing for backward: forward holds the
-        # current and next layer and the old and new running sum; backward about one gradient per
-        # layer in flight (fitted: 400k+600k nodes, d=64, L=1 and 3, within 5%)
-        act_train = (L + 4) * ndf
+        # kernels.layer_mean saves nothing for backward (the propagation is linear): forward holds
+        # the current and next layer and the running mean; backward the incoming gradient, the
+        # current and next Horner term and the mean's output still referenced by the graph
+        act_train = 4 * ndf
         act_eval = 3 * ndf                      # no_grad: current layer, next layer, running sum
     elif config.model == "ngcf":
         d_out = (L + 1) * d

@@ -54,18 +54,11 @@ class LightGCN(nn.Module):
         destination rows being a prefix of its source rows. Returns the
         representations of ``blocks[0]``'s destination rows.
         """
-        n_out = blocks[0].n_rows if blocks else x.shape[0]
         if not blocks:
             return x
-        w = 1.0 / (self.layers + 1)
-        acc = None
-        for k, blk in enumerate(reversed(blocks)):
-            prev = x
-            x = kernels.spmm(blk, x, layer=k)
-            # running mean: acc = w*x0 + w*x1 + ... (the 1/(K+1) folded into each term)
-            acc = (kernels.lincomb("add", (w, w), prev[:n_out], x[:n_out], layer=k) if acc is None
-                   else kernels.lincomb("add", (1.0, w), acc, x[:n_out], layer=k))
-        return acc
+        # one autograd node: per layer a fused SpMM that also updates the running mean
+        # (the 1/(K+1) folded into each term), no per-layer add pass
+        return kernels.layer_mean(blocks, x, 1.0 / (self.layers + 1))
 
     def __repr__(self):
         return f"{type(self).__name__}(users={self.n_users}, items={self.n_items}, dim={self.dim}, layers={self.layers})"
