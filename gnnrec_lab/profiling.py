@@ -37,12 +37,12 @@ from .reporting import Reporter
 # elementwise's caller-chosen names) may match any Function class not listed here
 KERNEL_CLASSES = {"spmm": ("_SpMM", "_LayerMean"), "sddmm_dot": ("_SDDMM",), "sddmm_mul": ("_SDDMM",),
                   "spmm_edge": ("_SpMMEdge",), "gather": ("_Gather",), "scatter_add": ("_Gather",),
-                  "gemm": ("_GEMM",)}
+                  "gemm": ("_GEMM",), "bpr_loss": ("_RowsLoss",), "l2_reg": ("_RowsLoss",)}
 # Functions whose one call records several kernels: _LayerMean records one spmm per layer
 # (forward layers ascending, backward descending); its event's time is shared among them
 MULTI_RECORD_CLASSES = {"_LayerMean"}
 # records of timed blocks that are not autograd Functions (no profiler event of their own)
-PLAIN_BLOCKS = {"bpr_loss", "bpr_sample", "sample_wait", "sample_subgraph", "row_fetch", "row_writeback",
+PLAIN_BLOCKS = {"bpr_sample", "sample_wait", "sample_subgraph", "row_fetch", "row_writeback",
                 "sparse_adam"}
 OPTIMIZER_EVENT = "Optimizer.step#"
 AGREEMENT_COLUMNS = ("kernel", "phase", "profiler_event", "calls", "ours_s", "profiler_s", "ratio")

@@ -308,3 +308,44 @@ def test_layer_mean_rejects_blocks_that_do_not_chain():
         kernels.layer_mean([blocks[1], blocks[0]], torch.randn(5, 2), 0.5)
     with pytest.raises(ValueError, match="layer_mean x"):
         kernels.layer_mean(blocks, torch.randn(6, 2), 0.5)
+
+
+# -- fused loss terms --------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fused_bpr_and_l2_match_torch_reference_and_gradcheck(backend):
+    torch.manual_seed(0)
+    out = torch.randn(20, 6, dtype=torch.float64, requires_grad=True)
+    u = torch.randint(0, 8, (15,))          # repeated rows: gradients of duplicates add up
+    p, n = torch.randint(8, 20, (15,)), torch.randint(8, 20, (15,))
+    with kernels.use_backend(backend):
+        loss = kernels.bpr_loss(out, u, p, n) + kernels.sq_norm_rows(out, torch.cat([u, p, n]), 0.3)
+        ou, op, on = out[u], out[p], out[n]
+        ref = (F.softplus(-((ou * op).sum(1) - (ou * on).sum(1))).mean()
+               + 0.3 * 0.5 * (ou.pow(2).sum() + op.pow(2).sum() + on.pow(2).sum()))
+        assert torch.allclose(loss, ref, atol=1e-12)
+        (g,) = torch.autograd.grad(2.5 * loss, out)  # an incoming gradient other than 1 is applied
+        (gr,) = torch.autograd.grad(2.5 * ref, out)
+        assert torch.allclose(g, gr, atol=1e-12)
+        assert torch.autograd.gradcheck(
+            lambda t: kernels.bpr_loss(t, u, p, n) + kernels.sq_norm_rows(t, u, 0.7), (out,))
+        big = torch.full((4, 3), 30.0, dtype=torch.float64)  # softplus past its linear threshold
+        i0, i1 = torch.tensor([0]), torch.tensor([1])
+        assert torch.allclose(kernels.bpr_loss(big * torch.tensor([[1.], [-1.], [1.], [1.]], dtype=torch.float64),
+                                               i0, i1, torch.tensor([2])), torch.tensor(5400.0, dtype=torch.float64))
+
+
+def test_fused_loss_records_bytes_and_a_backward_handover():
+    out = torch.randn(10, 4, requires_grad=True)
+    u, p, n = torch.tensor([0, 1, 1]), torch.tensor([5, 6, 7]), torch.tensor([8, 9, 5])
+    rec = Recorder()
+    rec.phase = "loss"
+    with use_recorder(rec):
+        kernels.bpr_loss(out, u, p, n).backward()
+    f = _one(rec, "bpr_loss", "loss")
+    rows = 3 * 3 * 4 * 4   # 9 rows of 16 B
+    # 9 int64 indices + rows read + gradient rows read; dense gradient zeroed + gradient rows written
+    assert (f.bytes_read, f.bytes_written, f.random_bytes, f.row_bytes) == (9 * 8 + 2 * rows, 10 * 16 + rows, 2 * rows, 16)
+    b = _one(rec, "bpr_loss", "backward")
+    assert (b.bytes_read, b.bytes_written) == (0, 0)  # incoming gradient 1: the gradient is handed over
+    with pytest.raises(ValueError, match="differ in length"):
+        kernels.bpr_loss(out, u, p, n[:2])

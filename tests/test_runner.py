@@ -269,7 +269,7 @@ def test_real_training_through_worker(store, monkeypatch):
     run = store.get_run(rid)
     assert status == "finished", (run["error"], run["stderr_tail"])
     assert len(store.steps_frame(rid)) == 2
-    assert {"spmm", "gather"} <= set(store.kernels_frame(rid).name)
+    assert {"spmm", "bpr_loss"} <= set(store.kernels_frame(rid).name)
     ev = store.evals_frame(rid)
     assert {"valid", "test"} <= set(ev.split) and "recall@20" in set(ev.metric)
     assert set(store.footprint_frame(rid).kind) == {"predicted", "measured"}

@@ -51,7 +51,7 @@ from ..recorder import get_recorder
 from . import costs
 from .backends import BACKEND_CLASSES
 
-__all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "layer_mean", "sddmm", "lincomb",
+__all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "layer_mean", "sddmm", "lincomb", "bpr_loss", "sq_norm_rows",
            "spmm_edge", "gather", "gemm", "elementwise", "warmup", "SDDMM_OPS"]
 
 SDDMM_OPS = ("dot", "mul")
@@ -316,6 +316,70 @@ def gather(table: torch.Tensor, idx: torch.Tensor, *, layer: int = -1) -> torch.
     if idx.dim() != 1 or idx.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"gather: idx must be a 1-D int32/int64 tensor, got {tuple(idx.shape)} {idx.dtype}")
     return _Gather.apply(table, idx, layer, _current)
+
+
+# -- fused loss terms -------------------------------------------------------------
+class _RowsLoss(torch.autograd.Function):
+    """A scalar loss over gathered rows whose gradient the kernel computes in the same pass
+    (``kind`` "bpr": mean BPR over (u, p, n) row triples; "l2": ``coef/2 * sum ||row||^2``).
+    The backward hands that gradient on (scaled only when the incoming gradient is not 1)."""
+
+    @staticmethod
+    def forward(ctx, table, kind, idx, coef, name, layer, bname):
+        ctx.args = (table.detach(), kind, idx, coef, name, layer, bname)
+        val, ctx.grad = _RowsLoss.run(*ctx.args)
+        return table.new_tensor(val)
+
+    @staticmethod
+    def run(table, kind, idx, coef, name, layer, bname, phase=None):
+        be = _backend(bname)
+        n_table, D, f = table.shape[0], table.shape[1], _elem(table)
+        if kind == "bpr":
+            u, p, n = idx
+            cost = lambda: costs.bpr_rows(u.shape[0], n_table, D, f, u.element_size())  # noqa: E731
+            return _timed(name, layer, phase, bname, cost, be.bpr_rows, table, u, p, n)
+        cost = lambda: costs.sq_norm_rows(idx.shape[0], n_table, D, f, idx.element_size())  # noqa: E731
+        return _timed(name, layer, phase, bname, cost, be.sq_norm_rows, table, idx, coef)
+
+    @staticmethod
+    def backward(ctx, g):
+        # hand the gradient over without keeping a reference (autograd may then adopt it as
+        # .grad without a copy); a second backward through a retained graph recomputes it
+        grad, ctx.grad = ctx.grad, None
+        if grad is None:
+            grad = _RowsLoss.run(*ctx.args, phase="backward")[1]
+        scale = float(g)
+        nb = grad.numel() * _elem(grad) if scale != 1.0 else 0  # a loss's gradient is usually 1: nothing to do
+        grad = _timed(ctx.args[4], ctx.args[5], "backward", ctx.args[6],
+                      lambda: costs._cost(nb, nb, nb // _elem(grad), "stream"),
+                      (lambda: grad) if scale == 1.0 else (lambda: grad.mul_(scale)))
+        return grad, None, None, None, None, None, None
+
+
+def _check_rows(what: str, table: torch.Tensor, *idx: torch.Tensor) -> None:
+    if table.dim() != 2 or table.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"{what}: table must be a 2-D float32/float64 tensor, got {tuple(table.shape)} {table.dtype}")
+    for t in idx:
+        if t.dim() != 1 or t.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"{what}: row indices must be 1-D int32/int64 tensors, got {tuple(t.shape)} {t.dtype}")
+    if any(t.shape != idx[0].shape for t in idx):
+        raise ValueError(f"{what}: index tensors differ in length: {[tuple(t.shape) for t in idx]}")
+
+
+def bpr_loss(out: torch.Tensor, u_rows, p_rows, n_rows, *, layer: int = -1) -> torch.Tensor:
+    """Mean BPR loss ``softplus(-(out[u].out[p] - out[u].out[n]))`` over row triples, with its
+    gradient computed in the same pass (no gathered copies, no scatter in backward). Recorded
+    as ``bpr_loss`` (random row reads of ``out``, pattern "gather")."""
+    _check_rows("bpr_loss", out, u_rows, p_rows, n_rows)
+    return _RowsLoss.apply(out, "bpr", (u_rows.contiguous(), p_rows.contiguous(), n_rows.contiguous()), 0.0,
+                           "bpr_loss", layer, _current)
+
+
+def sq_norm_rows(table: torch.Tensor, idx, coef: float = 1.0, *, layer: int = 0) -> torch.Tensor:
+    """``coef * 0.5 * sum_i ||table[idx[i]]||^2`` (an L2 term on gathered rows, duplicates counted
+    each time), gradient in the same pass. Recorded as ``l2_reg``."""
+    _check_rows("sq_norm_rows", table, idx)
+    return _RowsLoss.apply(table, "l2", idx.contiguous(), float(coef), "l2_reg", layer, _current)
 
 
 # -- dense ops (torch, recorded) ----------------------------------------------

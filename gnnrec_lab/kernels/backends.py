@@ -172,6 +172,17 @@ class NativeBackend(Backend):
                 self._call(nk.edge_aggregate, t_indptr, t_rows, None, None, None, gn, perm, un, gv.numpy(), tb)
         return gu, gv
 
+    def bpr_rows(self, out, u, p, n):
+        g = torch.zeros_like(out)
+        loss = self._call(nk.bpr_rows, _np(out), _np(u), _np(p), _np(n), g.numpy())
+        return loss, g
+
+    def sq_norm_rows(self, table, idx, coef):
+        g = torch.zeros_like(table)
+        tn = _np(table)
+        val = self._call(nk.sq_norm_rows, tn, _np(idx), tn.dtype.type(coef), g.numpy())
+        return val, g
+
     def gather(self, table, idx):
         tn, ix = _np(table), _np(idx)
         out = torch.empty((ix.shape[0], tn.shape[1]), dtype=table.dtype)
@@ -251,6 +262,23 @@ class TorchBackend(Backend):
             gv = torch.zeros((adj.n_cols, v.shape[1]), dtype=v.dtype).index_add_(
                 0, cols, ge * u.detach().index_select(0, rows))
         return gu, gv
+
+    def bpr_rows(self, out, u, p, n):
+        o = out.detach()
+        u, p, n = u.long(), p.long(), n.long()
+        ou, op, on = o[u], o[p], o[n]
+        s = (ou * (op - on)).sum(1)
+        loss = float(torch.nn.functional.softplus(-s).mean())
+        gs = (-torch.sigmoid(-s) / u.shape[0])[:, None]
+        g = torch.zeros_like(o)
+        g.index_add_(0, u, gs * (op - on)).index_add_(0, p, gs * ou).index_add_(0, n, -gs * ou)
+        return loss, g
+
+    def sq_norm_rows(self, table, idx, coef):
+        t = table.detach()
+        rows = t[idx.long()]
+        g = torch.zeros_like(t).index_add_(0, idx.long(), coef * rows)
+        return 0.5 * coef * float(rows.double().pow(2).sum()), g
 
     def gather(self, table, idx):
         return table.detach().index_select(0, idx.long())

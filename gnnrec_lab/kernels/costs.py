@@ -121,6 +121,21 @@ def scatter_add(n: int, n_table: int, dim: int, elem: int, idx_bytes: int) -> di
                  dim * elem, 2 * rows)
 
 
+def bpr_rows(b: int, n_table: int, dim: int, elem: int, idx_bytes: int) -> dict:
+    """Fused BPR loss over ``b`` triples with its gradient: read 3b indices and 3b random rows,
+    zero the dense ``(n_table, D)`` gradient, read-modify-write 3b random gradient rows;
+    ~8 flops per element of a triple (two dots as one, three row updates)."""
+    rows = 3 * b * dim * elem
+    return _cost(3 * b * idx_bytes + 2 * rows, n_table * dim * elem + rows, 8 * b * dim, "gather",
+                 dim * elem, 2 * rows)
+
+
+def sq_norm_rows(m: int, n_table: int, dim: int, elem: int, idx_bytes: int) -> dict:
+    """Fused L2 term over ``m`` gathered rows with its gradient (as :func:`bpr_rows`, one row per index)."""
+    rows = m * dim * elem
+    return _cost(m * idx_bytes + 2 * rows, n_table * dim * elem + rows, 4 * m * dim, "gather", dim * elem, 2 * rows)
+
+
 def gemm(m: int, k: int, n: int, elem: int) -> dict:
     """``(m,k) @ (k,n)``: both operands read once, the result written once."""
     return _cost((m * k + k * n) * elem, m * n * elem, 2 * m * k * n, "compute")

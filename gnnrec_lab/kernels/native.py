@@ -207,6 +207,53 @@ def sddmm_mul(indptr, indices, u, v, out, bounds):
     return out
 
 
+@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz"})
+def bpr_rows(out, u, p, n, gout):
+    """Mean BPR loss ``softplus(-(out[u].out[p] - out[u].out[n]))`` over the triples, and its
+    gradient added into ``gout`` (zeroed by the caller): one pass, each row read once per use.
+
+    Serial: a batch is small next to the propagation, and its rows repeat (a scatter with
+    duplicates would need atomics). The dot is reassociated (vectorised); softplus and the
+    sigmoid are taken in float64 (torch's threshold: softplus(x) = x for x > 20)."""
+    B = u.shape[0]
+    D = out.shape[1]
+    zero = np.zeros(1, dtype=out.dtype)[0]
+    total = 0.0
+    inv = 1.0 / B
+    for i in range(B):
+        a, b, c = u[i], p[i], n[i]
+        s = zero
+        for d in range(D):
+            s += out[a, d] * (out[b, d] - out[c, d])
+        x = -float(s)
+        total += x if x > 20.0 else np.log1p(np.exp(x))
+        gs = out.dtype.type(-inv / (1.0 + np.exp(-x)))  # d loss / d s = -sigmoid(x) / B
+        for d in range(D):
+            ua = out[a, d]
+            gout[a, d] += gs * (out[b, d] - out[c, d])
+            gout[b, d] += gs * ua
+            gout[c, d] -= gs * ua
+    return total * inv
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz"})
+def sq_norm_rows(table, idx, coef, g):
+    """``coef * 0.5 * sum_i ||table[idx[i]]||^2`` and its gradient ``coef * table[idx[i]]``
+    added into ``g`` (zeroed by the caller) per occurrence."""
+    D = table.shape[1]
+    zero = np.zeros(1, dtype=table.dtype)[0]
+    total = 0.0
+    for i in range(idx.shape[0]):
+        j = idx[i]
+        s = zero
+        for d in range(D):
+            v = table[j, d]
+            s += v * v
+            g[j, d] += coef * v
+        total += float(s)
+    return 0.5 * float(coef) * total
+
+
 @njit(**_JIT)
 def gather_rows(table, idx, out):
     """out[i] = table[idx[i]]."""

@@ -51,6 +51,9 @@ def attribute(name: str, phase: str, layer: int, pattern: str) -> dict:
       layer input (embeddings at forward layer 0, else activations), writes of activations;
     * ``gather*`` / ``scatter*``: random rows of embeddings (layer 0) or the model output
       (activations, layer != 0); backward scatters write gradients; the dense side is buffers;
+    * ``bpr_loss`` / ``l2_reg`` (fused loss terms): random row reads of the model output
+      (activations) or of the embeddings (layer 0); their gradients, dense and scattered, are
+      activations (bpr_loss) or gradients (l2_reg);
     * evaluation: reads activations (the final embeddings), writes score buffers;
     * loss: buffers; anything else (gemm, elementwise): activations.
     """
@@ -76,6 +79,11 @@ def attribute(name: str, phase: str, layer: int, pattern: str) -> dict:
     if n.startswith("spmm"):
         return {"stream_read": {"graph": 1.0}, "stream_write": {"activations": 1.0},
                 "random_read": {node_rows: 1.0}, "random_write": {"activations": 1.0}}
+    if n.startswith("bpr") or n.startswith("l2_reg"):
+        rows = "embeddings" if layer == 0 else "activations"
+        grads = "gradients" if layer == 0 else "activations"
+        return {"stream_read": {rows: 1.0}, "stream_write": {grads: 1.0},
+                "random_read": {rows: 1.0}, "random_write": {grads: 1.0}}
     if n.startswith("gather") or n.startswith("scatter") or n.startswith("embedding"):
         rows = "embeddings" if layer == 0 else "activations"
         wrows = "gradients" if (phase == "backward" and layer == 0) else rows
