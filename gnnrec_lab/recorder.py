@@ -72,12 +72,16 @@ class Recorder:
 
     @contextlib.contextmanager
     def timed(self, name: str, **kw) -> Iterator[None]:
-        """Time a block and record it under ``name`` (kw as in :meth:`record`)."""
+        """Time a block and record it under ``name`` (kw as in :meth:`record`); compilation
+        added to ``jit_seconds`` inside the block is not counted."""
+        jit0 = self.jit_seconds
         t0 = time.perf_counter_ns()
         try:
             yield
         finally:
-            self.record(name, time.perf_counter_ns() - t0, **kw)
+            ns = time.perf_counter_ns() - t0
+            jit = self.jit_seconds - jit0
+            self.record(name, max(0, ns - int(jit * 1e9)) if jit else ns, **kw)
 
     def clear(self) -> None:
         self.records.clear()

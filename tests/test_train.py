@@ -147,3 +147,19 @@ def test_run_in_a_modeled_memory_mode_carries_a_labelled_projection(tmp_path, mo
     assert m["modeled_s_per_step"] >= m["measured_s_per_step"] > 0  # a slower tier never predicts faster
     assert all(k["kind"] == "modeled" for k in m["kernels"])
     assert run(RunConfig(**TINY | {"epochs": 1, "max_steps_per_epoch": 1})).modeled == {}  # DRAM: measured only
+
+
+def test_fused_adam_follows_torch_adam():
+    from gnnrec_lab.optim import FusedAdam
+    torch.manual_seed(0)
+    w = torch.randn(300, 7)
+    a, b = torch.nn.Parameter(w.clone()), torch.nn.Parameter(w.clone())
+    ta, fa = torch.optim.Adam([a], lr=1e-2), FusedAdam([b], lr=1e-2)
+    for step in range(20):
+        g = torch.randn(300, 7) * (step + 1)
+        a.grad, b.grad = g.clone(), g.clone()
+        ta.step()
+        fa.step()
+    assert torch.allclose(a, b, atol=1e-6, rtol=1e-5) and not torch.equal(a, w)
+    assert torch.allclose(ta.state[a]["exp_avg_sq"], fa.state[b]["exp_avg_sq"], rtol=1e-5)
+    assert float(fa.state[b]["step"]) == 20

@@ -548,5 +548,9 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
             blk = CSR(np.array([0, 1, 2], dtype=np.int64), np.array([1, 2], dtype=np.int32), 2, 3, None,
                       np.ones(2, dtype=np.float32), np.ones(3, dtype=np.float32))
             layer_mean([blk], torch.ones((3, 2), dtype=dtype, requires_grad=True), 0.5).sum().backward()
+            from ..optim import FusedAdam
+            p = torch.nn.Parameter(torch.ones(3, 2, dtype=dtype))
+            p.grad = torch.ones_like(p)
+            FusedAdam([p]).step()
         rec.jit_seconds += scratch.jit_seconds
     return rec.jit_seconds - j0

@@ -255,6 +255,21 @@ def sq_norm_rows(table, idx, coef, g):
 
 
 @njit(**_JIT)
+def adam_update(p, g, m, v, b2, omb1, omb2, eps, step_size, bc2_sqrt, bounds):
+    """One Adam step over flat float arrays, in one pass (torch.optim.Adam's formulas, with
+    ``omb1 = 1-b1`` and ``omb2 = 1-b2`` rounded from double as torch does: ``m += omb1 (g-m)``,
+    ``v = b2 v + omb2 g^2``, ``p -= step_size * m / (sqrt(v)/bc2_sqrt + eps)``)."""
+    for ch in prange(bounds.shape[0] - 1):
+        for i in range(bounds[ch], bounds[ch + 1]):
+            gi = g[i]
+            mi = m[i] + omb1 * (gi - m[i])
+            vi = v[i] * b2 + omb2 * gi * gi
+            m[i] = mi
+            v[i] = vi
+            p[i] -= step_size * (mi / (np.sqrt(vi) / bc2_sqrt + eps))
+
+
+@njit(**_JIT)
 def gather_rows(table, idx, out):
     """out[i] = table[idx[i]]."""
     D = table.shape[1]
