@@ -1,6 +1,6 @@
 """Optimizers and the learning-rate schedule of a run.
 
-Adam, AdamW and SGD (with momentum) are torch's; LAMB (You et al., ICLR 2020)
+AdamW and SGD (with momentum) are torch's; Adam is :class:`FusedAdam` (torch's formulas, one native pass per tensor); LAMB (You et al., ICLR 2020)
 is implemented here since torch has none. :func:`lr_at` gives the learning
 rate of a step: the batch-size scaling rule, a linear warm-up, then an
 optional schedule.
@@ -81,19 +81,10 @@ class FusedAdam(torch.optim.Optimizer):
                 t = float(st["step"])
                 f = np.dtype(str(p.dtype).removeprefix("torch.")).type
                 flat = [x.detach().view(-1).numpy() for x in (p, p.grad.contiguous(), st["exp_avg"], st["exp_avg_sq"])]
-                bounds = _chunks(flat[0].shape[0])
                 args = (*flat, f(b2), f(1 - b1), f(1 - b2), f(group["eps"]), f(group["lr"] / (1 - b1 ** t)),
-                        f(math.sqrt(1 - b2 ** t)), bounds)
+                        f(math.sqrt(1 - b2 ** t)))
                 NativeBackend._call(nk.adam_update, *args)  # compile time goes to the recorder's jit_seconds
         return loss
-
-
-def _chunks(n: int):
-    import numpy as np
-
-    from .kernels import native as nk
-    parts = 1 if n < 1 << 16 else nk.threads()  # small tensors: one thread, no team wake-up
-    return np.linspace(0, n, parts + 1).astype(np.int64)
 
 
 def build_optimizer(config, params):

@@ -255,18 +255,21 @@ def sq_norm_rows(table, idx, coef, g):
 
 
 @njit(**_JIT)
-def adam_update(p, g, m, v, b2, omb1, omb2, eps, step_size, bc2_sqrt, bounds):
+def adam_update(p, g, m, v, b2, omb1, omb2, eps, step_size, bc2_sqrt):
     """One Adam step over flat float arrays, in one pass (torch.optim.Adam's formulas, with
     ``omb1 = 1-b1`` and ``omb2 = 1-b2`` rounded from double as torch does: ``m += omb1 (g-m)``,
-    ``v = b2 v + omb2 g^2``, ``p -= step_size * m / (sqrt(v)/bc2_sqrt + eps)``)."""
-    for ch in prange(bounds.shape[0] - 1):
-        for i in range(bounds[ch], bounds[ch + 1]):
-            gi = g[i]
-            mi = m[i] + omb1 * (gi - m[i])
-            vi = v[i] * b2 + omb2 * gi * gi
-            m[i] = mi
-            v[i] = vi
-            p[i] -= step_size * (mi / (np.sqrt(vi) / bc2_sqrt + eps))
+    ``v = b2 v + omb2 g^2``, ``p -= step_size * m / (sqrt(v)/bc2_sqrt + eps)``).
+
+    The loop index comes straight from ``prange(n)``: an index read from an array (chunk
+    bounds) may be negative, numba then emits a wrap-around test per access and LLVM does
+    not vectorise the loop (15x slower here)."""
+    for i in prange(p.shape[0]):
+        gi = g[i]
+        mi = m[i] + omb1 * (gi - m[i])
+        vi = v[i] * b2 + omb2 * gi * gi
+        m[i] = mi
+        v[i] = vi
+        p[i] -= step_size * (mi / (np.sqrt(vi) / bc2_sqrt + eps))
 
 
 @njit(**_JIT)
@@ -285,31 +288,48 @@ def scatter_add_rows(idx, src, out, col_blocks):
     """out[idx[i]] += src[i]; ``out`` must be zeroed by the caller.
 
     Parallel over column blocks rather than rows: duplicate indices then never
-    race (each thread owns disjoint columns) and no atomics are needed."""
+    race (each thread owns disjoint columns) and no atomics are needed. The block
+    is sliced so the inner loop runs from 0 (see :func:`stream_copy` on why)."""
     n = idx.shape[0]
     for b in prange(col_blocks.shape[0] - 1):
-        d0, d1 = col_blocks[b], col_blocks[b + 1]
+        d0 = col_blocks[b]
+        w = col_blocks[b + 1] - d0
         for i in range(n):
-            j = idx[i]
-            for d in range(d0, d1):
-                out[j, d] += src[i, d]
+            o = out[idx[i], d0:d0 + w]
+            x = src[i, d0:d0 + w]
+            for d in range(w):
+                o[d] += x[d]
     return out
 
 
 @njit(**_JIT)
 def stream_copy(a, b, bounds):
-    """b[:] = a[:] (STREAM copy), parallel over ``bounds`` chunks."""
+    """b[:] = a[:] (STREAM copy), parallel over ``bounds`` chunks.
+
+    Each chunk works on slices indexed from 0: an index taken from ``bounds`` may be
+    negative as far as numba knows, and the wrap-around test it then emits per access
+    keeps LLVM from vectorising the loop (a scalar triad measured 6.5 GB/s where the
+    vectorised one moves 31 GB/s on this VM)."""
     for ch in prange(bounds.shape[0] - 1):
-        for i in range(bounds[ch], bounds[ch + 1]):
-            b[i] = a[i]
+        s0 = bounds[ch]
+        n = bounds[ch + 1] - s0
+        src = a[s0:s0 + n]
+        dst = b[s0:s0 + n]
+        for i in range(n):
+            dst[i] = src[i]
 
 
 @njit(**_JIT)
 def stream_triad(a, b, c, s, bounds):
-    """a[:] = b[:] + s * c[:] (STREAM triad)."""
+    """a[:] = b[:] + s * c[:] (STREAM triad); chunk slices as in :func:`stream_copy`."""
     for ch in prange(bounds.shape[0] - 1):
-        for i in range(bounds[ch], bounds[ch + 1]):
-            a[i] = b[i] + s * c[i]
+        s0 = bounds[ch]
+        n = bounds[ch + 1] - s0
+        aa = a[s0:s0 + n]
+        bb = b[s0:s0 + n]
+        cc = c[s0:s0 + n]
+        for i in range(n):
+            aa[i] = bb[i] + s * cc[i]
 
 
 @njit(**_JIT)
