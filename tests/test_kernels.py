@@ -349,3 +349,15 @@ def test_fused_loss_records_bytes_and_a_backward_handover():
     assert (b.bytes_read, b.bytes_written) == (0, 0)  # incoming gradient 1: the gradient is handed over
     with pytest.raises(ValueError, match="differ in length"):
         kernels.bpr_loss(out, u, p, n[:2])
+
+
+def test_large_outputs_get_their_own_zeroed_mapping_and_small_ones_torchs():
+    from gnnrec_lab.kernels import buffers
+    big = buffers.zeros((buffers.HUGE_MIN_BYTES // 4 // 64 + 1, 64))
+    assert big.dtype == torch.float32 and big.shape[1] == 64 and not big.any()
+    assert big.data_ptr() % 4096 == 0  # its own mapping (malloc'd memory starts past a chunk header)
+    assert torch.zeros(big.shape).data_ptr() % 4096 != 0  # ... which is how torch's allocation starts
+    big[-1, -1] = 2.0
+    assert float(big.sum()) == 2.0
+    small = buffers.empty((3, 4), torch.float64)
+    assert small.shape == (3, 4) and small.dtype == torch.float64

@@ -48,7 +48,7 @@ import torch
 
 from ..errors import UserError
 from ..recorder import get_recorder
-from . import costs
+from . import buffers, costs
 from .backends import BACKEND_CLASSES
 
 __all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "layer_mean", "sddmm", "lincomb", "bpr_loss", "sq_norm_rows",
@@ -182,7 +182,7 @@ class _LayerMean(torch.autograd.Function):
         be = _backend(bname)
         ctx.blocks, ctx.weight, ctx.bname = blocks, weight, bname
         n_out, D, f = blocks[0].n_rows, x.shape[1], _elem(x)
-        acc = torch.empty((n_out, D), dtype=x.dtype)
+        acc = buffers.empty((n_out, D), x.dtype)
         cur = x
         for k, blk in enumerate(reversed(blocks)):
             init = x[:n_out] if k == 0 else None

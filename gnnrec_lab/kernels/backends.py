@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 import torch
 
+from . import buffers
 from . import native as nk
 
 
@@ -118,7 +119,7 @@ class NativeBackend(Backend):
 
     def spmm_fused(self, adj, x, alpha=1.0, acc=None, init=None, addend=None, beta=1.0):
         xn = _np(x)
-        out = torch.empty((adj.n_rows, xn.shape[1]), dtype=x.dtype)
+        out = buffers.empty((adj.n_rows, xn.shape[1]), x.dtype)
         vals, rs, cs = self._weights(adj, xn.dtype)
         f = xn.dtype.type
         opt = lambda t: None if t is None else _np(t)  # noqa: E731
@@ -128,7 +129,7 @@ class NativeBackend(Backend):
 
     def spmm_edge(self, adj, m):
         mn = _np(m)
-        out = torch.empty((adj.n_rows, mn.shape[1]), dtype=m.dtype)
+        out = buffers.empty((adj.n_rows, mn.shape[1]), m.dtype)
         vals, rs, cs = self._weights(adj, mn.dtype)
         self._call(nk.edge_aggregate, adj.indptr, adj.indices, vals, rs, cs, mn, None, None, out.numpy(),
                    self._bounds(adj))
@@ -136,7 +137,7 @@ class NativeBackend(Backend):
 
     def edge_broadcast(self, adj, g):
         gn = _np(g)
-        out = torch.empty((adj.nnz, gn.shape[1]), dtype=g.dtype)
+        out = buffers.empty((adj.nnz, gn.shape[1]), g.dtype)
         vals, rs, cs = self._weights(adj, gn.dtype)
         self._call(nk.edge_broadcast, adj.indptr, adj.indices, vals, rs, cs, gn, out.numpy(), self._bounds(adj))
         return out
@@ -144,10 +145,10 @@ class NativeBackend(Backend):
     def sddmm(self, adj, u, v, op):
         un, vn = _np(u), _np(v)
         if op == "dot":
-            out = torch.empty(adj.nnz, dtype=u.dtype)
+            out = buffers.empty((adj.nnz,), u.dtype)
             self._call(nk.sddmm_dot, adj.indptr, adj.indices, un, vn, out.numpy(), self._bounds(adj))
         else:
-            out = torch.empty((adj.nnz, un.shape[1]), dtype=u.dtype)
+            out = buffers.empty((adj.nnz, un.shape[1]), u.dtype)
             self._call(nk.sddmm_mul, adj.indptr, adj.indices, un, vn, out.numpy(), self._bounds(adj))
         return out
 
@@ -156,7 +157,7 @@ class NativeBackend(Backend):
         D = un.shape[1]
         gu = gv = None
         if need_u:
-            gu = torch.empty((adj.n_rows, D), dtype=u.dtype)
+            gu = buffers.empty((adj.n_rows, D), u.dtype)
             if op == "dot":
                 self._call(nk.spmm, adj.indptr, adj.indices, gn, None, None, None, vn, gu.numpy(), self._bounds(adj),
                            *_plain(un.dtype))
@@ -165,7 +166,7 @@ class NativeBackend(Backend):
                            self._bounds(adj))
         if need_v:
             t_indptr, t_rows, perm, tb = self._tstruct(adj)
-            gv = torch.empty((adj.n_cols, D), dtype=v.dtype)
+            gv = buffers.empty((adj.n_cols, D), v.dtype)
             if op == "dot":
                 self._call(nk.spmm, t_indptr, t_rows, gn, perm, None, None, un, gv.numpy(), tb, *_plain(un.dtype))
             else:
@@ -173,26 +174,26 @@ class NativeBackend(Backend):
         return gu, gv
 
     def bpr_rows(self, out, u, p, n):
-        g = torch.zeros_like(out)
+        g = buffers.zeros(out.shape, out.dtype)
         loss = self._call(nk.bpr_rows, _np(out), _np(u), _np(p), _np(n), g.numpy())
         return loss, g
 
     def sq_norm_rows(self, table, idx, coef):
-        g = torch.zeros_like(table)
+        g = buffers.zeros(table.shape, table.dtype)
         tn = _np(table)
         val = self._call(nk.sq_norm_rows, tn, _np(idx), tn.dtype.type(coef), g.numpy())
         return val, g
 
     def gather(self, table, idx):
         tn, ix = _np(table), _np(idx)
-        out = torch.empty((ix.shape[0], tn.shape[1]), dtype=table.dtype)
+        out = buffers.empty((ix.shape[0], tn.shape[1]), table.dtype)
         self._call(nk.gather_rows, tn, ix, out.numpy())
         return out
 
     def scatter_add(self, idx, src, n_rows):
         sn, ix = _np(src), _np(idx)
         D = sn.shape[1]
-        out = torch.zeros((n_rows, D), dtype=src.dtype)
+        out = buffers.zeros((n_rows, D), src.dtype)
         blocks = np.unique(np.linspace(0, D, min(nk.threads(), max(D, 1)) + 1).astype(np.int64))
         self._call(nk.scatter_add_rows, ix, sn, out.numpy(), blocks)
         return out
