@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from .. import kernels
+from ..kernels import buffers
 
 
 class LightGCN(nn.Module):
@@ -27,7 +28,7 @@ class LightGCN(nn.Module):
         super().__init__()
         self.n_users, self.n_items, self.dim, self.layers = n_users, n_items, dim, layers
         self.init_std = init_std
-        self.embedding = nn.Parameter(torch.empty(n_users + n_items, dim))
+        self.embedding = nn.Parameter(buffers.empty((n_users + n_items, dim)))  # huge pages when large
         self.reset_parameters()
 
     def reset_parameters(self):

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from .. import kernels
+from ..kernels import buffers
 
 
 class NGCF(nn.Module):
@@ -41,7 +42,7 @@ class NGCF(nn.Module):
             raise ValueError(f"form must be 'edge' or 'node', got {form!r}")
         self.n_users, self.n_items, self.dim, self.layers, self.form = n_users, n_items, dim, layers, form
         self.init_std = init_std
-        self.embedding = nn.Parameter(torch.empty(n_users + n_items, dim))
+        self.embedding = nn.Parameter(buffers.empty((n_users + n_items, dim)))  # huge pages when large
         self.W1 = nn.ParameterList([nn.Parameter(torch.empty(dim, dim)) for _ in range(layers)])
         self.W2 = nn.ParameterList([nn.Parameter(torch.empty(dim, dim)) for _ in range(layers)])
         self.b1 = nn.ParameterList([nn.Parameter(torch.zeros(dim)) for _ in range(layers)])
