@@ -361,3 +361,20 @@ def test_large_outputs_get_their_own_zeroed_mapping_and_small_ones_torchs():
     assert float(big.sum()) == 2.0
     small = buffers.empty((3, 4), torch.float64)
     assert small.shape == (3, 4) and small.dtype == torch.float64
+
+
+def test_column_blocked_spmm_matches_the_plain_product(monkeypatch):
+    adj = _bipartite(n_users=40, n_items=30, n=400, seed=5)
+    x = torch.randn(adj.n_cols, 8, dtype=torch.float64, requires_grad=True)
+    plain = kernels.spmm(adj, x).detach()
+    monkeypatch.setattr(native, "COL_BLOCK_BYTES", 1500)  # 70 rows of 64 B = 4480 B -> 3 blocks
+    assert native.col_block_count(adj.n_cols, 64) == 3
+    ip2, ind, b2 = native.col_blocks(adj.indptr, adj.indices, adj.n_cols, 3, 4)
+    assert ip2.shape == (3, adj.n_rows + 1) and sorted(ind.tolist()) == sorted(adj.indices.tolist())
+    width = -(-adj.n_cols // 3)
+    for b in range(3):  # block b holds exactly the entries whose column falls in its slice
+        assert all(b * width <= c < (b + 1) * width for c in ind[ip2[b, 0]:ip2[b, -1]])
+    adj.__dict__.pop("_kern", None)
+    blocked = kernels.spmm(adj, x)
+    assert torch.allclose(blocked, plain, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda t: kernels.layer_mean([adj] * 2, t, 1 / 3), (x,))

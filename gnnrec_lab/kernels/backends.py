@@ -123,9 +123,26 @@ class NativeBackend(Backend):
         vals, rs, cs = self._weights(adj, xn.dtype)
         f = xn.dtype.type
         opt = lambda t: None if t is None else _np(t)  # noqa: E731
-        self._call(nk.spmm, adj.indptr, adj.indices, vals, None, rs, cs, xn, out.numpy(), self._bounds(adj),
+        ip2, ind, b2 = self._blocked(adj, xn.shape[1] * xn.itemsize) if vals is None else self._plain_layout(adj)
+        self._call(nk.spmm, ip2, ind, vals, None, rs, cs, xn, out.numpy(), b2,
                    f(alpha), None if acc is None else acc.numpy(), opt(init), opt(addend), f(beta))
         return out
+
+    def _plain_layout(self, adj):
+        return adj.indptr[None, :], adj.indices, self._bounds(adj)[None, :]
+
+    def _blocked(self, adj, row_bytes: int):
+        """The column-blocked layout of ``adj`` for x rows of ``row_bytes`` (cached per block count)."""
+        nb = nk.col_block_count(adj.n_cols, row_bytes)
+        if nb == 1:
+            return self._plain_layout(adj)
+        aux = _aux(adj)
+        key = ("colblocks", nb, nk.threads())
+        lay = aux.get(key)
+        if lay is None:
+            lay = aux[key] = nk.col_blocks(adj.indptr, adj.indices, adj.n_cols, nb,
+                                            nk.CHUNKS_PER_THREAD * nk.threads())
+        return lay
 
     def spmm_edge(self, adj, m):
         mn = _np(m)
@@ -159,8 +176,8 @@ class NativeBackend(Backend):
         if need_u:
             gu = buffers.empty((adj.n_rows, D), u.dtype)
             if op == "dot":
-                self._call(nk.spmm, adj.indptr, adj.indices, gn, None, None, None, vn, gu.numpy(), self._bounds(adj),
-                           *_plain(un.dtype))
+                self._call(nk.spmm, *self._plain_layout(adj)[:2], gn, None, None, None, vn, gu.numpy(),
+                           self._bounds(adj)[None, :], *_plain(un.dtype))
             else:
                 self._call(nk.edge_aggregate, adj.indptr, adj.indices, None, None, None, gn, None, vn, gu.numpy(),
                            self._bounds(adj))
@@ -168,7 +185,8 @@ class NativeBackend(Backend):
             t_indptr, t_rows, perm, tb = self._tstruct(adj)
             gv = buffers.empty((adj.n_cols, D), v.dtype)
             if op == "dot":
-                self._call(nk.spmm, t_indptr, t_rows, gn, perm, None, None, un, gv.numpy(), tb, *_plain(un.dtype))
+                self._call(nk.spmm, t_indptr[None, :], t_rows, gn, perm, None, None, un, gv.numpy(), tb[None, :],
+                           *_plain(un.dtype))
             else:
                 self._call(nk.edge_aggregate, t_indptr, t_rows, None, None, None, gn, perm, un, gv.numpy(), tb)
         return gu, gv

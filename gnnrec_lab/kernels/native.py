@@ -66,55 +66,110 @@ def spmm(indptr, indices, values, eperm, row_scale, col_scale, x, out, bounds,
       ``acc[r] = (beta * init[r] if init is not None else acc[r]) + beta * out[r]``;
     * ``addend`` given (the mean's backward): for r < len(addend), ``out[r] += beta * addend[r]``.
 
+    ``indptr`` and ``bounds`` are 2-D, one row per *column block* (``indptr[b]`` the
+    row pointers of the entries whose column falls in block b, offsets into one
+    block-major ``indices``; ``bounds[b]`` its nnz-balanced row chunks). Blocks run one
+    after another, each pass gathering only from its slice of ``x``, which then stays in
+    the last-level cache (see :func:`col_blocks`); a plain CSR is one block.
+
     Edges are taken four at a time, ``out[r] += (w0 x0 + w1 x1) + (w2 x2 + w3 x3)``:
     one load/store of the output row per four edges instead of per edge, and four
     independent products per add chain (1.5x on cache-resident graphs). The order of
-    the sum is fixed by the CSR, so results repeat bit for bit."""
+    the sum is fixed by the CSR and the blocking, so results repeat bit for bit."""
     D = x.shape[1]
+    nb = indptr.shape[0]
     one = np.ones(1, dtype=out.dtype)[0]
-    for ch in prange(bounds.shape[0] - 1):
-        for r in range(bounds[ch], bounds[ch + 1]):
-            for d in range(D):
-                out[r, d] = 0
-            e = indptr[r]
-            end = indptr[r + 1]
-            while e + 4 <= end:
-                c0 = indices[e]
-                c1 = indices[e + 1]
-                c2 = indices[e + 2]
-                c3 = indices[e + 3]
-                w0 = _edge_weight(values, eperm, col_scale, e, c0, one)
-                w1 = _edge_weight(values, eperm, col_scale, e + 1, c1, one)
-                w2 = _edge_weight(values, eperm, col_scale, e + 2, c2, one)
-                w3 = _edge_weight(values, eperm, col_scale, e + 3, c3, one)
-                for d in range(D):
-                    out[r, d] += (w0 * x[c0, d] + w1 * x[c1, d]) + (w2 * x[c2, d] + w3 * x[c3, d])
-                e += 4
-            while e < end:
-                c = indices[e]
-                w = _edge_weight(values, eperm, col_scale, e, c, one)
-                for d in range(D):
-                    out[r, d] += w * x[c, d]
-                e += 1
-            s = alpha
-            if row_scale is not None:
-                s = s * row_scale[r]
-            if s != one:
-                for d in range(D):
-                    out[r, d] *= s
-            if acc is not None:
-                if r < acc.shape[0]:
-                    if init is not None:
-                        for d in range(D):
-                            acc[r, d] = beta * init[r, d] + beta * out[r, d]
-                    else:
-                        for d in range(D):
-                            acc[r, d] += beta * out[r, d]
-            if addend is not None:
-                if r < addend.shape[0]:
+    for b in range(nb):
+        ip = indptr[b]
+        bd = bounds[b]
+        for ch in prange(bd.shape[0] - 1):
+            for r in range(bd[ch], bd[ch + 1]):
+                if b == 0:
                     for d in range(D):
-                        out[r, d] += beta * addend[r, d]
+                        out[r, d] = 0
+                e = ip[r]
+                end = ip[r + 1]
+                while e + 4 <= end:
+                    c0 = indices[e]
+                    c1 = indices[e + 1]
+                    c2 = indices[e + 2]
+                    c3 = indices[e + 3]
+                    w0 = _edge_weight(values, eperm, col_scale, e, c0, one)
+                    w1 = _edge_weight(values, eperm, col_scale, e + 1, c1, one)
+                    w2 = _edge_weight(values, eperm, col_scale, e + 2, c2, one)
+                    w3 = _edge_weight(values, eperm, col_scale, e + 3, c3, one)
+                    for d in range(D):
+                        out[r, d] += (w0 * x[c0, d] + w1 * x[c1, d]) + (w2 * x[c2, d] + w3 * x[c3, d])
+                    e += 4
+                while e < end:
+                    c = indices[e]
+                    w = _edge_weight(values, eperm, col_scale, e, c, one)
+                    for d in range(D):
+                        out[r, d] += w * x[c, d]
+                    e += 1
+                if b == nb - 1:
+                    _finish_row(out, r, D, alpha, row_scale, acc, init, addend, beta, one)
     return out
+
+
+@njit(inline="always")
+def _finish_row(out, r, D, alpha, row_scale, acc, init, addend, beta, one):
+    s = alpha
+    if row_scale is not None:
+        s = s * row_scale[r]
+    if s != one:
+        for d in range(D):
+            out[r, d] *= s
+    if acc is not None:
+        if r < acc.shape[0]:
+            if init is not None:
+                for d in range(D):
+                    acc[r, d] = beta * init[r, d] + beta * out[r, d]
+            else:
+                for d in range(D):
+                    acc[r, d] += beta * out[r, d]
+    if addend is not None:
+        if r < addend.shape[0]:
+            for d in range(D):
+                out[r, d] += beta * addend[r, d]
+
+
+# Column blocking: x slices of about this size stay in a 32 MiB last-level cache together
+# with the output and index streams (measured on a 200k-node / 5M-nnz graph, D=64: 4 blocks
+# of 12 MiB 55 ms, 8 of 6 MiB 57 ms, 16 of 3 MiB 71 ms, unblocked 100 ms).
+COL_BLOCK_BYTES = 12 << 20
+MAX_COL_BLOCKS = 8  # beyond this the per-block row pointers (8 B per row per block) cost more than they save
+
+
+def col_block_count(n_cols: int, row_bytes: int) -> int:
+    """How many column blocks :func:`spmm` uses for an ``x`` of ``n_cols`` rows of
+    ``row_bytes``: 1 when x fits in one block or is too large to block usefully."""
+    nb = -(-n_cols * row_bytes // COL_BLOCK_BYTES)
+    return nb if 1 < nb <= MAX_COL_BLOCKS else 1
+
+
+def col_blocks(indptr, indices, n_cols: int, nb: int, n_chunks: int):
+    """The block-major layout of a CSR: ``(indptr2 (nb, n_rows+1), indices, bounds2)``,
+    entries ordered by column block, then row, then their CSR order; column blocks of
+    equal width. For nb == 1 the CSR's own arrays (no copy)."""
+    n_rows = indptr.shape[0] - 1
+    if nb == 1:
+        b = row_chunks(indptr, n_chunks)
+        return indptr[None, :], indices, b[None, :]
+    width = -(-n_cols // nb)
+    blk = (indices // width).astype(np.int64)
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(indptr))
+    order = np.argsort(blk * n_rows + rows, kind="stable")
+    counts = np.bincount(blk * n_rows + rows, minlength=nb * n_rows)
+    starts = np.zeros(nb * n_rows + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    indptr2 = np.empty((nb, n_rows + 1), dtype=np.int64)
+    for k in range(nb):
+        indptr2[k] = starts[k * n_rows:(k + 1) * n_rows + 1]
+    chunks = [row_chunks(indptr2[k] - indptr2[k, 0], n_chunks) for k in range(nb)]
+    width_b = max(len(c) for c in chunks)
+    bounds2 = np.array([np.concatenate([c, np.full(width_b - len(c), c[-1])]) for c in chunks], dtype=np.int64)
+    return indptr2, np.ascontiguousarray(indices[order]), bounds2
 
 
 @njit(**_JIT)

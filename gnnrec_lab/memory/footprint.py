@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import UserError
+from ..kernels.native import col_block_count
 
 F32 = 4
 EVAL_CHUNK_USERS = 1024
@@ -140,6 +141,9 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
              + 8 * c["n_interactions"])                                   # int32 [user, item] splits
     if edge_form:
         graph += (idx + 4) * e      # the transposed structure SDDMM's backward caches (row ids + entry perm)
+    nb = col_block_count(n, d * F32)
+    if nb > 1:                      # the column-blocked copy the native SpMM caches (indices + row pointers per block)
+        graph += idx * e + 8 * nb * (n + 1)
     params = F32 * n * d
     if config.model == "ngcf":
         params += L * (2 * d * d + 2 * d) * F32
