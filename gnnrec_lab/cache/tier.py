@@ -688,6 +688,28 @@ class CachedRows:
             return cand[np.lexsort((cand, self.last_use[cand], dirty, -self.next_use[cand]))]
         return cand[np.lexsort((cand, self.last_use[cand]))]     # lru (and static's unpinned rows)
 
+    def _oracle_victims(self, cand: np.ndarray, short: int) -> np.ndarray:
+        """``short`` of the resident rows ``cand`` to evict for the oracle: farthest next use first.
+        Rows whose next use ties with the last one taken (typically: no use in the window) are
+        equally good to Belady; among them clean rows go first (nothing to write back), then
+        dirty rows in runs of consecutive ids, longest runs first (one write call per run; this
+        disk's cost is per call), then least recently used."""
+        if short >= cand.size:
+            return self._victim_order(cand)
+        if short <= 0:
+            return cand[:0]
+        nu = self.next_use[cand]
+        kth = np.partition(nu, cand.size - short)[cand.size - short]   # the short-th farthest next use
+        sure = cand[nu > kth]          # all go (no full sort: this runs under the lock per prefetch job)
+        tie = cand[nu == kth]
+        rest = short - sure.size
+        tie = tie[np.lexsort((tie, self.last_use[tie]))]              # least recently used first
+        d = self.dirty[self.slot_of[tie]]
+        clean = tie[~d]
+        if clean.size >= rest:
+            return np.concatenate([sure, clean[:rest]])
+        return np.concatenate([sure, clean, _prefer_runs(tie[d], rest - clean.size)])
+
     def _refresh_next_use(self) -> None:
         """next_use from the batches known ahead (the current one included), up to L past the next fetch."""
         self.next_use[self._nu_rows] = INF
@@ -887,7 +909,7 @@ class CachedRows:
                 res = self.row_in[self.row_in >= 0]
                 # rows needed up to batch j (the current batch's rows are pinned at next_use = cur) stay
                 ok = self.ready[self.slot_of[res]] & (self.next_use[res] > j)
-                victims = self._victim_order(res[ok])[:short]
+                victims = self._oracle_victims(res[ok], short)
                 if victims.size:
                     wb.append(self._take(victims))
             take = min(missing.size, self._n_free())
@@ -1006,6 +1028,21 @@ class CachedRows:
         if self._io is not None:
             self._io.join(timeout=30)
         self.tier.close()
+
+
+def _prefer_runs(rows: np.ndarray, k: int) -> np.ndarray:
+    """``k`` of ``rows`` (distinct ids, in preference order), taking whole runs of consecutive ids
+    first, longest first; ties keep the given order."""
+    if k >= rows.size:
+        return rows
+    pref = np.arange(rows.size)
+    srt = np.argsort(rows, kind="stable")
+    ids = rows[srt]
+    run = np.concatenate([[0], np.cumsum(np.diff(ids) != 1)])
+    length = np.bincount(run)[run]
+    first_pref = np.minimum.reduceat(pref[srt], np.flatnonzero(np.diff(np.concatenate([[-1], run])) != 0))[run]
+    pick = np.lexsort((ids, first_pref, -length))[:k]
+    return ids[pick]
 
 
 def _concat_writes(parts: list) -> tuple:
