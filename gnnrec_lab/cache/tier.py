@@ -147,6 +147,22 @@ if _syscall is not None:
         return done
 
 
+if _syscall is not None:
+    @numba.njit(nogil=True)
+    def _aio_round(stage, cb, wpos, wsel, wv, rpos, rdest, out, nr_submit, nr_getevents, ctx, depth,
+                   events, err, ebuf):
+        """One round of an exchange without the GIL: stage the writes, run every call, move the
+        rows read to ``out[rdest]``."""
+        if wpos.size:
+            _stage_rows(stage, wpos, wsel, wv)
+        base = stage.ctypes.data
+        for i in range(cb.shape[0]):
+            cb[i, 3] += base
+        _aio_loop(nr_submit, nr_getevents, ctx, cb, depth, events, err, ebuf)
+        if err[0] == 0 and rpos.size:
+            _unstage_rows(stage, rpos, rdest, out)
+
+
 class _Aio:
     """One Linux native AIO context (``io_setup(2)``). :meth:`run` submits a table of iocbs (one
     int64[8] row each: the kernel's ``struct iocb``), keeps up to ``depth`` in flight, and waits
@@ -175,10 +191,19 @@ class _Aio:
     def run(self, cb: np.ndarray) -> None:
         if len(cb) == 0:
             return
-        err = self._err
-        err[:] = 0
-        _aio_loop(self._submit, self._getevents, self.ctx.value, cb, self.depth, self.events, err, self._ebuf)
-        kind, code, idx = (int(x) for x in err)
+        self._err[:] = 0
+        _aio_loop(self._submit, self._getevents, self.ctx.value, cb, self.depth, self.events, self._err, self._ebuf)
+        self._check(cb)
+
+    def run_round(self, stage, cb, wpos, wsel, wv, rpos, rdest, out) -> None:
+        """:func:`_aio_round` on this context (stage, submit, reap, unstage; no GIL)."""
+        self._err[:] = 0
+        _aio_round(stage, cb, wpos, wsel, wv, rpos, rdest, out, self._submit, self._getevents, self.ctx.value,
+                   self.depth, self.events, self._err, self._ebuf)
+        self._check(cb)
+
+    def _check(self, cb: np.ndarray) -> None:
+        kind, code, idx = (int(x) for x in self._err)
         if kind == 2:
             self.close()          # io_destroy waits for the requests still in flight
             raise OSError(code, f"io_getevents: {os.strerror(code)}")
@@ -241,6 +266,69 @@ def _unstage_rows(stage, pos, order, out):
             dst[c] = src[c]
 
 
+@numba.njit(cache=True)
+def _exchange_order(wr, rr):
+    """Sort an exchange: the writes by row (``ok`` False on a repeated row), and for each row to
+    read either the write that holds it (``from_w``: index into the writes, -1 = none) or its place
+    among the rows read from the device (``rorder``: positions in ``rr`` sorted by row)."""
+    worder = np.argsort(wr, kind="mergesort")
+    wsrt = wr[worder]
+    ok = True
+    for i in range(1, wsrt.size):
+        if wsrt[i] == wsrt[i - 1]:
+            ok = False
+    from_w = np.full(rr.size, -1, np.int64)
+    n_disk = 0
+    for i in range(rr.size):
+        p = np.searchsorted(wsrt, rr[i])
+        if p < wsrt.size and wsrt[p] == rr[i]:
+            from_w[i] = worder[p]
+        else:
+            n_disk += 1
+    disk = np.empty(n_disk, np.int64)
+    k = 0
+    for i in range(rr.size):
+        if from_w[i] < 0:
+            disk[k] = i
+            k += 1
+    rorder = disk[np.argsort(rr[disk], kind="mergesort")]
+    return worder, wsrt, ok, from_w, rorder, rr[rorder]
+
+
+@numba.njit(cache=True)
+def _round_calls(wpart, rpart, gap, cap, fd, stride):
+    """The iocbs of one round (writes of ``wpart`` then reads of ``rpart``, both sorted), with
+    aio_buf relative to the staging area; and each row's staging row (reads after the writes)."""
+    wf, wsp, wpos = _plan_pieces(wpart, 0, cap)
+    rf, rsp, rpos = _plan_pieces(rpart, gap, cap)
+    nw = 0
+    for x in wsp:
+        nw += x
+    cb = np.zeros((wf.size + rf.size, 8), np.int64)
+    off = 0
+    for i in range(wf.size):
+        cb[i, 2] = 1 | (fd << 32)              # IOCB_CMD_PWRITE, aio_fildes
+        cb[i, 3] = off * stride                # aio_buf
+        cb[i, 4] = wsp[i] * stride             # aio_nbytes
+        cb[i, 5] = wf[i] * stride              # aio_offset
+        off += wsp[i]
+    for i in range(rf.size):
+        j = wf.size + i
+        cb[j, 2] = 0 | (fd << 32)              # IOCB_CMD_PREAD
+        cb[j, 3] = off * stride
+        cb[j, 4] = rsp[i] * stride
+        cb[j, 5] = rf[i] * stride
+        off += rsp[i]
+    return cb, wpos, rpos + nw, wf.size, rf.size, off - nw, off
+
+
+@numba.njit(cache=True)
+def _copy_rows(out, dest, src, sel):
+    """out[dest[i]] = src[sel[i]]"""
+    for i in range(dest.size):
+        out[dest[i]] = src[sel[i]]
+
+
 class SlowTier:
     """A file-backed float32 row table; reads and writes bypass the page cache.
 
@@ -291,9 +379,10 @@ class SlowTier:
         self.io_engine, self.io_depth = "threads", self.io_threads
         if engine != "threads" and self.io_mode == "O_DIRECT":
             try:
-                self._aio().run(np.zeros((0, 8), dtype=np.int64))   # probe: a context for this thread
-                _aio_loop(0, 0, 0, np.zeros((0, 8), np.int64), 1, np.zeros((1, 4), np.int64),
-                          np.zeros(3, np.int64), np.zeros(1, np.int32))   # compile now, not in a training step
+                e64, f32 = np.zeros(0, np.int64), np.zeros((0, self.width), np.float32)
+                # probe: a context for this thread; and compile the round now, not in a training step
+                self._aio().run_round(np.zeros((0, self.stride // 4), np.float32), np.zeros((0, 8), np.int64),
+                                      e64, e64, f32, e64, e64, f32)
                 self.io_engine, self.io_depth = "aio", AIO_DEPTH
             except OSError:
                 if engine == "aio":
@@ -346,14 +435,6 @@ class SlowTier:
         return raw[off:off + need].view(np.float32).reshape(n_rows, self.stride // 4)
 
     # -- one round of system calls ------------------------------------------------------------
-    def _calls(self, op: int, first: np.ndarray, span: np.ndarray, stage_row: np.ndarray) -> np.ndarray:
-        cb = np.zeros((first.size, 8), dtype=np.int64)
-        cb[:, 2] = op | (self.fd << 32)           # aio_lio_opcode, aio_fildes
-        cb[:, 3] = stage_row * self.stride       # aio_buf (relative to the staging buffer until submitted)
-        cb[:, 4] = span * self.stride            # aio_nbytes
-        cb[:, 5] = first * self.stride           # aio_offset
-        return cb
-
     def _run(self, cb: np.ndarray, stage: np.ndarray) -> None:
         if cb.size == 0:
             return
@@ -395,76 +476,65 @@ class SlowTier:
         together; a row in both is returned from ``values`` (as if written first). Returns the
         (len(rrows), width) rows read, or None when ``rrows`` is None. With ``into=(array, index)``
         row ``rrows[k]`` goes to ``array[index[k]]`` instead (``array``: C-contiguous float32,
-        ``width`` columns) and ``array`` is returned."""
+        ``width`` columns) and ``array`` is returned. The planning is numba code that keeps the GIL
+        (short); the system calls and staging copies run in one numba call without it."""
         t0 = time.perf_counter()
-        out = dest = None
-        wr = np.empty(0, np.int64) if wrows is None else np.asarray(wrows, dtype=np.int64).reshape(-1)
+        out = None
+        wr = np.empty(0, np.int64) if wrows is None else np.ascontiguousarray(wrows, dtype=np.int64).reshape(-1)
         wv = np.empty((0, self.width), np.float32) if values is None else \
             np.ascontiguousarray(values, dtype=np.float32).reshape(wr.size, self.width)
-        worder = np.argsort(wr, kind="stable")
-        wsrt = wr[worder]
-        if wsrt.size > 1 and np.any(wsrt[1:] == wsrt[:-1]):
-            raise ValueError("write: rows must be distinct")
+        rr = np.empty(0, np.int64) if rrows is None else np.ascontiguousarray(rrows, dtype=np.int64).reshape(-1)
+        dest = np.arange(rr.size)
         if rrows is not None:
-            rr = np.asarray(rrows, dtype=np.int64).reshape(-1)
             if into is None:
                 out = np.empty((rr.size, self.width), dtype=np.float32)
-                dest = np.arange(rr.size)
             else:
                 out, dest = into
-                dest = np.asarray(dest, dtype=np.int64).reshape(-1)
+                dest = np.ascontiguousarray(dest, dtype=np.int64).reshape(-1)
                 if out.dtype != np.float32 or out.ndim != 2 or out.shape[1] != self.width \
                         or not out.flags.c_contiguous or dest.size != rr.size:
                     raise ValueError("exchange: into must be a C-contiguous float32 (n, width) array and "
                                      "one index per row read")
-            if wr.size and rr.size:                       # rows being written are returned as written
-                both = np.isin(rr, wr)
-                if both.any():
-                    j = np.flatnonzero(both)
-                    out[dest[j]] = wv[worder[np.searchsorted(wsrt, rr[j])]]
-                    rr_idx = np.flatnonzero(~both)
-                else:
-                    rr_idx = np.arange(rr.size)
-            else:
-                rr_idx = np.arange(rr.size)
-            rorder_local = np.argsort(rr[rr_idx], kind="stable")
-            rorder = rr_idx[rorder_local]
-            rsrt = rr[rorder]
-        else:
-            rsrt = rorder = np.empty(0, np.int64)
+        worder, wsrt, distinct, from_w, rorder, rsrt = _exchange_order(wr, rr)
+        if not distinct:
+            raise ValueError("write: rows must be distinct")
+        if rsrt.size < rr.size:                            # rows being written are returned as written
+            hit = np.flatnonzero(from_w >= 0)
+            _copy_rows(out, dest[hit], wv, from_w[hit])
+        rdest_all = dest[rorder]
         # cut into rounds of at most STAGE_MAX_BYTES of staging: writes first, then reads
         cap_rows = max(self.max_rows_per_io, STAGE_MAX_BYTES // self.stride)
         wstep = cap_rows
         rstep = max(1, cap_rows // (self.merge_gap + 1))
         n_rounds = max(-(-wsrt.size // wstep), -(-rsrt.size // rstep))
         wcalls = rcalls = dev_read = 0
+        dummy = np.zeros((0, self.width), np.float32)
         for i in range(n_rounds):
             ws = slice(i * wstep, (i + 1) * wstep)
             rs = slice(i * rstep, (i + 1) * rstep)
-            wpart = wsrt[ws]
-            rpart = rsrt[rs]
-            wf, wsp, wpos = _plan_pieces(wpart, 0, self.max_rows_per_io)
-            rf, rsp, rpos = _plan_pieces(rpart, self.merge_gap, self.max_rows_per_io)
-            nw, nr = int(wsp.sum()), int(rsp.sum())
-            stage = self._stage(nw + nr)
-            if wpart.size:
-                _stage_rows(stage, wpos, worder[ws], wv)
-            wcb = self._calls(_IOCB_PWRITE, wf, wsp, np.cumsum(wsp) - wsp)
-            rcb = self._calls(_IOCB_PREAD, rf, rsp, nw + np.cumsum(rsp) - rsp)
-            self._run(np.concatenate([wcb, rcb]) if wcb.size and rcb.size else (wcb if wcb.size else rcb), stage)
-            if rpart.size:
-                _unstage_rows(stage, rpos + nw, dest[rorder[rs]], out)
-            wcalls += wf.size
-            rcalls += rf.size
+            cb, wpos, rpos, nwc, nrc, nr, total = _round_calls(wsrt[ws], rsrt[rs], self.merge_gap,
+                                                               self.max_rows_per_io, self.fd, self.stride)
+            stage = self._stage(total)
+            wsel, rdest = worder[ws], rdest_all[rs]
+            if self.io_engine == "aio":
+                self._aio().run_round(stage, cb, wpos, wsel, wv, rpos, rdest, out if out is not None else dummy)
+            else:
+                if wpos.size:
+                    _stage_rows(stage, wpos, wsel, wv)
+                self._run(cb, stage)
+                if rpos.size:
+                    _unstage_rows(stage, rpos, rdest, out)
+            wcalls += nwc
+            rcalls += nrc
             dev_read += nr
         dt = time.perf_counter() - t0
         share = wcalls / max(wcalls + rcalls, 1)
         with self._lock:
             self.bytes_written += int(wr.size) * self.stride
             self.bytes_read += int(rsrt.size) * self.stride
-            self.device_bytes_read += dev_read * self.stride
-            self.write_calls += wcalls
-            self.read_calls += rcalls
+            self.device_bytes_read += int(dev_read) * self.stride
+            self.write_calls += int(wcalls)
+            self.read_calls += int(rcalls)
             self.write_seconds += dt * share
             self.read_seconds += dt * (1 - share)
         return out
