@@ -363,18 +363,27 @@ def test_large_outputs_get_their_own_zeroed_mapping_and_small_ones_torchs():
     assert small.shape == (3, 4) and small.dtype == torch.float64
 
 
-def test_column_blocked_spmm_matches_the_plain_product(monkeypatch):
+def test_column_blocked_spmm_and_sddmm_match_the_plain_kernels(monkeypatch):
     adj = _bipartite(n_users=40, n_items=30, n=400, seed=5)
     x = torch.randn(adj.n_cols, 8, dtype=torch.float64, requires_grad=True)
+    u = torch.randn(adj.n_rows, 8, dtype=torch.float64, requires_grad=True)
     plain = kernels.spmm(adj, x).detach()
+    dots = kernels.sddmm(adj, u, x, op="dot").detach()
     monkeypatch.setattr(native, "COL_BLOCK_BYTES", 1500)  # 70 rows of 64 B = 4480 B -> 3 blocks
     assert native.col_block_count(adj.n_cols, 64) == 3
-    ip2, ind, b2 = native.col_blocks(adj.indptr, adj.indices, adj.n_cols, 3, 4)
-    assert ip2.shape == (3, adj.n_rows + 1) and sorted(ind.tolist()) == sorted(adj.indices.tolist())
+    assert native.rows_sorted(adj.indptr, adj.indices)
+    assert not native.rows_sorted(np.array([0, 2, 4]), np.array([1, 3, 2, 0]))
+    pos, bounds = native.col_blocks(adj.indptr, adj.indices, adj.n_cols, 3, 4)
+    assert pos.shape == (4, adj.n_rows) and bounds.shape[0] == 3
+    assert (pos[0] == adj.indptr[:-1]).all() and (pos[3] == adj.indptr[1:]).all()
     width = -(-adj.n_cols // 3)
-    for b in range(3):  # block b holds exactly the entries whose column falls in its slice
-        assert all(b * width <= c < (b + 1) * width for c in ind[ip2[b, 0]:ip2[b, -1]])
+    for b in range(3):  # block b of row r holds exactly the row's columns in the block's slice
+        for r in range(adj.n_rows):
+            cols = adj.indices[pos[b, r]:pos[b + 1, r]]
+            assert ((b * width <= cols) & (cols < (b + 1) * width)).all()
     adj.__dict__.pop("_kern", None)
-    blocked = kernels.spmm(adj, x)
-    assert torch.allclose(blocked, plain, atol=1e-12)
+    assert torch.allclose(kernels.spmm(adj, x), plain, atol=1e-12)
+    assert torch.allclose(kernels.sddmm(adj, u, x, op="dot"), dots, atol=1e-12)
+    assert ("colblocks", "", 3, native.threads()) in adj.__dict__["_kern"]
     assert torch.autograd.gradcheck(lambda t: kernels.layer_mean([adj] * 2, t, 1 / 3), (x,))
+    assert torch.autograd.gradcheck(lambda a, b: kernels.sddmm(adj, a, b, op="dot"), (u, x))

@@ -123,25 +123,30 @@ class NativeBackend(Backend):
         vals, rs, cs = self._weights(adj, xn.dtype)
         f = xn.dtype.type
         opt = lambda t: None if t is None else _np(t)  # noqa: E731
-        ip2, ind, b2 = self._blocked(adj, xn.shape[1] * xn.itemsize) if vals is None else self._plain_layout(adj)
-        self._call(nk.spmm, ip2, ind, vals, None, rs, cs, xn, out.numpy(), b2,
+        pos, b2 = self._blocked(adj, xn.shape[1] * xn.itemsize)
+        self._call(nk.spmm, adj.indptr, pos, adj.indices, vals, None, rs, cs, xn, out.numpy(), b2,
                    f(alpha), None if acc is None else acc.numpy(), opt(init), opt(addend), f(beta))
         return out
 
-    def _plain_layout(self, adj):
-        return adj.indptr[None, :], adj.indices, self._bounds(adj)[None, :]
-
-    def _blocked(self, adj, row_bytes: int):
-        """The column-blocked layout of ``adj`` for x rows of ``row_bytes`` (cached per block count)."""
-        nb = nk.col_block_count(adj.n_cols, row_bytes)
-        if nb == 1:
-            return self._plain_layout(adj)
+    def _blocked(self, adj, row_bytes: int, transposed: bool = False):
+        """``(pos, bounds)`` of the column blocks of ``adj`` (or of its transposed structure)
+        for gathered rows of ``row_bytes`` (``pos`` None: one block), cached per block count.
+        Rows with unsorted columns (sampled blocks) are not blocked."""
+        if transposed:
+            indptr, indices, _, bounds = self._tstruct(adj)
+            n_cols, tag = adj.n_rows, "t"
+        else:
+            indptr, indices, bounds, n_cols, tag = adj.indptr, adj.indices, self._bounds(adj), adj.n_cols, ""
+        nb = nk.col_block_count(n_cols, row_bytes)
         aux = _aux(adj)
-        key = ("colblocks", nb, nk.threads())
+        if nb > 1 and aux.get(("rows_sorted", tag)) is None:
+            aux[("rows_sorted", tag)] = nk.rows_sorted(indptr, indices)
+        if nb == 1 or not aux[("rows_sorted", tag)]:
+            return None, bounds[None, :]
+        key = ("colblocks", tag, nb, nk.threads())
         lay = aux.get(key)
         if lay is None:
-            lay = aux[key] = nk.col_blocks(adj.indptr, adj.indices, adj.n_cols, nb,
-                                            nk.CHUNKS_PER_THREAD * nk.threads())
+            lay = aux[key] = nk.col_blocks(indptr, indices, n_cols, nb, nk.CHUNKS_PER_THREAD * nk.threads())
         return lay
 
     def spmm_edge(self, adj, m):
@@ -163,7 +168,8 @@ class NativeBackend(Backend):
         un, vn = _np(u), _np(v)
         if op == "dot":
             out = buffers.empty((adj.nnz,), u.dtype)
-            self._call(nk.sddmm_dot, adj.indptr, adj.indices, un, vn, out.numpy(), self._bounds(adj))
+            pos, b2 = self._blocked(adj, vn.shape[1] * vn.itemsize)
+            self._call(nk.sddmm_dot, adj.indptr, pos, adj.indices, un, vn, out.numpy(), b2)
         else:
             out = buffers.empty((adj.nnz, un.shape[1]), u.dtype)
             self._call(nk.sddmm_mul, adj.indptr, adj.indices, un, vn, out.numpy(), self._bounds(adj))
@@ -176,8 +182,9 @@ class NativeBackend(Backend):
         if need_u:
             gu = buffers.empty((adj.n_rows, D), u.dtype)
             if op == "dot":
-                self._call(nk.spmm, *self._plain_layout(adj)[:2], gn, None, None, None, vn, gu.numpy(),
-                           self._bounds(adj)[None, :], *_plain(un.dtype))
+                pos, b2 = self._blocked(adj, D * vn.itemsize)
+                self._call(nk.spmm, adj.indptr, pos, adj.indices, gn, None, None, None, vn, gu.numpy(), b2,
+                           *_plain(un.dtype))
             else:
                 self._call(nk.edge_aggregate, adj.indptr, adj.indices, None, None, None, gn, None, vn, gu.numpy(),
                            self._bounds(adj))
@@ -185,7 +192,8 @@ class NativeBackend(Backend):
             t_indptr, t_rows, perm, tb = self._tstruct(adj)
             gv = buffers.empty((adj.n_cols, D), v.dtype)
             if op == "dot":
-                self._call(nk.spmm, t_indptr[None, :], t_rows, gn, perm, None, None, un, gv.numpy(), tb[None, :],
+                pos, b2 = self._blocked(adj, D * un.itemsize, transposed=True)
+                self._call(nk.spmm, t_indptr, pos, t_rows, gn, perm, None, None, un, gv.numpy(), b2,
                            *_plain(un.dtype))
             else:
                 self._call(nk.edge_aggregate, t_indptr, t_rows, None, None, None, gn, perm, un, gv.numpy(), tb)

@@ -57,7 +57,7 @@ def _edge_weight(values, eperm, col_scale, e, c, one):
 
 
 @njit(**_JIT)
-def spmm(indptr, indices, values, eperm, row_scale, col_scale, x, out, bounds,
+def spmm(indptr, pos, indices, values, eperm, row_scale, col_scale, x, out, bounds,
          alpha, acc, init, addend, beta):
     """out[r] = alpha * row_scale[r] * sum_e values[eperm[e]] * col_scale[c_e] * x[c_e],
     optionally fused with a per-row update while the row is hot in L1:
@@ -66,29 +66,32 @@ def spmm(indptr, indices, values, eperm, row_scale, col_scale, x, out, bounds,
       ``acc[r] = (beta * init[r] if init is not None else acc[r]) + beta * out[r]``;
     * ``addend`` given (the mean's backward): for r < len(addend), ``out[r] += beta * addend[r]``.
 
-    ``indptr`` and ``bounds`` are 2-D, one row per *column block* (``indptr[b]`` the
-    row pointers of the entries whose column falls in block b, offsets into one
-    block-major ``indices``; ``bounds[b]`` its nnz-balanced row chunks). Blocks run one
-    after another, each pass gathering only from its slice of ``x``, which then stays in
-    the last-level cache (see :func:`col_blocks`); a plain CSR is one block.
+    *Column blocks*: with ``pos`` given (``(nb+1, n_rows)``, see :func:`col_blocks`), row r's
+    entries whose column falls in block b are ``pos[b, r] .. pos[b+1, r]`` of the CSR (rows
+    hold sorted columns). Blocks run one after another, each pass gathering only from its
+    slice of ``x``, which then stays in the last-level cache; ``bounds[b]`` are block b's
+    nnz-balanced row chunks. ``pos`` None: one block, the plain CSR.
 
     Edges are taken four at a time, ``out[r] += (w0 x0 + w1 x1) + (w2 x2 + w3 x3)``:
     one load/store of the output row per four edges instead of per edge, and four
     independent products per add chain (1.5x on cache-resident graphs). The order of
     the sum is fixed by the CSR and the blocking, so results repeat bit for bit."""
     D = x.shape[1]
-    nb = indptr.shape[0]
+    nb = bounds.shape[0]
     one = np.ones(1, dtype=out.dtype)[0]
     for b in range(nb):
-        ip = indptr[b]
         bd = bounds[b]
         for ch in prange(bd.shape[0] - 1):
             for r in range(bd[ch], bd[ch + 1]):
                 if b == 0:
                     for d in range(D):
                         out[r, d] = 0
-                e = ip[r]
-                end = ip[r + 1]
+                if pos is None:
+                    e = indptr[r]
+                    end = indptr[r + 1]
+                else:
+                    e = pos[b, r]
+                    end = pos[b + 1, r]
                 while e + 4 <= end:
                     c0 = indices[e]
                     c1 = indices[e + 1]
@@ -138,7 +141,7 @@ def _finish_row(out, r, D, alpha, row_scale, acc, init, addend, beta, one):
 # with the output and index streams (measured on a 200k-node / 5M-nnz graph, D=64: 4 blocks
 # of 12 MiB 55 ms, 8 of 6 MiB 57 ms, 16 of 3 MiB 71 ms, unblocked 100 ms).
 COL_BLOCK_BYTES = 12 << 20
-MAX_COL_BLOCKS = 8  # beyond this the per-block row pointers (8 B per row per block) cost more than they save
+MAX_COL_BLOCKS = 8  # beyond this the per-block row positions (8 B per row per block) cost more than they save
 
 
 def col_block_count(n_cols: int, row_bytes: int) -> int:
@@ -149,27 +152,36 @@ def col_block_count(n_cols: int, row_bytes: int) -> int:
 
 
 def col_blocks(indptr, indices, n_cols: int, nb: int, n_chunks: int):
-    """The block-major layout of a CSR: ``(indptr2 (nb, n_rows+1), indices, bounds2)``,
-    entries ordered by column block, then row, then their CSR order; column blocks of
-    equal width. For nb == 1 the CSR's own arrays (no copy)."""
+    """Column-block boundaries of a CSR whose rows hold sorted columns:
+    ``(pos (nb+1, n_rows), bounds (nb, n_chunks'+1))`` for :func:`spmm` /
+    :func:`sddmm_dot`; blocks of equal column width; no entry is copied."""
     n_rows = indptr.shape[0] - 1
-    if nb == 1:
-        b = row_chunks(indptr, n_chunks)
-        return indptr[None, :], indices, b[None, :]
     width = -(-n_cols // nb)
-    blk = (indices // width).astype(np.int64)
     rows = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(indptr))
-    order = np.argsort(blk * n_rows + rows, kind="stable")
-    counts = np.bincount(blk * n_rows + rows, minlength=nb * n_rows)
-    starts = np.zeros(nb * n_rows + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
-    indptr2 = np.empty((nb, n_rows + 1), dtype=np.int64)
+    counts = np.bincount(rows * nb + indices // width, minlength=n_rows * nb).reshape(n_rows, nb)
+    pos = np.empty((nb + 1, n_rows), dtype=np.int64)
+    pos[0] = indptr[:-1]
+    np.cumsum(counts.T, axis=0, out=pos[1:])
+    pos[1:] += indptr[:-1]
+    chunks = []
     for k in range(nb):
-        indptr2[k] = starts[k * n_rows:(k + 1) * n_rows + 1]
-    chunks = [row_chunks(indptr2[k] - indptr2[k, 0], n_chunks) for k in range(nb)]
-    width_b = max(len(c) for c in chunks)
-    bounds2 = np.array([np.concatenate([c, np.full(width_b - len(c), c[-1])]) for c in chunks], dtype=np.int64)
-    return indptr2, np.ascontiguousarray(indices[order]), bounds2
+        ip = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum(counts[:, k], out=ip[1:])
+        chunks.append(row_chunks(ip, n_chunks))
+    w = max(len(c) for c in chunks)
+    bounds = np.array([np.concatenate([c, np.full(w - len(c), c[-1])]) for c in chunks], dtype=np.int64)
+    return pos, bounds
+
+
+def rows_sorted(indptr, indices) -> bool:
+    """Whether every CSR row lists its columns in ascending order (what column blocks need)."""
+    if indices.shape[0] < 2:
+        return True
+    asc = indices[1:] >= indices[:-1]
+    starts = indptr[1:-1]
+    starts = starts[(starts > 0) & (starts < indices.shape[0])]
+    asc[starts - 1] = True  # a row may start below where the previous one ended
+    return bool(asc.all())
 
 
 @njit(**_JIT)
@@ -229,8 +241,8 @@ def edge_broadcast(indptr, indices, values, row_scale, col_scale, g, out, bounds
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath={"reassoc", "nsz"})
-def sddmm_dot(indptr, indices, u, v, out, bounds):
-    """out[e] = u[r_e] . v[c_e] for every stored entry e.
+def sddmm_dot(indptr, pos, indices, u, v, out, bounds):
+    """out[e] = u[r_e] . v[c_e] for every stored entry e (column blocks as in :func:`spmm`).
 
     The one kernel allowed to reassociate (fastmath ``reassoc``/``nsz`` only): without
     it the dot product is one serial chain of dependent adds that LLVM may not
@@ -238,14 +250,22 @@ def sddmm_dot(indptr, indices, u, v, out, bounds):
     order is still fixed by the machine code, so results repeat run to run."""
     D = u.shape[1]
     zero = np.zeros(1, dtype=out.dtype)[0]
-    for ch in prange(bounds.shape[0] - 1):
-        for r in range(bounds[ch], bounds[ch + 1]):
-            for e in range(indptr[r], indptr[r + 1]):
-                c = indices[e]
-                acc = zero
-                for d in range(D):
-                    acc += u[r, d] * v[c, d]
-                out[e] = acc
+    for b in range(bounds.shape[0]):
+        bd = bounds[b]
+        for ch in prange(bd.shape[0] - 1):
+            for r in range(bd[ch], bd[ch + 1]):
+                if pos is None:
+                    lo = indptr[r]
+                    hi = indptr[r + 1]
+                else:
+                    lo = pos[b, r]
+                    hi = pos[b + 1, r]
+                for e in range(lo, hi):
+                    c = indices[e]
+                    acc = zero
+                    for d in range(D):
+                        acc += u[r, d] * v[c, d]
+                    out[e] = acc
     return out
 
 

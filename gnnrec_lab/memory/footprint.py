@@ -142,8 +142,8 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     if edge_form:
         graph += (idx + 4) * e      # the transposed structure SDDMM's backward caches (row ids + entry perm)
     nb = col_block_count(n, d * F32)
-    if nb > 1:                      # the column-blocked copy the native SpMM caches (indices + row pointers per block)
-        graph += idx * e + 8 * nb * (n + 1)
+    if nb > 1:                      # the column-block row positions the native SpMM caches
+        graph += 8 * (nb + 1) * n
     params = F32 * n * d
     if config.model == "ngcf":
         params += L * (2 * d * d + 2 * d) * F32
