@@ -6,7 +6,8 @@ dim 64, a few capped epochs) is trained through ``gnnrec_lab.train`` and reports
 **measured** on this machine:
 
 * epoch time (median over epochs, min..max), training-thread stall on the slow tier per epoch,
-  fetch time per epoch, hit rate, rows prefetched, slow-tier bytes read / written per epoch;
+  update time per epoch (the demand policies' write-backs for none/static happen there), hit
+  rate, slow-tier bytes read / written per epoch, the oracle I/O thread's busy time;
 * whether the final embeddings are bit-identical (``torch.equal``) to the all-DRAM run.
 
 Rows: ``dram`` (no slow tier), ``none`` (no cache: every row of every batch read from the slow
@@ -217,7 +218,7 @@ def main(argv=None) -> int:
             o = by["oracle"]
             if o.get("runs") and o["runs"][0]["row_store"].get("io_thread_busy_seconds") is not None:
                 busy = med(x["row_store"]["io_thread_busy_seconds"] for x in o["runs"]) / a.epochs
-                say(f"oracle I/O thread busy {busy:.2f} s/epoch (incl. epoch-end sync: no), "
+                say(f"oracle I/O thread busy {busy:.2f} s/epoch (the epoch-end sync is not in it), "
                     f"{med(x['row_store']['io_jobs'] for x in o['runs']) / a.epochs:.0f} jobs/epoch")
             for ref, target in (("none", 2.0), ("lru", 1.0)):
                 if ref not in by:

@@ -132,3 +132,49 @@ def test_slow_tier_parallel_io_round_trips(tmp_path):
     assert np.array_equal(tier.read_all(), init)               # one contiguous run, split into pieces
     assert tier.bytes_read == (700 + 3000) * tier.stride and tier.bytes_written == 700 * tier.stride
     tier.close()
+
+
+@pytest.mark.parametrize("engine,direct", [("auto", True), ("threads", True), ("threads", False)])
+def test_slow_tier_exchange_writes_and_reads_together(tmp_path, engine, direct):
+    rng = np.random.default_rng(1)
+    init = rng.standard_normal((4000, 24)).astype(np.float32)
+    tier = SlowTier.create(str(tmp_path / "t.bin"), init, direct=direct, engine=engine, io_threads=3)
+    assert tier.io_engine in ("aio", "threads") and (engine == "auto" or tier.io_engine == "threads")
+    assert tier.merge_gap > 0                                  # reads may span unwanted rows
+    w = rng.choice(4000, 900, replace=False)
+    vals = rng.standard_normal((900, 24)).astype(np.float32)
+    r = np.concatenate([w[:100], rng.choice(np.setdiff1d(np.arange(4000), w), 1500, replace=False)])
+    rng.shuffle(r)
+    got = tier.exchange(w, vals, r)                             # rows in both come back as written
+    init[w] = vals
+    assert np.array_equal(got, init[r])
+    dst = np.zeros((3000, 24), dtype=np.float32)
+    slots = rng.choice(3000, 1600, replace=False)
+    assert tier.exchange(None, None, r, into=(dst, slots)) is dst
+    assert np.array_equal(dst[slots], init[r])
+    assert np.array_equal(tier.read_all(), init)
+    # 1,600 of 4,000 rows are dense enough that merged reads need fewer calls than rows
+    assert tier.read_calls < 1400 + 1600 and tier.device_bytes_read > tier.bytes_read
+    assert tier.bytes_written == 900 * tier.stride and tier.write_calls <= 900
+    with pytest.raises(ValueError, match="distinct"):
+        tier.write(np.array([5, 5]), np.zeros((2, 24), np.float32))
+    tier.close()
+
+
+def test_oracle_ignores_batches_sampled_past_the_epoch_cap(tmp_path):
+    tier = SlowTier.create(str(tmp_path / "t.bin"), np.zeros((100, 12), np.float32))
+    store = CachedRows(tier, 60, lr=1e-2, policy="oracle", lookahead=50, epoch_steps=4)
+    try:
+        window = [np.array([i, i + 1]) for i in range(10)]       # batches 1..10 sampled ahead of batch 0
+        store.lookahead(window)
+        assert sorted(store.future) == [1, 2, 3]                  # an epoch has at most 4 steps: 0..3
+    finally:
+        store.close()
+
+
+def test_prefer_runs_takes_whole_runs_of_consecutive_rows_first():
+    from gnnrec_lab.cache.tier import _prefer_runs
+    rows = np.array([50, 7, 3, 8, 9, 20, 4, 100])
+    assert _prefer_runs(rows, 3).tolist() == [7, 8, 9]
+    assert _prefer_runs(rows, 5).tolist() == [7, 8, 9, 3, 4]
+    assert sorted(_prefer_runs(rows, 8).tolist()) == sorted(rows.tolist())

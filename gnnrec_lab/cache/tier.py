@@ -5,9 +5,12 @@ and writes rows with ``O_DIRECT`` where the file system allows it, so every
 read reaches the device instead of the page cache; where it does not
 (e.g. tmpfs), it falls back to buffered I/O followed by
 ``posix_fadvise(DONTNEED)`` and says so in :attr:`SlowTier.io_mode`. Each row
-occupies a 512-byte-aligned stride (the ``O_DIRECT`` unit); runs of
-consecutive rows are moved with one system call, and up to ``io_threads``
-system calls are in flight at once (an SSD, like Optane, needs queue depth).
+occupies a 512-byte-aligned stride (the ``O_DIRECT`` unit). A request is sorted
+and cut into system calls (runs of consecutive rows, and reads that span small
+gaps); with ``O_DIRECT`` they go through Linux native AIO, thousands in flight
+from one thread, submitted and reaped by numba code that holds no GIL
+(``io_engine = "aio"``); otherwise a pool of ``io_threads`` threads issues them.
+:meth:`SlowTier.exchange` puts writes and reads in flight together.
 
 :class:`CachedRows` is the row store sampled-mode training uses when
 ``cache_policy`` is not ``none`` (see :mod:`gnnrec_lab.rows`): one record per
@@ -16,14 +19,17 @@ read; a DRAM cache of ``capacity`` rows sits in front, run by a policy:
 
 * ``lru`` / ``lfu`` / ``static`` (top-degree rows pinned, the rest streamed)
   and ``none`` (every row read and written back every batch) fetch on demand
-  on the training thread: misses stall the step;
+  on the training thread: misses stall the step (a batch's victims are
+  written back and its misses read in one exchange);
 * ``oracle`` (BagPipe) -- a background I/O thread reads the rows of the
   batches the sampler has already produced (the look-ahead window) while the
-  current batch computes, and writes evicted rows back. A row is evicted right
-  after its last use within the next ``lookahead`` batches when the window
-  covers that many batches; under capacity pressure the row whose next use is
-  farthest goes first (rows not in the visible window count as farthest,
-  least recently used first among them).
+  current batch computes, and writes evicted rows back in the same job. A row
+  is evicted right after its last use within the next ``lookahead`` batches
+  when the window covers that many batches; under capacity pressure the row
+  whose next use is farthest goes first (among rows equally far, e.g. not in
+  the visible window: clean rows first, then runs of consecutive dirty rows,
+  then least recently used). Batches the sampler produced past the epoch's
+  last step (an epoch cap) are not prefetched.
 
 Updates run :class:`~gnnrec_lab.optim.SparseRowAdam` on the cached rows (same
 tensors shapes, same operations, one global step count), so training is
@@ -73,7 +79,8 @@ CACHED_POLICIES = ("none", "lru", "lfu", "static", "oracle")
 
 # -- system calls: Linux native AIO (io_submit) where available, else a thread pool of pread/pwrite --
 
-_AIO_SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}  # io_setup, io_destroy, io_getevents, io_submit
+# io_setup, io_destroy, io_getevents, io_submit
+_AIO_SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}
 _IOCB_PREAD, _IOCB_PWRITE = 0, 1
 _EAGAIN, _EINTR = errno.EAGAIN, errno.EINTR
 try:
@@ -164,7 +171,7 @@ if _syscall is not None:
 
 
 class _Aio:
-    """One Linux native AIO context (``io_setup(2)``). :meth:`run` submits a table of iocbs (one
+    """One Linux native AIO context (``io_setup(2)``). :meth:`run_round` submits a table of iocbs (one
     int64[8] row each: the kernel's ``struct iocb``), keeps up to ``depth`` in flight, and waits
     for all, in a numba loop that holds no GIL (a thread that holds it would otherwise delay
     every refill of the queue: 3-5x slower jobs measured beside a busy Python thread)."""
@@ -187,13 +194,6 @@ class _Aio:
         if self.ctx.value:
             _syscall(ctypes.c_long(self._destroy), self.ctx)   # waits for anything still in flight
             self.ctx = ctypes.c_ulong(0)
-
-    def run(self, cb: np.ndarray) -> None:
-        if len(cb) == 0:
-            return
-        self._err[:] = 0
-        _aio_loop(self._submit, self._getevents, self.ctx.value, cb, self.depth, self.events, self._err, self._ebuf)
-        self._check(cb)
 
     def run_round(self, stage, cb, wpos, wsel, wv, rpos, rdest, out) -> None:
         """:func:`_aio_round` on this context (stage, submit, reap, unstage; no GIL)."""
