@@ -434,33 +434,29 @@ class SlowTier:
         off = (-raw.ctypes.data) % mmap.PAGESIZE
         return raw[off:off + need].view(np.float32).reshape(n_rows, self.stride // 4)
 
-    # -- one round of system calls ------------------------------------------------------------
+    # -- one round of system calls (threads engine; the aio engine runs _aio_round) ---------------
     def _run(self, cb: np.ndarray, stage: np.ndarray) -> None:
         if cb.size == 0:
             return
-        if self.io_engine == "aio":
-            cb[:, 3] += stage.ctypes.data
-            self._aio().run(cb)
-        else:
-            mv = memoryview(stage.reshape(-1).view(np.uint8))
+        mv = memoryview(stage.reshape(-1).view(np.uint8))
 
-            def one(rows):
-                for op, buf, nb, off in cb[rows][:, 2:6].tolist():
-                    if op & 0xFFFF == _IOCB_PREAD:
-                        got = os.preadv(self.fd, [mv[buf:buf + nb]], off)
-                    else:
-                        got = os.pwritev(self.fd, [mv[buf:buf + nb]], off)
-                    if got != nb:
-                        raise OSError(errno.EIO, f"short transfer on {self.path}: {got} of {nb} bytes")
-            k = min(self.io_threads, len(cb))
-            if k <= 1 or self._pool is None:
-                one(slice(None))
-            else:
-                list(self._pool.map(one, [slice(i, None, k) for i in range(k)]))
-            if self.io_mode != "O_DIRECT":
-                if np.any(cb[:, 2] & 0xFFFF == _IOCB_PWRITE):
-                    os.fsync(self.fd)
-                os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        def one(rows):
+            for op, buf, nb, off in cb[rows][:, 2:6].tolist():
+                if op & 0xFFFF == _IOCB_PREAD:
+                    got = os.preadv(self.fd, [mv[buf:buf + nb]], off)
+                else:
+                    got = os.pwritev(self.fd, [mv[buf:buf + nb]], off)
+                if got != nb:
+                    raise OSError(errno.EIO, f"short transfer on {self.path}: {got} of {nb} bytes")
+        k = min(self.io_threads, len(cb))
+        if k <= 1 or self._pool is None:
+            one(slice(None))
+        else:
+            list(self._pool.map(one, [slice(i, None, k) for i in range(k)]))
+        if self.io_mode != "O_DIRECT":
+            if np.any(cb[:, 2] & 0xFFFF == _IOCB_PWRITE):
+                os.fsync(self.fd)
+            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
     # -- the interface ------------------------------------------------------------------------
     def read(self, rows: np.ndarray) -> np.ndarray:
