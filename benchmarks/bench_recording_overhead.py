@@ -1,4 +1,4 @@
-"""Cost of kernel recording: a LightGCN-like step (3 SpMM layers forward + backward)
+"""Cost of kernel recording: a full LightGCN training step (propagation, BPR + L2, backward, Adam)
 recorded vs unrecorded (same as ``gnnrec-lab bench recording``).
 
 Usage: python benchmarks/bench_recording_overhead.py [--sizes medium] [--dims 64] [--repeats 10] [--json]
