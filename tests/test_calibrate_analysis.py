@@ -139,3 +139,13 @@ def test_breakdown_sums_calls_of_pre_aggregated_rows():
                             flops=2, calls=20)])
     b = breakdown(df, host={"triad_GBps": 1.0, "gemm_GFLOPs": 1.0})
     assert int(b.loc[0, "calls"]) == 80 and b.loc[0, "seconds"] == 4.0
+
+
+def test_cli_bench_recording_reports_paired_overhead(capsys):
+    assert main(["bench", "recording", "--sizes", "small", "--dims", "16", "--repeats", "4", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["repeats"] == 4 and res["records_per_step"] == 10
+    assert res["recorded_s"] > 0 and res["unrecorded_s"] > 0 and res["per_record_s"] > 0
+    lo, hi = res["overhead_iqr_pct"]
+    assert lo <= res["overhead_pct"] <= hi
+    assert main(["bench", "recording", "--sizes", "huge"]) == 2
