@@ -14,6 +14,7 @@ recorder's records for the step go to the reporter (the run store, the CLI).
 """
 from __future__ import annotations
 
+import itertools
 import os
 import platform
 import time
@@ -114,17 +115,30 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
     """Train ``config`` in this process; return the measured :class:`RunResult`.
 
     ``progress`` shows tqdm bars and per-evaluation lines on stderr (the CLI).
-    ``dataset`` may be passed to skip loading (notebooks reuse one).
+    ``dataset`` may be passed to skip loading (notebooks reuse one). Thread counts the run
+    sets (``threads``, or one core left to a slow tier's I/O) are restored afterwards.
     """
+    import numba
+    prev = torch.get_num_threads(), numba.get_num_threads()
+    try:
+        return _train(config, reporter, progress, dataset)
+    finally:
+        torch.set_num_threads(prev[0])
+        numba.set_num_threads(prev[1])
+
+
+def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     config.validate()
     rep = MultiReporter(reporter, _ProgressReporter() if progress else None)
-    if config.threads:
-        torch.set_num_threads(config.threads)
-        try:
-            import numba
-            numba.set_num_threads(min(config.threads, numba.config.NUMBA_NUM_THREADS))
-        except ImportError:
-            pass
+    threads = config.threads
+    if threads is None and config.mode == "sampled" and config.cache_policy != "none":
+        # the slow tier's I/O thread needs a core of its own: with every core in the compute
+        # team the two fight (measured: sparse Adam 60-120 ms a step instead of ~4 on 2 cores)
+        threads = max(1, (os.cpu_count() or 1) - 1)
+    if threads:
+        import numba
+        torch.set_num_threads(threads)
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     torch.manual_seed(config.seed)
 
     if dataset is None:
@@ -197,7 +211,7 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
             model.train()
             # one generator per epoch: a sampler running ahead cannot shift the next epoch's draws
             erng = np.random.default_rng((config.seed, epoch))
-            batches = (_sampled_batches(graph, config, erng) if sampled
+            batches = (_sampled_batches(graph, config, erng, steps_per_epoch) if sampled
                        else bpr_batches(graph, config.batch_size, erng))
             t_epoch, loss_sum = 0.0, 0.0
             seen = np.zeros(graph.n_nodes, dtype=bool) if sampled else None
@@ -385,12 +399,13 @@ def _place_optimizer_state(opt, model, config) -> None:
                         "exp_avg_sq": allocate(tuple(p.shape), p.dtype, where, "optimizer")}
 
 
-def _sampled_batches(graph, config, rng):
-    """BPR batches with their k-hop sub-graphs, sampled ahead in a background thread."""
+def _sampled_batches(graph, config, rng, steps: int):
+    """The epoch's first ``steps`` BPR batches with their k-hop sub-graphs, sampled ahead in a
+    background thread (never past ``steps``: an oracle would prefetch rows nobody uses)."""
     fanouts = [] if config.model == "mf" else list(config.fanouts)
 
     def gen():
-        for users, pos, neg in bpr_batches(graph, config.batch_size, rng):
+        for users, pos, neg in itertools.islice(bpr_batches(graph, config.batch_size, rng), steps):
             sub = sample_subgraph(graph, batch_nodes(graph, users, pos, neg), fanouts, rng)
             yield (torch.from_numpy(users), torch.from_numpy(pos), torch.from_numpy(neg)), sub
     # the oracle's future is what the sampler has produced ahead: let it run up to `lookahead` batches

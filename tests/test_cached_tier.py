@@ -178,3 +178,25 @@ def test_prefer_runs_takes_whole_runs_of_consecutive_rows_first():
     assert _prefer_runs(rows, 3).tolist() == [7, 8, 9]
     assert _prefer_runs(rows, 5).tolist() == [7, 8, 9, 3, 4]
     assert sorted(_prefer_runs(rows, 8).tolist()) == sorted(rows.tolist())
+
+
+def test_cached_run_leaves_a_core_to_io_and_restores_thread_counts():
+    import os
+
+    import numba
+    import torch
+
+    from gnnrec_lab import RunConfig, run
+    before = torch.get_num_threads(), numba.get_num_threads()
+    seen = []
+
+    class Watch:
+        def __getattr__(self, name):
+            return lambda *a, **k: seen.append(torch.get_num_threads()) if name == "on_step" else None
+
+        def should_stop(self):
+            return False
+    run(RunConfig(dataset="synth-tiny", model="mf", layers=0, dim=8, batch_size=128, epochs=1, mode="sampled",
+                  max_steps_per_epoch=2, cache_policy="lru", cache_size="80%"), reporter=Watch())
+    assert seen and set(seen) == {max(1, (os.cpu_count() or 1) - 1)}
+    assert (torch.get_num_threads(), numba.get_num_threads()) == before
