@@ -327,19 +327,26 @@ class _RowsLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, table, kind, idx, coef, name, layer, bname):
         ctx.args = (table.detach(), kind, idx, coef, name, layer, bname)
-        val, ctx.grad = _RowsLoss.run(*ctx.args)
-        return table.new_tensor(val)
+        out, ctx.grad = _RowsLoss.run(*ctx.args)
+        return out
 
     @staticmethod
     def run(table, kind, idx, coef, name, layer, bname, phase=None):
+        """``(loss as a 0-d tensor, gradient)``, recorded (the record spans the whole call)."""
         be = _backend(bname)
         n_table, D, f = table.shape[0], table.shape[1], _elem(table)
         if kind == "bpr":
-            u, p, n = idx
-            cost = lambda: costs.bpr_rows(u.shape[0], n_table, D, f, u.element_size())  # noqa: E731
-            return _timed(name, layer, phase, bname, cost, be.bpr_rows, table, u, p, n)
-        cost = lambda: costs.sq_norm_rows(idx.shape[0], n_table, D, f, idx.element_size())  # noqa: E731
-        return _timed(name, layer, phase, bname, cost, be.sq_norm_rows, table, idx, coef)
+            first, args, fn, cost_of = idx[0], idx, be.bpr_rows, costs.bpr_rows
+        else:
+            first, args, fn, cost_of = idx, (idx, coef), be.sq_norm_rows, costs.sq_norm_rows
+
+        def cost():
+            return cost_of(first.shape[0], n_table, D, f, first.element_size())
+
+        def call():
+            val, grad = fn(table, *args)
+            return table.new_tensor(val), grad
+        return _timed(name, layer, phase, bname, cost, call)
 
     @staticmethod
     def backward(ctx, g):

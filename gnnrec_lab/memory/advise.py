@@ -14,6 +14,7 @@ import itertools
 from typing import Optional
 
 from ..config import TENSOR_CLASSES
+from ..kernels import costs
 from ..recorder import KernelRecord
 from .footprint import F32, footprint as predict_footprint, optimizer_states, total
 from .profiles import host_device
@@ -52,10 +53,12 @@ def step_kernels(config, counts: dict) -> list:
     out = []
     for phase in ("forward", "backward"):
         for k in range(L):
-            out.append(_rec("spmm", phase, k, graph_stream + rows, node, 2 * e * d, "gather", F32 * d, rows))
-            if config.model == "lightgcn":
-                out.append(_rec("add", phase, k, 2 * node, node, n * d, "stream"))
+            if config.model == "lightgcn":  # kernels.layer_mean: the mean's update fused into each SpMM
+                extra_rd, extra_wr = node, (node if phase == "forward" else 0)
+                out.append(_rec("spmm", phase, k, graph_stream + rows + extra_rd, node + extra_wr, 2 * e * d,
+                                "gather", F32 * d, rows))
             else:
+                out.append(_rec("spmm", phase, k, graph_stream + rows, node, 2 * e * d, "gather", F32 * d, rows))
                 if config.ngcf_form == "edge":
                     out.append(_rec("sddmm_mul", phase, k, graph_stream + node + rows, rows, e * d, "gather",
                                     F32 * d, rows))
@@ -65,14 +68,11 @@ def step_kernels(config, counts: dict) -> list:
                                 2 * 2 * n * d * d * mult, "compute"))
                 out.append(_rec("elementwise", phase, k, 12 * node, 6 * node, 8 * n * d, "stream"))
     d_out = d if config.model != "ngcf" else (L + 1) * d
-    out.append(_rec("gather", "forward", -1, 3 * b * F32 * d_out, 3 * b * F32 * d_out, 0, "gather",
-                    F32 * d_out, 3 * b * F32 * d_out))
-    out.append(_rec("gather", "forward", 0, 3 * b * F32 * d, 3 * b * F32 * d, 0, "gather", F32 * d, 3 * b * F32 * d))
-    out.append(_rec("bpr_loss", "loss", -1, 6 * b * F32 * d_out, 4, 10 * b * d_out, "stream"))
-    out.append(_rec("scatter", "backward", -1, 3 * b * F32 * d_out, 3 * b * F32 * d_out, 3 * b * d_out,
-                    "scatter", F32 * d_out, 3 * b * F32 * d_out))
-    out.append(_rec("scatter", "backward", 0, 3 * b * F32 * d, 3 * b * F32 * d, 3 * b * d, "scatter",
-                    F32 * d, 3 * b * F32 * d))
+    # the fused loss terms (kernels.bpr_loss on the output rows, kernels.sq_norm_rows on layer 0)
+    for name, layer, c in (("bpr_loss", -1, costs.bpr_rows(b, n, d_out, F32, 8)),
+                           ("l2_reg", 0, costs.sq_norm_rows(3 * b, n, d, F32, 8))):
+        out.append(_rec(name, "loss", layer, c["bytes_read"], c["bytes_written"], c["flops"], c["pattern"],
+                        c["row_bytes"], c["random_bytes"]))
     p = n * d + (L * (2 * d * d + 2 * d) if config.model == "ngcf" else 0)
     s = optimizer_states(config.optimizer, config.momentum)
     name = "sgd" if config.optimizer == "sgd" else config.optimizer
