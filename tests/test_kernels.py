@@ -387,3 +387,20 @@ def test_column_blocked_spmm_and_sddmm_match_the_plain_kernels(monkeypatch):
     assert ("colblocks", "", 3, native.threads()) in adj.__dict__["_kern"]
     assert torch.autograd.gradcheck(lambda t: kernels.layer_mean([adj] * 2, t, 1 / 3), (x,))
     assert torch.autograd.gradcheck(lambda a, b: kernels.sddmm(adj, a, b, op="dot"), (u, x))
+
+
+def test_prefetch_hint_never_changes_results():
+    # rows shorter and longer than the prefetch distance, in both layouts; values through eperm
+    rng = np.random.default_rng(7)
+    n_rows, n_cols = 50, 300
+    lens = rng.integers(0, 3 * native.PREFETCH_AHEAD, n_rows)
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(lens, out=indptr[1:])
+    indices = np.concatenate([np.sort(rng.choice(n_cols, k, replace=False)) for k in lens]).astype(np.int32)
+    adj = CSR(indptr, indices, n_rows, n_cols, values=rng.random(len(indices)).astype(np.float32))
+    x = torch.randn(n_cols, 8, dtype=torch.float64)
+    ref = _dense(adj) @ x
+    assert torch.allclose(kernels.spmm(adj, x), ref, atol=1e-10)
+    u = torch.randn(n_rows, 8, dtype=torch.float64)
+    r, c = _entries(adj)
+    assert torch.allclose(kernels.sddmm(adj, u, x, op="dot"), (u[r] * x[c]).sum(1), atol=1e-10)

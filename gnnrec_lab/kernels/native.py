@@ -23,9 +23,41 @@ import time
 
 import numba
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 _JIT = dict(parallel=True, cache=True, fastmath=False, nogil=True)
+# Software prefetch distance (entries ahead) for gathered rows: the row loops are latency-bound
+# (a few misses in flight per core); prefetching 32 entries ahead halves an L3-resident SpMM
+# (200k nodes / 5M nnz, D=64: 4/8/16/32 entries ahead -> 46/48/44/33 ms, none 67-89 ms).
+PREFETCH_AHEAD = 32
+PREFETCH_MAX_LINES = 16  # at most 1 KiB of a row (D=256 float32)
+
+
+@intrinsic
+def _prefetch_row(typingctx, arr, idx):
+    """Hint the CPU to load row ``idx`` of the 2-D C-contiguous ``arr`` (``llvm.prefetch``, read,
+    keep in all cache levels): up to :data:`PREFETCH_MAX_LINES` 64-byte lines of the row. A hint
+    only: never faults, never changes results."""
+    sig = types.void(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        row = context.cast(builder, args[1], signature.args[1], types.intp)
+        strides = cgutils.unpack_tuple(builder, ary.strides)
+        start = builder.gep(builder.bitcast(ary.data, ir.IntType(8).as_pointer()), [builder.mul(row, strides[0])])
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        for k in range(PREFETCH_MAX_LINES):
+            off = context.get_constant(types.intp, 64 * k)
+            with builder.if_then(builder.icmp_signed("<", off, strides[0]), likely=True):
+                builder.call(fn, [builder.gep(start, [off]), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+    return sig, codegen
 # Chunks per thread: enough to even out skew, few enough that scheduling is free.
 CHUNKS_PER_THREAD = 4
 
@@ -89,10 +121,16 @@ def spmm(indptr, pos, indices, values, eperm, row_scale, col_scale, x, out, boun
                 if pos is None:
                     e = indptr[r]
                     end = indptr[r + 1]
+                    lim = indptr[bd[ch + 1]]  # entries run on across the chunk's rows
                 else:
                     e = pos[b, r]
                     end = pos[b + 1, r]
+                    lim = end  # the next row's entries of this block are elsewhere
+                lim = min(lim - PREFETCH_AHEAD, end)
                 while e + 4 <= end:
+                    for k in range(4):
+                        if e + k < lim:
+                            _prefetch_row(x, indices[e + k + PREFETCH_AHEAD])
                     c0 = indices[e]
                     c1 = indices[e + 1]
                     c2 = indices[e + 2]
@@ -105,6 +143,8 @@ def spmm(indptr, pos, indices, values, eperm, row_scale, col_scale, x, out, boun
                         out[r, d] += (w0 * x[c0, d] + w1 * x[c1, d]) + (w2 * x[c2, d] + w3 * x[c3, d])
                     e += 4
                 while e < end:
+                    if e < lim:
+                        _prefetch_row(x, indices[e + PREFETCH_AHEAD])
                     c = indices[e]
                     w = _edge_weight(values, eperm, col_scale, e, c, one)
                     for d in range(D):
@@ -257,10 +297,14 @@ def sddmm_dot(indptr, pos, indices, u, v, out, bounds):
                 if pos is None:
                     lo = indptr[r]
                     hi = indptr[r + 1]
+                    lim = indptr[bd[ch + 1]] - PREFETCH_AHEAD
                 else:
                     lo = pos[b, r]
                     hi = pos[b + 1, r]
+                    lim = hi - PREFETCH_AHEAD
                 for e in range(lo, hi):
+                    if e < lim:
+                        _prefetch_row(v, indices[e + PREFETCH_AHEAD])
                     c = indices[e]
                     acc = zero
                     for d in range(D):
