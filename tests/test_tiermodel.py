@@ -223,8 +223,9 @@ def test_advise_labels_and_recommends(files, capsys):
     ad = a["modes"]["optane_app_direct"]
     kept = sum(a["footprint"][c] for c in ad["keep_in_dram"])
     assert kept + a["footprint"]["runtime"] <= a["dram_bytes"]
-    # it does not fit, so something goes to the device; the graph (random reads every layer) stays
-    assert ad["on_device"] and "graph" in ad["keep_in_dram"]
+    # it does not fit, so something goes to the device and something stays; which classes stay
+    # depends on the room the measured runtime leaves (exhaustive search: lowest modeled time)
+    assert ad["on_device"] and ad["keep_in_dram"]
     assert set(ad["on_device"]).isdisjoint(ad["keep_in_dram"])
     assert ad["modeled_step_s"] >= a["modes"]["dram"]["modeled_step_s"]
     assert main(args + ["--dram-gb", "64", "--json"]) == 0
