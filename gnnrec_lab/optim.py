@@ -26,27 +26,31 @@ class LAMB(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None
-        for group in self.param_groups:
+        for group, p, st in _with_grads(self):
             b1, b2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                st = self.state[p]
-                if not st:
-                    st["step"] = 0
-                    st["m"] = torch.zeros_like(p)
-                    st["v"] = torch.zeros_like(p)
-                st["step"] += 1
-                m, v, t = st["m"], st["v"], st["step"]
-                m.mul_(b1).add_(p.grad, alpha=1 - b1)
-                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                r = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt_().add_(group["eps"]))
-                if group["weight_decay"]:
-                    r.add_(p, alpha=group["weight_decay"])
-                pn, rn = p.norm().item(), r.norm().item()
-                trust = pn / rn if pn > 0 and rn > 0 else 1.0
-                p.add_(r, alpha=-group["lr"] * trust)
+            if not st:
+                st["step"] = 0
+                st["m"] = torch.zeros_like(p)
+                st["v"] = torch.zeros_like(p)
+            st["step"] += 1
+            m, v, t = st["m"], st["v"], st["step"]
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            r = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt_().add_(group["eps"]))
+            if group["weight_decay"]:
+                r.add_(p, alpha=group["weight_decay"])
+            pn, rn = p.norm().item(), r.norm().item()
+            trust = pn / rn if pn > 0 and rn > 0 else 1.0
+            p.add_(r, alpha=-group["lr"] * trust)
         return loss
+
+
+def _with_grads(opt):
+    """``(group, parameter, state)`` for every parameter of ``opt`` that has a gradient."""
+    for group in opt.param_groups:
+        for p in group["params"]:
+            if p.grad is not None:
+                yield group, p, opt.state[p]
 
 
 class FusedAdam(torch.optim.Optimizer):
@@ -65,25 +69,21 @@ class FusedAdam(torch.optim.Optimizer):
         from .kernels import native as nk
         from .kernels.backends import NativeBackend
         loss = closure() if closure is not None else None
-        for group in self.param_groups:
+        for group, p, st in _with_grads(self):
             b1, b2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse or not p.is_contiguous():
-                    raise ValueError("FusedAdam: dense contiguous parameters and gradients only")
-                st = self.state[p]
-                if not st:
-                    st["step"] = torch.tensor(0.0)
-                    st["exp_avg"] = torch.zeros_like(p)
-                    st["exp_avg_sq"] = torch.zeros_like(p)
-                st["step"] += 1
-                t = float(st["step"])
-                f = np.dtype(str(p.dtype).removeprefix("torch.")).type
-                flat = [x.detach().view(-1).numpy() for x in (p, p.grad.contiguous(), st["exp_avg"], st["exp_avg_sq"])]
-                args = (*flat, f(b2), f(1 - b1), f(1 - b2), f(group["eps"]), f(group["lr"] / (1 - b1 ** t)),
-                        f(math.sqrt(1 - b2 ** t)))
-                NativeBackend._call(nk.adam_update, *args)  # compile time goes to the recorder's jit_seconds
+            if p.grad.is_sparse or not p.is_contiguous():
+                raise ValueError("FusedAdam: dense contiguous parameters and gradients only")
+            if not st:
+                st["step"] = torch.tensor(0.0)
+                st["exp_avg"] = torch.zeros_like(p)
+                st["exp_avg_sq"] = torch.zeros_like(p)
+            st["step"] += 1
+            t = float(st["step"])
+            f = np.dtype(str(p.dtype).removeprefix("torch.")).type
+            flat = [x.detach().view(-1).numpy() for x in (p, p.grad.contiguous(), st["exp_avg"], st["exp_avg_sq"])]
+            args = (*flat, f(b2), f(1 - b1), f(1 - b2), f(group["eps"]), f(group["lr"] / (1 - b1 ** t)),
+                    f(math.sqrt(1 - b2 ** t)))
+            NativeBackend._call(nk.adam_update, *args)  # compile time goes to the recorder's jit_seconds
         return loss
 
 
