@@ -12,6 +12,9 @@ Public API::
     y = kernels.spmm_edge(adj, m)                 # sum_e w_e m_e  (n_rows, D)
     rows = kernels.gather(table, idx)             # table[idx]
     z = kernels.gemm(x, w); a = kernels.elementwise("leaky_relu", F.leaky_relu, z)
+    h = kernels.layer_mean([adj] * K, x, 1/(K+1)) # LightGCN: mean of x, Wx, ..., W^K x (one autograd node)
+    l = kernels.bpr_loss(out, u, p, n)            # mean BPR over row triples, gradient in the same pass
+    r = kernels.sq_norm_rows(e0, idx, coef)       # coef/2 * sum ||e0[idx]||^2 (the L2 term), likewise
 
 ``W`` is the CSR's weighted matrix: ``values`` (or 1) times ``row_scale[r]`` times
 ``col_scale[c]``. Every call appends one
