@@ -24,6 +24,7 @@ import time
 import numba
 import numpy as np
 from llvmlite import ir
+from llvmlite.binding import llvm_version_info
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -34,6 +35,8 @@ _JIT = dict(parallel=True, cache=True, fastmath=False, nogil=True)
 # (200k nodes / 5M nnz, D=64: 4/8/16/32 entries ahead -> 46/48/44/33 ms, none 67-89 ms).
 PREFETCH_AHEAD = 32
 PREFETCH_MAX_LINES = 16  # at most 1 KiB of a row (D=256 float32)
+# the intrinsic's name carries its pointer type: typed pointers (LLVM < 15) mangle it as p0i8
+_PREFETCH_INTRINSIC = "llvm.prefetch.p0" if llvm_version_info >= (15,) else "llvm.prefetch.p0i8"
 
 
 @intrinsic
@@ -51,7 +54,7 @@ def _prefetch_row(typingctx, arr, idx):
         start = builder.gep(builder.bitcast(ary.data, ir.IntType(8).as_pointer()), [builder.mul(row, strides[0])])
         i32 = ir.IntType(32)
         fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH_INTRINSIC)
         for k in range(PREFETCH_MAX_LINES):
             off = context.get_constant(types.intp, 64 * k)
             with builder.if_then(builder.icmp_signed("<", off, strides[0]), likely=True):
