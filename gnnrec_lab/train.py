@@ -14,7 +14,6 @@ recorder's records for the step go to the reporter (the run store, the CLI).
 """
 from __future__ import annotations
 
-import itertools
 import os
 import platform
 import time
@@ -212,7 +211,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
             # one generator per epoch: a sampler running ahead cannot shift the next epoch's draws
             erng = np.random.default_rng((config.seed, epoch))
             batches = (_sampled_batches(graph, config, erng, steps_per_epoch) if sampled
-                       else bpr_batches(graph, config.batch_size, erng))
+                       else bpr_batches(graph, config.batch_size, erng, max_batches=steps_per_epoch))
             t_epoch, loss_sum = 0.0, 0.0
             seen = np.zeros(graph.n_nodes, dtype=bool) if sampled else None
             sampled_nodes = 0
@@ -405,7 +404,7 @@ def _sampled_batches(graph, config, rng, steps: int):
     fanouts = [] if config.model == "mf" else list(config.fanouts)
 
     def gen():
-        for users, pos, neg in itertools.islice(bpr_batches(graph, config.batch_size, rng), steps):
+        for users, pos, neg in bpr_batches(graph, config.batch_size, rng, max_batches=steps):
             sub = sample_subgraph(graph, batch_nodes(graph, users, pos, neg), fanouts, rng)
             yield (torch.from_numpy(users), torch.from_numpy(pos), torch.from_numpy(neg)), sub
     # the oracle's future is what the sampler has produced ahead: let it run up to `lookahead` batches

@@ -188,3 +188,20 @@ def test_prefetcher_close_stops_thread():
     next(pf)
     pf.close()
     assert not pf._thread.is_alive()
+
+
+def test_capped_epoch_is_the_uncapped_epochs_order_and_draws_fewer_negatives(graph):
+    full = list(bpr_batches(graph, 128, np.random.default_rng(7)))
+    same = list(bpr_batches(graph, 128, np.random.default_rng(7), max_batches=len(full) + 5))
+    capped = list(bpr_batches(graph, 128, np.random.default_rng(7), max_batches=3))
+    assert len(same) == len(full) and len(capped) == 3
+    for x, y in zip(full, same):  # a cap at or past the epoch changes nothing
+        for p, q in zip(x, y):
+            np.testing.assert_array_equal(p, q)
+    for x, y in zip(full[:3], capped):  # same permutation: same users and positives, in order
+        np.testing.assert_array_equal(x[0], y[0])
+        np.testing.assert_array_equal(x[1], y[1])
+    ui = graph.user_items
+    for u, _, n in capped:  # negatives still never a training item of their user
+        for uu, nn in zip(u, n):
+            assert nn not in ui.indices[ui.indptr[uu]:ui.indptr[uu + 1]]
