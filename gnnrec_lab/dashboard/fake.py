@@ -11,9 +11,9 @@ import numpy as np
 from ..config import RunConfig
 from ..recorder import KernelRecord
 
-KERNELS = (("spmm", "forward", "gather"), ("spmm", "backward", "gather"), ("gather", "loss", "gather"),
-           ("scatter_add", "backward", "scatter"), ("adam", "optimizer", "stream"),
-           ("bpr_sample", "sampling", "gather"))
+# the kernels a real full-graph LightGCN step records (fused loss terms, no separate gathers)
+KERNELS = (("spmm", "forward", "gather"), ("spmm", "backward", "gather"), ("bpr_loss", "loss", "gather"),
+           ("l2_reg", "loss", "gather"), ("adam", "optimizer", "stream"), ("bpr_sample", "sampling", "gather"))
 
 
 def fake_records(step: int, layers: int, dim: int, rng) -> list:
