@@ -1,5 +1,4 @@
 """BPR batches, negative sampling, k-hop sub-graphs and the prefetcher."""
-import threading
 import time
 
 import numpy as np
