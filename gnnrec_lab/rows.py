@@ -46,8 +46,9 @@ class DramRows:
             self.adam.lr = lr
             self.adam.step(rows, grad)
 
-    def sync(self) -> None:
-        """Make ``table`` hold every update (a cache writes back dirty rows here)."""
+    def sync(self, keep_future: bool = False) -> None:
+        """Make ``table`` hold every update (a cache writes back dirty rows here; ``keep_future``:
+        the batches sampled ahead will still be trained)."""
 
     def stats(self) -> dict:
         return {}

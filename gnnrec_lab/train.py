@@ -14,6 +14,7 @@ recorder's records for the step go to the reporter (the run store, the CLI).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import time
@@ -205,12 +206,14 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     best_r20, bad_evals, best_state = -1.0, 0, None
     key = f"recall@{20 if 20 in config.topk else max(config.topk)}"
     step, t_train, stopped = 0, 0.0, False
-    with use_recorder(rec):
+    # sampled mode: one sampler thread for all epochs (closed when training ends, however it ends)
+    sampler = _sampled_batches(graph, config, steps_per_epoch) if sampled else None
+    with use_recorder(rec), (sampler or contextlib.nullcontext()):
         for epoch in range(1, config.epochs + 1):
             model.train()
             # one generator per epoch: a sampler running ahead cannot shift the next epoch's draws
             erng = np.random.default_rng((config.seed, epoch))
-            batches = (_sampled_batches(graph, config, erng, steps_per_epoch) if sampled
+            batches = (sampler if sampled
                        else bpr_batches(graph, config.batch_size, erng, max_batches=steps_per_epoch))
             t_epoch, loss_sum = 0.0, 0.0
             seen = np.zeros(graph.n_nodes, dtype=bool) if sampled else None
@@ -282,8 +285,9 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
                     break
             t_train += t_epoch
             if sampled:
-                batches.close()
-                row_store.sync()  # evaluation reads the whole table
+                # evaluation reads the whole table; the sampler runs on into the next epoch, so an
+                # oracle cache can prefetch its first batches meanwhile
+                row_store.sync(keep_future=not stopped and epoch < config.epochs)
                 sampled_stats["redundancy"].append(sampled_nodes / max(int(seen.sum()), 1))
             del batches  # the epoch's BPR arrays (24 B per interaction) are not needed to evaluate
             result.epochs, result.steps = epoch, step
@@ -398,15 +402,19 @@ def _place_optimizer_state(opt, model, config) -> None:
                         "exp_avg_sq": allocate(tuple(p.shape), p.dtype, where, "optimizer")}
 
 
-def _sampled_batches(graph, config, rng, steps: int):
-    """The epoch's first ``steps`` BPR batches with their k-hop sub-graphs, sampled ahead in a
-    background thread (never past ``steps``: an oracle would prefetch rows nobody uses)."""
+def _sampled_batches(graph, config, steps: int):
+    """Every epoch's first ``steps`` BPR batches with their k-hop sub-graphs, epoch after epoch,
+    sampled ahead in one background thread. Epoch e draws from its own generator seeded
+    ``(seed, e)``, so running ahead never shifts the next epoch's draws; never past ``steps``
+    per epoch (an oracle would prefetch rows nobody trains)."""
     fanouts = [] if config.model == "mf" else list(config.fanouts)
 
     def gen():
-        for users, pos, neg in bpr_batches(graph, config.batch_size, rng, max_batches=steps):
-            sub = sample_subgraph(graph, batch_nodes(graph, users, pos, neg), fanouts, rng)
-            yield (torch.from_numpy(users), torch.from_numpy(pos), torch.from_numpy(neg)), sub
+        for epoch in range(1, config.epochs + 1):
+            rng = np.random.default_rng((config.seed, epoch))
+            for users, pos, neg in bpr_batches(graph, config.batch_size, rng, max_batches=steps):
+                sub = sample_subgraph(graph, batch_nodes(graph, users, pos, neg), fanouts, rng)
+                yield (torch.from_numpy(users), torch.from_numpy(pos), torch.from_numpy(neg)), sub
     # the oracle's future is what the sampler has produced ahead: let it run up to `lookahead` batches
     depth = min(config.lookahead, MAX_SAMPLE_AHEAD) if config.cache_policy == "oracle" else 4
     return Prefetcher(gen(), depth=depth)

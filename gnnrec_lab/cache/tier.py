@@ -1030,16 +1030,22 @@ class CachedRows:
         self._raise_io_error()
 
     # -- epoch end, statistics -----------------------------------------------------------------------
-    def sync(self) -> None:
-        """Write every dirty cached row back and copy the slow-tier embeddings into ``table``."""
+    def sync(self, keep_future: bool = False) -> None:
+        """Write every dirty cached row back and copy the slow-tier embeddings into ``table``.
+
+        ``keep_future``: the sampler runs on into the next epoch (its batches already in the
+        window will be trained), so the oracle keeps them and may prefetch them while the
+        caller evaluates; otherwise the epoch's sampler is closed and what it had produced
+        ahead is forgotten."""
         t0 = time.perf_counter()
         with self._cv:
             self._drain()
-            # the epoch's sampler is closed: rows it had produced ahead will never be trained
-            self.future.clear()
-            if self._epoch_start is not None:     # every epoch has as many steps as the first
-                self._epoch_len = self._epoch_len or (self.expected - self._epoch_start)
-                self._epoch_start = None
+            if not keep_future:
+                # rows the closed sampler had produced ahead will never be trained
+                self.future.clear()
+                if self._epoch_start is not None:     # every epoch has as many steps as the first
+                    self._epoch_len = self._epoch_len or (self.expected - self._epoch_start)
+                    self._epoch_start = None
             self._refresh_next_use()
             r0, w0 = self.tier.bytes_read, self.tier.bytes_written
             slots = np.flatnonzero((self.row_in >= 0) & self.dirty & self.ready)
@@ -1180,4 +1186,4 @@ def make_cached_rows(config, model, policy: Optional[str] = None, io_threads: in
         os.unlink(path)
     info = {"slow_tier": where_note, "dataset_rows": n}
     return CachedRows(tier, capacity, lr=config.effective_lr, policy=policy, lookahead=config.lookahead,
-                      scores=scores, table=emb, info=info, epoch_steps=config.max_steps_per_epoch)
+                      scores=scores, table=emb, info=info)  # the run's sampler stops at the epoch cap itself
