@@ -71,16 +71,25 @@ class Result:
         return dict(self.__dict__)
 
 
+def _input(rows: int, dim: int, g) -> torch.Tensor:
+    """A random input allocated as the lab allocates its tables (kernels.buffers: huge pages when
+    32 MiB or more), the same tensor for every backend."""
+    from . import buffers
+    t = buffers.empty((rows, dim))
+    t.copy_(torch.randn(rows, dim, generator=g))
+    return t.requires_grad_(True)
+
+
 def _run_kernel(kernel, adj, dim, table_rows, rng_seed):
     """One forward + backward of ``kernel`` through the public API."""
     from .. import kernels as K
     g = torch.Generator().manual_seed(rng_seed)
     if kernel == "spmm":
-        x = torch.randn(adj.n_cols, dim, generator=g, requires_grad=True)
+        x = _input(adj.n_cols, dim, g)
         K.spmm(adj, x).backward(torch.ones(adj.n_rows, dim))
     elif kernel.startswith("sddmm"):
-        u = torch.randn(adj.n_rows, dim, generator=g, requires_grad=True)
-        v = torch.randn(adj.n_cols, dim, generator=g, requires_grad=True)
+        u = _input(adj.n_rows, dim, g)
+        v = _input(adj.n_cols, dim, g)
         y = K.sddmm(adj, u, v, op=kernel.split("_")[1])
         y.backward(torch.ones_like(y))
     elif kernel == "spmm_edge":
