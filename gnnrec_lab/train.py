@@ -211,10 +211,10 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     with use_recorder(rec), (sampler or contextlib.nullcontext()):
         for epoch in range(1, config.epochs + 1):
             model.train()
-            # one generator per epoch: a sampler running ahead cannot shift the next epoch's draws
-            erng = np.random.default_rng((config.seed, epoch))
+            # one generator per epoch (seeded (seed, epoch); the sampled mode's sampler does the same)
             batches = (sampler if sampled
-                       else bpr_batches(graph, config.batch_size, erng, max_batches=steps_per_epoch))
+                       else bpr_batches(graph, config.batch_size, np.random.default_rng((config.seed, epoch)),
+                                        max_batches=steps_per_epoch))
             t_epoch, loss_sum = 0.0, 0.0
             seen = np.zeros(graph.n_nodes, dtype=bool) if sampled else None
             sampled_nodes = 0
