@@ -11,6 +11,9 @@ import math
 
 import torch
 
+from .kernels import native as nk
+from .kernels.backends import NativeBackend
+
 
 class LAMB(torch.optim.Optimizer):
     r"""Layer-wise Adaptive Moments for Batch training.
@@ -64,10 +67,6 @@ class FusedAdam(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        import numpy as np
-
-        from .kernels import native as nk
-        from .kernels.backends import NativeBackend
         loss = closure() if closure is not None else None
         for group, p, st in _with_grads(self):
             b1, b2 = group["betas"]
@@ -79,8 +78,8 @@ class FusedAdam(torch.optim.Optimizer):
                 st["exp_avg_sq"] = torch.zeros_like(p)
             st["step"] += 1
             t = float(st["step"])
-            f = np.dtype(str(p.dtype).removeprefix("torch.")).type
             flat = [x.detach().view(-1).numpy() for x in (p, p.grad.contiguous(), st["exp_avg"], st["exp_avg_sq"])]
+            f = flat[0].dtype.type  # scalars in the parameter's precision
             args = (*flat, f(b2), f(1 - b1), f(1 - b2), f(group["eps"]), f(group["lr"] / (1 - b1 ** t)),
                     f(math.sqrt(1 - b2 ** t)))
             NativeBackend._call(nk.adam_update, *args)  # compile time goes to the recorder's jit_seconds

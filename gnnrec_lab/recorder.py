@@ -79,9 +79,14 @@ class Recorder:
         try:
             yield
         finally:
-            ns = time.perf_counter_ns() - t0
-            jit = self.jit_seconds - jit0
-            self.record(name, max(0, ns - int(jit * 1e9)) if jit else ns, **kw)
+            self.record(name, self.ns_since(t0, jit0), **kw)
+
+    def ns_since(self, t0_ns: int, jit0: float) -> int:
+        """Nanoseconds since ``perf_counter_ns()`` read ``t0_ns``, less the compilation time
+        added to ``jit_seconds`` since it read ``jit0`` (JIT is never kernel time)."""
+        ns = time.perf_counter_ns() - t0_ns
+        jit = self.jit_seconds - jit0
+        return max(0, ns - int(jit * 1e9)) if jit else ns
 
     def clear(self) -> None:
         self.records.clear()

@@ -124,11 +124,7 @@ def _timed(name, layer, phase, backend_name, cost: Callable[[], dict], fn, *args
     jit0 = rec.jit_seconds
     t0 = time.perf_counter_ns()
     out = fn(*args)
-    ns = time.perf_counter_ns() - t0
-    jit = rec.jit_seconds - jit0
-    if jit:
-        ns = max(0, ns - int(jit * 1e9))
-    rec.record(name, ns, layer=layer, phase=phase, backend=backend_name, **cost())
+    rec.record(name, rec.ns_since(t0, jit0), layer=layer, phase=phase, backend=backend_name, **cost())
     return out
 
 

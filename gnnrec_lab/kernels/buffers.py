@@ -24,7 +24,7 @@ _ADVICE = getattr(mmap, "MADV_HUGEPAGE", None)
 
 def _mapped(shape: tuple, dtype: torch.dtype):
     """A tensor on its own huge-page mapping (zero-filled by the OS), or None when small."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes < HUGE_MIN_BYTES or _ADVICE is None or dtype not in _NP:
         return None
     m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

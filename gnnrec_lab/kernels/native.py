@@ -91,6 +91,22 @@ def _edge_weight(values, eperm, col_scale, e, c, one):
     return w
 
 
+@njit(inline="always")
+def _block_range(indptr, pos, b, r, chunk_end):
+    """Row ``r``'s entries in column block ``b`` (``lo``, ``hi``) and the bound below which
+    the entry ``PREFETCH_AHEAD`` further on may be prefetched: in a plain CSR (``pos`` None)
+    entries run on across the chunk's rows, in a block the row's range is all there is."""
+    if pos is None:
+        lo = indptr[r]
+        hi = indptr[r + 1]
+        lim = indptr[chunk_end]
+    else:
+        lo = pos[b, r]
+        hi = pos[b + 1, r]
+        lim = hi
+    return lo, hi, lim - PREFETCH_AHEAD
+
+
 @njit(**_JIT)
 def spmm(indptr, pos, indices, values, eperm, row_scale, col_scale, x, out, bounds,
          alpha, acc, init, addend, beta):
@@ -121,15 +137,7 @@ def spmm(indptr, pos, indices, values, eperm, row_scale, col_scale, x, out, boun
                 if b == 0:
                     for d in range(D):
                         out[r, d] = 0
-                if pos is None:
-                    e = indptr[r]
-                    end = indptr[r + 1]
-                    lim = indptr[bd[ch + 1]]  # entries run on across the chunk's rows
-                else:
-                    e = pos[b, r]
-                    end = pos[b + 1, r]
-                    lim = end  # the next row's entries of this block are elsewhere
-                lim = min(lim - PREFETCH_AHEAD, end)
+                e, end, lim = _block_range(indptr, pos, b, r, bd[ch + 1])
                 while e + 4 <= end:
                     for k in range(4):
                         if e + k < lim:
@@ -297,14 +305,7 @@ def sddmm_dot(indptr, pos, indices, u, v, out, bounds):
         bd = bounds[b]
         for ch in prange(bd.shape[0] - 1):
             for r in range(bd[ch], bd[ch + 1]):
-                if pos is None:
-                    lo = indptr[r]
-                    hi = indptr[r + 1]
-                    lim = indptr[bd[ch + 1]] - PREFETCH_AHEAD
-                else:
-                    lo = pos[b, r]
-                    hi = pos[b + 1, r]
-                    lim = hi - PREFETCH_AHEAD
+                lo, hi, lim = _block_range(indptr, pos, b, r, bd[ch + 1])
                 for e in range(lo, hi):
                     if e < lim:
                         _prefetch_row(v, indices[e + PREFETCH_AHEAD])
