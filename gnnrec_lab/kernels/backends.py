@@ -192,8 +192,12 @@ class NativeBackend(Backend):
             t_indptr, t_rows, perm, tb = self._tstruct(adj)
             gv = buffers.empty((adj.n_cols, D), v.dtype)
             if op == "dot":
+                # g put into the transposed order first (one streaming pass, ~7 ms on 5M entries)
+                # rather than read through perm inside the gather loop: the dependent random
+                # load per edge there cost ~17 ms (grad v 43 -> 26 + 7 ms, 200k nodes, D=64)
+                gt = self._call(nk.permute_values, gn, perm, buffers.empty(gn.shape, g.dtype).numpy())
                 pos, b2 = self._blocked(adj, D * un.itemsize, transposed=True)
-                self._call(nk.spmm, t_indptr, pos, t_rows, gn, perm, None, None, un, gv.numpy(), b2,
+                self._call(nk.spmm, t_indptr, pos, t_rows, gt, None, None, None, un, gv.numpy(), b2,
                            *_plain(un.dtype))
             else:
                 self._call(nk.edge_aggregate, t_indptr, t_rows, None, None, None, gn, perm, un, gv.numpy(), tb)

@@ -231,7 +231,9 @@ def summary(results: list[Result]) -> list[str]:
         parts = [f"{graph} D={dim} {kernel}: {r.pct_of_bound:.0f}% of bound"]
         back = by.get((graph, dim, kernel, "backward", "native"))
         if back:
-            parts.append(f"backward/forward {back.seconds / r.seconds:.2f}x")
+            # the ideal-bytes ratio says how far apart the two must be when both are memory-bound
+            parts.append(f"backward/forward {back.seconds / r.seconds:.2f}x "
+                         f"(ideal bytes {back.bytes / r.bytes:.2f}x)")
         for other in ("torch", "pyg", "dgl"):
             o = by.get((graph, dim, kernel, "forward", other))
             if o:

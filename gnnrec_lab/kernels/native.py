@@ -407,6 +407,14 @@ def gather_rows(table, idx, out):
 
 
 @njit(**_JIT)
+def permute_values(src, perm, out):
+    """out[k] = src[perm[k]] for a 1-D array (per-edge scalars into another entry order)."""
+    for k in prange(out.shape[0]):
+        out[k] = src[perm[k]]
+    return out
+
+
+@njit(**_JIT)
 def scatter_add_rows(idx, src, out, col_blocks):
     """out[idx[i]] += src[i]; ``out`` must be zeroed by the caller.
 
