@@ -65,6 +65,24 @@ class FusedAdam(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps))
 
+    def zero_grad(self, set_to_none: bool = True):
+        """torch's semantics, without its per-call profiler scope and per-device grouping: those
+        took 70-140 us a step (ML-100K to 160k edges), the largest piece of a LightGCN step outside
+        every kernel."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                g = p.grad
+                if g is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    if g.grad_fn is not None:
+                        g.detach_()
+                    else:
+                        g.requires_grad_(False)
+                    g.zero_()
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None

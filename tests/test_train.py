@@ -163,3 +163,16 @@ def test_fused_adam_follows_torch_adam():
     assert torch.allclose(a, b, atol=1e-6, rtol=1e-5) and not torch.equal(a, w)
     assert torch.allclose(ta.state[a]["exp_avg_sq"], fa.state[b]["exp_avg_sq"], rtol=1e-5)
     assert float(fa.state[b]["step"]) == 20
+
+
+def test_fused_adam_zero_grad_keeps_torch_semantics():
+    from gnnrec_lab.optim import FusedAdam
+    p, q = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))
+    opt = FusedAdam([p, q])
+    p.grad = torch.full((3,), 2.0)
+    opt.zero_grad()                       # default: set to None (q has no grad: untouched)
+    assert p.grad is None and q.grad is None
+    (p * 3).sum().backward(create_graph=True)   # a gradient that carries a graph
+    kept = p.grad
+    opt.zero_grad(set_to_none=False)      # zeroed in place, detached, same tensor
+    assert p.grad is kept and torch.equal(kept, torch.zeros(3)) and kept.grad_fn is None
