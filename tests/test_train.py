@@ -172,7 +172,7 @@ def test_fused_adam_zero_grad_keeps_torch_semantics():
     p.grad = torch.full((3,), 2.0)
     opt.zero_grad()                       # default: set to None (q has no grad: untouched)
     assert p.grad is None and q.grad is None
-    (p * 3).sum().backward(create_graph=True)   # a gradient that carries a graph
+    p.grad = torch.ones(3, requires_grad=True) * 3   # a gradient that carries a graph
     kept = p.grad
     opt.zero_grad(set_to_none=False)      # zeroed in place, detached, same tensor
     assert p.grad is kept and torch.equal(kept, torch.zeros(3)) and kept.grad_fn is None
