@@ -37,10 +37,11 @@ from .reporting import Reporter
 # elementwise's caller-chosen names) may match any Function class not listed here
 KERNEL_CLASSES = {"spmm": ("_SpMM", "_LayerMean"), "sddmm_dot": ("_SDDMM",), "sddmm_mul": ("_SDDMM",),
                   "spmm_edge": ("_SpMMEdge",), "gather": ("_Gather",), "scatter_add": ("_Gather",),
-                  "gemm": ("_GEMM",), "bpr_loss": ("_RowsLoss",), "l2_reg": ("_RowsLoss",)}
+                  "gemm": ("_GEMM",), "bpr_loss": ("_RowsLoss",), "l2_reg": ("_RowsLoss", "_LayerMean")}
 # Functions whose one call records several kernels: _LayerMean records one spmm per layer
-# (forward layers ascending, backward descending); its event's time is shared among them
-MULTI_RECORD_CLASSES = {"_LayerMean"}
+# (forward layers ascending, backward descending, then the L2 gradient a loss left to it),
+# _RowsLoss bpr_loss then l2_reg; the event's time is shared among them
+MULTI_RECORD_CLASSES = {"_LayerMean", "_RowsLoss"}
 # records of timed blocks that are not autograd Functions (no profiler event of their own)
 PLAIN_BLOCKS = {"bpr_sample", "sample_wait", "sample_subgraph", "row_fetch", "row_writeback",
                 "sparse_adam"}
@@ -131,8 +132,12 @@ def _compatible(record_name: str, cls: str) -> bool:
 
 def _same_call(prev, r, direction: str) -> bool:
     """Whether record ``r`` continues ``prev``'s call of a multi-record Function."""
+    if r.phase != prev.phase:
+        return False
+    if r.name == "l2_reg":
+        return prev.name == ("bpr_loss" if direction == "forward" else "spmm")
     step = 1 if direction == "forward" else -1
-    return r.name == prev.name and r.phase == prev.phase and r.layer == prev.layer + step
+    return r.name == prev.name == "spmm" and r.layer == prev.layer + step
 
 
 def match_records(records, events, classes: Optional[set] = None, optimizer: Optional[str] = None):

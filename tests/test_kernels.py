@@ -334,6 +334,58 @@ def test_fused_bpr_and_l2_match_torch_reference_and_gradcheck(backend):
                                                i0, i1, torch.tensor([2])), torch.tensor(5400.0, dtype=torch.float64))
 
 
+def _bpr_l2_reference(out, table, u, p, n, coef, off):
+    ou, op, on = out[u], out[p + off], out[n + off]
+    tu, tp, tn = table[u], table[p + off], table[n + off]
+    return (F.softplus(-((ou * op).sum(1) - (ou * on).sum(1))).mean()
+            + coef * 0.5 * (tu.pow(2).sum() + tp.pow(2).sum() + tn.pow(2).sum()))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("source", ["layer_mean", "other", "same"])
+def test_bpr_l2_loss_matches_reference_wherever_the_l2_gradient_goes(backend, source):
+    """The L2 gradient takes three routes: left to the layer mean's backward (``out`` comes from
+    layer_mean over ``table``), a dense gradient of its own (any other ``out``), or added into the
+    BPR gradient (``out`` is ``table``, MF). Each must give the reference gradient."""
+    torch.manual_seed(1)
+    adj = _tiny()  # 4 x 4, symmetric
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    u, p, n = torch.tensor([0, 1, 1, 0]), torch.tensor([0, 1, 0, 1]), torch.tensor([1, 1, 0, 0])
+    off, coef = 2, 0.4
+
+    def outputs(t, via_kernels):
+        if source == "layer_mean":
+            return kernels.layer_mean([adj, adj], t, 1 / 3) if via_kernels else \
+                (t + kernels.spmm(adj, t) + kernels.spmm(adj, kernels.spmm(adj, t))) / 3
+        return t * torch.tensor([1.0, -2.0, 0.5], dtype=t.dtype) if source == "other" else t
+    with kernels.use_backend(backend):
+        loss, bpr = kernels.bpr_l2_loss(outputs(x, True), x, u, p, n, coef, item_offset=off)
+        ref = _bpr_l2_reference(outputs(x, False), x, u, p, n, coef, off)
+        assert torch.allclose(loss, ref, atol=1e-12) and not bpr.requires_grad
+        (g,) = torch.autograd.grad(1.5 * loss, x)   # an incoming gradient other than 1 is applied
+        (gr,) = torch.autograd.grad(1.5 * ref, x)
+        assert torch.allclose(g, gr, atol=1e-12)
+        assert torch.autograd.gradcheck(
+            lambda t: kernels.bpr_l2_loss(outputs(t, True), t, u, p, n, coef, item_offset=off)[0], (x,))
+
+
+def test_deferred_l2_gradient_is_recorded_in_the_layer_mean_backward():
+    adj = _tiny()
+    x = torch.randn(4, 8, requires_grad=True)
+    u, p, n = torch.tensor([0, 1]), torch.tensor([0, 1]), torch.tensor([1, 0])
+    rec = Recorder()
+    rec.phase = "loss"
+    with use_recorder(rec):
+        loss, _ = kernels.bpr_l2_loss(kernels.layer_mean([adj], x, 0.5), x, u, p, n, 0.1, item_offset=2)
+        loss.backward()
+    fwd, bwd = _one(rec, "l2_reg", "loss"), _one(rec, "l2_reg", "backward")
+    rows = 6 * 8 * 4
+    assert (fwd.bytes_read, fwd.bytes_written) == (6 * 8 + rows, 0)          # the value only
+    assert (bwd.bytes_read, bwd.bytes_written) == (6 * 8 + 2 * rows, rows)   # rows read, gradient rows updated
+    order = [(r.name, r.phase) for r in rec.records]
+    assert order.index(("l2_reg", "backward")) == order.index(("spmm", "backward")) + 1
+
+
 def test_fused_loss_records_bytes_and_a_backward_handover():
     out = torch.randn(10, 4, requires_grad=True)
     u, p, n = torch.tensor([0, 1, 1]), torch.tensor([5, 6, 7]), torch.tensor([8, 9, 5])

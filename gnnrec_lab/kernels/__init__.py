@@ -15,6 +15,7 @@ Public API::
     h = kernels.layer_mean([adj] * K, x, 1/(K+1)) # LightGCN: mean of x, Wx, ..., W^K x (one autograd node)
     l = kernels.bpr_loss(out, u, p, n)            # mean BPR over row triples, gradient in the same pass
     r = kernels.sq_norm_rows(e0, idx, coef)       # coef/2 * sum ||e0[idx]||^2 (the L2 term), likewise
+    loss, bpr = kernels.bpr_l2_loss(out, e0, u, p, n, coef, item_offset=n_users)  # both, one autograd node
 
 ``W`` is the CSR's weighted matrix: ``values`` (or 1) times ``row_scale[r]`` times
 ``col_scale[c]``. Every call appends one
@@ -37,6 +38,7 @@ import contextlib
 import functools
 import os
 import time
+import weakref
 
 # numba (omp threading layer) and torch each keep an OpenMP team; with the default
 # spinning wait policy the two teams (and any other process on a shared machine)
@@ -55,6 +57,7 @@ from . import buffers, costs
 from .backends import BACKEND_CLASSES
 
 __all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "layer_mean", "sddmm", "lincomb", "bpr_loss", "sq_norm_rows",
+           "bpr_l2_loss",
            "spmm_edge", "gather", "gemm", "elementwise", "warmup", "SDDMM_OPS"]
 
 SDDMM_OPS = ("dot", "mul")
@@ -116,16 +119,36 @@ def use_backend(name: str) -> Iterator[str]:
 
 
 # -- recording ---------------------------------------------------------------
+class _Span:
+    """Times the pieces of one autograd Function body back to back: the first record starts
+    when the body starts, each later one where the previous record's bookkeeping ended. The
+    body's own Python (argument conversion, output allocation) is then inside a record, as it
+    is inside torch.profiler's event for the Function; the recorder's bookkeeping (``cost()``,
+    the record itself) and compilation time are not."""
+    __slots__ = ("rec", "t0", "jit0")
+
+    def __init__(self):
+        self.rec = rec = get_recorder()
+        if rec.enabled:
+            self.jit0 = rec.jit_seconds
+            self.t0 = time.perf_counter_ns()
+
+    def run(self, name, layer, phase, backend_name, cost: Callable[[], dict], fn, *args):
+        """Run ``fn(*args)``; when recording, record the time since the span's last mark under
+        ``name`` with ``cost()``'s bytes and flops, and set the mark after the bookkeeping."""
+        out = fn(*args)
+        rec = self.rec
+        if rec.enabled:
+            rec.record(name, rec.ns_since(self.t0, self.jit0), layer=layer, phase=phase, backend=backend_name,
+                       **cost())
+            self.jit0 = rec.jit_seconds
+            self.t0 = time.perf_counter_ns()
+        return out
+
+
 def _timed(name, layer, phase, backend_name, cost: Callable[[], dict], fn, *args):
     """Run ``fn(*args)``; when recording, record its time (minus JIT) and ``cost()``."""
-    rec = get_recorder()
-    if not rec.enabled:
-        return fn(*args)
-    jit0 = rec.jit_seconds
-    t0 = time.perf_counter_ns()
-    out = fn(*args)
-    rec.record(name, rec.ns_since(t0, jit0), layer=layer, phase=phase, backend=backend_name, **cost())
-    return out
+    return _Span().run(name, layer, phase, backend_name, cost, fn, *args)
 
 
 def _elem(t: torch.Tensor) -> int:
@@ -143,15 +166,17 @@ def _check_features(adj, name: str, t: torch.Tensor, n: int, what: str) -> None:
 class _SpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, adj, layer, bname):
+        span = _Span()
         be = _backend(bname)
         ctx.adj, ctx.layer, ctx.bname = adj, layer, bname
-        return _timed("spmm", layer, None, bname, lambda: costs.spmm(adj, x.shape[1], _elem(x)), be.spmm, adj, x)
+        return span.run("spmm", layer, None, bname, lambda: costs.spmm(adj, x.shape[1], _elem(x)), be.spmm, adj, x)
 
     @staticmethod
     def backward(ctx, g):
+        span = _Span()
         adj_t = ctx.adj.transpose()  # itself when symmetric
         be = _backend(ctx.bname)
-        gx = _timed("spmm", ctx.layer, "backward", ctx.bname,
+        gx = span.run("spmm", ctx.layer, "backward", ctx.bname,
                     lambda: costs.spmm(adj_t, g.shape[1], _elem(g)), be.spmm, adj_t, g.contiguous())
         return gx, None, None, None
 
@@ -174,35 +199,46 @@ class _LayerMean(torch.autograd.Function):
     propagation is linear, so nothing is saved for backward; the backward is the
     Horner form ``h = A_K^T (w g); h = A_k^T h + w P g`` (``P`` pads ``g`` with zero
     rows), again one fused SpMM per layer. Each SpMM is recorded as ``spmm`` with its
-    layer, the accumulator's bytes included."""
+    layer, the accumulator's bytes included.
+
+    A loss on the output that also has an L2 term on the batch's rows of ``x`` (see
+    :class:`_RowsLoss`) leaves that term's gradient to this backward: added row by row into
+    the gradient of ``x`` (recorded ``l2_reg``), instead of a dense gradient of its own that
+    autograd would then add to this one (a zeroed table plus a dense add per step)."""
 
     @staticmethod
     def forward(ctx, x, blocks, weight, bname):
+        span = _Span()
         be = _backend(bname)
         ctx.blocks, ctx.weight, ctx.bname = blocks, weight, bname
+        ctx.x_ref, ctx.deferred_l2 = weakref.ref(x), None
         n_out, D, f = blocks[0].n_rows, x.shape[1], _elem(x)
         acc = buffers.empty((n_out, D), x.dtype)
         cur = x
         for k, blk in enumerate(reversed(blocks)):
             init = x[:n_out] if k == 0 else None
             extra_read = n_out * D * f  # init (first layer) or acc (later layers)
-            cur = _timed("spmm", k, None, bname,
+            cur = span.run("spmm", k, None, bname,
                          lambda blk=blk: costs.spmm(blk, D, f, extra_read=extra_read, extra_written=n_out * D * f),
                          be.spmm_fused, blk, cur, 1.0, acc, init, None, weight)
         return acc
 
     @staticmethod
     def backward(ctx, g):
+        span = _Span()
         be, w, blocks = _backend(ctx.bname), ctx.weight, ctx.blocks
         g = g.contiguous()
         n_g, D, f = g.shape[0], g.shape[1], _elem(g)
         h, alpha = g, w
         for k in range(len(blocks) - 1, -1, -1):
             blk_t = blocks[len(blocks) - 1 - k].transpose()  # layer k applied blocks[-1-k]
-            h = _timed("spmm", k, "backward", ctx.bname,
+            h = span.run("spmm", k, "backward", ctx.bname,
                        lambda blk_t=blk_t: costs.spmm(blk_t, D, f, extra_read=n_g * D * f),
                        be.spmm_fused, blk_t, h, alpha, None, None, g, w)
             alpha = 1.0
+        deferred, ctx.deferred_l2 = ctx.deferred_l2, None
+        if deferred is not None:
+            _RowsLoss.l2_grad_into(span, h, *deferred)
         return h, None, None, None
 
 
@@ -227,20 +263,22 @@ def layer_mean(blocks, x: torch.Tensor, weight: float) -> torch.Tensor:
 class _SDDMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, v, adj, op, layer, bname):
+        span = _Span()
         be = _backend(bname)
         ctx.adj, ctx.op, ctx.layer, ctx.bname = adj, op, layer, bname
         ctx.save_for_backward(u, v)
-        return _timed(f"sddmm_{op}", layer, None, bname, lambda: costs.sddmm(adj, u.shape[1], _elem(u), op),
+        return span.run(f"sddmm_{op}", layer, None, bname, lambda: costs.sddmm(adj, u.shape[1], _elem(u), op),
                       be.sddmm, adj, u, v, op)
 
     @staticmethod
     def backward(ctx, g):
+        span = _Span()
         u, v = ctx.saved_tensors
         need_u, need_v = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if not (need_u or need_v):
             return None, None, None, None, None, None
         adj, op, be = ctx.adj, ctx.op, _backend(ctx.bname)
-        gu, gv = _timed(f"sddmm_{op}", ctx.layer, "backward", ctx.bname,
+        gu, gv = span.run(f"sddmm_{op}", ctx.layer, "backward", ctx.bname,
                         lambda: costs.sddmm_backward(adj, u.shape[1], _elem(u), op, need_u, need_v),
                         be.sddmm_grads, adj, op, g.contiguous(), u, v, need_u, need_v)
         return gu, gv, None, None, None, None
@@ -264,15 +302,17 @@ def sddmm(adj, u: torch.Tensor, v: torch.Tensor, *, op: str = "dot", layer: int 
 class _SpMMEdge(torch.autograd.Function):
     @staticmethod
     def forward(ctx, m, adj, layer, bname):
+        span = _Span()
         be = _backend(bname)
         ctx.adj, ctx.layer, ctx.bname = adj, layer, bname
-        return _timed("spmm_edge", layer, None, bname, lambda: costs.spmm_edge(adj, m.shape[1], _elem(m)),
+        return span.run("spmm_edge", layer, None, bname, lambda: costs.spmm_edge(adj, m.shape[1], _elem(m)),
                       be.spmm_edge, adj, m)
 
     @staticmethod
     def backward(ctx, g):
+        span = _Span()
         adj, be = ctx.adj, _backend(ctx.bname)
-        gm = _timed("spmm_edge", ctx.layer, "backward", ctx.bname,
+        gm = span.run("spmm_edge", ctx.layer, "backward", ctx.bname,
                     lambda: costs.edge_broadcast(adj, g.shape[1], _elem(g)), be.edge_broadcast, adj, g.contiguous())
         return gm, None, None, None
 
@@ -290,18 +330,20 @@ def spmm_edge(adj, edge_values: torch.Tensor, *, layer: int = -1) -> torch.Tenso
 class _Gather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, table, idx, layer, bname):
+        span = _Span()
         be = _backend(bname)
         ctx.n_table, ctx.layer, ctx.bname = table.shape[0], layer, bname
         ctx.save_for_backward(idx)
-        return _timed("gather", layer, None, bname,
+        return span.run("gather", layer, None, bname,
                       lambda: costs.gather(idx.shape[0], table.shape[1], _elem(table), idx.element_size()),
                       be.gather, table, idx)
 
     @staticmethod
     def backward(ctx, g):
+        span = _Span()
         (idx,) = ctx.saved_tensors
         be = _backend(ctx.bname)
-        gt = _timed("scatter_add", ctx.layer, "backward", ctx.bname,
+        gt = span.run("scatter_add", ctx.layer, "backward", ctx.bname,
                     lambda: costs.scatter_add(idx.shape[0], ctx.n_table, g.shape[1], _elem(g), idx.element_size()),
                     be.scatter_add, idx, g.contiguous(), ctx.n_table)
         return gt, None, None, None
@@ -319,47 +361,90 @@ def gather(table: torch.Tensor, idx: torch.Tensor, *, layer: int = -1) -> torch.
 
 # -- fused loss terms -------------------------------------------------------------
 class _RowsLoss(torch.autograd.Function):
-    """A scalar loss over gathered rows whose gradient the kernel computes in the same pass
-    (``kind`` "bpr": mean BPR over (u, p, n) row triples; "l2": ``coef/2 * sum ||row||^2``).
-    The backward hands that gradient on (scaled only when the incoming gradient is not 1)."""
+    """Mean BPR over row triples of ``out`` (skipped when ``out`` is None) plus
+    ``coef/2 * sum ||table[j]||^2`` over the same rows of ``table`` (skipped when ``table`` is
+    None or ``coef`` 0), as ONE autograd node. Users are rows ``u``, items ``p + off`` and
+    ``n + off``. Each term's kernel computes its value and its gradient in one pass (records
+    ``bpr_loss`` and ``l2_reg``, layers ``layers``); the backward hands the gradients on,
+    scaled only when the incoming gradient is not 1 (one record). When ``out`` and ``table``
+    are the same tensor (MF) both terms add into one gradient. Returns ``(total, bpr part)``,
+    the second not differentiable."""
 
     @staticmethod
-    def forward(ctx, table, kind, idx, coef, name, layer, bname):
-        ctx.args = (table.detach(), kind, idx, coef, name, layer, bname)
-        out, ctx.grad = _RowsLoss.run(*ctx.args)
-        return out
+    def forward(ctx, out, table, u, p, n, off, coef, layers, bname):
+        span = _Span()
+        shared = out is not None and out is table
+        # out = layer_mean(.., table): its backward adds the L2 gradient (see _LayerMean)
+        lm = out.grad_fn if out is not None else None
+        ctx.lm = lm if (table is not None and coef and table.requires_grad and isinstance(lm, _LayerMean._backward_cls)
+                        and lm.x_ref() is table) else None
+        ctx.args = (None if out is None else out.detach(), None if table is None or not coef else table.detach(),
+                    u, p, n, off, coef, layers, bname, shared, ctx.lm is not None)
+        total, bpr, ctx.grads = _RowsLoss.run(span, *ctx.args)
+        ctx.mark_non_differentiable(bpr)
+        return total, bpr
 
     @staticmethod
-    def run(table, kind, idx, coef, name, layer, bname, phase=None):
-        """``(loss as a 0-d tensor, gradient)``, recorded (the record spans the whole call)."""
+    def l2_grad_into(span, g, table, u, p, n, off, coef, layer, bname):
+        """Add the L2 term's gradient ``coef * table[j]`` into ``g`` row by row (recorded ``l2_reg``,
+        backward)."""
+        m = u.shape[0] + p.shape[0] + n.shape[0]
+        span.run("l2_reg", layer, "backward", bname,
+                 lambda: costs.sq_norm_rows(m, table.shape[0], table.shape[1], _elem(table), u.element_size(),
+                                            part="grad"),
+                 _backend(bname).sq_norm_rows, table, (u, p, n), coef, off, g)
+
+    @staticmethod
+    def run(span, out, table, u, p, n, off, coef, layers, bname, shared, deferred, phase=None):
+        """``(total, bpr part)`` as 0-d tensors and the gradients ``(d/d out, d/d table)``; with
+        ``deferred`` the L2 term's value only (its gradient is left to the layer mean's backward)."""
         be = _backend(bname)
-        n_table, D, f = table.shape[0], table.shape[1], _elem(table)
-        if kind == "bpr":
-            first, args, fn, cost_of = idx[0], idx, be.bpr_rows, costs.bpr_rows
-        else:
-            first, args, fn, cost_of = idx, (idx, coef), be.sq_norm_rows, costs.sq_norm_rows
-
-        def cost():
-            return cost_of(first.shape[0], n_table, D, f, first.element_size())
-
-        def call():
-            val, grad = fn(table, *args)
-            return table.new_tensor(val), grad
-        return _timed(name, layer, phase, bname, cost, call)
+        ref = out if out is not None else table
+        total, bpr = torch.zeros((), dtype=ref.dtype), torch.zeros((), dtype=ref.dtype)
+        vn = (total.numpy(), bpr.numpy())  # filled in place (no torch op per value)
+        g_out = g_tab = None
+        if out is not None:
+            nt, D, f = out.shape[0], out.shape[1], _elem(out)
+            vn[1][()], g_out = span.run("bpr_loss", layers[0], phase, bname,
+                                    lambda: costs.bpr_rows(u.shape[0], nt, D, f, u.element_size()),
+                                    be.bpr_rows, out, u, p, n, off)
+        if table is not None:
+            nt, D, f = table.shape[0], table.shape[1], _elem(table)
+            m = u.shape[0] + p.shape[0] + n.shape[0]
+            part = "value" if deferred else ("add" if shared else "both")
+            reg, g = span.run("l2_reg", layers[1], phase, bname,
+                              lambda: costs.sq_norm_rows(m, nt, D, f, u.element_size(), part=part),
+                              be.sq_norm_rows, table, (u, p, n), coef, off, g_out if shared else None,
+                              not deferred)
+            vn[0][()] = reg
+            g_tab = None if shared else g
+        vn[0][()] += vn[1]
+        return total, bpr, (g_out, g_tab)
 
     @staticmethod
-    def backward(ctx, g):
-        # hand the gradient over without keeping a reference (autograd may then adopt it as
-        # .grad without a copy); a second backward through a retained graph recomputes it
-        grad, ctx.grad = ctx.grad, None
-        if grad is None:
-            grad = _RowsLoss.run(*ctx.args, phase="backward")[1]
+    def backward(ctx, g, _g_bpr):
+        span = _Span()
+        out, bname, layers = ctx.args[0], ctx.args[8], ctx.args[7]
+        # hand the gradients over without keeping a reference (autograd may then adopt them as
+        # .grad without a copy); a second backward through a retained graph recomputes them
+        grads, ctx.grads = ctx.grads, None
+        if grads is None:
+            grads = _RowsLoss.run(span, *ctx.args, phase="backward")[2]
         scale = float(g)
-        nb = grad.numel() * _elem(grad) if scale != 1.0 else 0  # a loss's gradient is usually 1: nothing to do
-        grad = _timed(ctx.args[4], ctx.args[5], "backward", ctx.args[6],
-                      lambda: costs._cost(nb, nb, nb // _elem(grad), "stream"),
-                      (lambda: grad) if scale == 1.0 else (lambda: grad.mul_(scale)))
-        return grad, None, None, None, None, None, None
+        if ctx.lm is not None:  # the L2 gradient, for the layer mean's backward to add (it runs next)
+            table, u, p, n, off, coef = ctx.args[1:7]
+            ctx.lm.deferred_l2 = (table, u, p, n, off, coef * scale, layers[1], bname)
+        held = [t for t in grads if t is not None]
+        nb = sum(t.numel() * _elem(t) for t in held) if scale != 1.0 else 0  # usually 1: nothing to do
+        elem = _elem(held[0]) if held else 4
+
+        def hand_over():
+            if scale != 1.0:
+                for t in held:
+                    t.mul_(scale)
+        span.run("bpr_loss" if out is not None else "l2_reg", layers[0] if out is not None else layers[1],
+                 "backward", bname, lambda: costs._cost(nb, nb, nb // elem, "stream"), hand_over)
+        return (*grads, None, None, None, None, None, None, None)
 
 
 def _check_rows(what: str, table: torch.Tensor, *idx: torch.Tensor) -> None:
@@ -372,39 +457,54 @@ def _check_rows(what: str, table: torch.Tensor, *idx: torch.Tensor) -> None:
         raise ValueError(f"{what}: index tensors differ in length: {[tuple(t.shape) for t in idx]}")
 
 
+def bpr_l2_loss(out: torch.Tensor, table: torch.Tensor, u_rows, p_rows, n_rows, coef: float, *,
+                item_offset: int = 0, layers=(-1, 0)):
+    """BPR on ``out`` plus ``coef/2 * sum ||table[j]||^2`` over the batch's rows of ``table`` (the
+    LightGCN objective's L2 on the layer-0 embeddings) as one autograd node: users are rows
+    ``u_rows``, items ``p_rows + item_offset`` / ``n_rows + item_offset`` of both tables. Returns
+    ``(loss, bpr part)`` (the second detached). Records ``bpr_loss`` and ``l2_reg``."""
+    _check_rows("bpr_l2_loss", out, u_rows, p_rows, n_rows)
+    _check_rows("bpr_l2_loss", table)
+    return _RowsLoss.apply(out, table, u_rows.contiguous(), p_rows.contiguous(), n_rows.contiguous(), int(item_offset),
+                           float(coef), tuple(layers), _current)
+
+
 def bpr_loss(out: torch.Tensor, u_rows, p_rows, n_rows, *, layer: int = -1) -> torch.Tensor:
     """Mean BPR loss ``softplus(-(out[u].out[p] - out[u].out[n]))`` over row triples, with its
     gradient computed in the same pass (no gathered copies, no scatter in backward). Recorded
     as ``bpr_loss`` (random row reads of ``out``, pattern "gather")."""
     _check_rows("bpr_loss", out, u_rows, p_rows, n_rows)
-    return _RowsLoss.apply(out, "bpr", (u_rows.contiguous(), p_rows.contiguous(), n_rows.contiguous()), 0.0,
-                           "bpr_loss", layer, _current)
+    return _RowsLoss.apply(out, None, u_rows.contiguous(), p_rows.contiguous(), n_rows.contiguous(), 0, 0.0,
+                           (layer, 0), _current)[0]
 
 
 def sq_norm_rows(table: torch.Tensor, idx, coef: float = 1.0, *, layer: int = 0) -> torch.Tensor:
     """``coef * 0.5 * sum_i ||table[idx[i]]||^2`` (an L2 term on gathered rows, duplicates counted
     each time), gradient in the same pass. Recorded as ``l2_reg``."""
     _check_rows("sq_norm_rows", table, idx)
-    return _RowsLoss.apply(table, "l2", idx.contiguous(), float(coef), "l2_reg", layer, _current)
+    empty = idx[:0]
+    return _RowsLoss.apply(None, table, idx.contiguous(), empty, empty, 0, float(coef), (-1, layer), _current)[0]
 
 
 # -- dense ops (torch, recorded) ----------------------------------------------
 class _GEMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, layer):
+        span = _Span()
         ctx.layer = layer
         ctx.save_for_backward(x, w)
         m, k = x.shape
-        return _timed("gemm", layer, None, "torch", lambda: costs.gemm(m, k, w.shape[1], _elem(x)), torch.mm, x, w)
+        return span.run("gemm", layer, None, "torch", lambda: costs.gemm(m, k, w.shape[1], _elem(x)), torch.mm, x, w)
 
     @staticmethod
     def backward(ctx, g):
+        span = _Span()
         x, w = ctx.saved_tensors
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
 
         def grads():
             return (g.mm(w.t()) if need_x else None, x.t().mm(g) if need_w else None)
-        gx, gw = _timed("gemm", ctx.layer, "backward", "torch",
+        gx, gw = span.run("gemm", ctx.layer, "backward", "torch",
                         lambda: costs.gemm_backward(x.shape[0], x.shape[1], w.shape[1], _elem(x), need_x, need_w),
                         grads)
         return gx, gw, None
@@ -424,6 +524,7 @@ def _elementwise_cost(tensors, out) -> dict:
 class _Elementwise(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, fn, layer, *tensors):
+        span = _Span()
         ctx.name, ctx.layer = name, layer
         ins = [t.detach().requires_grad_(t.requires_grad) for t in tensors]
         held = []
@@ -432,16 +533,17 @@ class _Elementwise(torch.autograd.Function):
             with torch.enable_grad():  # keep fn's own graph for the backward
                 held.append(fn(*ins))
             return held[0]
-        out = _timed(name, layer, None, "torch", lambda: _elementwise_cost(tensors, held[0]), run)
+        out = span.run(name, layer, None, "torch", lambda: _elementwise_cost(tensors, held[0]), run)
         ctx.ins, ctx.out = ins, out
         return out.detach()
 
     @staticmethod
     def backward(ctx, g):
+        span = _Span()
         ins, out = ctx.ins, ctx.out
         wanted = [t for t in ins if t.requires_grad]
         nbytes = lambda ts: sum(t.numel() * _elem(t) for t in ts)  # noqa: E731
-        grads = iter(_timed(ctx.name, ctx.layer, "backward", "torch",
+        grads = iter(span.run(ctx.name, ctx.layer, "backward", "torch",
                             lambda: costs._cost(g.numel() * _elem(g) + nbytes(ins), nbytes(wanted), g.numel(),
                                                 "stream"),
                             _grad_retained, out, wanted, g))
@@ -478,6 +580,7 @@ class _LinComb(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, layer, coeffs, *tensors):
+        span = _Span()
         ctx.name, ctx.layer, ctx.coeffs = name, layer, coeffs
         ctx.shape_bytes = tensors[0].numel() * _elem(tensors[0])
 
@@ -487,18 +590,19 @@ class _LinComb(torch.autograd.Function):
                 out.add_(t, alpha=c)
             return out
         nb = ctx.shape_bytes
-        return _timed(name, layer, None, "torch",
+        return span.run(name, layer, None, "torch",
                       lambda: costs._cost(nb * len(tensors), nb, tensors[0].numel() * len(tensors), "stream"), run)
 
     @staticmethod
     def backward(ctx, g):
+        span = _Span()
         need = ctx.needs_input_grad[3:]
         nb = ctx.shape_bytes
         scaled = sum(1 for c, n in zip(ctx.coeffs, need) if n and c != 1)
 
         def run():
             return tuple((g if c == 1 else g * c) if n else None for c, n in zip(ctx.coeffs, need))
-        grads = _timed(ctx.name, ctx.layer, "backward", "torch",
+        grads = span.run(ctx.name, ctx.layer, "backward", "torch",
                        lambda: costs._cost(nb, nb * scaled, g.numel() * scaled, "stream"), run)
         return (None, None, None) + grads
 
@@ -543,7 +647,9 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
             z = spmm_edge(adj, m)
             r = gather(x, torch.tensor([0, 1, 1]))
             h = layer_mean([adj, adj], x, 1 / 3)  # the fused SpMM's accumulate / addend forms
-            (y.sum() + s.sum() + z.sum() + r.sum() + h.sum()).backward()
+            i0, i1 = torch.tensor([0]), torch.tensor([1])
+            lt = bpr_l2_loss(h, u, i0, i1, i0, 0.1)[0] + sq_norm_rows(u, i1, 0.1)
+            (y.sum() + s.sum() + z.sum() + r.sum() + h.sum() + lt).backward()
         # a non-symmetric matrix with per-edge values exercises the other specialisations
         from ..graph import CSR
         a = CSR(np.array([0, 1, 2], dtype=np.int64), np.array([1, 0], dtype=np.int32), 2, 3,

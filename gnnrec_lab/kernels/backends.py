@@ -203,15 +203,19 @@ class NativeBackend(Backend):
                 self._call(nk.edge_aggregate, t_indptr, t_rows, None, None, None, gn, perm, un, gv.numpy(), tb)
         return gu, gv
 
-    def bpr_rows(self, out, u, p, n):
+    def bpr_rows(self, out, u, p, n, off=0):
         g = buffers.zeros(out.shape, out.dtype)
-        loss = self._call(nk.bpr_rows, _np(out), _np(u), _np(p), _np(n), g.numpy())
+        loss = self._call(nk.bpr_rows, _np(out), _np(u), _np(p), _np(n), int(off), g.numpy())
         return loss, g
 
-    def sq_norm_rows(self, table, idx, coef):
-        g = buffers.zeros(table.shape, table.dtype)
+    def sq_norm_rows(self, table, rows, coef, off=0, g=None, grad=True):
+        if grad and g is None:
+            g = buffers.zeros(table.shape, table.dtype)
         tn = _np(table)
-        val = self._call(nk.sq_norm_rows, tn, _np(idx), tn.dtype.type(coef), g.numpy())
+        ix = [_np(r) for r in rows]
+        if len(ix) == 1:
+            ix += [ix[0][:0]] * 2
+        val = self._call(nk.sq_norm_rows, tn, *ix, int(off), tn.dtype.type(coef), g.numpy() if grad else None)
         return val, g
 
     def gather(self, table, idx):
@@ -294,9 +298,9 @@ class TorchBackend(Backend):
                 0, cols, ge * u.detach().index_select(0, rows))
         return gu, gv
 
-    def bpr_rows(self, out, u, p, n):
+    def bpr_rows(self, out, u, p, n, off=0):
         o = out.detach()
-        u, p, n = u.long(), p.long(), n.long()
+        u, p, n = u.long(), p.long() + off, n.long() + off
         ou, op, on = o[u], o[p], o[n]
         s = (ou * (op - on)).sum(1)
         loss = float(torch.nn.functional.softplus(-s).mean())
@@ -305,11 +309,14 @@ class TorchBackend(Backend):
         g.index_add_(0, u, gs * (op - on)).index_add_(0, p, gs * ou).index_add_(0, n, -gs * ou)
         return loss, g
 
-    def sq_norm_rows(self, table, idx, coef):
+    def sq_norm_rows(self, table, rows, coef, off=0, g=None, grad=True):
         t = table.detach()
-        rows = t[idx.long()]
-        g = torch.zeros_like(t).index_add_(0, idx.long(), coef * rows)
-        return 0.5 * coef * float(rows.double().pow(2).sum()), g
+        idx = torch.cat([rows[0].long()] + [r.long() + off for r in rows[1:]])
+        sel = t[idx]
+        if grad:
+            g = torch.zeros_like(t) if g is None else g
+            g.index_add_(0, idx, coef * sel)
+        return 0.5 * coef * float(sel.double().pow(2).sum()), g
 
     def gather(self, table, idx):
         return table.detach().index_select(0, idx.long())

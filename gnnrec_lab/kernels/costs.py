@@ -130,10 +130,19 @@ def bpr_rows(b: int, n_table: int, dim: int, elem: int, idx_bytes: int) -> dict:
                  dim * elem, 2 * rows)
 
 
-def sq_norm_rows(m: int, n_table: int, dim: int, elem: int, idx_bytes: int) -> dict:
-    """Fused L2 term over ``m`` gathered rows with its gradient (as :func:`bpr_rows`, one row per index)."""
+def sq_norm_rows(m: int, n_table: int, dim: int, elem: int, idx_bytes: int, part: str = "both") -> dict:
+    """Fused L2 term over ``m`` gathered rows (one row per index). ``part``: "both" - the value and
+    the gradient in one pass (as :func:`bpr_rows`: zero a dense gradient, read-modify-write a
+    gradient row per index); "add" - likewise into a gradient already zeroed (MF: the BPR term's);
+    "value" - read the rows only; "grad" - read the rows and read-modify-write a row of an
+    existing gradient per index (the layer mean's backward adding the deferred term)."""
     rows = m * dim * elem
-    return _cost(m * idx_bytes + 2 * rows, n_table * dim * elem + rows, 4 * m * dim, "gather", dim * elem, 2 * rows)
+    read, written, flops, random = m * idx_bytes + rows, 0, (4 if part in ("both", "add") else 2) * m * dim, rows
+    if part != "value":
+        read, written, random = read + rows, rows, random + rows
+    if part == "both":
+        written += n_table * dim * elem
+    return _cost(read, written, flops, "gather", dim * elem, random)
 
 
 def gemm(m: int, k: int, n: int, elem: int) -> dict:

@@ -331,9 +331,10 @@ def sddmm_mul(indptr, indices, u, v, out, bounds):
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "nsz"})
-def bpr_rows(out, u, p, n, gout):
-    """Mean BPR loss ``softplus(-(out[u].out[p] - out[u].out[n]))`` over the triples, and its
-    gradient added into ``gout`` (zeroed by the caller): one pass, each row read once per use.
+def bpr_rows(out, u, p, n, off, gout):
+    """Mean BPR loss ``softplus(-(out[u].out[p+off] - out[u].out[n+off]))`` over the triples, and
+    its gradient added into ``gout`` (zeroed by the caller): one pass, each row read once per use.
+    ``off`` is added to the item indices (items follow the users in a node table).
 
     Serial: a batch is small next to the propagation, and its rows repeat (a scatter with
     duplicates would need atomics). The dot is reassociated (vectorised); softplus and the
@@ -344,7 +345,7 @@ def bpr_rows(out, u, p, n, gout):
     total = 0.0
     inv = 1.0 / B
     for i in range(B):
-        a, b, c = u[i], p[i], n[i]
+        a, b, c = u[i], p[i] + off, n[i] + off
         s = zero
         for d in range(D):
             s += out[a, d] * (out[b, d] - out[c, d])
@@ -359,21 +360,30 @@ def bpr_rows(out, u, p, n, gout):
     return total * inv
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz"})
-def sq_norm_rows(table, idx, coef, g):
-    """``coef * 0.5 * sum_i ||table[idx[i]]||^2`` and its gradient ``coef * table[idx[i]]``
-    added into ``g`` (zeroed by the caller) per occurrence."""
+@njit(inline="always")
+def _sq_norm_part(table, idx, off, coef, g):
     D = table.shape[1]
     zero = np.zeros(1, dtype=table.dtype)[0]
     total = 0.0
     for i in range(idx.shape[0]):
-        j = idx[i]
+        j = idx[i] + off
         s = zero
         for d in range(D):
             v = table[j, d]
             s += v * v
-            g[j, d] += coef * v
+            if g is not None:
+                g[j, d] += coef * v
         total += float(s)
+    return total
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz"})
+def sq_norm_rows(table, u, p, n, off, coef, g):
+    """``coef * 0.5 * sum ||table[j]||^2`` over the rows ``j`` in ``u``, ``p + off`` and ``n + off``
+    (a BPR batch's user and item rows; pass empty ``p``/``n`` for one index list), and its gradient
+    ``coef * table[j]`` added into ``g`` per occurrence (``g`` None: the value only)."""
+    total = (_sq_norm_part(table, u, 0, coef, g) + _sq_norm_part(table, p, off, coef, g)
+             + _sq_norm_part(table, n, off, coef, g))
     return 0.5 * float(coef) * total
 
 
