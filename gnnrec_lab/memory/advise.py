@@ -68,10 +68,15 @@ def step_kernels(config, counts: dict) -> list:
                                 2 * 2 * n * d * d * mult, "compute"))
                 out.append(_rec("elementwise", phase, k, 12 * node, 6 * node, 8 * n * d, "stream"))
     d_out = d if config.model != "ngcf" else (L + 1) * d
-    # the fused loss terms (kernels.bpr_loss on the output rows, kernels.sq_norm_rows on layer 0)
-    for name, layer, c in (("bpr_loss", -1, costs.bpr_rows(b, n, d_out, F32, 8)),
-                           ("l2_reg", 0, costs.sq_norm_rows(3 * b, n, d, F32, 8))):
-        out.append(_rec(name, "loss", layer, c["bytes_read"], c["bytes_written"], c["flops"], c["pattern"],
+    # the fused loss terms (kernels.bpr_l2_loss: BPR on the output rows, L2 on layer 0's); after
+    # LightGCN's layer mean the L2 gradient is added in the mean's backward (value only in the loss)
+    deferred = config.model == "lightgcn" and L > 0
+    terms = [("bpr_loss", "loss", -1, costs.bpr_rows(b, n, d_out, F32, 8)),
+             ("l2_reg", "loss", 0, costs.sq_norm_rows(3 * b, n, d, F32, 8, part="value" if deferred else "both"))]
+    if deferred:
+        terms.append(("l2_reg", "backward", 0, costs.sq_norm_rows(3 * b, n, d, F32, 8, part="grad")))
+    for name, phase, layer, c in terms:
+        out.append(_rec(name, phase, layer, c["bytes_read"], c["bytes_written"], c["flops"], c["pattern"],
                         c["row_bytes"], c["random_bytes"]))
     p = n * d + (L * (2 * d * d + 2 * d) if config.model == "ngcf" else 0)
     s = optimizer_states(config.optimizer, config.momentum)

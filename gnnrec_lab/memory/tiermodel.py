@@ -52,8 +52,8 @@ def attribute(name: str, phase: str, layer: int, pattern: str) -> dict:
     * ``gather*`` / ``scatter*``: random rows of embeddings (layer 0) or the model output
       (activations, layer != 0); backward scatters write gradients; the dense side is buffers;
     * ``bpr_loss`` / ``l2_reg`` (fused loss terms): random row reads of the model output
-      (activations) or of the embeddings (layer 0); their gradients, dense and scattered, are
-      activations (bpr_loss) or gradients (l2_reg);
+      (activations) or of the embeddings (layer 0), as many of the gradient rows they update;
+      their gradients, dense and scattered, are activations (bpr_loss) or gradients (l2_reg);
     * evaluation: reads activations (the final embeddings), writes score buffers;
     * loss: buffers; anything else (gemm, elementwise): activations.
     """
@@ -82,8 +82,10 @@ def attribute(name: str, phase: str, layer: int, pattern: str) -> dict:
     if n.startswith("bpr") or n.startswith("l2_reg"):
         rows = "embeddings" if layer == 0 else "activations"
         grads = "gradients" if layer == 0 else "activations"
+        # the gradient rows are read-modify-written: half the random reads are theirs
+        rd = {rows: 0.5, grads: 0.5} if rows != grads else {rows: 1.0}
         return {"stream_read": {rows: 1.0}, "stream_write": {grads: 1.0},
-                "random_read": {rows: 1.0}, "random_write": {grads: 1.0}}
+                "random_read": rd, "random_write": {grads: 1.0}}
     if n.startswith("gather") or n.startswith("scatter") or n.startswith("embedding"):
         rows = "embeddings" if layer == 0 else "activations"
         wrows = "gradients" if (phase == "backward" and layer == 0) else rows
