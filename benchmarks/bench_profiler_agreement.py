@@ -5,8 +5,12 @@ Each model trains warm-up + N steps through gnnrec_lab.train.train on the datase
 runs over the last N. Per recorded kernel x phase: our recorded seconds per step, the profiler's
 seconds per step for the matching autograd Function event (``_SpMM``, ``_SpMMBackward``, ...; the
 optimizer against torch's ``Optimizer.step#...`` event), ratio ours / profiler and met / NOT met
-against |ratio - 1| <= 10%. Our record times the kernel inside the Function's event, so a ratio
-below 1 is the Function wrapper's own cost (autograd bookkeeping, argument checks, recording).
+against |ratio - 1| <= 10%, then the same summed per kernel over its phases (the target's per-kernel
+totals). Our records cover each Function body (the kernel, its argument conversion and output
+allocation), inside the Function's event, so a ratio below 1 is what the profiler's event holds
+beyond the body: autograd's own bookkeeping around the call (a few microseconds per call; it
+dominates only calls that do next to nothing, such as a loss's backward that hands over gradients
+computed in its forward).
 
 Usage: python benchmarks/bench_profiler_agreement.py [--datasets ml-100k] [--models lightgcn,ngcf]
                                                       [--steps 5] [--warmup 2] [--repeats 3]
@@ -76,11 +80,22 @@ def main():
                   f"{paired['profiler_s'].sum() * 1e3:.2f} ms per step, ratio {tot:.3f} "
                   f"({'met' if abs(tot - 1) <= TOL else 'NOT met'}); per kernel x phase: {n_met}/{len(paired)} "
                   f"within {TOL:.0%}; profiler kernel events without a record: {int(leftover['calls'].sum())}")
-            verdicts.append((f"{model}/{ds}", n_met, len(paired), tot))
-    print("\nsummary (target: every kernel's total within 10% of torch.profiler's):")
-    for name, n_met, n, tot in verdicts:
-        print(f"  {name}: {n_met}/{n} kernel x phase rows within 10% -> {'met' if n_met == n else 'NOT met'}; "
-              f"all kernels together ratio {tot:.3f}")
+            # per-kernel totals (forward + backward + loss phases of one kernel): per run, then the median
+            tots = pd.concat([P.agreement_by_kernel(r).assign(run=i) for i, r in enumerate(runs)])
+            kt = tots.groupby("kernel", sort=False).agg(ours_s=("ours_s", "median"), profiler_s=("profiler_s", "median"),
+                                                        ratio=("ratio", "median"), ratio_min=("ratio", "min"),
+                                                        ratio_max=("ratio", "max")).reset_index()
+            kt["verdict"] = P.agreement_verdict(kt, TOL)
+            print("per-kernel totals (all phases):")
+            for r in kt.itertuples(index=False):
+                print(f"  {r.kernel:<16.16} ours {r.ours_s * 1e3:8.3f} ms  profiler {r.profiler_s * 1e3:8.3f} ms  "
+                      f"ratio {r.ratio:6.3f} ({r.ratio_min:.2f}..{r.ratio_max:.2f})  {r.verdict}")
+            k_met = int((kt["verdict"] == "met").sum())
+            verdicts.append((f"{model}/{ds}", n_met, len(paired), tot, k_met, len(kt)))
+    print("\nsummary (target: per-kernel totals within 10% of torch.profiler's):")
+    for name, n_met, n, tot, k_met, k in verdicts:
+        print(f"  {name}: per-kernel totals {k_met}/{k} within 10% -> {'met' if k_met == k else 'NOT met'}; "
+              f"kernel x phase rows {n_met}/{n}; all kernels together ratio {tot:.3f}")
 
 
 if __name__ == "__main__":

@@ -84,3 +84,21 @@ def test_one_layer_mean_event_is_shared_by_its_per_layer_records():
     assert got == [("spmm", 0, "_LayerMean", 10.0), ("spmm", 1, "_LayerMean", 20.0), ("gather", -1, "_Gather", 2.0),
                    ("spmm", 1, "_LayerMeanBackward", 30.0), ("spmm", 0, "_LayerMeanBackward", 30.0)]
     assert left == []
+
+
+def test_fused_loss_event_is_shared_by_its_terms_and_totals_sum_phases():
+    classes = {"_LayerMean", "_RowsLoss"}
+    events = [_Ev("_LayerMean", 0, 30), _Ev("_RowsLoss", 40, 10), _Ev("_RowsLossBackward", 60, 4),
+              _Ev("_LayerMeanBackward", 70, 40)]
+    recs = [_Rec("spmm", "forward", 3000, 0), _Rec("bpr_loss", "loss", 6000), _Rec("l2_reg", "loss", 2000, 0),
+            _Rec("bpr_loss", "backward", 1000), _Rec("spmm", "backward", 3000, 0),
+            _Rec("l2_reg", "backward", 1000, 0)]   # the L2 gradient the loss left to the layer mean
+    pairs, left = P.match_records(recs, events, classes)
+    got = [(r.name, r.phase, label, round(sec * 1e6, 6)) for r, label, sec in pairs]
+    assert got == [("spmm", "forward", "_LayerMean", 30.0), ("bpr_loss", "loss", "_RowsLoss", 7.5),
+                   ("l2_reg", "loss", "_RowsLoss", 2.5), ("bpr_loss", "backward", "_RowsLossBackward", 4.0),
+                   ("spmm", "backward", "_LayerMeanBackward", 30.0), ("l2_reg", "backward", "_LayerMeanBackward", 10.0)]
+    assert left == []
+    tot = P.agreement_by_kernel(P.agreement_table(pairs, left)).set_index("kernel")
+    assert tot.loc["bpr_loss", "ours_s"] == pytest.approx(7e-6) and tot.loc["bpr_loss", "profiler_s"] == pytest.approx(11.5e-6)
+    assert tot.loc["l2_reg", "ratio"] == pytest.approx(3e-6 / 12.5e-6)
