@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 import time
 import weakref
 
@@ -146,6 +147,27 @@ class _Span:
         return out
 
 
+_pending = threading.local()  # the span _apply started for the forward it is about to run
+
+
+def _apply(fn_cls, *args):
+    """``fn_cls.apply(*args)`` with the forward's recording span started before torch's Function
+    machinery runs (unpacking the arguments, building the graph node), so the forward's records
+    cover the call as torch.profiler's event for it does."""
+    _pending.span = _Span()
+    try:
+        return fn_cls.apply(*args)
+    finally:
+        _pending.span = None
+
+
+def _forward_span() -> _Span:
+    """The span :func:`_apply` started for this forward (a new one when called otherwise)."""
+    span = getattr(_pending, "span", None)
+    _pending.span = None
+    return span if span is not None else _Span()
+
+
 def _timed(name, layer, phase, backend_name, cost: Callable[[], dict], fn, *args):
     """Run ``fn(*args)``; when recording, record its time (minus JIT) and ``cost()``."""
     return _Span().run(name, layer, phase, backend_name, cost, fn, *args)
@@ -166,7 +188,7 @@ def _check_features(adj, name: str, t: torch.Tensor, n: int, what: str) -> None:
 class _SpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, adj, layer, bname):
-        span = _Span()
+        span = _forward_span()
         be = _backend(bname)
         ctx.adj, ctx.layer, ctx.bname = adj, layer, bname
         return span.run("spmm", layer, None, bname, lambda: costs.spmm(adj, x.shape[1], _elem(x)), be.spmm, adj, x)
@@ -187,7 +209,7 @@ def spmm(adj, x: torch.Tensor, *, layer: int = -1) -> torch.Tensor:
     Returns (n_rows, D) in x's dtype. Differentiable wrt ``x`` (backward ``W^T g``).
     """
     _check_features(adj, "spmm x", x, adj.n_cols, "columns")
-    return _SpMM.apply(x, adj, layer, _current)
+    return _apply(_SpMM, x, adj, layer, _current)
 
 
 # -- LightGCN's layer mean ------------------------------------------------------
@@ -208,7 +230,7 @@ class _LayerMean(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, blocks, weight, bname):
-        span = _Span()
+        span = _forward_span()
         be = _backend(bname)
         ctx.blocks, ctx.weight, ctx.bname = blocks, weight, bname
         ctx.x_ref, ctx.deferred_l2 = weakref.ref(x), None
@@ -256,14 +278,14 @@ def layer_mean(blocks, x: torch.Tensor, weight: float) -> torch.Tensor:
             raise ValueError(f"layer_mean: block of {b.n_rows}x{b.n_cols} cannot follow one of {a.n_rows}x{a.n_cols}")
     if blocks[0].n_rows > x.shape[0]:
         raise ValueError(f"layer_mean: {blocks[0].n_rows} output rows but x has only {x.shape[0]}")
-    return _LayerMean.apply(x.contiguous(), blocks, float(weight), _current)
+    return _apply(_LayerMean, x.contiguous(), blocks, float(weight), _current)
 
 
 # -- SDDMM -------------------------------------------------------------------
 class _SDDMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, v, adj, op, layer, bname):
-        span = _Span()
+        span = _forward_span()
         be = _backend(bname)
         ctx.adj, ctx.op, ctx.layer, ctx.bname = adj, op, layer, bname
         ctx.save_for_backward(u, v)
@@ -295,14 +317,14 @@ def sddmm(adj, u: torch.Tensor, v: torch.Tensor, *, op: str = "dot", layer: int 
     _check_features(adj, "sddmm v", v, adj.n_cols, "columns")
     if u.shape[1] != v.shape[1] or u.dtype != v.dtype:
         raise ValueError(f"sddmm: u {tuple(u.shape)} {u.dtype} and v {tuple(v.shape)} {v.dtype} must share D and dtype")
-    return _SDDMM.apply(u, v, adj, op, layer, _current)
+    return _apply(_SDDMM, u, v, adj, op, layer, _current)
 
 
 # -- aggregation of per-edge messages ----------------------------------------
 class _SpMMEdge(torch.autograd.Function):
     @staticmethod
     def forward(ctx, m, adj, layer, bname):
-        span = _Span()
+        span = _forward_span()
         be = _backend(bname)
         ctx.adj, ctx.layer, ctx.bname = adj, layer, bname
         return span.run("spmm_edge", layer, None, bname, lambda: costs.spmm_edge(adj, m.shape[1], _elem(m)),
@@ -323,14 +345,14 @@ def spmm_edge(adj, edge_values: torch.Tensor, *, layer: int = -1) -> torch.Tenso
     ``edge_values`` is (nnz, D) in CSR entry order, ``w_e`` the CSR weight
     (values x row/col scales). Returns (n_rows, D); differentiable wrt ``edge_values``."""
     _check_features(adj, "spmm_edge edge_values", edge_values, adj.nnz, "entries")
-    return _SpMMEdge.apply(edge_values, adj, layer, _current)
+    return _apply(_SpMMEdge, edge_values, adj, layer, _current)
 
 
 # -- gather ------------------------------------------------------------------
 class _Gather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, table, idx, layer, bname):
-        span = _Span()
+        span = _forward_span()
         be = _backend(bname)
         ctx.n_table, ctx.layer, ctx.bname = table.shape[0], layer, bname
         ctx.save_for_backward(idx)
@@ -356,7 +378,7 @@ def gather(table: torch.Tensor, idx: torch.Tensor, *, layer: int = -1) -> torch.
         raise ValueError(f"gather: table must be 2-D, got {tuple(table.shape)}")
     if idx.dim() != 1 or idx.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"gather: idx must be a 1-D int32/int64 tensor, got {tuple(idx.shape)} {idx.dtype}")
-    return _Gather.apply(table, idx, layer, _current)
+    return _apply(_Gather, table, idx, layer, _current)
 
 
 # -- fused loss terms -------------------------------------------------------------
@@ -372,7 +394,7 @@ class _RowsLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, out, table, u, p, n, off, coef, layers, bname):
-        span = _Span()
+        span = _forward_span()
         shared = out is not None and out is table
         # out = layer_mean(.., table): its backward adds the L2 gradient (see _LayerMean)
         lm = out.grad_fn if out is not None else None
@@ -465,7 +487,7 @@ def bpr_l2_loss(out: torch.Tensor, table: torch.Tensor, u_rows, p_rows, n_rows, 
     ``(loss, bpr part)`` (the second detached). Records ``bpr_loss`` and ``l2_reg``."""
     _check_rows("bpr_l2_loss", out, u_rows, p_rows, n_rows)
     _check_rows("bpr_l2_loss", table)
-    return _RowsLoss.apply(out, table, u_rows.contiguous(), p_rows.contiguous(), n_rows.contiguous(), int(item_offset),
+    return _apply(_RowsLoss, out, table, u_rows.contiguous(), p_rows.contiguous(), n_rows.contiguous(), int(item_offset),
                            float(coef), tuple(layers), _current)
 
 
@@ -474,7 +496,7 @@ def bpr_loss(out: torch.Tensor, u_rows, p_rows, n_rows, *, layer: int = -1) -> t
     gradient computed in the same pass (no gathered copies, no scatter in backward). Recorded
     as ``bpr_loss`` (random row reads of ``out``, pattern "gather")."""
     _check_rows("bpr_loss", out, u_rows, p_rows, n_rows)
-    return _RowsLoss.apply(out, None, u_rows.contiguous(), p_rows.contiguous(), n_rows.contiguous(), 0, 0.0,
+    return _apply(_RowsLoss, out, None, u_rows.contiguous(), p_rows.contiguous(), n_rows.contiguous(), 0, 0.0,
                            (layer, 0), _current)[0]
 
 
@@ -483,14 +505,14 @@ def sq_norm_rows(table: torch.Tensor, idx, coef: float = 1.0, *, layer: int = 0)
     each time), gradient in the same pass. Recorded as ``l2_reg``."""
     _check_rows("sq_norm_rows", table, idx)
     empty = idx[:0]
-    return _RowsLoss.apply(None, table, idx.contiguous(), empty, empty, 0, float(coef), (-1, layer), _current)[0]
+    return _apply(_RowsLoss, None, table, idx.contiguous(), empty, empty, 0, float(coef), (-1, layer), _current)[0]
 
 
 # -- dense ops (torch, recorded) ----------------------------------------------
 class _GEMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, layer):
-        span = _Span()
+        span = _forward_span()
         ctx.layer = layer
         ctx.save_for_backward(x, w)
         m, k = x.shape
@@ -514,7 +536,7 @@ def gemm(x: torch.Tensor, w: torch.Tensor, *, layer: int = -1) -> torch.Tensor:
     """``x @ w`` for 2-D ``x`` (m, k) and ``w`` (k, n) via torch; forward and backward recorded."""
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[0]:
         raise ValueError(f"gemm: expected (m,k) @ (k,n), got {tuple(x.shape)} @ {tuple(w.shape)}")
-    return _GEMM.apply(x, w, layer)
+    return _apply(_GEMM, x, w, layer)
 
 
 def _elementwise_cost(tensors, out) -> dict:
@@ -524,7 +546,7 @@ def _elementwise_cost(tensors, out) -> dict:
 class _Elementwise(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, fn, layer, *tensors):
-        span = _Span()
+        span = _forward_span()
         ctx.name, ctx.layer = name, layer
         ins = [t.detach().requires_grad_(t.requires_grad) for t in tensors]
         held = []
@@ -564,7 +586,7 @@ def elementwise(name: str, fn: Callable, *tensors: torch.Tensor, layer: int = -1
     if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
         raise ValueError(f"elementwise {name}: pass the input tensors positionally (close over scalars in fn)")
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return _Elementwise.apply(name, fn, layer, *tensors)
+        return _apply(_Elementwise, name, fn, layer, *tensors)
     held = []
 
     def run():
@@ -580,7 +602,7 @@ class _LinComb(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, layer, coeffs, *tensors):
-        span = _Span()
+        span = _forward_span()
         ctx.name, ctx.layer, ctx.coeffs = name, layer, coeffs
         ctx.shape_bytes = tensors[0].numel() * _elem(tensors[0])
 
@@ -617,7 +639,7 @@ def lincomb(name: str, coeffs, *tensors: torch.Tensor, layer: int = -1) -> torch
         raise ValueError(f"lincomb {name}: shapes differ: {[tuple(t.shape) for t in tensors]}")
     coeffs = tuple(float(c) for c in coeffs)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return _LinComb.apply(name, layer, coeffs, *tensors)
+        return _apply(_LinComb, name, layer, coeffs, *tensors)
     with torch.no_grad():
         return _LinComb.forward(_Ctx(), name, layer, coeffs, *tensors)
 

@@ -73,19 +73,21 @@ class NGCF(nn.Module):
         n_out = blocks[0].n_rows
         outs = [x[:n_out]]
         ew = kernels.elementwise
+
+        def add(a, b, k):  # closed-form backward (the gradient passes to both), no inner autograd graph
+            return kernels.lincomb("add", (1.0, 1.0), a, b, layer=k)
         for k, blk in enumerate(reversed(blocks)):
             xd = x[:blk.n_rows]                                             # destination rows
             ax = kernels.spmm(blk, x, layer=k)
-            side = ew("add", torch.add, ax, xd, layer=k)                     # (A + I) x
+            side = add(ax, xd, k)                                           # (A + I) x
             if self.form == "edge":
                 msg = kernels.sddmm(blk, xd, x, op="mul", layer=k)          # per edge x_r * x_c
                 bi = kernels.spmm_edge(blk, msg, layer=k)                   # sum_c a_rc x_r x_c
                 del msg  # backward keeps no per-edge tensor: free it before the next layer's
             else:
                 bi = ew("mul", torch.mul, ax, xd, layer=k)                  # x_r * (A x)_r
-            bi = ew("add", torch.add, bi, ew("mul", torch.mul, xd, xd, layer=k), layer=k)  # self-loop term
-            h = ew("add", torch.add, kernels.gemm(side, self.W1[k], layer=k),
-                   kernels.gemm(bi, self.W2[k], layer=k), layer=k)
+            bi = add(bi, ew("mul", torch.mul, xd, xd, layer=k), k)         # self-loop term
+            h = add(kernels.gemm(side, self.W1[k], layer=k), kernels.gemm(bi, self.W2[k], layer=k), k)
             h = ew("bias_leaky_relu", lambda t, b: torch.nn.functional.leaky_relu(t + b, 0.2),
                    h, self.b1[k] + self.b2[k], layer=k)
             x = ew("l2_normalize", lambda t: torch.nn.functional.normalize(t, p=2, dim=1), h, layer=k)
