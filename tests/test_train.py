@@ -176,3 +176,27 @@ def test_fused_adam_zero_grad_keeps_torch_semantics():
     kept = p.grad
     opt.zero_grad(set_to_none=False)      # zeroed in place, detached, same tensor
     assert p.grad is kept and torch.equal(kept, torch.zeros(3)) and kept.grad_fn is None
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_each_optimizer_step_is_one_record_taken_by_torchs_step_hooks(optimizer):
+    from gnnrec_lab.optim import build_optimizer
+    from gnnrec_lab.recorder import Recorder, use_recorder
+    from gnnrec_lab.train import _record_steps
+    cfg = RunConfig(dataset="synth-tiny", optimizer=optimizer)
+    p = torch.nn.Parameter(torch.ones(10, 4))
+    opt = build_optimizer(cfg, [p])
+    _record_steps(opt, cfg)
+    rec = Recorder()
+    rec.phase = "optimizer"
+    with use_recorder(rec):
+        for _ in range(2):
+            p.grad = torch.ones(10, 4)
+            opt.step()
+    assert [r.name for r in rec.records] == [optimizer] * 2
+    s = 2 if optimizer == "adam" else 1   # state tensors per parameter (sgd: momentum)
+    r = rec.records[0]
+    assert (r.phase, r.bytes_read, r.bytes_written, r.flops) == ("optimizer", (2 + s) * 160, (1 + s) * 160, 400)
+    assert r.backend == ("native" if optimizer == "adam" else "torch") and r.ns > 0
+    opt.step()   # outside any recorder: nothing recorded, nothing raised
+    assert len(rec.records) == 2
