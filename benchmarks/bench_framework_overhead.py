@@ -23,7 +23,7 @@ os.environ.setdefault("GNNREC_LAB_DATA", str(pathlib.Path(__file__).resolve().pa
 
 import torch  # noqa: E402
 
-from gnnrec_lab import RunConfig, data  # noqa: E402
+from gnnrec_lab import RunConfig, data, kernels  # noqa: E402
 from gnnrec_lab import profiling as P  # noqa: E402
 from gnnrec_lab.recorder import PHASES  # noqa: E402
 
@@ -67,6 +67,9 @@ def main():
         print(f"unrecorded per step         {(statistics.median(r['step_s']) - statistics.median(r['recorded_s'])) * 1e3:.2f} ms "
               f"in the step, {(statistics.median(r['loop_s']) - statistics.median(r['step_s'])) * 1e3:.2f} ms "
               f"more between steps")
+        pf = r["page_faults"]
+        print(f"minor page faults per step    {statistics.median(pf):.0f} median ({min(pf)}..{max(pf)}; "
+              f"glibc malloc tuned by gnnrec_lab.kernels: {kernels.MALLOC_TUNED})")
         print("recorded per phase (median ms per step):")
         for ph in PHASES:
             if ph in r["phases"]:

@@ -67,16 +67,22 @@ class _StepWindow(Reporter):
         self.records: list = []          # per kept step: its records
         self.seconds: list = []          # per kept step: train()'s own step time
         self.between: list = []          # per kept step: wall time between consecutive on_step calls
+        self.faults: list = []           # per kept step: the process's minor page faults since the last step
         self._last = None
+        self._faults = 0
         self.active = False
 
     def on_step(self, step, epoch, loss, seconds, records):
+        import resource
         import time
         now = time.perf_counter()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         if self.warmup < step <= self.warmup + self.steps:
             self.records.append(list(records))
             self.seconds.append(seconds)
             self.between.append(now - self._last)
+            self.faults.append(faults - self._faults)
+        self._faults = faults
         if self.prof is not None and step == self.warmup:
             self.prof.start()
             self.active = True
@@ -229,7 +235,7 @@ def step_overhead(config, *, steps: int = 10, warmup: int = 3, dataset=None) -> 
     """Wall time per step vs the recorded kernel time of the same step, for ``steps`` steps after
     ``warmup`` (no profiler). Returns per-step lists ``step_s`` (train()'s own step time, sampling
     through optimizer), ``loop_s`` (between consecutive steps' ends: adds the loop's bookkeeping),
-    ``recorded_s``; ``inside_share`` (median of recorded / step); ``phases``: median recorded
+    ``recorded_s``, ``page_faults`` (the process's minor faults from one step's end to the next); ``inside_share`` (median of recorded / step); ``phases``: median recorded
     seconds per phase; ``kernels``: median recorded seconds per (kernel, phase)."""
     win = _run_window(config, warmup, steps, dataset=dataset)
     rec_s = [sum(r.ns for r in step) / 1e9 for step in win.records]
@@ -240,6 +246,7 @@ def step_overhead(config, *, steps: int = 10, warmup: int = 3, dataset=None) -> 
             phases.setdefault(r.phase, [0.0] * steps)[i] += r.ns / 1e9
             kern.setdefault((r.name, r.phase), [0.0] * steps)[i] += r.ns / 1e9
     return {"steps": steps, "warmup": warmup, "step_s": win.seconds, "loop_s": win.between, "recorded_s": rec_s,
+            "page_faults": win.faults,
             "inside_share": statistics.median(r / s for r, s in zip(rec_s, win.seconds)),
             "phases": {p: statistics.median(v) for p, v in phases.items()},
             "kernels": {k: statistics.median(v) for k, v in kern.items()}}

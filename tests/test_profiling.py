@@ -102,3 +102,23 @@ def test_fused_loss_event_is_shared_by_its_terms_and_totals_sum_phases():
     tot = P.agreement_by_kernel(P.agreement_table(pairs, left)).set_index("kernel")
     assert tot.loc["bpr_loss", "ours_s"] == pytest.approx(7e-6) and tot.loc["bpr_loss", "profiler_s"] == pytest.approx(11.5e-6)
     assert tot.loc["l2_reg", "ratio"] == pytest.approx(3e-6 / 12.5e-6)
+
+
+def test_step_overhead_reports_each_measured_step():
+    r = P.step_overhead(RunConfig(**TINY | {"model": "lightgcn"}), steps=3, warmup=1)
+    assert [len(r[k]) for k in ("step_s", "loop_s", "recorded_s", "page_faults")] == [3] * 4
+    assert all(0 < rec <= s * 1.001 for rec, s in zip(r["recorded_s"], r["step_s"]))   # records lie inside the step
+    assert 0 < r["inside_share"] <= 1.001 and all(f >= 0 for f in r["page_faults"])
+
+
+def test_malloc_tuning_applies_unless_the_environment_sets_it():
+    import os
+    import subprocess
+    import sys
+    code = "import gnnrec_lab.kernels as k; print(k.MALLOC_TUNED)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    tuned = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert tuned.stdout.strip() == ("True" if sys.platform.startswith("linux") else "False")
+    mine = subprocess.run([sys.executable, "-c", code], env=env | {"MALLOC_TRIM_THRESHOLD_": "1000000"},
+                          capture_output=True, text=True, check=True)
+    assert mine.stdout.strip() == "False"

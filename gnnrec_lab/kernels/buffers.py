@@ -6,9 +6,10 @@ at a time: on a 200k x 64 float32 output that is 12,500 page faults per call, a 
 an SpMM's time on this VM. :func:`empty` gives such tensors their own anonymous mapping
 with ``MADV_HUGEPAGE`` (transparent huge pages, honoured where the kernel's THP mode is
 ``always`` or ``madvise``): 2 MiB pages, 512x fewer faults. Smaller tensors come from
-``torch.empty`` (glibc's heap reuses them, no faults after the first step), so memory
-behaviour below the threshold -- and the footprint model's allocator-retention term --
-is unchanged. The mapping is released when the tensor is freed.
+``torch.empty``: glibc's heap reuses them once :mod:`gnnrec_lab.kernels` has fixed its mmap and
+trim thresholds (see ``MALLOC_MMAP_THRESHOLD`` there; with glibc's dynamic defaults blocks of a
+few MiB kept being faulted in again), so memory behaviour below the threshold matches the
+footprint model's allocator-retention term. The mapping is released when the tensor is freed.
 """
 from __future__ import annotations
 
