@@ -100,6 +100,32 @@ def test_runtime_baseline_is_measured_once_and_cached(tmp_path, monkeypatch):
     assert fpmod.runtime_baseline_bytes() == first
 
 
+def test_runtime_baseline_cache_is_per_environment(tmp_path, monkeypatch):
+    """Two environments with the same package versions may differ by 100+ MiB: a value cached by
+    one must not be handed to the other."""
+    import json
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls = []
+
+    class Done:
+        returncode, stderr = 0, ""
+
+        def __init__(self, rss):
+            self.stdout = f"{rss}\n"
+
+    def fake_run(*a, **k):
+        calls.append(1)
+        return Done(100 << 20 if fpmod.sys.prefix == "/env/a" else 200 << 20)
+    monkeypatch.setattr(fpmod.subprocess, "run", fake_run)
+    monkeypatch.setattr(fpmod.sys, "prefix", "/env/a")
+    assert fpmod.runtime_baseline_bytes() == 100 << 20
+    monkeypatch.setattr(fpmod.sys, "prefix", "/env/b")
+    assert fpmod.runtime_baseline_bytes() == 200 << 20
+    monkeypatch.setattr(fpmod.sys, "prefix", "/env/a")
+    assert fpmod.runtime_baseline_bytes() == 100 << 20      # from the cache: no third measurement
+    assert len(calls) == 4 and len(json.loads((tmp_path / "gnnrec-lab" / "runtime_rss.json").read_text())) == 2
+
+
 def test_measure_peak_reports_measured_bytes():
     m = measure_peak()
     assert m["kind"] == "measured" and m["peak_rss_bytes"] >= m["rss_bytes"] * 0.9 > 0

@@ -226,14 +226,21 @@ def _cache_file() -> Path:
 
 def runtime_baseline_bytes(refresh: bool = False) -> int:
     """Peak RSS (bytes, measured) of a fresh interpreter with torch, numba, numpy and pandas
-    imported and one numba function compiled. Measured once per torch/python version and cached
-    in ``~/.cache/gnnrec-lab/runtime_rss.json``."""
+    imported and one numba function compiled. Measured once per environment (its path and the
+    versions of python and the imported packages) and cached in ``~/.cache/gnnrec-lab/runtime_rss.json``.
+    The path is part of the key because two environments with the same versions differ: a fresh
+    clone's environment measured 532 MiB where an older one on the same machine measured 412 MiB,
+    and the cache, keyed by versions only, had handed one's value to the other (predictions ~90 MiB
+    off)."""
     from importlib.metadata import PackageNotFoundError, version
-    try:
-        tv = version("torch")   # metadata only: importing torch here would cost seconds
-    except PackageNotFoundError:
-        tv = "none"
-    key = f"py{sys.version_info[0]}.{sys.version_info[1]}-torch{tv}"
+
+    def ver(pkg):
+        try:
+            return version(pkg)   # metadata only: importing torch here would cost seconds
+        except PackageNotFoundError:
+            return "none"
+    key = (f"{sys.prefix}|py{sys.version_info[0]}.{sys.version_info[1]}|"
+           + "|".join(f"{p}{ver(p)}" for p in ("torch", "numba", "numpy", "pandas")))
     path = _cache_file()
     if not refresh:
         try:
