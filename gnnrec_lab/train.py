@@ -30,7 +30,7 @@ from .errors import ConfigError, UserError
 from .evaluate import evaluate
 from .graph import BipartiteGraph
 from .models import bpr_loss, bpr_loss_rows, build_model
-from .optim import build_optimizer, lr_at, state_tensors
+from .optim import FusedAdam, build_optimizer, lr_at, state_tensors
 from .memory import footprint, peak_rss_bytes
 from .recorder import Recorder, sum_records, use_recorder
 from .reporting import MultiReporter, Reporter
@@ -119,7 +119,7 @@ def _record_steps(opt, config) -> None:
     from .kernels import _Span
     n = sum(p.numel() for g in opt.param_groups for p in g["params"])
     s = state_tensors(config.optimizer, config.momentum)
-    backend = "native" if getattr(type(opt), "__module__", "").startswith("gnnrec_lab") else "torch"
+    backend = "native" if isinstance(opt, FusedAdam) else "torch"   # LAMB is torch ops too
     cost = dict(bytes_read=(2 + s) * n * 4, bytes_written=(1 + s) * n * 4, flops=10 * n, pattern="stream")
     held = []
 

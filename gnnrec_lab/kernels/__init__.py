@@ -35,8 +35,10 @@ inputs (never wrt the graph).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import os
+import sys
 import threading
 import time
 import weakref
@@ -47,8 +49,6 @@ import weakref
 # few microseconds per parallel region. Effective only if set before the OpenMP
 # runtime loads (before torch is imported); an explicit user setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import ctypes  # noqa: E402
-import sys  # noqa: E402
 from typing import Callable, Iterator  # noqa: E402
 
 # glibc's malloc: keep freed blocks below 32 MiB in the heap and do not trim its top unless 1 GiB
@@ -71,7 +71,9 @@ def _tune_malloc() -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    return bool(mallopt(-3, MALLOC_MMAP_THRESHOLD)) and bool(mallopt(-1, MALLOC_TRIM_THRESHOLD))  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+    m_trim_threshold, m_mmap_threshold = -1, -3   # glibc's malloc.h parameter numbers
+    return bool(mallopt(m_mmap_threshold, MALLOC_MMAP_THRESHOLD)) and bool(mallopt(m_trim_threshold,
+                                                                                   MALLOC_TRIM_THRESHOLD))
 
 
 MALLOC_TUNED = _tune_malloc()
@@ -226,7 +228,7 @@ class _SpMM(torch.autograd.Function):
         adj_t = ctx.adj.transpose()  # itself when symmetric
         be = _backend(ctx.bname)
         gx = span.run("spmm", ctx.layer, "backward", ctx.bname,
-                    lambda: costs.spmm(adj_t, g.shape[1], _elem(g)), be.spmm, adj_t, g.contiguous())
+                      lambda: costs.spmm(adj_t, g.shape[1], _elem(g)), be.spmm, adj_t, g.contiguous())
         return gx, None, None, None
 
 
@@ -268,8 +270,8 @@ class _LayerMean(torch.autograd.Function):
             init = x[:n_out] if k == 0 else None
             extra_read = n_out * D * f  # init (first layer) or acc (later layers)
             cur = span.run("spmm", k, None, bname,
-                         lambda blk=blk: costs.spmm(blk, D, f, extra_read=extra_read, extra_written=n_out * D * f),
-                         be.spmm_fused, blk, cur, 1.0, acc, init, None, weight)
+                           lambda blk=blk: costs.spmm(blk, D, f, extra_read=extra_read, extra_written=n_out * D * f),
+                           be.spmm_fused, blk, cur, 1.0, acc, init, None, weight)
         return acc
 
     @staticmethod
@@ -282,8 +284,8 @@ class _LayerMean(torch.autograd.Function):
         for k in range(len(blocks) - 1, -1, -1):
             blk_t = blocks[len(blocks) - 1 - k].transpose()  # layer k applied blocks[-1-k]
             h = span.run("spmm", k, "backward", ctx.bname,
-                       lambda blk_t=blk_t: costs.spmm(blk_t, D, f, extra_read=n_g * D * f),
-                       be.spmm_fused, blk_t, h, alpha, None, None, g, w)
+                         lambda blk_t=blk_t: costs.spmm(blk_t, D, f, extra_read=n_g * D * f),
+                         be.spmm_fused, blk_t, h, alpha, None, None, g, w)
             alpha = 1.0
         deferred, ctx.deferred_l2 = ctx.deferred_l2, None
         if deferred is not None:
@@ -317,7 +319,7 @@ class _SDDMM(torch.autograd.Function):
         ctx.adj, ctx.op, ctx.layer, ctx.bname = adj, op, layer, bname
         ctx.save_for_backward(u, v)
         return span.run(f"sddmm_{op}", layer, None, bname, lambda: costs.sddmm(adj, u.shape[1], _elem(u), op),
-                      be.sddmm, adj, u, v, op)
+                        be.sddmm, adj, u, v, op)
 
     @staticmethod
     def backward(ctx, g):
@@ -328,8 +330,8 @@ class _SDDMM(torch.autograd.Function):
             return None, None, None, None, None, None
         adj, op, be = ctx.adj, ctx.op, _backend(ctx.bname)
         gu, gv = span.run(f"sddmm_{op}", ctx.layer, "backward", ctx.bname,
-                        lambda: costs.sddmm_backward(adj, u.shape[1], _elem(u), op, need_u, need_v),
-                        be.sddmm_grads, adj, op, g.contiguous(), u, v, need_u, need_v)
+                          lambda: costs.sddmm_backward(adj, u.shape[1], _elem(u), op, need_u, need_v),
+                          be.sddmm_grads, adj, op, g.contiguous(), u, v, need_u, need_v)
         return gu, gv, None, None, None, None
 
 
@@ -355,14 +357,14 @@ class _SpMMEdge(torch.autograd.Function):
         be = _backend(bname)
         ctx.adj, ctx.layer, ctx.bname = adj, layer, bname
         return span.run("spmm_edge", layer, None, bname, lambda: costs.spmm_edge(adj, m.shape[1], _elem(m)),
-                      be.spmm_edge, adj, m)
+                        be.spmm_edge, adj, m)
 
     @staticmethod
     def backward(ctx, g):
         span = _Span()
         adj, be = ctx.adj, _backend(ctx.bname)
         gm = span.run("spmm_edge", ctx.layer, "backward", ctx.bname,
-                    lambda: costs.edge_broadcast(adj, g.shape[1], _elem(g)), be.edge_broadcast, adj, g.contiguous())
+                      lambda: costs.edge_broadcast(adj, g.shape[1], _elem(g)), be.edge_broadcast, adj, g.contiguous())
         return gm, None, None, None
 
 
@@ -384,8 +386,8 @@ class _Gather(torch.autograd.Function):
         ctx.n_table, ctx.layer, ctx.bname = table.shape[0], layer, bname
         ctx.save_for_backward(idx)
         return span.run("gather", layer, None, bname,
-                      lambda: costs.gather(idx.shape[0], table.shape[1], _elem(table), idx.element_size()),
-                      be.gather, table, idx)
+                        lambda: costs.gather(idx.shape[0], table.shape[1], _elem(table), idx.element_size()),
+                        be.gather, table, idx)
 
     @staticmethod
     def backward(ctx, g):
@@ -393,8 +395,8 @@ class _Gather(torch.autograd.Function):
         (idx,) = ctx.saved_tensors
         be = _backend(ctx.bname)
         gt = span.run("scatter_add", ctx.layer, "backward", ctx.bname,
-                    lambda: costs.scatter_add(idx.shape[0], ctx.n_table, g.shape[1], _elem(g), idx.element_size()),
-                    be.scatter_add, idx, g.contiguous(), ctx.n_table)
+                      lambda: costs.scatter_add(idx.shape[0], ctx.n_table, g.shape[1], _elem(g), idx.element_size()),
+                      be.scatter_add, idx, g.contiguous(), ctx.n_table)
         return gt, None, None, None
 
 
@@ -473,7 +475,7 @@ class _RowsLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g, _g_bpr):
         span = _Span()
-        out, bname, layers = ctx.args[0], ctx.args[8], ctx.args[7]
+        out, table, u, p, n, off, coef, layers, bname, _, _ = ctx.args
         # hand the gradients over without keeping a reference (autograd may then adopt them as
         # .grad without a copy); a second backward through a retained graph recomputes them
         grads, ctx.grads = ctx.grads, None
@@ -481,7 +483,6 @@ class _RowsLoss(torch.autograd.Function):
             grads = _RowsLoss.run(span, *ctx.args, phase="backward")[2]
         scale = float(g)
         if ctx.lm is not None:  # the L2 gradient, for the layer mean's backward to add (it runs next)
-            table, u, p, n, off, coef = ctx.args[1:7]
             ctx.lm.deferred_l2 = (table, u, p, n, off, coef * scale, layers[1], bname)
         held = [t for t in grads if t is not None]
         nb = sum(t.numel() * _elem(t) for t in held) if scale != 1.0 else 0  # usually 1: nothing to do
@@ -554,8 +555,8 @@ class _GEMM(torch.autograd.Function):
         def grads():
             return (g.mm(w.t()) if need_x else None, x.t().mm(g) if need_w else None)
         gx, gw = span.run("gemm", ctx.layer, "backward", "torch",
-                        lambda: costs.gemm_backward(x.shape[0], x.shape[1], w.shape[1], _elem(x), need_x, need_w),
-                        grads)
+                          lambda: costs.gemm_backward(x.shape[0], x.shape[1], w.shape[1], _elem(x), need_x, need_w),
+                          grads)
         return gx, gw, None
 
 
@@ -593,9 +594,9 @@ class _Elementwise(torch.autograd.Function):
         wanted = [t for t in ins if t.requires_grad]
         nbytes = lambda ts: sum(t.numel() * _elem(t) for t in ts)  # noqa: E731
         grads = iter(span.run(ctx.name, ctx.layer, "backward", "torch",
-                            lambda: costs._cost(g.numel() * _elem(g) + nbytes(ins), nbytes(wanted), g.numel(),
+                              lambda: costs._cost(g.numel() * _elem(g) + nbytes(ins), nbytes(wanted), g.numel(),
                                                 "stream"),
-                            _grad_retained, out, wanted, g))
+                              _grad_retained, out, wanted, g))
         return (None, None, None) + tuple(next(grads) if t.requires_grad else None for t in ins)
 
 
@@ -640,7 +641,7 @@ class _LinComb(torch.autograd.Function):
             return out
         nb = ctx.shape_bytes
         return span.run(name, layer, None, "torch",
-                      lambda: costs._cost(nb * len(tensors), nb, tensors[0].numel() * len(tensors), "stream"), run)
+                        lambda: costs._cost(nb * len(tensors), nb, tensors[0].numel() * len(tensors), "stream"), run)
 
     @staticmethod
     def backward(ctx, g):
@@ -652,7 +653,7 @@ class _LinComb(torch.autograd.Function):
         def run():
             return tuple((g if c == 1 else g * c) if n else None for c, n in zip(ctx.coeffs, need))
         grads = span.run(ctx.name, ctx.layer, "backward", "torch",
-                       lambda: costs._cost(nb, nb * scaled, g.numel() * scaled, "stream"), run)
+                         lambda: costs._cost(nb, nb * scaled, g.numel() * scaled, "stream"), run)
         return (None, None, None) + grads
 
 
