@@ -110,7 +110,6 @@ def host_info() -> dict:
             "python": platform.python_version(), "torch": torch.__version__}
 
 
-
 def _record_steps(opt, config) -> None:
     """Record every ``opt.step()`` as one optimizer kernel named ``config.optimizer``, timed from
     torch's step pre-hook to its post-hook: the update and torch's step wrapper's no-grad and hook

@@ -209,13 +209,14 @@ class NativeBackend(Backend):
         return loss, g
 
     def sq_norm_rows(self, table, rows, coef, off=0, g=None, grad=True):
+        """``(coef/2 * sum ||table[j]||^2, gradient)`` over ``rows = (u, p, n)`` index tensors, ``off``
+        added to ``p`` and ``n``; the gradient ``coef * table[j]`` is added into ``g`` (a new zeroed
+        table when None); ``grad`` False: the value only (gradient None)."""
         if grad and g is None:
             g = buffers.zeros(table.shape, table.dtype)
         tn = _np(table)
-        ix = [_np(r) for r in rows]
-        if len(ix) == 1:
-            ix += [ix[0][:0]] * 2
-        val = self._call(nk.sq_norm_rows, tn, *ix, int(off), tn.dtype.type(coef), g.numpy() if grad else None)
+        u, p, n = (_np(r) for r in rows)
+        val = self._call(nk.sq_norm_rows, tn, u, p, n, int(off), tn.dtype.type(coef), g.numpy() if grad else None)
         return val, g
 
     def gather(self, table, idx):
