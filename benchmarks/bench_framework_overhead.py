@@ -21,10 +21,10 @@ import statistics
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("GNNREC_LAB_DATA", str(pathlib.Path(__file__).resolve().parents[1] / "data"))
 
-import torch  # noqa: E402
 
 from gnnrec_lab import RunConfig, data, kernels  # noqa: E402
 from gnnrec_lab import profiling as P  # noqa: E402
+from gnnrec_lab.kernels.bench import runtime_summary  # noqa: E402
 from gnnrec_lab.recorder import PHASES  # noqa: E402
 
 TARGET = 0.90
@@ -43,10 +43,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-gaps", action="store_true", help="skip the profiled run that attributes the gap")
     a = ap.parse_args()
-    import numba
-    print(f"machine: {platform.node()}, {os.cpu_count()} cores online, numba threads {numba.get_num_threads()}, "
-          f"torch threads {torch.get_num_threads()}, torch {torch.__version__}, "
-          f"load average {os.getloadavg()[0]:.1f}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+    print(f"machine: {platform.node()}, {runtime_summary()}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
     print(f"{a.model}, default config (dim 64, 3 layers, batch 2048, adam); {a.steps} steps after {a.warmup} "
           f"warm-up; medians with min..max over steps, measured")
     summary = []

@@ -26,10 +26,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("GNNREC_LAB_DATA", str(pathlib.Path(__file__).resolve().parents[1] / "data"))
 
 import pandas as pd  # noqa: E402
-import torch  # noqa: E402
 
 from gnnrec_lab import RunConfig  # noqa: E402
 from gnnrec_lab import profiling as P  # noqa: E402
+from gnnrec_lab.kernels.bench import runtime_summary  # noqa: E402
 
 TOL = 0.10
 
@@ -42,10 +42,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="independent runs; the table shows the median ratio")
     a = ap.parse_args()
-    import numba
-    print(f"machine: {platform.node()}, {os.cpu_count()} cores online, numba threads {numba.get_num_threads()}, "
-          f"torch threads {torch.get_num_threads()}, torch {torch.__version__}, "
-          f"load average {os.getloadavg()[0]:.1f}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+    print(f"machine: {platform.node()}, {runtime_summary()}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
     print(f"{a.repeats} runs x {a.steps} profiled steps after {a.warmup} warm-up steps; seconds are per step "
           f"(median over runs), all measured")
     verdicts = []

@@ -213,11 +213,16 @@ HEADER = (f"{'graph':<7} {'nnz':>10} {'dim':>4} {'kernel':<12} {'phase':<9} {'ba
           f"{'median ms':>10} {'min..max ms':>20} {'GB/s':>7} {'% bound':>8}")
 
 
-def machine_line(host: dict) -> str:
+def runtime_summary() -> str:
+    """Cores, thread counts, torch version and load average: what a benchmark's timings depend on."""
     import numba
-    return (f"machine: {platform.node()} {host.get('cpu', '?')}, {os.cpu_count()} cores online, "
-            f"numba threads {numba.get_num_threads()}, torch threads {torch.get_num_threads()}, "
-            f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}; "
+    return (f"{os.cpu_count()} cores online, numba threads {numba.get_num_threads()}, "
+            f"torch threads {torch.get_num_threads()}, torch {torch.__version__}, "
+            f"load average {os.getloadavg()[0]:.1f}")
+
+
+def machine_line(host: dict) -> str:
+    return (f"machine: {platform.node()} {host.get('cpu', '?')}, {runtime_summary()}; "
             f"bound = ideal bytes / triad {host['triad_GBps']:.2f} GB/s (measured {host.get('measured_at', '?')})")
 
 
