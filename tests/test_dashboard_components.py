@@ -466,3 +466,106 @@ def test_live_kernel_chart_plots_every_recorded_step(store):
     assert k == 10 and list(wide.index[:2]) == [1.0, 10.0]
     assert wide["spmm"].iloc[0] == wide["spmm"].iloc[1] == pytest.approx(np.mean([ns[s] for s in range(1, 11)]) / 1e6)
     assert "mean of 10 steps" in stacked_area(mon.kernels.data, max_steps=10).opts.get().kwargs["title"]
+
+
+# -- memory mode and device profile wherever a run appears (issue 12, item 12) ---------------------
+def _modeled_run(store, mode="optane_app_direct", steps=4):
+    import numpy as np
+    cfg = RunConfig(dataset="synth-tiny", layers=2, dim=16, batch_size=512, epochs=1, memory_mode=mode)
+    rid = store.add_run(cfg, status="running")
+    store.record_start(rid, {"steps_per_epoch": steps, "footprint_predicted": {"graph": 2_000_000,
+                                                                             "embeddings": 500_000}})
+    rng = np.random.default_rng(5)
+    for s in range(1, steps + 1):
+        store.add_step(rid, s, 1, 1.0 / s, 0.01, fake_records(s, 2, 16, rng))
+    return rid
+
+
+def _calibrate():
+    """A fixed host calibration in the test's GNNREC_LAB_HOME (what `gnnrec-lab calibrate` writes)."""
+    from gnnrec_lab import calibrate
+    from gnnrec_lab.kernels import native as nk
+    calibrate.save(dict(copy_GBps=13.8, triad_GBps=12.2, gather64_GBps=1.35, gather256_GBps=1.75, latency_ns=456.0,
+                        gemm_GFLOPs=35.7, kind="host", measured=True, measured_at="fixed",
+                        cpu=calibrate.cpu_model(), threads=nk.threads()))
+
+
+def test_run_labels_name_batch_size_memory_mode_and_profile(store):
+    from gnnrec_lab.dashboard.common import run_options
+    did = store.add_run(RunConfig(dataset="synth-tiny", layers=2, dim=16, batch_size=1024, epochs=1))
+    mid = _modeled_run(store, "cxl")
+    labels = {v: k for k, v in run_options(store.runs_frame()).items()}
+    assert "b1024" in labels[did] and "d16" in labels[did] and " dram" in labels[did]
+    assert "b512" in labels[mid] and "cxl→cxl_type3_ddr5_x8 (modeled)" in labels[mid]
+    assert store.runs_frame().set_index("id").loc[mid, "device"] == "cxl_type3_ddr5_x8"
+
+
+def test_runs_cli_shows_memory_mode_and_device(store, capsys):
+    from gnnrec_lab.cli import main
+    mid = _modeled_run(store, "optane_memory_mode")
+    assert main(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert "memory mode" in out and "optane_pmem100_memory_mode" in out
+    assert main(["runs", "show", str(mid)]) == 0
+    assert "optane_memory_mode (modeled on optane_pmem100_memory_mode)" in capsys.readouterr().out
+
+
+def test_launch_page_names_the_device_profile_of_a_memory_mode(store):
+    page = LaunchPage(Lab(store=store, runner=RecordingRunner(store)))
+    assert "dram (measured)" in page.mode_note.object
+    page.form.memory_mode = "optane_app_direct"
+    assert "optane_pmem100_appdirect_6x" in page.mode_note.object and "modeled" in page.mode_note.object
+
+
+def test_breakdown_header_says_which_parts_are_modeled(store):
+    """The header said `modeled` for a whole modeled-mode run although only its tier chart was."""
+    ids = fill_store(store, n_runs=1, steps=4)
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    head = texts(BreakdownPage(lab, run_id=ids[0]).body())
+    assert "memory mode **dram**" in head and "measured on this host" in head
+    mid = _modeled_run(store)
+    head = texts(BreakdownPage(lab, run_id=mid).body())
+    assert "— running · modeled" not in head
+    assert "device profile **optane_pmem100_appdirect_6x**" in head and "measured on this host's DRAM" in head
+
+
+def test_breakdown_draws_the_runs_device_kernel_by_phase_modeled_and_hatched(store):
+    import holoviews as hv
+    from gnnrec_lab.dashboard.breakdown import modeled_kernel_phase_ms
+    from gnnrec_lab.dashboard.launch import run_modeled_step
+    _calibrate()
+    mid = _modeled_run(store)
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    step, why = run_modeled_step(lab, mid)
+    assert why is None and step["device"] == "optane_pmem100_appdirect_6x"
+    page = BreakdownPage(lab, run_id=mid)
+    plots = [p.object for p in page.body().select(pn.pane.HoloViews)]
+    modeled = [p for p in plots if "modeled on optane_pmem100_appdirect_6x" in (p.opts.get().kwargs.get("title") or "")]
+    assert len(modeled) == 1
+    measured = [p for p in plots if "Kernel time by phase (measured" in (p.opts.get().kwargs.get("title") or "")]
+    assert len(measured) == 1
+    bars = modeled[0]
+    assert bars.data["ms"].sum() == pytest.approx(step["modeled_s"] * 1e3)
+    assert set(map(tuple, bars.data[["name", "phase"]].values)) == \
+        set(map(tuple, modeled_kernel_phase_ms(step)[["name", "phase"]].values))
+    glyph = hv.render(bars).renderers[0].glyph
+    assert glyph.hatch_pattern == "/"
+    # a DRAM run gets no modeled kernel chart
+    ids = fill_store(store, n_runs=1, steps=2, first=5)
+    plots = [p.object for p in BreakdownPage(lab, run_id=ids[0]).body().select(pn.pane.HoloViews)]
+    assert not [p for p in plots if "modeled on" in (p.opts.get().kwargs.get("title") or "")]
+
+
+def test_live_header_shows_mode_profile_and_modeled_step_time(store):
+    mid = _modeled_run(store)
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    page = LivePage(lab)
+    page.monitor.run_id = mid
+    text = texts(page.header())
+    assert "optane_app_direct" in text and "optane_pmem100_appdirect_6x" in text
+    assert "host calibration" in text               # no calibration yet: says why there is no value
+    _calibrate()
+    mon = LiveMonitor(lab=lab, run_id=mid)
+    assert mon.modeled and mon.modeled["modeled_s"] > mon.modeled["measured_s"]
+    page.monitor = mon
+    assert f"step time {mon.modeled['modeled_s'] * 1e3:.1f} ms modeled" in texts(page.header())

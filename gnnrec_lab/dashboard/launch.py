@@ -121,6 +121,19 @@ def reference_dram_run(lab: Lab, config: RunConfig) -> Optional[int]:
     return int(hit["id" if "id" in hit.columns else "run_id"].max())
 
 
+def mode_note(memory_mode: str) -> str:
+    """The line under the memory-mode widget: measured here, or modeled on which device profile."""
+    fn, why = optional("gnnrec_lab.memory.tiermodel", "mode_label")
+    if fn is None:
+        return ""
+    label, _ = safe_call(fn, memory_mode)
+    if not label:
+        return ""
+    if memory_mode == "dram":
+        return f"*{label} on this host*"
+    return f"*{label}: kernels run on this host's DRAM, their step time is projected (modeled)*"
+
+
 def host_calibration() -> tuple[Optional[dict], Optional[str]]:
     """This host's calibration (measured), never measured from a page: ``(host, None)`` or ``(None, reason)``."""
     host_profile, why = optional("gnnrec_lab.calibrate", "host_profile")
@@ -232,6 +245,8 @@ class LaunchPage(pn.viewable.Viewer):
                                                 button_type="success")
         self.example_button.on_click(self._on_example)
         self.status_md = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self.mode_note = pn.pane.Markdown(mode_note(self.form.memory_mode), width=200, margin=(0, 10))
+        self.form.param.watch(lambda e: setattr(self.mode_note, "object", mode_note(e.new)), "memory_mode")
         self.form.param.watch(self._refresh_validity, list(FORM_FIELDS) + ["placement"])
         self._refresh_validity()
 
@@ -341,7 +356,8 @@ class LaunchPage(pn.viewable.Viewer):
                          self.example_button, sizing_mode="stretch_width")
 
     def __panel__(self):
-        fields = [pn.Column(self.widgets[k], self.errors[k], margin=0, width=220) for k in FORM_FIELDS]
+        fields = [pn.Column(self.widgets[k], self.errors[k], *([self.mode_note] if k == "memory_mode" else []),
+                            margin=0, width=220) for k in FORM_FIELDS]
         # The card's inputs are built into the page when it is first opened: a collapsed card
         # still sends every child to the browser, which slows the first page load.
         placement = pn.Card(title="Placement per tensor class", collapsed=True, sizing_mode="stretch_width")
