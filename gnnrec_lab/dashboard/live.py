@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from typing import Optional
 
 import numpy as np
@@ -41,6 +42,9 @@ KERNEL_COLUMNS = {"step": pd.Series(dtype=float), "name": pd.Series(dtype=object
                   "ms": pd.Series(dtype=float)}
 # The kernel chart draws every recorded step up to this many steps, then means of equal runs of steps.
 MAX_CHART_STEPS = 2000
+# A running run's modeled step time is recomputed at most this often (s; the tier model reads the
+# device profiles each time); once the run has ended, at the next poll.
+MODELED_EVERY_S = 5.0
 # Steps whose pace the ETA looks at (the newest ones).
 ETA_WINDOW = 200
 _SUM = ("calls", "ns", "bytes_read", "bytes_written", "flops", "random_bytes")
@@ -228,6 +232,7 @@ class LiveMonitor(param.Parameterized):
         self.totals, self.kernel_steps = None, 0          # the tier model's input, as in the store
         self._footprint, self._host, self._cfg, self._info = None, None, {}, {}
         self.modeled, self.modeled_reason = None, ""
+        self._modeled_dirty, self._modeled_at = False, float("-inf")
 
     @param.depends("run_id", watch=True)
     def _reset(self):
@@ -271,7 +276,7 @@ class LiveMonitor(param.Parameterized):
                 self.kernels.send(kernel_ms_per_step(kf))
                 self.totals = kernel_totals(kf, self.totals)
                 self.kernel_steps += int(kf["step"].nunique())
-                self._update_modeled(store)
+                self._modeled_dirty = True
             self.last_step = int(new["step"].max())
             self.done = self.last_step
             ev, _ = safe_call(store.evals_frame, [self.run_id])
@@ -279,6 +284,10 @@ class LiveMonitor(param.Parameterized):
         elif self.status not in ACTIVE and self.evals is None:
             ev, _ = safe_call(store.evals_frame, [self.run_id])
             self.evals = ev
+        now = time.monotonic()
+        if self._modeled_dirty and (self.status not in ACTIVE or now - self._modeled_at >= MODELED_EVERY_S):
+            self._modeled_at, self._modeled_dirty = now, False
+            self._update_modeled(store)
         self.elapsed_s = float(rec.get("duration_s") or 0.0)
         self.rss_bytes = self._rss(rec) if self.status == "running" else None
         return n_new
