@@ -370,18 +370,18 @@ def _project_run(config, result, tier_totals: dict) -> dict:
     (:func:`gnnrec_lab.memory.tiermodel.run_step_time`, as every view computes it)."""
     import pandas as pd
     from .calibrate import host_profile
-    from .memory.tiermodel import project, run_step_time
+    from .memory.tiermodel import run_step_time
     host = host_profile(measure_if_missing=True, quick=True)
     df = pd.DataFrame([dict(name=k[0], phase=k[1], layer=k[2], pattern=k[3], calls=a[0], ns=a[1], bytes_read=a[2],
                             bytes_written=a[3], flops=a[4], random_bytes=a[5], row_bytes=a[6])
                        for k, a in tier_totals.items()])
     st = run_step_time(df, host, config, footprint=result.footprint.get("predicted"), steps=result.steps)
-    proj = project(df[df.phase != "evaluation"], host, st["device"], placement=config.placement or None,
-                   footprint=sum((result.footprint.get("predicted") or {}).values()) or None)
     return {"device": st["device"], "kind": "modeled", "memory_mode": config.memory_mode,
             "measured_s_per_step": st["measured_s"], "modeled_s_per_step": st["modeled_s"],
             "ratio": st["ratio"], "steps": st["steps"], "hit_rate": st["hit_rate"],
-            "host_calibrated_at": host.get("measured_at"), "kernels": proj.to_dict("records")}
+            "host_calibrated_at": host.get("measured_at"),
+            # per (kernel, phase) seconds per step: measured_s measured on DRAM, modeled_s modeled
+            "kernels": [dict(k, kind="modeled") for k in st["kernels"]]}
 
 
 def modeled_line(modeled: dict) -> str:
