@@ -498,6 +498,8 @@ def test_run_labels_name_batch_size_memory_mode_and_profile(store):
     assert "b1024" in labels[did] and "d16" in labels[did] and " dram" in labels[did]
     assert "b512" in labels[mid] and "cxl→cxl_type3_ddr5_x8 (modeled)" in labels[mid]
     assert store.runs_frame().set_index("id").loc[mid, "device"] == "cxl_type3_ddr5_x8"
+    table = runs_table(store.runs_frame())
+    assert table.loc[mid, "memory_mode"] == "cxl" and table.loc[mid, "device"] == "cxl_type3_ddr5_x8"
 
 
 def test_runs_cli_shows_memory_mode_and_device(store, capsys):
