@@ -124,7 +124,7 @@ def chart_frame(data: pd.DataFrame, max_steps: int = MAX_CHART_STEPS) -> tuple[p
     """Wide frame (index step, one column per kernel, ms) of what the kernel chart draws, and the
     number of steps each point stands for (1: every recorded step). Past ``max_steps`` steps,
     consecutive steps are averaged in equal runs, each drawn flat over the steps it covers."""
-    wide = data.pivot_table(index="step", columns="name", values="ms", aggfunc="sum", fill_value=0.0)
+    wide = data.groupby(["step", "name"])["ms"].sum().unstack(fill_value=0.0)
     n = len(wide)
     if n <= max_steps:
         return wide, 1
