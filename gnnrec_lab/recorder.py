@@ -104,6 +104,12 @@ class Recorder:
                              for r in recs], columns=list(RECORD_FIELDS))
 
 
+def store_key(r) -> tuple:
+    """How the run store groups one step's kernel records: ``(name, phase, layer, pattern)``
+    (``row_bytes`` kept as the widest). The tier model's inputs use the same grouping everywhere."""
+    return (r.name, r.phase, int(r.layer), r.pattern)
+
+
 def sum_records(records, key, into: Optional[dict] = None) -> dict:
     """Sum kernel records by ``key(record)``: ``{key: [calls, ns, bytes_read, bytes_written, flops,
     random_bytes, max row_bytes]}``. Pass ``into`` to keep adding to running totals."""

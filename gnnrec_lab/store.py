@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from .errors import UserError
-from .recorder import sum_records
+from .recorder import store_key, sum_records
 from .reporting import Reporter
 
 STATUSES = ("queued", "running", "finished", "failed", "cancelled", "oom")
@@ -368,7 +368,7 @@ class Store:
     def add_step(self, run_id: int, step: int, epoch: int, loss: float, seconds: float,
                  records: Sequence = ()) -> None:
         """Persist one step and its kernel records (aggregated by name/phase/layer/pattern) in one transaction."""
-        agg = sum_records(records, lambda r: (r.name, r.phase, int(r.layer), r.pattern))
+        agg = sum_records(records, store_key)
         rows = [(run_id, step, k[0], k[1], k[2], a[0], a[1], a[2], a[3], a[4], a[5], a[6], k[3])
                 for k, a in agg.items()]
         with self._write() as con:
@@ -466,6 +466,8 @@ class Store:
         cfgs = [json.loads(c) for c in df["config"]] if len(df) else []
         for key in ("dataset", "model", "layers", "dim", "batch_size", "memory_mode"):
             df[key] = [c.get(key) for c in cfgs]
+        from .memory.tiermodel import mode_device   # the profile a modeled memory mode uses
+        df["device"] = [mode_device(c.get("memory_mode", "dram"), c.get("device_profile")) for c in cfgs]
         now = time.time()
         end = df["finished"].where(df["finished"].notna(),
                                    df["status"].map(lambda s: now if s == "running" else None))
@@ -484,11 +486,16 @@ class Store:
         return self._frame("SELECT step, epoch, loss, seconds, wall FROM steps WHERE run_id=? AND step>? "
                            "ORDER BY step, rowid", (int(run_id), int(since_step)))
 
-    def kernels_frame(self, run_id: int):
-        """Kernel records aggregated per step (ns, bytes, flops are sums over ``calls``)."""
+    def kernels_frame(self, run_id: int, since_step: int = -1):
+        """Kernel records aggregated per step (ns, bytes, flops are sums over ``calls``); only steps
+        ``> since_step`` (live polling reads what is new)."""
         return self._frame("SELECT step, name, phase, layer, calls, ns, bytes_read, bytes_written, flops, "
-                           "random_bytes, row_bytes, pattern FROM kernel_steps WHERE run_id=? ORDER BY step, rowid",
-                           (int(run_id),))
+                           "random_bytes, row_bytes, pattern FROM kernel_steps WHERE run_id=? AND step>? "
+                           "ORDER BY step, rowid", (int(run_id), int(since_step)))
+
+    def kernel_step_count(self, run_id: int) -> int:
+        """How many distinct steps of the run have kernel records."""
+        return int(self._query("SELECT COUNT(DISTINCT step) FROM kernel_steps WHERE run_id=?", (int(run_id),))[0][0])
 
     def kernel_totals_frame(self, run_id: int, since_step: int = -1):
         """Kernel totals over steps ``> since_step``, one row per (name, phase, layer, pattern).

@@ -32,7 +32,7 @@ from .graph import BipartiteGraph
 from .models import bpr_loss, bpr_loss_rows, build_model
 from .optim import FusedAdam, build_optimizer, lr_at, state_tensors
 from .memory import footprint, peak_rss_bytes
-from .recorder import Recorder, sum_records, use_recorder
+from .recorder import Recorder, store_key, sum_records, use_recorder
 from .reporting import MultiReporter, Reporter
 from .rows import make_row_store
 from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
@@ -223,6 +223,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     rep.on_event("jit", f"kernel compilation/warm-up {result.jit_seconds:.2f} s (not counted as kernel time)")
 
     totals = _KernelTotals()
+    tier_totals: dict = {}   # the store's grouping (recorder.store_key): what the tier model projects
     sampled_stats = {"redundancy": [], "batches": 0, "nodes_per_layer": None, "edges_per_layer": None,
                      "build_seconds": 0.0}
     phase_s: dict = {}
@@ -287,6 +288,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
                 dt = time.perf_counter() - t0
                 records = rec.take()
                 totals.add(records)
+                sum_records(records, store_key, into=tier_totals)
                 for r in records:
                     phase_s[r.phase] = phase_s.get(r.phase, 0.0) + r.ns / 1e9
                 if step == min(2, total_steps - 1):
@@ -354,10 +356,8 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
             "mean_build_seconds": sampled_stats["build_seconds"] / nb,
             "row_store": row_store.stats()}
     if not config.measured:
-        result.modeled = _project_run(config, result)
-        rep.on_event("modeled", f"{config.memory_mode}: step time {result.modeled['modeled_s_per_step'] * 1e3:.1f} ms "
-                                f"modeled on {result.modeled['device']} (measured on DRAM "
-                                f"{result.modeled['measured_s_per_step'] * 1e3:.1f} ms)")
+        result.modeled = _project_run(config, result, tier_totals)
+        rep.on_event("modeled", modeled_line(result.modeled))
     result.phases = phase_s
     result.footprint["measured_peak_rss"] = peak_rss_bytes()
     result.footprint["kind_measured"] = "measured"
@@ -365,28 +365,31 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     return result
 
 
-# Memory mode -> the device profile its modeled numbers use (``device_profile`` overrides).
-MODE_DEVICES = {"optane_memory_mode": "optane_pmem100_memory_mode",
-                "optane_app_direct": "optane_pmem100_appdirect_6x",
-                "cxl": "cxl_type3_ddr5_x8", "remote_numa": "remote_numa_ddr4"}
-
-
-def _project_run(config, result) -> dict:
-    """Modeled per-step time of this run's measured kernels on its memory mode's device."""
+def _project_run(config, result, tier_totals: dict) -> dict:
+    """Modeled per-step time of this run's measured kernels on its memory mode's device
+    (:func:`gnnrec_lab.memory.tiermodel.run_step_time`, as every view computes it)."""
+    import pandas as pd
     from .calibrate import host_profile
-    from .memory.tiermodel import project
-    device = config.device_profile or MODE_DEVICES[config.memory_mode]
+    from .memory.tiermodel import run_step_time
     host = host_profile(measure_if_missing=True, quick=True)
-    df = result.kernel_frame()
-    df = df[df.phase != "evaluation"].assign(step=-1, layer=-1)
-    fp = result.footprint.get("predicted") or None
-    proj = project(df, host, device, placement=config.placement or None,
-                   footprint=sum(fp.values()) if fp else None, baseline="host")
-    steps = max(result.steps, 1)
-    return {"device": device, "kind": "modeled", "memory_mode": config.memory_mode,
-            "measured_s_per_step": float(proj["measured_s"].sum()) / steps,
-            "modeled_s_per_step": float(proj["modeled_s"].sum()) / steps,
-            "kernels": proj.to_dict("records")}
+    df = pd.DataFrame([dict(name=k[0], phase=k[1], layer=k[2], pattern=k[3], calls=a[0], ns=a[1], bytes_read=a[2],
+                            bytes_written=a[3], flops=a[4], random_bytes=a[5], row_bytes=a[6])
+                       for k, a in tier_totals.items()])
+    st = run_step_time(df, host, config, footprint=result.footprint.get("predicted"), steps=result.steps)
+    return {"device": st["device"], "kind": "modeled", "memory_mode": config.memory_mode,
+            "measured_s_per_step": st["measured_s"], "modeled_s_per_step": st["modeled_s"],
+            "ratio": st["ratio"], "steps": st["steps"], "hit_rate": st["hit_rate"],
+            "host_calibrated_at": host.get("measured_at"),
+            # per (kernel, phase) seconds per step: measured_s measured on DRAM, modeled_s modeled
+            "kernels": [dict(k, kind="modeled") for k in st["kernels"]]}
+
+
+def modeled_line(modeled: dict) -> str:
+    """The run summary's line for a modeled memory mode (CLI, the run's events)."""
+    mod, meas = modeled["modeled_s_per_step"], modeled["measured_s_per_step"]
+    ratio = f"{mod / meas:.2f}x " if meas else ""
+    return (f"{modeled['memory_mode']}: step time {mod * 1e3:.1f} ms modeled on {modeled['device']} "
+            f"({ratio}the kernel time measured on DRAM, {meas * 1e3:.1f} ms per step)")
 
 
 def _place_graph(graph, config) -> None:

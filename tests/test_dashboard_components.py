@@ -12,7 +12,8 @@ from gnnrec_lab.dashboard.common import Lab, optional
 from gnnrec_lab.dashboard.compare import ComparePage, epoch_seconds, runs_table
 from gnnrec_lab.dashboard.fake import fake_records, fill_store
 from gnnrec_lab.dashboard.launch import EXAMPLE_CONFIG, LaunchPage, config_from_values, modeled_bars
-from gnnrec_lab.dashboard.live import LiveMonitor, kernel_ms_per_step, progress_eta
+from gnnrec_lab.dashboard.live import (LiveMonitor, LivePage, chart_frame, kernel_ms_per_step, progress_percent,
+                                       stacked_area, steady_eta)
 from gnnrec_lab.store import Store
 
 # Panel 1.9 renames widget name/button_type; the lab keeps the spelling panel>=1.4 understands.
@@ -119,12 +120,57 @@ def test_optional_reports_why():
 
 
 # -- live -----------------------------------------------------------------------
-def test_progress_eta():
-    assert progress_eta(0, 100, 0.0) == (0.0, None)
-    pct, eta = progress_eta(25, 100, 10.0)
-    assert pct == 25.0 and eta == pytest.approx(30.0)
-    assert progress_eta(5, None, 3.0) == (None, None)
-    assert progress_eta(120, 100, 10.0)[0] == 100.0
+def test_progress_percent():
+    assert progress_percent(0, 100) == 0.0 and progress_percent(25, 100) == 25.0
+    assert progress_percent(5, None) is None and progress_percent(120, 100) == 100.0
+
+
+def synthetic_timeline(jit_s=90.0, step_s=0.03, spe=20, epochs=5, first_eval_s=3.0, eval_s=2.0):
+    """(steps frame as the store holds it, wall time the run ends): a start-up and JIT of ``jit_s``
+    before step 1, steps of ``step_s``, an evaluation after every epoch (the first slower), a test one."""
+    import numpy as np
+    rows, wall = [], jit_s
+    for e in range(1, epochs + 1):
+        for i in range(spe):
+            wall += step_s
+            rows.append({"step": (e - 1) * spe + i + 1, "epoch": e, "seconds": step_s * 0.9, "wall": wall})
+        wall += first_eval_s if e == 1 else eval_s
+    end = wall + eval_s                                   # the test evaluation
+    return pd.DataFrame(rows).astype({"step": float, "epoch": float}), end, np.array([r["wall"] for r in rows])
+
+
+def test_steady_eta_ignores_jit_and_the_first_evaluation():
+    tl, end, walls = synthetic_timeline()
+    kw = dict(steps_per_epoch=20, epochs=5, eval_every=1)
+    for done in (10, 30, 50, 90):
+        seen = tl[tl["step"] <= done]
+        eta, note = steady_eta(seen, 100, **kw)
+        truth = end - walls[done - 1]
+        if done < 20:        # no evaluation timed yet: the steps only, and the note says so
+            assert eta == pytest.approx((100 - done) * 0.03, rel=0.05) and note.startswith("steps only")
+            assert eta < truth
+        elif done < 40:      # only the first (slower) evaluation timed: pessimistic, within 1.5x
+            assert truth <= eta <= 1.5 * truth, (done, eta, truth)
+        else:                # later evaluations known: the first one is left out
+            assert eta == pytest.approx(truth, rel=0.02), (done, eta, truth)
+    # what the elapsed-time mean said at step 30 (JIT and start-up counted as step time): ~17x off
+    elapsed = walls[29]
+    assert elapsed / 30 * 70 > 10 * (end - walls[29])
+    assert steady_eta(tl.iloc[0:0], 100, **kw)[0] is None
+    assert steady_eta(tl.head(5), None)[0] is None
+
+
+def test_live_eta_uses_the_recorded_timeline(store):
+    tl, end, walls = synthetic_timeline()
+    cfg = RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=5)
+    rid = store.add_run(cfg, status="running")
+    store.record_start(rid, {"steps_per_epoch": 20})
+    con = store._con()
+    con.executemany("INSERT INTO steps(run_id, step, epoch, loss, seconds, wall) VALUES (?,?,?,?,?,?)",
+                    [(rid, int(r.step), int(r.epoch), 1.0, r.seconds, 1e9 + r.wall) for r in tl.head(50).itertuples()])
+    mon = LiveMonitor(lab=Lab(store=store, runner=RecordingRunner(store)), run_id=rid)
+    pct, eta = mon.eta()
+    assert pct == 50.0 and eta == pytest.approx(end - walls[49], rel=0.25)
 
 
 def test_live_monitor_streams_only_new_steps(store):
@@ -147,7 +193,7 @@ def test_live_monitor_streams_only_new_steps(store):
     assert list(mon.loss.data["step"]) == [1.0, 2.0, 3.0, 4.0]
     assert set(mon.kernels.data["step"]) == {1.0, 2.0, 3.0, 4.0}
     pct, _ = mon.eta()
-    assert pct == 40.0
+    assert pct == 40.0 and mon.device is None and "dram (measured" in texts(LivePage(lab).header())
     store.add_eval(rid, 1, 4, "valid", {"recall@20": 0.1}, 1.0)
     store.set_status(rid, "finished")
     mon.poll()
@@ -376,17 +422,152 @@ def test_live_monitor_reads_only_new_kernel_rows(store):
         store.add_step(rid, s, 1, 1.0, 0.01, recs[s])
     spy = Spy(store)
     mon = LiveMonitor(lab=Lab(store=spy, runner=RecordingRunner(store)), run_id=rid)
-    assert [c[0] for c in spy.calls] == ["kernels_frame"]          # history, once
+    assert spy.calls == [("kernels_frame", rid, 0)]                 # history, once
     for s in (3, 4):
         store.add_step(rid, s, 1, 1.0, 0.01, recs[s])
     assert mon.poll() == 2
-    assert spy.calls[1:] == [("kernel_totals_frame", rid, 2)]      # only steps after 2
-    got = mon.kernels.data[mon.kernels.data["step"] == 4.0].set_index("name")["ms"]
-    want = {}
-    for s in (3, 4):
+    assert spy.calls[1:] == [("kernels_frame", rid, 2)]             # only steps after 2
+    for s in (3, 4):                                                # each step as it was recorded
+        got = mon.kernels.data[mon.kernels.data["step"] == float(s)].groupby("name")["ms"].sum()
+        want = {}
         for r in recs[s]:
-            want[r.name] = want.get(r.name, 0.0) + r.ns / 1e6 / 2       # mean ms per step over 3 and 4
-    assert got.to_dict() == pytest.approx(want)
+            want[r.name] = want.get(r.name, 0.0) + r.ns / 1e6
+        assert got.to_dict() == pytest.approx(want)
     assert mon.poll() == 0 and len(spy.calls) == 2                   # nothing new, nothing read
     store.add_step(rid, 5, 1, 1.0, 0.01, recs[5])
-    assert mon.poll() == 1 and spy.calls[-1] == ("kernel_totals_frame", rid, 4)
+    assert mon.poll() == 1 and spy.calls[-1] == ("kernels_frame", rid, 4)
+
+
+def test_live_kernel_chart_plots_every_recorded_step(store):
+    """Steps 2..100 arriving between two polls used to become one mean point at step 100 (a
+    straight ramp from step 1); the chart now holds each step's recorded value."""
+    import numpy as np
+    from gnnrec_lab.recorder import KernelRecord
+    rid = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=1), status="running")
+    rng = np.random.default_rng(3)
+    ns = {s: int(rng.integers(1_000_000, 9_000_000)) for s in range(1, 101)}
+
+    def recs(s):
+        return [KernelRecord("spmm", "forward", 0, s, ns[s], 1, 1, 1, "gather", 32, 1, "native")]
+    store.add_step(rid, 1, 1, 1.0, 0.01, recs(1))
+    mon = LiveMonitor(lab=Lab(store=store, runner=RecordingRunner(store)), run_id=rid)
+    for s in range(2, 101):
+        store.add_step(rid, s, 1, 1.0, 0.01, recs(s))
+    assert mon.poll() == 99
+    area = stacked_area(mon.kernels.data)
+    el = list(area.data.values())[0]
+    xs = el.dimension_values("step")
+    ys = el.dimension_values("ms") - el.dimension_values("Baseline")   # the area's top minus its base
+    assert list(xs) == [float(s) for s in range(1, 101)]
+    assert ys == pytest.approx([ns[s] / 1e6 for s in range(1, 101)])
+    assert "every step" in area.opts.get().kwargs["title"]
+    # past the chart's limit it draws means of equal runs of steps, flat, and says so
+    wide, k = chart_frame(mon.kernels.data, max_steps=10)
+    assert k == 10 and list(wide.index[:2]) == [1.0, 10.0]
+    assert wide["spmm"].iloc[0] == wide["spmm"].iloc[1] == pytest.approx(np.mean([ns[s] for s in range(1, 11)]) / 1e6)
+    assert "mean of 10 steps" in stacked_area(mon.kernels.data, max_steps=10).opts.get().kwargs["title"]
+
+
+# -- memory mode and device profile wherever a run appears (issue 12, item 12) ---------------------
+def _modeled_run(store, mode="optane_app_direct", steps=4):
+    import numpy as np
+    cfg = RunConfig(dataset="synth-tiny", layers=2, dim=16, batch_size=512, epochs=1, memory_mode=mode)
+    rid = store.add_run(cfg, status="running")
+    store.record_start(rid, {"steps_per_epoch": steps, "footprint_predicted": {"graph": 2_000_000,
+                                                                             "embeddings": 500_000}})
+    rng = np.random.default_rng(5)
+    for s in range(1, steps + 1):
+        store.add_step(rid, s, 1, 1.0 / s, 0.01, fake_records(s, 2, 16, rng))
+    return rid
+
+
+def _calibrate():
+    """A fixed host calibration in the test's GNNREC_LAB_HOME (what `gnnrec-lab calibrate` writes)."""
+    from gnnrec_lab import calibrate
+    from gnnrec_lab.kernels import native as nk
+    calibrate.save(dict(copy_GBps=13.8, triad_GBps=12.2, gather64_GBps=1.35, gather256_GBps=1.75, latency_ns=456.0,
+                        gemm_GFLOPs=35.7, kind="host", measured=True, measured_at="fixed",
+                        cpu=calibrate.cpu_model(), threads=nk.threads()))
+
+
+def test_run_labels_name_batch_size_memory_mode_and_profile(store):
+    from gnnrec_lab.dashboard.common import run_options
+    did = store.add_run(RunConfig(dataset="synth-tiny", layers=2, dim=16, batch_size=1024, epochs=1))
+    mid = _modeled_run(store, "cxl")
+    labels = {v: k for k, v in run_options(store.runs_frame()).items()}
+    assert "b1024" in labels[did] and "d16" in labels[did] and " dram" in labels[did]
+    assert "b512" in labels[mid] and "cxl→cxl_type3_ddr5_x8 (modeled)" in labels[mid]
+    assert store.runs_frame().set_index("id").loc[mid, "device"] == "cxl_type3_ddr5_x8"
+    table = runs_table(store.runs_frame())
+    assert table.loc[mid, "memory_mode"] == "cxl" and table.loc[mid, "device"] == "cxl_type3_ddr5_x8"
+
+
+def test_runs_cli_shows_memory_mode_and_device(store, capsys):
+    from gnnrec_lab.cli import main
+    mid = _modeled_run(store, "optane_memory_mode")
+    assert main(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert "memory mode" in out and "optane_pmem100_memory_mode" in out
+    assert main(["runs", "show", str(mid)]) == 0
+    assert "optane_memory_mode (modeled on optane_pmem100_memory_mode)" in capsys.readouterr().out
+
+
+def test_launch_page_names_the_device_profile_of_a_memory_mode(store):
+    page = LaunchPage(Lab(store=store, runner=RecordingRunner(store)))
+    assert "dram (measured)" in page.mode_note.object
+    page.form.memory_mode = "optane_app_direct"
+    assert "optane_pmem100_appdirect_6x" in page.mode_note.object and "modeled" in page.mode_note.object
+
+
+def test_breakdown_header_says_which_parts_are_modeled(store):
+    """The header said `modeled` for a whole modeled-mode run although only its tier chart was."""
+    ids = fill_store(store, n_runs=1, steps=4)
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    head = texts(BreakdownPage(lab, run_id=ids[0]).body())
+    assert "memory mode **dram**" in head and "measured on this host" in head
+    mid = _modeled_run(store)
+    head = texts(BreakdownPage(lab, run_id=mid).body())
+    assert "— running · modeled" not in head
+    assert "device profile **optane_pmem100_appdirect_6x**" in head and "measured on this host's DRAM" in head
+
+
+def test_breakdown_draws_the_runs_device_kernel_by_phase_modeled_and_hatched(store):
+    import holoviews as hv
+    from gnnrec_lab.dashboard.breakdown import modeled_kernel_phase_ms
+    from gnnrec_lab.dashboard.launch import run_modeled_step
+    _calibrate()
+    mid = _modeled_run(store)
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    step, why = run_modeled_step(lab, mid)
+    assert why is None and step["device"] == "optane_pmem100_appdirect_6x"
+    page = BreakdownPage(lab, run_id=mid)
+    plots = [p.object for p in page.body().select(pn.pane.HoloViews)]
+    modeled = [p for p in plots if "modeled on optane_pmem100_appdirect_6x" in (p.opts.get().kwargs.get("title") or "")]
+    assert len(modeled) == 1
+    measured = [p for p in plots if "Kernel time by phase (measured" in (p.opts.get().kwargs.get("title") or "")]
+    assert len(measured) == 1
+    bars = modeled[0]
+    assert bars.data["ms"].sum() == pytest.approx(step["modeled_s"] * 1e3)
+    assert set(map(tuple, bars.data[["name", "phase"]].values)) == \
+        set(map(tuple, modeled_kernel_phase_ms(step)[["name", "phase"]].values))
+    glyph = hv.render(bars).renderers[0].glyph
+    assert glyph.hatch_pattern == "/"
+    # a DRAM run gets no modeled kernel chart
+    ids = fill_store(store, n_runs=1, steps=2, first=5)
+    plots = [p.object for p in BreakdownPage(lab, run_id=ids[0]).body().select(pn.pane.HoloViews)]
+    assert not [p for p in plots if "modeled on" in (p.opts.get().kwargs.get("title") or "")]
+
+
+def test_live_header_shows_mode_profile_and_modeled_step_time(store):
+    mid = _modeled_run(store)
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    page = LivePage(lab)
+    page.monitor.run_id = mid
+    text = texts(page.header())
+    assert "optane_app_direct" in text and "optane_pmem100_appdirect_6x" in text
+    assert "host calibration" in text               # no calibration yet: says why there is no value
+    _calibrate()
+    mon = LiveMonitor(lab=lab, run_id=mid)
+    assert mon.modeled and mon.modeled["modeled_s"] > mon.modeled["measured_s"]
+    page.monitor = mon
+    assert f"step time {mon.modeled['modeled_s'] * 1e3:.1f} ms modeled" in texts(page.header())

@@ -253,3 +253,29 @@ def test_whatif_on_a_stored_run_uses_its_footprint_for_memory_mode(capsys):
     out = _json.loads(capsys.readouterr().out)
     text = _json.dumps(out)
     assert "modeled" in text and "hit_rate" in text
+
+
+@pytest.mark.parametrize("model", ["lightgcn", "ngcf"])
+def test_advise_follows_from_its_own_numbers(files, capsys, model):
+    """synth-gowalla fits in 16 GiB: DRAM is recommended, not a tier at 1.00x (a float tie the old
+    code broke either way); when it does not fit, the recommendation is the fastest fitting mode."""
+    host, _ = files
+    args = ["advise", "--dataset", "synth-gowalla", "--model", model, "--host-profile", str(host), "--json"]
+    need = None
+    for dram_gb in (16, "part"):
+        if dram_gb == "part":     # room for the runtime and a part of the rest: it does not fit
+            dram_gb = (a["footprint"]["runtime"] + 0.5 * (need - a["footprint"]["runtime"])) / 2**30
+        assert main(args + ["--dram-gb", str(dram_gb)]) == 0
+        a = json.loads(capsys.readouterr().out)
+        need = a["footprint_total"]
+        fitting = {m: r["modeled_step_s"] for m, r in a["modes"].items() if r["fits"] and r["modeled_step_s"]}
+        best = a["recommended_mode"]
+        assert fitting[best] == pytest.approx(min(fitting.values()), rel=1e-9)
+        if a["fits_in_dram"]:
+            assert dram_gb == 16 and best == "dram", (best, fitting)
+        else:
+            assert dram_gb < 16 and best != "dram" and "dram" not in fitting
+        for m in ("optane_app_direct", "cxl", "remote_numa"):
+            r = a["modes"][m]
+            if r["ratio_to_dram"] and r["ratio_to_dram"] <= 1 + 1e-9:
+                assert "as fast as dram only because" in r["note"]

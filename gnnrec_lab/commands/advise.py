@@ -79,11 +79,13 @@ def run(args) -> int:
         rr = f"{r['ratio_to_dram']:.2f}x" if r.get("ratio_to_dram") else "-"
         if "keep_in_dram" in r:
             how = f"keep in DRAM: {', '.join(r['keep_in_dram']) or 'nothing'}"
+            if r.get("note"):
+                how += f" ({r['note']})"
         else:
             how = r.get("note", "")
         if mode == "dram" and not r.get("fits"):
             how = r.get("note", "")
         print(f"  {mode:<20} {r['device']:<30} {ts:>15} {rr:>8}  {how}  [modeled]")
     if a["recommended_mode"]:
-        print(f"recommended (modeled): {a['recommended_mode']}")
+        print(f"recommended (modeled): {a['recommended_mode']}: {a['recommended_reason']}")
     return 0

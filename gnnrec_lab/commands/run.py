@@ -38,6 +38,9 @@ def _print_summary(result, out=sys.stdout):
         if len(df):
             df = df.assign(seconds=df.ns / 1e9).drop(columns="ns")
             print(df.to_string(index=False), file=out)
+    if result.modeled:
+        from ..train import modeled_line
+        print(modeled_line(result.modeled), file=out)
     fp = result.footprint
     if fp.get("predicted"):
         tot = sum(fp["predicted"].values())

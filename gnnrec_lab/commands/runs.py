@@ -8,7 +8,8 @@ import time
 
 TABLE = (  # (header, column in runs_frame)
     ("id", "id"), ("name", "name"), ("status", "status"), ("dataset", "dataset"), ("model", "model"),
-    ("layers", "layers"), ("dim", "dim"), ("batch", "batch_size"), ("time", "measured"),
+    ("layers", "layers"), ("dim", "dim"), ("batch", "batch_size"), ("memory mode", "memory_mode"),
+    ("device (modeled)", "device"), ("time", "measured"),
     ("started", "started"), ("duration", "duration_s"), ("best valid R@20", "best_valid_recall@20"),
     ("test R@20", "test_recall@20"),
 )
@@ -104,7 +105,13 @@ def _show(store, run_id: int, as_json: bool) -> int:
                                             run["status"] == "running" else ""))
     print(f"  time       {run['measured']}")
     print(f"  config     {cfg.get('dataset')} {cfg.get('model')} layers={cfg.get('layers')} dim={cfg.get('dim')} "
-          f"batch={cfg.get('batch_size')} memory_mode={cfg.get('memory_mode')}")
+          f"batch={cfg.get('batch_size')}")
+    from ..memory.tiermodel import mode_label
+    print(f"  memory     {mode_label(cfg.get('memory_mode') or 'dram', cfg.get('device_profile'))}")
+    modeled = (run.get("result") or {}).get("modeled") or {}
+    if modeled.get("modeled_s_per_step") is not None:
+        from ..train import modeled_line
+        print(f"  modeled    {modeled_line(modeled)}")
     if cfg.get("placement"):
         print(f"  placement  {cfg['placement']}")
     print(f"  created    {ts(run['created'])}")

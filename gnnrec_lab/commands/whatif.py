@@ -41,26 +41,23 @@ def _records(args):
             recs = recs.get("records", recs.get("kernels"))
         if not isinstance(recs, list) or not all(isinstance(r, dict) for r in recs):
             raise UserError(f"--records: {args.records} must hold a list of kernel-record objects")
-        return recs, None
+        return recs, None, None, {}
     if not args.run_id:
         raise UserError("whatif: give a RUN_ID or --records FILE")
     try:
         from ..store import Store
     except ImportError:
         raise UserError("whatif: the run store is not available; use --records FILE") from None
-    store = Store()
-    frame = store.kernels_frame(args.run_id)
+    from ..memory.tiermodel import stored_run_records
+    frame, steps, fp, cfg = stored_run_records(Store(), args.run_id)   # what every view projects
     if frame is None or len(frame) == 0:
         raise UserError(f"whatif: run {args.run_id!r} has no kernel records")
-    fpf = store.footprint_frame(args.run_id)
-    pred = fpf[fpf["kind"] == "predicted"] if len(fpf) else fpf
-    fp = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None  # Memory Mode needs it
-    return frame, fp
+    return frame, fp, steps, cfg
 
 
 def run(args) -> int:
     from ..memory.profiles import load_host_profile
-    from ..memory.tiermodel import project, project_step
+    from ..memory.tiermodel import project, run_step_time
     placement = {}
     for item in args.placement:
         cls, _, where = item.partition("=")
@@ -69,16 +66,16 @@ def run(args) -> int:
             raise UserError(f"--placement: expected CLASS=dram or CLASS=device with CLASS in "
                             f"{', '.join(TENSOR_CLASSES)}, got {item!r}")
         placement[cls] = where
-    records, fp = _records(args)
-    if isinstance(fp, dict) and "predicted" in fp:
-        fp = fp["predicted"]
-    footprint = args.footprint_bytes if args.footprint_bytes is not None else (fp or None)
+    records, fp, steps, cfg = _records(args)
+    footprint = args.footprint_bytes if args.footprint_bytes is not None else (sum(fp.values()) if fp else None)
     host = load_host_profile(args.host_profile)
-    kw = dict(placement=placement or None, footprint=footprint, remote=args.remote,
+    # a stored run keeps its own placement unless --placement says otherwise
+    place = placement or dict(cfg.get("placement") or {}) or None
+    kw = dict(footprint=footprint, remote=args.remote,
               dram_cache_bytes=int(args.dram_gb * (1 << 30)) if args.dram_gb else None,
               extra_paths=args.devices_file)
-    table = project(records, host, args.device, **kw)
-    step = project_step(records, host, args.device, **kw)
+    table = project(records, host, args.device, place, **kw)
+    step = run_step_time(records, host, cfg, device=args.device, placement=place, steps=steps, **kw)
     if args.json:
         rows = json.loads(table.to_json(orient="records"))
         print(json.dumps({"run_id": args.run_id, "device": args.device, "kind": "modeled",

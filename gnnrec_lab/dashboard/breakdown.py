@@ -5,6 +5,9 @@ kernel's share of step time (pie), a roofline scatter against the calibrated
 ceilings of this host, the footprint per tensor class against DRAM, and the
 measured DRAM step time next to the step time the tier model projects for
 Optane / CXL / remote NUMA — those bars hatched, orange and labelled *modeled*.
+A run in a modeled memory mode also gets its kernel x phase bars modeled on its
+device (``tiermodel.run_step_time``, hatched) next to the measured DRAM ones; the
+header names the memory mode and its device profile.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import param
 
 from .common import (MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_by, not_available, optional, run_options,
                      safe_call)
-from .launch import modeled_bars, step_time_projection
+from .launch import modeled_bars, run_modeled_step, step_time_projection
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf"]
@@ -33,6 +36,42 @@ def kernel_phase_ms(kernels: pd.DataFrame) -> pd.DataFrame:
     order = g.groupby("name")["ms"].sum().sort_values(ascending=False).index
     g["name"] = pd.Categorical(g["name"], categories=list(order), ordered=True)
     return g.sort_values(["name", "phase"])[["name", "phase", "ms"]].assign(name=lambda d: d["name"].astype(str))
+
+
+def modeled_kernel_phase_ms(step: Optional[dict]) -> pd.DataFrame:
+    """Frame ``name, phase, ms`` of a modeled step (``tiermodel.run_step_time``'s ``kernels``): each
+    (kernel, phase)'s modeled ms per step on the device, ordered like :func:`kernel_phase_ms`."""
+    if not step or not step.get("kernels"):
+        return pd.DataFrame({"name": [], "phase": [], "ms": []})
+    g = pd.DataFrame(step["kernels"])
+    g["ms"] = g["modeled_s"] * 1e3
+    order = g.groupby("name")["measured_s"].sum().sort_values(ascending=False).index
+    g["name"] = pd.Categorical(g["name"], categories=list(order), ordered=True)
+    return g.sort_values(["name", "phase"])[["name", "phase", "ms"]].assign(name=lambda d: d["name"].astype(str))
+
+
+def hatch_all(pattern: str = "/"):
+    """A HoloViews hook that hatches every bar of a plot (a modeled chart)."""
+    def hook(plot, element):
+        glyph = plot.handles.get("glyph")
+        if glyph is not None:
+            glyph.hatch_pattern = pattern
+            glyph.hatch_color = "white"
+            glyph.hatch_alpha = 0.9
+    return hook
+
+
+def mode_header(rec: dict) -> str:
+    """What the Breakdown header says about time: measured here, and (modeled memory modes) which
+    memory mode and device profile the modeled charts use."""
+    cfg = rec.get("config") or {}
+    mode = cfg.get("memory_mode") or "dram"
+    fn, _ = optional("gnnrec_lab.memory.tiermodel", "mode_device")
+    dev = safe_call(fn, mode, cfg.get("device_profile"))[0] if fn else None
+    if mode == "dram" or dev is None:
+        return f"memory mode **{mode}**: every time below is measured on this host, except the hatched modeled bars"
+    return (f"memory mode **{mode}** → device profile **{dev}**: kernel times are measured on this host's "
+            f"DRAM; the hatched orange charts are **modeled** on {dev}")
 
 
 def kernel_shares(kernels: pd.DataFrame, top: int = 8) -> pd.DataFrame:
@@ -134,10 +173,33 @@ class BreakdownPage(pn.viewable.Viewer):
         kp = kernel_phase_ms(kernels)
         bars = hv.Bars(kp, ["name", "phase"], "ms").opts(
             stacked=True, responsive=True, height=320, xrotation=30, tools=["hover"],
-            ylabel="ms per step (measured)", title="Kernel time by phase (measured, mean per step)",
+            ylabel="ms per step (measured)", title="Kernel time by phase (measured on DRAM, mean per step)",
             legend_position="right")
         return pn.Row(pn.pane.HoloViews(bars, sizing_mode="stretch_width"),
                       pn.pane.Bokeh(share_pie(kernel_shares(kernels))), sizing_mode="stretch_width")
+
+    def modeled_kernel_bars(self, step: dict):
+        """Kernel x phase stacked bars of the run's step modeled on its memory mode's device (hatched)."""
+        import holoviews as hv
+        mp = modeled_kernel_phase_ms(step)
+        return hv.Bars(mp, ["name", "phase"], "ms").opts(
+            stacked=True, responsive=True, height=320, xrotation=30, tools=["hover"], hooks=[hatch_all("/")],
+            ylabel=f"ms per step (modeled on {step['device']})",
+            title=f"Kernel time by phase, modeled on {step['device']} ({step['memory_mode']}; hatched = modeled): "
+                  f"{step['modeled_s'] * 1e3:.1f} ms per step, {step['ratio']:.2f}x DRAM",
+            legend_position="right")
+
+    def _modeled_kernel_section(self, run_id, rec: dict):
+        """Measured DRAM kernel x phase next to the same step modeled on the run's device."""
+        cfg = rec.get("config") or {}
+        if (cfg.get("memory_mode") or "dram") == "dram":
+            return pn.Spacer(height=0)
+        step, why = run_modeled_step(self.lab, run_id)
+        if step is None:
+            return not_available("Kernel time by phase on the run's device (memory tier model)", why)
+        return pn.Column(pn.pane.Markdown(f"{MODELED_NOTE} The measured chart above is the same step on DRAM."),
+                         pn.pane.HoloViews(self.modeled_kernel_bars(step), sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
 
     def _roofline_section(self, kernels: pd.DataFrame):
         import holoviews as hv
@@ -190,7 +252,12 @@ class BreakdownPage(pn.viewable.Viewer):
         df, why = step_time_projection(self.lab, run_id)
         if df is None:
             return not_available("Measured DRAM vs modeled Optane/CXL (memory tier model)", why)
-        return pn.Column(pn.pane.Markdown(MODELED_NOTE),
+        chosen = df[df["chosen"]] if "chosen" in df.columns else df.iloc[0:0]
+        note = MODELED_NOTE
+        if not chosen.empty and chosen["kind"].iloc[0] == "modeled":
+            note += (f" This run's memory mode uses **{chosen['device'].iloc[0]}**: "
+                     f"{chosen['seconds'].iloc[0] * 1e3:.1f} ms per step (modeled).")
+        return pn.Column(pn.pane.Markdown(note),
                          pn.pane.HoloViews(modeled_bars(df, "device", "seconds", "s per step"),
                                            sizing_mode="stretch_width"), sizing_mode="stretch_width")
 
@@ -219,13 +286,13 @@ class BreakdownPage(pn.viewable.Viewer):
         kernels, why = safe_call(store.kernels_frame, self.run_id)
         fp, _ = safe_call(store.footprint_frame, self.run_id)
         status = rec.get("status", "unknown")
-        head = pn.pane.Markdown(f"### Run #{self.run_id} — {status}"
-                                + (f" · {rec.get('measured')}" if rec.get("measured") else ""))
+        head = pn.pane.Markdown(f"### Run #{self.run_id} — {status}\n\n{mode_header(rec)}")
         if kernels is None or kernels.empty:
             return pn.Column(head, pn.pane.Markdown(
                 f"*No kernel records for run {self.run_id} yet{' (' + why + ')' if why else ''}.*"),
                 self._footprint_section(fp, rec), sizing_mode="stretch_width")
-        return pn.Column(head, self._kernel_section(kernels), self._table_section(kernels),
+        return pn.Column(head, self._kernel_section(kernels), self._modeled_kernel_section(self.run_id, rec),
+                         self._table_section(kernels),
                          self._roofline_section(kernels), self._footprint_section(fp, rec),
                          self._tier_section(self.run_id), sizing_mode="stretch_width")
 

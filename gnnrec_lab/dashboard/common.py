@@ -218,16 +218,27 @@ class Lab(param.Parameterized):
 
 
 def run_label(row: dict) -> str:
-    """Short text naming a run in selectors: id, model, dataset, status."""
+    """Short text naming a run in selectors: id, model, dataset, layers, dim, batch size, memory
+    mode (with the device profile a modeled mode uses), status."""
     cfg = row.get("config") if isinstance(row.get("config"), dict) else row
+
+    def get(key):
+        v = row.get(key, cfg.get(key) if isinstance(cfg, dict) else None)
+        return None if v is None or v != v else v   # NaN from a frame: unknown
     parts = [f"#{row.get('run_id', row.get('id', '?'))}"]
     for key in ("model", "dataset"):
-        v = row.get(key, cfg.get(key) if isinstance(cfg, dict) else None)
-        if v is not None:
-            parts.append(str(v))
-    layers = row.get("layers", cfg.get("layers") if isinstance(cfg, dict) else None)
-    if layers is not None and layers == layers:
-        parts.append(f"L{int(layers)}")
+        if get(key) is not None:
+            parts.append(str(get(key)))
+    for key, tag in (("layers", "L"), ("dim", "d"), ("batch_size", "b")):
+        if get(key) is not None:
+            parts.append(f"{tag}{int(get(key))}")
+    mode = get("memory_mode")
+    if mode is not None:
+        dev = get("device")
+        if dev is None and mode != "dram":
+            fn, _ = optional("gnnrec_lab.memory.tiermodel", "mode_device")
+            dev = safe_call(fn, mode, get("device_profile"))[0] if fn else None
+        parts.append(str(mode) if mode == "dram" or dev is None else f"{mode}→{dev} (modeled)")
     if row.get("status"):
         parts.append(f"({row['status']})")
     return " ".join(parts)

@@ -18,6 +18,8 @@ from .common import Lab, id_column, not_available, safe_call
 
 TABLE_COLUMNS = ["id", "name", "status", "measured", "dataset", "model", "layers", "dim", "batch_size",
                  "memory_mode", "duration_s", "best_valid_recall@20", "test_recall@20", "last_step", "created"]
+# next to the memory mode: the device profile a modeled mode is projected on (None for dram)
+TABLE_COLUMNS.insert(TABLE_COLUMNS.index("memory_mode") + 1, "device")
 MAX_OVERLAY = 12
 # Finished runs never change: their mean epoch time is read once per process.
 _epoch_cache: dict = {}

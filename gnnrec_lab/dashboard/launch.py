@@ -121,34 +121,67 @@ def reference_dram_run(lab: Lab, config: RunConfig) -> Optional[int]:
     return int(hit["id" if "id" in hit.columns else "run_id"].max())
 
 
-def step_time_projection(lab: Lab, run_id: int) -> tuple[Optional[pd.DataFrame], Optional[str]]:
-    """Step time (s) of ``run_id`` measured here and projected onto each slower device profile.
+def mode_note(memory_mode: str) -> str:
+    """The line under the memory-mode widget: measured here, or modeled on which device profile."""
+    fn, why = optional("gnnrec_lab.memory.tiermodel", "mode_label")
+    if fn is None:
+        return ""
+    label, _ = safe_call(fn, memory_mode)
+    if not label:
+        return ""
+    if memory_mode == "dram":
+        return f"*{label} on this host*"
+    return f"*{label}: kernels run on this host's DRAM, their step time is projected (modeled)*"
 
-    Returns a frame ``device, seconds, kind``: one 'measured' row (the run's own
-    training-step time on this host's DRAM) and one 'modeled' row per non-DRAM
-    device profile (``gnnrec_lab.memory.tiermodel.project_step``), or
-    ``(None, reason)`` when the tier model, the calibration or the records are missing.
-    """
-    project_step, why = optional("gnnrec_lab.memory.tiermodel", "project_step")
-    if project_step is None:
-        return None, why
-    load_profiles, why = optional("gnnrec_lab.memory.profiles", "load_profiles")
-    if load_profiles is None:
-        return None, why
+
+def host_calibration() -> tuple[Optional[dict], Optional[str]]:
+    """This host's calibration (measured), never measured from a page: ``(host, None)`` or ``(None, reason)``."""
     host_profile, why = optional("gnnrec_lab.calibrate", "host_profile")
     if host_profile is None:
         return None, f"host calibration: {why}"
     host, why = safe_call(host_profile, measure_if_missing=False)
     if host is None:
         return None, f"host calibration: {why}"
-    records, why = safe_call(lab.store.kernels_frame, run_id)
+    return host, None
+
+
+def run_modeled_step(lab: Lab, run_id, device: Optional[str] = None) -> tuple[Optional[dict], Optional[str]]:
+    """``tiermodel.stored_run_step_time`` of a stored run (the value the run summary, the store and
+    ``whatif`` show): ``(dict, None)`` or ``(None, reason)``. ``device`` defaults to the run's mode's."""
+    fn, why = optional("gnnrec_lab.memory.tiermodel", "stored_run_step_time")
+    if fn is None:
+        return None, why
+    host, why = host_calibration()
+    if host is None:
+        return None, why
+    return safe_call(fn, lab.store, run_id, host, device=device)
+
+
+def step_time_projection(lab: Lab, run_id: int) -> tuple[Optional[pd.DataFrame], Optional[str]]:
+    """Step time (s) of ``run_id`` measured here and projected onto each slower device profile.
+
+    Returns a frame ``device, seconds, kind, chosen``: one 'measured' row (the run's own
+    training-step kernel time on this host's DRAM) and one 'modeled' row per non-DRAM
+    device profile (``gnnrec_lab.memory.tiermodel.run_step_time``, the run's placement),
+    ``chosen`` marking the run's own memory mode's device; or ``(None, reason)`` when the
+    tier model, the calibration or the records are missing.
+    """
+    tm, why = optional("gnnrec_lab.memory.tiermodel")
+    if tm is None:
+        return None, why
+    load_profiles, why = optional("gnnrec_lab.memory.profiles", "load_profiles")
+    if load_profiles is None:
+        return None, why
+    host, why = host_calibration()
+    if host is None:
+        return None, why
+    got, why = safe_call(tm.stored_run_records, lab.store, run_id)
+    if got is None:
+        return None, why
+    records, steps, footprint, cfg = got
     if records is None or records.empty:
-        return None, why or f"run {run_id} has no kernel records"
-    fp, _ = safe_call(lab.store.footprint_frame, run_id)
-    footprint = None
-    if fp is not None and not fp.empty:
-        pred = fp[fp["kind"] == "predicted"]
-        footprint = {r.tensor_class: int(r.bytes) for r in (pred if not pred.empty else fp).itertuples()}
+        return None, f"run {run_id} has no kernel records"
+    own = tm.mode_device(cfg.get("memory_mode", "dram"), cfg.get("device_profile"))
     profiles, why = safe_call(load_profiles)
     if not profiles:
         return None, why or "no device profiles"
@@ -156,15 +189,15 @@ def step_time_projection(lab: Lab, run_id: int) -> tuple[Optional[pd.DataFrame],
     for name, prof in profiles.items():
         if getattr(prof, "kind", None) in ("dram", "host"):
             continue
-        res, why = safe_call(project_step, records, host, name, footprint=footprint)
+        res, why = safe_call(tm.run_step_time, records, host, cfg, device=name, footprint=footprint, steps=steps)
         if res is None:
             reasons.append(f"{name}: {why}")
             continue
         measured = res["measured_s"]
-        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind="modeled"))
+        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind="modeled", chosen=name == own))
     if measured is None:
         return None, "; ".join(reasons) or "no projection"
-    rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind="measured"))
+    rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind="measured", chosen=own is None))
     return pd.DataFrame(rows), None
 
 
@@ -212,6 +245,8 @@ class LaunchPage(pn.viewable.Viewer):
                                                 button_type="success")
         self.example_button.on_click(self._on_example)
         self.status_md = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self.mode_note = pn.pane.Markdown(mode_note(self.form.memory_mode), width=200, margin=(0, 10))
+        self.form.param.watch(lambda e: setattr(self.mode_note, "object", mode_note(e.new)), "memory_mode")
         self.form.param.watch(self._refresh_validity, list(FORM_FIELDS) + ["placement"])
         self._refresh_validity()
 
@@ -321,7 +356,8 @@ class LaunchPage(pn.viewable.Viewer):
                          self.example_button, sizing_mode="stretch_width")
 
     def __panel__(self):
-        fields = [pn.Column(self.widgets[k], self.errors[k], margin=0, width=220) for k in FORM_FIELDS]
+        fields = [pn.Column(self.widgets[k], self.errors[k], *([self.mode_note] if k == "memory_mode" else []),
+                            margin=0, width=220) for k in FORM_FIELDS]
         # The card's inputs are built into the page when it is first opened: a collapsed card
         # still sends every child to the browser, which slows the first page load.
         placement = pn.Card(title="Placement per tensor class", collapsed=True, sizing_mode="stretch_width")

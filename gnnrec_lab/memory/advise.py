@@ -18,16 +18,11 @@ from ..kernels import costs
 from ..recorder import KernelRecord
 from .footprint import F32, footprint as predict_footprint, optimizer_states, total
 from .profiles import host_device
+from . import tiermodel
 from .tiermodel import TRAIN_PHASES, _cost, prepare, project_step, split_bytes
 
 # Memory mode -> the device profile it is modeled with by default.
-MODE_DEVICES = {
-    "dram": "host",
-    "optane_memory_mode": "optane_pmem100_memory_mode",
-    "optane_app_direct": "optane_pmem100_appdirect_6x",
-    "cxl": "cxl_type3_ddr5_x8",
-    "remote_numa": "remote_numa_ddr4",
-}
+MODE_DEVICES = {"dram": "host", **tiermodel.MODE_DEVICES}
 GiB = 1 << 30
 
 
@@ -134,6 +129,26 @@ def recommend_placement(records, host: dict, device: str, fp: dict, dram_bytes: 
             "modeled_step_s": t, "kind": "modeled"}
 
 
+# Step times within this relative difference are a tie (sums in another order differ in the last bits).
+TIE = 1e-9
+
+
+def recommend(modes: dict, fits_in_dram: bool) -> tuple:
+    """``(mode, reason)``: the fitting mode with the lowest modeled step time; ties go to the mode
+    listed first (``dram`` first: a tier is never faster than DRAM in the model, so a run that fits
+    in DRAM gets DRAM)."""
+    fitting = [(m, r["modeled_step_s"]) for m, r in modes.items() if r.get("fits") and r.get("modeled_step_s")]
+    if not fitting:
+        return None, "no memory mode fits"
+    fastest = min(t for _, t in fitting)
+    best = next(m for m, t in fitting if t <= fastest * (1 + TIE))
+    if best == "dram":
+        return best, "fits in DRAM, and no memory mode is modeled faster than DRAM"
+    others = ", ".join(f"{m} {t:.4g} s" for m, t in fitting if m != best)
+    why = "does not fit in DRAM; " if not fits_in_dram else ""
+    return best, f"{why}lowest modeled step time among the modes that fit ({others or 'none other'})"
+
+
 def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Optional[int] = None) -> dict:
     """Guidance for ``config`` on a machine with ``dram_gb`` GiB of DRAM (one JSON-ready dict).
 
@@ -167,12 +182,15 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
                 row["note"] = rec["note"]
         t = row.get("modeled_step_s")
         row["ratio_to_dram"] = t / base["modeled_s"] if t and base["modeled_s"] else None
+        if "keep_in_dram" in row and row["ratio_to_dram"] and row["ratio_to_dram"] <= 1 + TIE and not row.get("note"):
+            row["note"] = (f"as fast as dram only because the classes left on the device "
+                           f"({', '.join(row['on_device']) or 'none'}) carry no modeled step traffic")
         modes[mode] = row
-    fitting = {m: r for m, r in modes.items() if r.get("fits") and r.get("modeled_step_s")}
-    best = min(fitting, key=lambda m: fitting[m]["modeled_step_s"]) if fitting else None
+    best, reason = recommend(modes, need <= dram_bytes)
     return {"config": {k: getattr(config, k) for k in ("dataset", "model", "ngcf_form", "layers", "dim",
                                                          "batch_size", "optimizer")},
             "counts": dict(counts), "dram_bytes": dram_bytes,
             "footprint": fp, "footprint_total": need, "footprint_kind": "modeled",
-            "fits_in_dram": need <= dram_bytes, "modes": modes, "recommended_mode": best, "kind": "modeled",
+            "fits_in_dram": need <= dram_bytes, "modes": modes, "recommended_mode": best,
+            "recommended_reason": reason, "kind": "modeled",
             "host": {k: host.get(k) for k in ("cpu", "threads", "triad_GBps", "gather64_GBps", "measured_at")}}

@@ -293,20 +293,99 @@ def project(records, host, device, placement: Optional[dict] = None, footprint=N
 TRAIN_PHASES = ("forward", "backward", "optimizer", "loss", "sampling", "other")
 
 
-def project_step(records, host, device, placement=None, footprint=None, **kw) -> dict:
+def project_step(records, host, device, placement=None, footprint=None, *, steps: Optional[int] = None,
+                 **kw) -> dict:
     """Per-training-step totals: ``measured_s`` (measured) and ``modeled_s`` (modeled) seconds
     per step over the training phases (evaluation excluded), ``ratio``, per-phase modeled
-    seconds, ``steps`` (distinct steps >= 0 in the records; 1 when none are numbered) and
-    ``kind="modeled"``."""
+    seconds, ``steps`` (given, else distinct steps >= 0 in the records; 1 when none are
+    numbered) and ``kind="modeled"``."""
     df = _frame(records)
-    steps = int(df.loc[df["step"] >= 0, "step"].nunique()) if len(df) else 0
-    steps = max(steps, 1)
+    if steps is None:
+        steps = int(df.loc[df["step"] >= 0, "step"].nunique()) if len(df) else 0
+    steps = max(int(steps), 1)
     train = df[df["phase"].isin(TRAIN_PHASES)]
-    per = project(train, host, device, placement, footprint, by=("phase",), **kw)
-    meas = float(per["measured_s"].sum()) / steps
-    mod = float(per["modeled_s"].sum()) / steps
-    return {"device": per.attrs["device"], "steps": steps, "measured_s": meas, "modeled_s": mod,
+    kern = project(train, host, device, placement, footprint, by=("name", "phase"), **kw)
+    per = kern.groupby("phase", sort=False)[["measured_s", "modeled_s"]].sum().reset_index()
+    meas = float(kern["measured_s"].sum()) / steps
+    mod = float(kern["modeled_s"].sum()) / steps
+    return {"device": kern.attrs["device"], "steps": steps, "measured_s": meas, "modeled_s": mod,
             "ratio": mod / meas if meas > 0 else float("nan"),
             "phases_modeled_s": {r.phase: r.modeled_s / steps for r in per.itertuples()},
             "phases_measured_s": {r.phase: r.measured_s / steps for r in per.itertuples()},
-            "hit_rate": per.attrs["hit_rate"], "kind": "modeled", "measured_kind": "measured"}
+            "kernels": [{"name": r.name, "phase": r.phase, "measured_s": r.measured_s / steps,
+                         "modeled_s": r.modeled_s / steps} for r in kern.itertuples()],
+            "hit_rate": kern.attrs["hit_rate"], "kind": "modeled", "measured_kind": "measured"}
+
+
+# ----------------------------------------------------------------------
+# A run's modeled step time: the one function every view shows
+# ----------------------------------------------------------------------
+# Memory mode -> the device profile its modeled numbers use (a run's ``device_profile`` overrides).
+MODE_DEVICES = {"optane_memory_mode": "optane_pmem100_memory_mode",
+                "optane_app_direct": "optane_pmem100_appdirect_6x",
+                "cxl": "cxl_type3_ddr5_x8", "remote_numa": "remote_numa_ddr4"}
+
+
+def mode_device(memory_mode: str, device_profile: Optional[str] = None) -> Optional[str]:
+    """The device profile a run in ``memory_mode`` is modeled on (None for ``dram``: measured)."""
+    if memory_mode == "dram" or memory_mode is None:
+        return None
+    return device_profile or MODE_DEVICES[memory_mode]
+
+
+def mode_label(memory_mode: str, device_profile: Optional[str] = None) -> str:
+    """How a run's memory mode reads everywhere it is shown, e.g.
+    ``optane_app_direct (modeled on optane_pmem100_appdirect_6x)`` or ``dram (measured)``."""
+    dev = mode_device(memory_mode, device_profile)
+    return f"{memory_mode} (measured)" if dev is None else f"{memory_mode} (modeled on {dev})"
+
+
+def _get(config, key, default=None):
+    return config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
+
+
+def run_step_time(records, host, config, *, device: Optional[str] = None, placement: Optional[dict] = None,
+                  footprint=None, steps: Optional[int] = None, **kw) -> dict:
+    """**The** modeled step time of a run: the run summary, the stored result, ``whatif``, the Live
+    page and the Breakdown page all show this function's value.
+
+    ``records``: the run's training kernel records (any grouping: per step from the store, or
+    totals; evaluation rows are ignored). ``config``: the run's RunConfig (or its dict): the device
+    defaults to its memory mode's profile (:func:`mode_device`), the placement to its ``placement``
+    (classes placed ``dram`` stay in DRAM, every other class sits on the device). ``footprint``:
+    predicted bytes (total or by class; Memory Mode needs it). ``steps``: training steps the
+    records cover. The baseline is the device's own platform DRAM (docs/tier_model.md), so a device
+    no faster than that DRAM in every profile number is never modeled faster than measured.
+
+    Returns :func:`project_step`'s dict plus ``memory_mode`` and ``device``.
+    """
+    mode = _get(config, "memory_mode", "dram")
+    dev = device or mode_device(mode, _get(config, "device_profile")) or "host"
+    if placement is None:
+        placement = dict(_get(config, "placement") or {}) or None
+    if isinstance(footprint, dict):
+        footprint = sum(v for v in footprint.values() if isinstance(v, (int, float))) or None
+    out = project_step(records, host, dev, placement, footprint, steps=steps, **kw)
+    out["memory_mode"] = mode
+    return out
+
+
+def stored_run_records(store, run_id) -> tuple:
+    """``(kernel totals, steps, predicted footprint by class or None, config dict)`` of a stored run:
+    the inputs :func:`run_step_time` takes, read the same way by every view."""
+    rec = store.get_run(run_id)
+    totals = store.kernel_totals_frame(run_id)
+    steps = store.kernel_step_count(run_id)
+    fpf = store.footprint_frame(run_id)
+    pred = fpf[fpf["kind"] == "predicted"] if len(fpf) else fpf
+    fp = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
+    return totals, steps, fp, rec.get("config") or {}
+
+
+def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
+                         placement: Optional[dict] = None, **kw) -> dict:
+    """:func:`run_step_time` of a run in the store (its kernels so far, its config, its footprint)."""
+    totals, steps, fp, cfg = stored_run_records(store, run_id)
+    if totals is None or len(totals) == 0:
+        raise UserError(f"run {run_id} has no kernel records")
+    return run_step_time(totals, host, cfg, device=device, placement=placement, footprint=fp, steps=steps, **kw)
