@@ -46,7 +46,8 @@ import torch
 
 import gnnrec_lab.train as train_mod
 from gnnrec_lab import RunConfig, run
-from gnnrec_lab.cache.tier import IO_THREADS, make_cached_rows
+from gnnrec_lab.cache.cached_rows import make_cached_rows
+from gnnrec_lab.cache.slow_tier import IO_THREADS
 from gnnrec_lab.memory.tiermodel import get_profile
 
 DEVICES = {"optane_app_direct": "optane_pmem100_appdirect_6x", "cxl": "cxl_type3_ddr5_x8"}

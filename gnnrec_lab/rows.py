@@ -6,7 +6,7 @@ Adam moments (row-sparse Adam). A row store hides where those rows live:
 
 * :class:`DramRows` – the table and moments are ordinary (or file-backed)
   tensors, read and written in place;
-* ``gnnrec_lab.cache.tier`` – the table lives in a slow tier behind a small DRAM
+* :class:`~gnnrec_lab.cache.cached_rows.CachedRows` – the table lives in a slow tier behind a small DRAM
   cache driven by a policy (LRU, LFU, static, look-ahead oracle).
 
 All stores produce bit-identical training (same rows, same arithmetic).
@@ -66,7 +66,7 @@ def make_row_store(config, model):
     if config.cache_policy == "none":
         return DramRows(model.embedding.data, lr=config.effective_lr,
                         m=allocate(shape, dt, where, "optimizer"), v=allocate(shape, dt, where, "optimizer"))
-    from .cache.tier import make_cached_rows
+    from .cache.cached_rows import make_cached_rows
     return make_cached_rows(config, model, policy="none" if config.cache_policy == "stream" else None)
 
 

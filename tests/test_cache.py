@@ -317,7 +317,8 @@ def test_cli_unknown_dataset(fake_data, capsys):
 
 @pytest.mark.parametrize("cap,la", [(5, 1), (8, 3), (12, None)])
 def test_cached_tier_bit_identical_and_matches_simulator(tmp_path, cap, la):
-    from gnnrec_lab.cache.tier import OracleCachedTable, SlowTier
+    from gnnrec_lab.cache.oracle_table import OracleCachedTable
+    from gnnrec_lab.cache.slow_tier import SlowTier
     rng = np.random.default_rng(cap)
     t = random_trace(rng, n_rows=40, n_batches=50, max_batch=5)
     init = rng.standard_normal((40, 7)).astype(np.float32)

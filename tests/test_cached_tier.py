@@ -11,7 +11,8 @@ import torch
 import gnnrec_lab.train as train_mod
 from gnnrec_lab import RunConfig, run
 from gnnrec_lab.cache import Trace, simulate
-from gnnrec_lab.cache.tier import CachedRows, SlowTier, make_cached_rows
+from gnnrec_lab.cache.cached_rows import CachedRows, make_cached_rows
+from gnnrec_lab.cache.slow_tier import SlowTier
 from gnnrec_lab.errors import ConfigError
 
 # synth-tiny (700 rows), 2 layers, fan-outs 5,5: a 32-triple batch touches up to ~590 rows, so a
@@ -173,7 +174,7 @@ def test_oracle_ignores_batches_sampled_past_the_epoch_cap(tmp_path):
 
 
 def test_prefer_runs_takes_whole_runs_of_consecutive_rows_first():
-    from gnnrec_lab.cache.tier import _prefer_runs
+    from gnnrec_lab.cache.cached_rows import _prefer_runs
     rows = np.array([50, 7, 3, 8, 9, 20, 4, 100])
     assert _prefer_runs(rows, 3).tolist() == [7, 8, 9]
     assert _prefer_runs(rows, 5).tolist() == [7, 8, 9, 3, 4]

@@ -2,8 +2,10 @@
 
 ``traces`` turns mini-batches into row-access traces, ``policies`` holds the
 replacement policies (none, LRU, LFU, static, look-ahead oracle, Belady) behind
-one interface, ``simulate`` runs them and sweeps capacity and look-ahead, and ``tier`` is the
-real cached tier sampled-mode training uses (an O_DIRECT file behind a DRAM cache).
+one interface, ``simulate`` runs them and sweeps capacity and look-ahead. The real
+cached tier sampled-mode training uses: ``slow_tier`` (an O_DIRECT file; ``aio`` its
+Linux native AIO), ``cached_rows`` (a DRAM cache in front of it, the row store), and
+``oracle_table`` (the trace-driven oracle cache that checks the simulator on real I/O).
 """
 from .policies import POLICIES, Policy, make_policy
 from .simulate import SimResult, next_use, parse_capacity, row_bytes, simulate, sweep
@@ -13,9 +15,12 @@ from .traces import Trace, mf_trace, sampled_trace, skew
 
 def __getattr__(name):
     # the real cached tier needs torch; import it only when asked for (the simulator CLI stays light)
-    if name in ("CachedRows", "SlowTier", "make_cached_rows"):
-        from . import tier
-        return getattr(tier, name)
+    if name in ("CachedRows", "make_cached_rows"):
+        from . import cached_rows
+        return getattr(cached_rows, name)
+    if name == "SlowTier":
+        from . import slow_tier
+        return slow_tier.SlowTier
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
