@@ -66,11 +66,11 @@ def train_one(config: RunConfig, policy: str, io_threads: int):
     got = {}
     real = train_mod.make_row_store
 
-    def make(cfg, model):
+    def make(cfg, model, degrees):
         got["model"] = model
         if policy == "dram":
-            return real(cfg, model)
-        return make_cached_rows(cfg, model, policy=policy, io_threads=io_threads)
+            return real(cfg, model, degrees)
+        return make_cached_rows(cfg, model, degrees, policy=policy, io_threads=io_threads)
 
     train_mod.make_row_store = make
     try:

@@ -57,9 +57,11 @@ class DramRows:
         pass
 
 
-def make_row_store(config, model):
+def make_row_store(config, model, degrees):
     """The row store ``config`` asks for: ``cache_policy`` none = :class:`DramRows`, stream = the
-    slow tier read every batch, else the slow tier behind a DRAM cache with that policy."""
+    slow tier read every batch, else the slow tier behind a DRAM cache with that policy.
+    ``degrees``: the training graph's interactions per node (users, then items), which the
+    static policy ranks rows by."""
     from .memory.placement import allocate
     where = config.placement.get("optimizer", "dram")
     shape, dt = tuple(model.embedding.shape), model.embedding.dtype
@@ -67,7 +69,7 @@ def make_row_store(config, model):
         return DramRows(model.embedding.data, lr=config.effective_lr,
                         m=allocate(shape, dt, where, "optimizer"), v=allocate(shape, dt, where, "optimizer"))
     from .cache.cached_rows import make_cached_rows
-    return make_cached_rows(config, model, policy="none" if config.cache_policy == "stream" else None)
+    return make_cached_rows(config, model, degrees, policy="none" if config.cache_policy == "stream" else None)
 
 
 __all__ = ["DramRows", "make_row_store"]

@@ -182,7 +182,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
         # the embedding table gets row-sparse updates; dense weights (NGCF) a normal optimizer
         dense = [p for n, p in model.named_parameters() if n != "embedding"]
         model.embedding.requires_grad_(False)
-        row_store = make_row_store(config, model)
+        row_store = make_row_store(config, model, graph.degree)
         opt = build_optimizer(config, dense) if dense else None
     else:
         opt = build_optimizer(config, model.parameters())

@@ -27,9 +27,10 @@ def _run(monkeypatch, config, policy_override=None, spy=None):
     got = {}
     real = train_mod.make_row_store
 
-    def make(cfg, model):
+    def make(cfg, model, degrees):
         got["model"] = model
-        store = make_cached_rows(cfg, model, policy=policy_override) if policy_override else real(cfg, model)
+        store = make_cached_rows(cfg, model, degrees, policy=policy_override) if policy_override \
+            else real(cfg, model, degrees)
         got["store"] = store
         if spy is not None:
             spy(store)
@@ -86,6 +87,24 @@ def test_every_policy_trains_bit_identically_to_dram(dram_run, monkeypatch, poli
         assert 0 < s["pinned_rows"] < s["capacity_rows"]
 
 
+def test_static_policy_ranks_rows_by_the_training_graphs_degrees(monkeypatch):
+    """The static store takes the degrees of the graph the run trained on, not a second dataset load."""
+    import gnnrec_lab.data as data
+    from gnnrec_lab.rows import make_row_store
+
+    def no_load(*a, **k):
+        raise AssertionError("the dataset was loaded again for the static policy's degrees")
+    monkeypatch.setattr(data, "load", no_load)
+    model = types.SimpleNamespace(embedding=torch.nn.Parameter(torch.zeros(700, 16)))
+    degrees = (np.arange(700) * 7919) % 701                    # a permutation-like ranking, no ties
+    store = make_row_store(BASE.replace(cache_policy="static", cache_size=CACHE), model, degrees)
+    try:
+        assert isinstance(store, CachedRows) and store.policy == "static"
+        assert store.rank[np.argsort(-degrees, kind="stable")].tolist() == list(range(700))
+    finally:
+        store.close()
+
+
 def test_lru_hits_match_the_simulator_on_the_same_trace(monkeypatch):
     batches = []
 
@@ -118,7 +137,7 @@ def test_file_placement_holds_the_slow_tier_and_leaves_nothing(monkeypatch, tmp_
     assert not [p for p in os.listdir(tmp_path) if p.startswith("gnnrec-slow-tier-")]   # unlinked
     with pytest.raises(ConfigError, match="placement"):
         make_cached_rows(cfg.replace(placement={"embeddings": f"file:{tmp_path}/missing"}),
-                         types.SimpleNamespace(embedding=torch.nn.Parameter(torch.zeros(700, 16))))
+                         types.SimpleNamespace(embedding=torch.nn.Parameter(torch.zeros(700, 16))), None)
 
 
 def test_slow_tier_parallel_io_round_trips(tmp_path):

@@ -558,28 +558,18 @@ def _slow_tier_dir(config) -> tuple:
     return d, f"{d} ($TMPDIR; no file: placement for embeddings given)"
 
 
-def _degree_scores(config, n_rows: int) -> np.ndarray:
-    """Interaction count of every node (users, then items) in the training split."""
-    from ..data import load
-    ds = load(config.dataset, seed=config.seed, data_dir=config.data_dir)
-    tr = np.asarray(ds.train)
-    deg = np.concatenate([np.bincount(tr[:, 0], minlength=ds.n_users),
-                          np.bincount(tr[:, 1], minlength=ds.n_items)]).astype(np.float64)
-    if deg.size != n_rows:
-        raise UserError(f"dataset {config.dataset!r} has {deg.size} nodes, the embedding table {n_rows} rows")
-    return deg
-
-
-def make_cached_rows(config, model, policy: Optional[str] = None, io_threads: int = IO_THREADS,
-                     scores: Optional[np.ndarray] = None) -> CachedRows:
+def make_cached_rows(config, model, degrees: Optional[np.ndarray], policy: Optional[str] = None,
+                     io_threads: int = IO_THREADS) -> CachedRows:
     """The cached row store for ``config`` (``cache_policy``, ``cache_size``, ``lookahead``).
 
     Writes the model's embedding table with zero Adam moments to a new slow-tier
     file (in the ``file:DIR`` placement of ``embeddings``, else ``$TMPDIR``),
     unlinked at once so it disappears however the run ends. ``policy``
     overrides ``config.cache_policy`` (``"none"`` = a store that reads every
-    row every batch; benchmarks use it). ``scores`` overrides the static
-    policy's node degrees.
+    row every batch; benchmarks use it). ``degrees``: interactions per node
+    (users, then items) of the training graph, one per table row
+    (:attr:`~gnnrec_lab.graph.BipartiteGraph.degree`); the static policy pins
+    the highest; other policies ignore it (None is fine).
     """
     policy = policy or config.cache_policy
     if policy not in CACHED_POLICIES:
@@ -593,8 +583,6 @@ def make_cached_rows(config, model, policy: Optional[str] = None, io_threads: in
     if capacity < 1:
         raise ConfigError("cache_size", f"{config.cache_size} of {n:,} rows is less than one row")
     directory, where_note = _slow_tier_dir(config)
-    if policy == "static" and scores is None:
-        scores = _degree_scores(config, n)
     fd, path = tempfile.mkstemp(prefix="gnnrec-slow-tier-", suffix=".bin", dir=directory)
     os.close(fd)
     try:
@@ -606,4 +594,4 @@ def make_cached_rows(config, model, policy: Optional[str] = None, io_threads: in
         os.unlink(path)
     info = {"slow_tier": where_note, "dataset_rows": n}
     return CachedRows(tier, capacity, lr=config.effective_lr, policy=policy, lookahead=config.lookahead,
-                      scores=scores, table=emb, info=info)  # the run's sampler stops at the epoch cap itself
+                      scores=degrees, table=emb, info=info)  # the run's sampler stops at the epoch cap itself
