@@ -14,6 +14,7 @@ from gnnrec_lab.cache import Trace, simulate
 from gnnrec_lab.cache.cached_rows import CachedRows, make_cached_rows
 from gnnrec_lab.cache.slow_tier import SlowTier
 from gnnrec_lab.errors import ConfigError
+from gnnrec_lab.rows import RowStore
 
 # synth-tiny (700 rows), 2 layers, fan-outs 5,5: a 32-triple batch touches up to ~590 rows, so a
 # 90% cache (630 rows) holds one batch and still has to evict
@@ -57,6 +58,7 @@ def test_every_policy_trains_bit_identically_to_dram(dram_run, monkeypatch, poli
     cfg = BASE.replace(cache_policy="stream" if policy == "none" else policy, cache_size=CACHE, lookahead=lookahead)
     r, e, store = _run(monkeypatch, cfg)
     assert isinstance(store, CachedRows) and store.policy == policy
+    assert isinstance(store, RowStore) and isinstance(dram_run[2], RowStore)   # one interface for both
     assert torch.equal(e, e0)                                  # bit-identical final embeddings
     assert r.test == r0.test and r.best_valid == r0.best_valid
     s = r.info["sampled"]["row_store"]

@@ -47,7 +47,7 @@ CACHED_POLICIES = ("none", "lru", "lfu", "static", "oracle")
 
 
 class CachedRows:
-    """Row store (see :mod:`gnnrec_lab.rows`) over a :class:`SlowTier` of ``[embedding | m | v]`` records.
+    """A :class:`~gnnrec_lab.rows.RowStore` over a :class:`SlowTier` of ``[embedding | m | v]`` records.
 
     ``capacity`` rows of DRAM cache; ``policy`` one of :data:`CACHED_POLICIES`;
     ``lookahead`` the oracle's window ``L`` in batches; ``scores`` the static
