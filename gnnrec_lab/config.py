@@ -20,9 +20,16 @@ LR_RULES = ("none", "linear", "sqrt")
 SCHEDULES = ("none", "cosine", "step")
 BACKENDS = ("native", "torch", "dgl")
 MODES = ("full", "sampled")
-# none: table in DRAM (no slow tier); stream: slow tier, no cache (every row read every batch);
-# the others: slow tier behind a DRAM cache of cache_size rows.
-CACHE_POLICIES = ("none", "stream", "lru", "lfu", "static", "oracle")
+# Embedding-cache replacement policies, the one list every view shows in this order
+# (gnnrec_lab.cache.policies implements each; the simulator runs them all). none: no cache, every
+# row read from and written back to the slow tier every batch; belady: the offline optimum (it needs
+# the whole future), so only the simulator runs it.
+SIMULATED_CACHE_POLICIES = ("none", "lru", "lfu", "static", "oracle", "belady")
+# what the real cached tier (gnnrec_lab.cache.cached_rows) runs: every policy but the offline one
+TIER_CACHE_POLICIES = tuple(p for p in SIMULATED_CACHE_POLICIES if p != "belady")
+# A run's cache_policy. none: table in DRAM (no slow tier); stream: slow tier, no cache (the tier's
+# "none"); the others: slow tier behind a DRAM cache of cache_size rows.
+CACHE_POLICIES = ("none", "stream") + tuple(p for p in TIER_CACHE_POLICIES if p != "none")
 # Memory modes a run can be launched in. "dram" is measured here; the others are
 # measured where the hardware exists and modeled (labelled so) elsewhere.
 MEMORY_MODES = ("dram", "optane_memory_mode", "optane_app_direct", "cxl", "remote_numa")

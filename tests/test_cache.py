@@ -232,6 +232,19 @@ def test_row_bytes():
         row_bytes(64, "rmsprop")
 
 
+def test_one_policy_list_names_every_policy_and_derives_the_tier_and_run_sets():
+    from gnnrec_lab.cache.policies import POLICIES, Policy
+    from gnnrec_lab.config import CACHE_POLICIES, SIMULATED_CACHE_POLICIES, TIER_CACHE_POLICIES
+
+    def subclasses(c):
+        return [s for k in c.__subclasses__() for s in [k, *subclasses(k)]]
+    assert {c.name for c in subclasses(Policy)} == set(SIMULATED_CACHE_POLICIES)   # no policy left unlisted
+    assert tuple(POLICIES) == SIMULATED_CACHE_POLICIES
+    # the real tier runs every policy but the offline Belady; a run names the tier's "none" stream
+    assert TIER_CACHE_POLICIES == ("none", "lru", "lfu", "static", "oracle")
+    assert CACHE_POLICIES == ("none", "stream", "lru", "lfu", "static", "oracle")
+
+
 def test_sweep_frame():
     t = random_trace(np.random.default_rng(5), max_batch=4)
     df = sweep(t, ["10%", 10, 20], lookaheads=[2, 5], row_bytes=4)

@@ -35,6 +35,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..config import TIER_CACHE_POLICIES
 from ..errors import ConfigError, UserError
 from ..optim import SparseRowAdam
 from ..recorder import get_recorder
@@ -43,13 +44,12 @@ from .simulate import parse_capacity
 from .slow_tier import IO_THREADS, SlowTier
 
 JOB_READ_ROWS = 4096       # oracle: rows one prefetch job reads at most (more batches per job when they fit)
-CACHED_POLICIES = ("none", "lru", "lfu", "static", "oracle")
 
 
 class CachedRows:
     """A :class:`~gnnrec_lab.rows.RowStore` over a :class:`SlowTier` of ``[embedding | m | v]`` records.
 
-    ``capacity`` rows of DRAM cache; ``policy`` one of :data:`CACHED_POLICIES`;
+    ``capacity`` rows of DRAM cache; ``policy`` one of :data:`~gnnrec_lab.config.TIER_CACHE_POLICIES`;
     ``lookahead`` the oracle's window ``L`` in batches; ``scores`` the static
     policy's ranking (node degree; higher is pinned first); ``table`` the
     model's embedding tensor, refreshed from the slow tier by :meth:`sync`;
@@ -64,8 +64,8 @@ class CachedRows:
                  scores: Optional[np.ndarray] = None, table: Optional[torch.Tensor] = None,
                  info: Optional[dict] = None, betas=(0.9, 0.999), eps: float = 1e-8,
                  epoch_steps: Optional[int] = None):
-        if policy not in CACHED_POLICIES:
-            raise ConfigError("cache_policy", f"got {policy!r}, allowed: {', '.join(CACHED_POLICIES)}")
+        if policy not in TIER_CACHE_POLICIES:
+            raise ConfigError("cache_policy", f"got {policy!r}, allowed: {', '.join(TIER_CACHE_POLICIES)}")
         if tier.width % 3:
             raise ValueError("slow tier records must hold [embedding | m | v] (width divisible by 3)")
         if int(capacity) < 1:
@@ -572,8 +572,8 @@ def make_cached_rows(config, model, degrees: Optional[np.ndarray], policy: Optio
     the highest; other policies ignore it (None is fine).
     """
     policy = policy or config.cache_policy
-    if policy not in CACHED_POLICIES:
-        raise ConfigError("cache_policy", f"got {policy!r}, allowed: {', '.join(CACHED_POLICIES)}")
+    if policy not in TIER_CACHE_POLICIES:
+        raise ConfigError("cache_policy", f"got {policy!r}, allowed: {', '.join(TIER_CACHE_POLICIES)}")
     emb = model.embedding.data
     n, d = emb.shape
     try:

@@ -40,6 +40,7 @@ from typing import Optional
 import numba
 import numpy as np
 
+from ..config import SIMULATED_CACHE_POLICIES
 from ..errors import UserError
 
 INF = np.int64(2**62)   # "never used again"
@@ -397,12 +398,13 @@ class Belady(Policy):
         return Counts(*(int(x) for x in c))
 
 
-POLICIES = {"none": NoCache, "lru": LRU, "lfu": LFU, "static": StaticTop, "oracle": LookAheadOracle,
-            "belady": Belady}
+_CLASSES = {c.name: c for c in (NoCache, LRU, LFU, StaticTop, LookAheadOracle, Belady)}
+# name -> class, in the order of config.SIMULATED_CACHE_POLICIES (the one list of names)
+POLICIES = {name: _CLASSES[name] for name in SIMULATED_CACHE_POLICIES}
 
 
 def make_policy(name: str, **kw) -> Policy:
-    """A policy by name (``none, lru, lfu, static, oracle, belady``); ``kw`` go to its constructor."""
+    """A policy by name (one of :data:`POLICIES`); ``kw`` go to its constructor."""
     try:
         cls = POLICIES[name]
     except KeyError:

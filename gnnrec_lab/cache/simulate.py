@@ -16,6 +16,7 @@ from typing import Iterable, Optional, Sequence, Union
 import numba
 import numpy as np
 
+from ..config import SIMULATED_CACHE_POLICIES
 from ..errors import UserError
 from .policies import INF, Policy, make_policy
 from .traces import Trace
@@ -134,9 +135,6 @@ def simulate(trace: Trace, policy: Union[Policy, str], capacity: Union[int, str]
         row_bytes=rb, sim_seconds=secs)
 
 
-DEFAULT_POLICIES = ("none", "lru", "lfu", "static", "oracle", "belady")
-
-
 def policies_for(names: Sequence[str], lookahead: Optional[int], static_scores=None,
                  static_basis: str = "") -> list[Policy]:
     """Policy objects for ``names``; the oracle gets ``lookahead``, static gets the scores."""
@@ -152,7 +150,7 @@ def policies_for(names: Sequence[str], lookahead: Optional[int], static_scores=N
 
 
 def sweep(trace: Trace, capacities: Iterable[Union[int, str]], lookaheads: Iterable[Optional[int]] = (200,),
-          policies: Sequence[str] = DEFAULT_POLICIES, row_bytes: int = 256, static_scores=None,
+          policies: Sequence[str] = SIMULATED_CACHE_POLICIES, row_bytes: int = 256, static_scores=None,
           static_basis: str = ""):
     """Every policy at every capacity (the oracle also at every look-ahead), as a pandas DataFrame.
 

@@ -10,9 +10,8 @@ import argparse
 import json
 import sys
 
+from ..config import SIMULATED_CACHE_POLICIES
 from ..errors import UserError
-
-POLICY_NAMES = ("none", "lru", "lfu", "static", "oracle", "belady")
 
 
 def _add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -34,7 +33,7 @@ def register(subparsers) -> None:
     _add_trace_args(sim)
     sim.add_argument("--cache-size", default="5%", help="cache capacity: N rows or P%% of the table's rows")
     sim.add_argument("--lookahead", default="200", help="oracle look-ahead window in batches")
-    sim.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated subset of " + ", ".join(POLICY_NAMES))
+    sim.add_argument("--policies", default=",".join(SIMULATED_CACHE_POLICIES), help="comma-separated subset of " + ", ".join(SIMULATED_CACHE_POLICIES))
     sim.add_argument("--dim", default="64", help="embedding size (row bytes = dim x 4 x (1 + optimizer states))")
     sim.add_argument("--optimizer", default="adam", help="per-row optimizer state moved with the row: sgd | adagrad | adam")
     sim.set_defaults(func=_sim)
@@ -122,9 +121,9 @@ def _sim(args) -> int:
     lookahead = _pos_int("--lookahead", args.lookahead)
     dim = _pos_int("--dim", args.dim)
     names = [s.strip() for s in str(args.policies).split(",") if s.strip()]
-    bad = [n for n in names if n not in POLICY_NAMES]
+    bad = [n for n in names if n not in SIMULATED_CACHE_POLICIES]
     if bad or not names:
-        raise UserError(f"--policies: unknown policy {bad[0] if bad else args.policies!r}, allowed: {', '.join(POLICY_NAMES)}")
+        raise UserError(f"--policies: unknown policy {bad[0] if bad else args.policies!r}, allowed: {', '.join(SIMULATED_CACHE_POLICIES)}")
     opt = str(args.optimizer).lower()
     try:
         rb = cache.row_bytes(dim, opt)

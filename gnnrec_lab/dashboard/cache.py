@@ -31,10 +31,10 @@ import pandas as pd
 import panel as pn
 import param
 
+from ..config import SIMULATED_CACHE_POLICIES
 from ..errors import UserError
 from .common import Lab, error_note, fmt_bytes, not_available, optional, safe_call
 
-POLICY_NAMES = ("none", "lru", "lfu", "static", "oracle", "belady")
 TRACE_KINDS = ("mf", "sampled")
 OPTIMIZERS = ("sgd", "adagrad", "adam")
 LIVE_POLL_MS = 2000
@@ -94,7 +94,7 @@ class SimRequest:
     fanouts: tuple = (10, 10)         # sampled only, first hop first
     cache_sizes: tuple = ("5%", "10%", "20%", "40%")
     lookaheads: tuple = (1, 10, 50, 200)   # oracle look-ahead, batches
-    policies: tuple = POLICY_NAMES
+    policies: tuple = SIMULATED_CACHE_POLICIES
     dim: int = 64
     optimizer: str = "adam"           # per-row state moved with the row
     epochs: int = 1
@@ -108,8 +108,8 @@ class SimRequest:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise UserError(f"{name.replace('_', ' ')}: must be a positive integer, got {v!r}")
-        if not self.policies or set(self.policies) - set(POLICY_NAMES):
-            raise UserError(f"policies: choose among {', '.join(POLICY_NAMES)}, got {list(self.policies)}")
+        if not self.policies or set(self.policies) - set(SIMULATED_CACHE_POLICIES):
+            raise UserError(f"policies: choose among {', '.join(SIMULATED_CACHE_POLICIES)}, got {list(self.policies)}")
         if self.optimizer not in OPTIMIZERS:
             raise UserError(f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if not self.cache_sizes or not self.lookaheads:
@@ -408,8 +408,8 @@ class CachePage(pn.viewable.Viewer):
             "fanouts": pn.widgets.TextInput(name="fan-outs (sampled)", value="10,10"),
             "cache_sizes": pn.widgets.TextInput(name="cache sizes (% of rows or rows)", value="5%,10%,20%,40%"),
             "lookaheads": pn.widgets.TextInput(name="look-aheads L (batches)", value="1,10,50,200"),
-            "policies": pn.widgets.MultiChoice(name="policies", options=list(POLICY_NAMES),
-                                               value=list(POLICY_NAMES)),
+            "policies": pn.widgets.MultiChoice(name="policies", options=list(SIMULATED_CACHE_POLICIES),
+                                               value=list(SIMULATED_CACHE_POLICIES)),
             "dim": pn.widgets.IntInput(name="dim", value=64, start=1),
             "optimizer": pn.widgets.Select(name="optimizer state per row", options=list(OPTIMIZERS), value="adam"),
         }
@@ -450,7 +450,7 @@ class CachePage(pn.viewable.Viewer):
             else SimRequest.fanouts,
             cache_sizes=tuple(parse_cache_sizes(w["cache_sizes"].value)),
             lookaheads=tuple(parse_positive_ints(w["lookaheads"].value, "look-aheads")),
-            policies=tuple(p for p in POLICY_NAMES if p in (w["policies"].value or [])))
+            policies=tuple(p for p in SIMULATED_CACHE_POLICIES if p in (w["policies"].value or [])))
         return req.checked()
 
     def start(self):
