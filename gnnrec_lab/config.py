@@ -30,6 +30,9 @@ TIER_CACHE_POLICIES = tuple(p for p in SIMULATED_CACHE_POLICIES if p != "belady"
 # A run's cache_policy. none: table in DRAM (no slow tier); stream: slow tier, no cache (the tier's
 # "none"); the others: slow tier behind a DRAM cache of cache_size rows.
 CACHE_POLICIES = ("none", "stream") + tuple(p for p in TIER_CACHE_POLICIES if p != "none")
+# How a cache study's access trace is made (gnnrec_lab.cache.study): "mf" BPR batches of a 0-layer
+# model, "sampled" k-hop sub-graph batches.
+CACHE_TRACE_KINDS = ("mf", "sampled")
 # Memory modes a run can be launched in. "dram" is measured here; the others are
 # measured where the hardware exists and modeled (labelled so) elsewhere.
 MEMORY_MODES = ("dram", "optane_memory_mode", "optane_app_direct", "cxl", "remote_numa")

@@ -286,6 +286,19 @@ def test_cli_sim_json(fake_data, capsys):
     assert out["trace"]["capacity_rows"] == int(0.4 * fake_data.n_nodes)
 
 
+def test_cli_and_cache_page_run_one_study(fake_data, capsys):
+    """``cache sim`` and the Cache page's simulation run the same pipeline: equal results."""
+    from gnnrec_lab.dashboard.cache import SimRequest, run_simulation
+    assert cli.main(["cache", "sim", "--dataset", "fake", "--model", "lightgcn", "--fanouts", "3,3",
+                     "--cache-size", "80%", "--lookahead", "4", "--batch-size", "16", "--json"]) == 0
+    cli_rows = json.loads(capsys.readouterr().out)["results"]
+    page = run_simulation(SimRequest(dataset="fake", trace="sampled", batch_size=16, fanouts=(3, 3),
+                                     cache_sizes=("80%",), lookaheads=(4,)), lambda name: fake_data)
+    assert page.error is None and page.trace_info["batches"] > 1 and not any(r["note"] for r in cli_rows)
+    cols = ["policy", "capacity_rows", "hits", "misses", "read_bytes", "written_bytes", "peak_occupancy_rows"]
+    assert [{k: r[k] for k in cols} for r in cli_rows] == page.frame[cols].to_dict("records")
+
+
 def test_cli_sim_table_and_small_cache_note(fake_data, capsys):
     rc = cli.main(["cache", "sim", "--dataset", "fake", "--cache-size", "10", "--batch-size", "64",
                    "--policies", "lru,static"])

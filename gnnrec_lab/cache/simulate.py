@@ -149,17 +149,15 @@ def policies_for(names: Sequence[str], lookahead: Optional[int], static_scores=N
     return out
 
 
-def sweep(trace: Trace, capacities: Iterable[Union[int, str]], lookaheads: Iterable[Optional[int]] = (200,),
-          policies: Sequence[str] = SIMULATED_CACHE_POLICIES, row_bytes: int = 256, static_scores=None,
-          static_basis: str = ""):
-    """Every policy at every capacity (the oracle also at every look-ahead), as a pandas DataFrame.
+def sweep_records(trace: Trace, capacities: Iterable[Union[int, str]], lookaheads: Iterable[Optional[int]] = (200,),
+                  policies: Sequence[str] = SIMULATED_CACHE_POLICIES, row_bytes: int = 256, static_scores=None,
+                  static_basis: str = "") -> list[dict]:
+    """Every policy at every capacity (the oracle also at every look-ahead), one dict per run.
 
-    One row per (policy, capacity[, lookahead]) with the :class:`SimResult`
-    columns; a capacity too small for a policy that holds whole batches gives
-    a row with NaN hit rate and the reason in ``note``.
+    One dict per (policy, capacity[, lookahead]) with the :class:`SimResult`
+    fields and ``note``; a capacity too small for a policy that holds whole
+    batches gives a dict with NaN hit rate and the reason in ``note``.
     """
-    import pandas as pd
-
     nu = next_use(trace)
     lookaheads = list(lookaheads)
     rows = []
@@ -177,4 +175,14 @@ def sweep(trace: Trace, capacities: Iterable[Union[int, str]], lookaheads: Itera
                          "capacity_pct": 100.0 * cap / trace.n_rows, "lookahead": la,
                          "hit_rate": float("nan"), "note": str(e)}
                 rows.append(r)
-    return pd.DataFrame(rows)
+    return rows
+
+
+def sweep(trace: Trace, capacities: Iterable[Union[int, str]], lookaheads: Iterable[Optional[int]] = (200,),
+          policies: Sequence[str] = SIMULATED_CACHE_POLICIES, row_bytes: int = 256, static_scores=None,
+          static_basis: str = ""):
+    """:func:`sweep_records` as a pandas DataFrame (one row per policy, capacity[, lookahead])."""
+    import pandas as pd
+
+    return pd.DataFrame(sweep_records(trace, capacities, lookaheads, policies, row_bytes, static_scores,
+                                      static_basis))

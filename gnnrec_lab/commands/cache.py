@@ -81,10 +81,10 @@ def _fanouts(args) -> list[int]:
     return out
 
 
-def _build_trace(args):
-    """Validate the trace options, load the dataset, and make the trace. Returns (trace, graph)."""
+def _trace_request(args):
+    """Validate the trace options and load the dataset's training graph. Returns (graph, the
+    trace options of :func:`gnnrec_lab.cache.study.make_trace`)."""
     from ..graph import BipartiteGraph
-    from .. import cache
 
     model = str(args.model).lower()
     if model not in ("mf", "lightgcn", "ngcf"):
@@ -101,22 +101,18 @@ def _build_trace(args):
         raise UserError(f"--dataset: dataset loading is unavailable ({e})") from None
     ds = load(args.dataset, seed=seed)
     graph = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
-    if model == "mf":
-        trace = cache.mf_trace(graph, batch_size, epochs, seed)
-    else:
-        trace = cache.sampled_trace(graph, batch_size, fanouts, epochs, seed)
-    return trace, graph
+    return graph, {"kind": "mf" if model == "mf" else "sampled", "batch_size": batch_size, "fanouts": fanouts,
+                   "epochs": epochs, "seed": seed}
 
 
 def _trace_info(args, trace) -> dict:
-    return {"dataset": args.dataset, "model": args.model, "trace": trace.source, "batches": trace.n_batches,
-            "accesses": trace.n_accesses, "table_rows": trace.n_rows, "max_rows_per_batch": trace.max_batch_rows(),
-            **trace.stats}
+    from ..cache.study import trace_info
+    return {"dataset": args.dataset, "model": args.model, **trace_info(trace), **trace.stats}
 
 
 def _sim(args) -> int:
     from .. import cache
-    from ..cache.simulate import next_use, policies_for, simulate
+    from ..cache.study import run_study
 
     lookahead = _pos_int("--lookahead", args.lookahead)
     dim = _pos_int("--dim", args.dim)
@@ -131,17 +127,12 @@ def _sim(args) -> int:
         raise UserError(f"--optimizer: {e}") from None
     # validate the size's syntax before the (slow) trace is built
     cache.parse_capacity(args.cache_size, 100)
-    trace, graph = _build_trace(args)
-    capacity = cache.parse_capacity(args.cache_size, trace.n_rows)
-    nu = next_use(trace)
-    results = []
-    for pol in policies_for(names, lookahead, graph.degree, "degree"):
-        try:
-            r = simulate(trace, pol, capacity, rb, nu).as_dict()
-            r["note"] = ""
-        except UserError as e:
-            r = {"policy": pol.label, "capacity_rows": capacity, "hit_rate": None, "note": str(e)}
-        results.append(r)
+    graph, opts = _trace_request(args)
+    capacity = cache.parse_capacity(args.cache_size, graph.n_nodes)
+    study = run_study(graph, **opts, capacities=[capacity], lookaheads=[lookahead], policies=names, row_bytes=rb)
+    trace = study.trace
+    # a policy the cache is too small for has no hit rate (null in JSON, not NaN)
+    results = [dict(r, hit_rate=None) if r["note"] else r for r in study.records]
     info = _trace_info(args, trace)
     info.update(capacity_rows=capacity, row_bytes=rb, bytes="modeled (rows x row_bytes)", sim_seconds="measured")
     if args.json:
@@ -170,8 +161,10 @@ def _sim(args) -> int:
 
 def _skew(args) -> int:
     from .. import cache
+    from ..cache.study import make_trace
 
-    trace, _ = _build_trace(args)
+    graph, opts = _trace_request(args)
+    trace = make_trace(graph, **opts)
     s = cache.skew(trace)
     info = _trace_info(args, trace)
     if args.json:

@@ -3,9 +3,9 @@
 Three parts:
 
 * **Simulation** (modeled): for a dataset's access trace (plain BPR batches of
-  a 0-layer model, or sampled sub-graph batches) :func:`gnnrec_lab.cache.sweep`
-  runs every policy at every cache size, the look-ahead oracle also at every
-  look-ahead. Plots: hit rate and slow-tier bytes vs cache size per policy, and
+  a 0-layer model, or sampled sub-graph batches) :func:`gnnrec_lab.cache.study.run_study`
+  (the pipeline of the ``cache`` CLI too) runs every policy at every cache size,
+  the look-ahead oracle also at every look-ahead. Plots: hit rate and slow-tier bytes vs cache size per policy, and
   the oracle's hit rate vs look-ahead. Slow-tier bytes are rows x row bytes, so
   they are *modeled*; the skew of the trace (top 1% / 10% share) is counted.
   The simulation runs on a worker thread (:data:`EXECUTOR`); the page shows a
@@ -31,11 +31,10 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..config import SIMULATED_CACHE_POLICIES
+from ..config import CACHE_TRACE_KINDS, SIMULATED_CACHE_POLICIES
 from ..errors import UserError
 from .common import Lab, error_note, fmt_bytes, not_available, optional, safe_call
 
-TRACE_KINDS = ("mf", "sampled")
 OPTIMIZERS = ("sgd", "adagrad", "adam")
 LIVE_POLL_MS = 2000
 MAX_CACHED = 16
@@ -102,8 +101,8 @@ class SimRequest:
 
     def checked(self) -> "SimRequest":
         """This request if valid; else UserError naming the field."""
-        if self.trace not in TRACE_KINDS:
-            raise UserError(f"trace: must be one of {', '.join(TRACE_KINDS)}, got {self.trace!r}")
+        if self.trace not in CACHE_TRACE_KINDS:
+            raise UserError(f"trace: must be one of {', '.join(CACHE_TRACE_KINDS)}, got {self.trace!r}")
         for name in ("batch_size", "dim", "epochs"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -148,24 +147,19 @@ def run_simulation(req: SimRequest, graph_loader: Callable = load_graph) -> SimO
     User mistakes come back in ``outcome.error`` (one line); the frame is then empty.
     """
     from .. import cache
+    from ..cache.study import run_study
     try:
         req.checked()
         rb = cache.row_bytes(req.dim, req.optimizer)
         t0 = time.perf_counter()
         graph = graph_loader(req.dataset)
-        if req.trace == "mf":
-            trace = cache.mf_trace(graph, req.batch_size, req.epochs, req.seed)
-        else:
-            trace = cache.sampled_trace(graph, req.batch_size, list(req.fanouts), req.epochs, req.seed)
-        t1 = time.perf_counter()
-        frame = cache.sweep(trace, list(req.cache_sizes), list(req.lookaheads), list(req.policies),
-                            row_bytes=rb, static_scores=getattr(graph, "degree", None), static_basis="degree")
-        t2 = time.perf_counter()
+        load_s = time.perf_counter() - t0
+        study = run_study(graph, req.trace, req.batch_size, req.fanouts, req.epochs, req.seed, req.cache_sizes,
+                          req.lookaheads, req.policies, rb)
     except UserError as e:
         return SimOutcome(req, pd.DataFrame(), {}, {}, 0, 0.0, 0.0, error=str(e))
-    info = {"trace": trace.source, "batches": trace.n_batches, "accesses": trace.n_accesses,
-            "table_rows": trace.n_rows, "max_rows_per_batch": trace.max_batch_rows()}
-    return SimOutcome(req, frame, cache.skew(trace), info, rb, t1 - t0, t2 - t1)
+    # trace_seconds: loading the graph and building the trace
+    return SimOutcome(req, study.frame, study.skew, study.info, rb, load_s + study.trace_seconds, study.sim_seconds)
 
 
 def simulate_cached(req: SimRequest, graph_loader: Callable = load_graph) -> SimOutcome:
