@@ -29,8 +29,9 @@ from .errors import UserError
 from .recorder import sum_records
 from .reporting import Reporter
 
-STATUSES = ("queued", "running", "finished", "failed", "cancelled", "oom")
-TERMINAL = ("finished", "failed", "cancelled", "oom")
+# diverged: training ended on a non-finite loss (a failure the run itself detected)
+STATUSES = ("queued", "running", "finished", "failed", "cancelled", "oom", "diverged")
+TERMINAL = ("finished", "failed", "cancelled", "oom", "diverged")
 FOOTPRINT_KINDS = ("predicted", "measured")
 # Each SQLite call waits this long for another writer before giving up (ms).
 BUSY_TIMEOUT_MS = 30_000
@@ -537,6 +538,7 @@ class StoreReporter(Reporter):
         self.poll_s = poll_s
         self._next_check = 0.0
         self._stop = False
+        self.recorded = False   # on_finish wrote the result (the worker does not write it again)
 
     def on_start(self, config, info: dict) -> None:
         self.store.record_start(self.run_id, info)
@@ -555,6 +557,7 @@ class StoreReporter(Reporter):
 
     def on_finish(self, result) -> None:
         self.store.record_result(self.run_id, result)
+        self.recorded = True
 
     def should_stop(self) -> bool:
         if self._stop:

@@ -15,6 +15,7 @@ recorder's records for the step go to the reporter (the run store, the CLI).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import platform
 import time
@@ -49,7 +50,7 @@ class RunResult:
     """What a finished run returns (and the CLI prints with ``--json``)."""
 
     config: RunConfig
-    status: str = "finished"                 # finished | cancelled
+    status: str = "finished"                 # finished | cancelled | diverged (non-finite loss)
     epochs: int = 0
     steps: int = 0
     train_seconds: float = 0.0               # measured wall time in training steps
@@ -228,7 +229,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     phase_s: dict = {}
     best_r20, bad_evals, best_state = -1.0, 0, None
     key = f"recall@{20 if 20 in config.topk else max(config.topk)}"
-    step, t_train, stopped = 0, 0.0, False
+    step, t_train, stopped, diverged = 0, 0.0, False, False
     # sampled mode: one sampler thread for all epochs (closed when training ends, however it ends)
     sampler = _sampled_batches(graph, config, steps_per_epoch) if sampled else None
     with use_recorder(rec), (sampler or contextlib.nullcontext()):
@@ -296,6 +297,9 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
                 t_epoch += dt
                 step += 1
                 rep.on_step(step, epoch, lv, dt, records)
+                if not math.isfinite(lv):   # nothing after a nan/inf loss means anything
+                    diverged = True
+                    break
                 if rep.should_stop():
                     stopped = True
                     break
@@ -309,6 +313,11 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
             result.epochs, result.steps = epoch, step
             result.epoch_seconds.append(t_epoch)
             rep.on_epoch(epoch, t_epoch, i + 1, loss_sum / (i + 1))
+            if diverged:
+                result.status = "diverged"
+                result.info["diverged"] = diverged_message(lv, step, epoch, config)
+                rep.on_event("diverged", result.info["diverged"])
+                break
             if stopped:
                 result.status = "cancelled"
                 rep.on_event("cancelled", f"stopped at step {step} on request")
@@ -334,13 +343,15 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
                                                    f"best {best_r20:.4f} at epoch {result.best_epoch}")
                         break
 
-        if best_state is not None:
-            model.load_state_dict(best_state)
-        model.eval()
-        with rec.in_phase("evaluation"):
-            result.test = evaluate(model, graph.adj, dataset, "test", topk=config.topk, users=eval_users)
-        rec.take()
-    rep.on_eval(result.best_epoch, step, "test", result.test, t_train)
+        if not diverged:   # a diverged model's test metrics would look like a result; there are none
+            if best_state is not None:
+                model.load_state_dict(best_state)
+            model.eval()
+            with rec.in_phase("evaluation"):
+                result.test = evaluate(model, graph.adj, dataset, "test", topk=config.topk, users=eval_users)
+            rec.take()
+    if not diverged:
+        rep.on_eval(result.best_epoch, step, "test", result.test, t_train)
     result.train_seconds = t_train
     result.kernels = totals.rows()
     if sampled:
@@ -363,6 +374,13 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     result.footprint["kind_measured"] = "measured"
     rep.on_finish(result)
     return result
+
+
+def diverged_message(loss: float, step: int, epoch: int, config) -> str:
+    """One line for a run ended by a non-finite loss: where, and what to change."""
+    return (f"training diverged: loss {loss} at step {step} (epoch {epoch}); no test metrics. "
+            f"Lower --lr (was {config.lr:g}), --l2 (was {config.l2:g}) or --weight-decay (was "
+            f"{config.weight_decay:g}).")
 
 
 # Memory mode -> the device profile its modeled numbers use (``device_profile`` overrides).

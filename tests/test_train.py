@@ -1,6 +1,7 @@
 """End-to-end training on tiny data: learning happens, runs are deterministic,
 phases are all recorded, bad input is refused before work starts."""
 import json
+import os
 import subprocess
 import sys
 
@@ -66,9 +67,9 @@ def test_batch_larger_than_train_set_is_refused():
     assert e.value.param == "batch_size" and "training interactions" in str(e.value)
 
 
-def _cli(*args):
+def _cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", *args], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=env)
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -91,6 +92,35 @@ def test_cli_json_run():
     out = json.loads(p.stdout)
     assert out["config"]["layers"] == 1 and out["kind"] == "measured"
     assert out["test"]["recall@20"] >= 0 and out["kernels"]
+
+
+def test_non_finite_loss_ends_the_run_as_diverged():
+    """A finite but huge lr sends the loss to nan: the run says diverged, with no test metrics."""
+    r = run(RunConfig(**TINY | {"lr": 1e308, "epochs": 3}))
+    assert r.status == "diverged" and r.epochs == 1 and r.test == {}
+    assert "lr" in r.info["diverged"] and "diverged" in r.info["diverged"]
+
+
+def test_cli_runs_are_stored_and_a_diverged_run_exits_non_zero(tmp_path, monkeypatch, capsys):
+    """`gnnrec-lab run` in a terminal records its run (Compare sees it); nan ends it as diverged."""
+    from gnnrec_lab import cli
+    from gnnrec_lab.store import Store
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    tiny = ["run", "--dataset", "synth-tiny", "--layers", "1", "--dim", "8", "--epochs", "2",
+            "--batch-size", "1024", "--max-steps-per-epoch", "2", "--no-progress"]
+    assert cli.main(tiny) == 0
+    ok = capsys.readouterr()
+    assert cli.main(tiny + ["--lr", "1e308"]) == 4
+    bad = capsys.readouterr()
+    assert "diverged" in bad.err and "--lr" in bad.err and "Traceback" not in bad.err
+    assert cli.main(tiny + ["--no-store"]) == 0
+    store = Store(tmp_path)
+    runs = store.runs_frame()
+    assert list(runs.status) == ["finished", "diverged"]
+    done, nan = (store.get_run(int(i)) for i in runs.id)
+    assert f"stored as run {done['id']}" in ok.out
+    assert done["result"]["test"]["recall@20"] >= 0 and len(store.steps_frame(done["id"])) == 4
+    assert "diverged" in nan["error"] and nan["result"]["test"] == {}
 
 
 def test_sampled_mode_trains_deterministically_and_reports_redundancy():

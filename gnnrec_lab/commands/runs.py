@@ -19,7 +19,8 @@ def register(subparsers) -> None:
                               description="List runs in the run store ($GNNREC_LAB_HOME/lab.sqlite). "
                                           "'time' says whether a run's timings are measured or modeled.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--status", choices=("queued", "running", "finished", "failed", "cancelled", "oom"),
+    from ..store import STATUSES
+    p.add_argument("--status", choices=STATUSES,
                    help="only runs with this status")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     s = sub.add_parser("show", help="everything stored about one run")
