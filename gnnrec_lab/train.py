@@ -41,6 +41,8 @@ from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
 # Rank every user unless that means scoring more than this many (user, item) pairs.
 FULL_RANKING_MAX_PAIRS = 5e10
 EVAL_SAMPLE_USERS = 10_000
+COMPILING_MESSAGE = ("compiling kernels: numba has no disk-cached build of them yet (first run after an install "
+                     "or a kernel change); about 1.5 min on 2 cores, once (`gnnrec-lab warmup` does it ahead)")
 # Sub-graphs the sampler may build ahead of training for the look-ahead oracle (memory bound).
 MAX_SAMPLE_AHEAD = 64
 
@@ -213,11 +215,15 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     result.footprint = {"predicted": footprint(config, counts=counts), "kind_predicted": "modeled"}
 
     rec = Recorder()
+    from .kernels.native import uncached_kernels
+    if uncached_kernels():   # kernels.warmup() below compiles them (whatever the backend)
+        rep.on_event("compiling", COMPILING_MESSAGE)
     with use_recorder(rec):
         t_jit = time.perf_counter()
         kernels.warmup()
         result.jit_seconds = rec.jit_seconds or (time.perf_counter() - t_jit)
-    rep.on_start(config, result.info | {"footprint_predicted": result.footprint["predicted"]})
+    rep.on_start(config, result.info | {"footprint_predicted": result.footprint["predicted"],
+                                        "jit_s": result.jit_seconds})
     if eval_users is not None:
         rep.on_event("evaluation", f"ranking a seeded sample of {len(eval_users):,} users, not all "
                                    f"{dataset.n_users:,}")

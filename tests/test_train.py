@@ -121,6 +121,39 @@ def test_cli_runs_are_stored_and_a_diverged_run_exits_non_zero(tmp_path, monkeyp
     assert f"stored as run {done['id']}" in ok.out
     assert done["result"]["test"]["recall@20"] >= 0 and len(store.steps_frame(done["id"])) == 4
     assert "diverged" in nan["error"] and nan["result"]["test"] == {}
+    capsys.readouterr()
+    assert cli.main(["runs", "show", str(done["id"])]) == 0
+    assert "kernel JIT" in capsys.readouterr().out
+
+
+def test_warmup_fills_numbas_disk_cache_and_a_cold_start_says_compiling(monkeypatch, capsys):
+    """`gnnrec-lab warmup` (make install runs it) leaves no training kernel to compile; a run that
+    finds one uncached says 'compiling kernels' before its long silent warm-up."""
+    import pathlib
+    from gnnrec_lab import cli
+    from gnnrec_lab.kernels import native
+    from gnnrec_lab.reporting import Reporter
+    assert cli.main(["warmup", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert native.uncached_kernels() == []
+    assert any(pathlib.Path(out["cache_dir"]).glob("native.spmm-*.nbi"))
+
+    class Events(Reporter):
+        def __init__(self):
+            self.seen = []
+
+        def on_start(self, config, info):
+            self.seen.append("start")
+
+        def on_event(self, kind, message):
+            self.seen.append(kind)
+    warm = Events()
+    run(RunConfig(**TINY | {"epochs": 1, "max_steps_per_epoch": 1}), reporter=warm)
+    assert "compiling" not in warm.seen
+    monkeypatch.setattr(native, "uncached_kernels", lambda: ["spmm"])
+    cold = Events()
+    run(RunConfig(**TINY | {"epochs": 1, "max_steps_per_epoch": 1}), reporter=cold)
+    assert cold.seen.index("compiling") < cold.seen.index("start") < cold.seen.index("jit")
 
 
 def test_sampled_mode_trains_deterministically_and_reports_redundancy():

@@ -26,7 +26,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from .common import Lab, error_note, fmt_bytes, fmt_seconds, not_available, run_options, safe_call
+from .common import FAILED_STATUSES, Lab, error_note, fmt_bytes, fmt_seconds, not_available, run_options, safe_call
 
 POLL_MS = 1000
 ACTIVE = ("queued", "running")
@@ -107,6 +107,13 @@ def stacked_area(data: pd.DataFrame, top: int = 8):
     return hv.Area.stack(areas).opts(hv.opts.Area(**opts), hv.opts.Overlay(**ov))
 
 
+def _compiling(store, run_id) -> bool:
+    """Whether the run said it is compiling kernels and has not reported the compile's end yet."""
+    ev, _ = safe_call(store.events_frame, run_id)
+    kinds = [] if ev is None else list(ev["kind"])
+    return "compiling" in kinds and "jit" not in kinds
+
+
 class LiveMonitor(param.Parameterized):
     """Streams of one run read from the store; :meth:`poll` fetches what is new."""
 
@@ -119,6 +126,7 @@ class LiveMonitor(param.Parameterized):
     rss_bytes = param.Integer(default=None, allow_None=True, doc="current RSS of the worker (bytes)")
     evals = param.DataFrame(default=None, allow_None=True)
     error = param.String(default="")
+    compiling = param.Boolean(default=False, doc="the run is compiling its kernels (numba, no disk cache yet)")
 
     def __init__(self, **params):
         import holoviews as hv
@@ -174,6 +182,7 @@ class LiveMonitor(param.Parameterized):
         elif self.status not in ACTIVE and self.evals is None:
             ev, _ = safe_call(store.evals_frame, [self.run_id])
             self.evals = ev
+        self.compiling = self.status == "running" and self.done == 0 and _compiling(store, self.run_id)
         self.elapsed_s = float(rec.get("duration_s") or 0.0)
         self.rss_bytes = self._rss(rec) if self.status == "running" else None
         return n_new
@@ -267,7 +276,8 @@ class LivePage(pn.viewable.Viewer):
             self.monitor.error = f"{type(e).__name__}: {e}"
 
     # -- views ----------------------------------------------------------------
-    @param.depends("monitor.done", "monitor.total", "monitor.status", "monitor.rss_bytes", "monitor.error")
+    @param.depends("monitor.done", "monitor.total", "monitor.status", "monitor.rss_bytes", "monitor.error",
+                   "monitor.compiling")
     def header(self):
         m = self.monitor
         pct, eta = m.eta()
@@ -277,11 +287,13 @@ class LivePage(pn.viewable.Viewer):
         self.cancel_button.disabled = m.status not in ACTIVE
         total = f"{m.total:,}" if m.total else "?"
         rss = fmt_bytes(m.rss_bytes) + " (measured now)" if m.rss_bytes else "–"
-        text = (f"**status** {m.status} · **steps** {m.done:,} / {total} · "
+        status = (f"{m.status} (compiling kernels)" if m.compiling
+                  else f'<span style="color:#d62728">{m.status}</span>' if m.status in FAILED_STATUSES else m.status)
+        text = (f"**status** {status} · **steps** {m.done:,} / {total} · "
                 f"**elapsed** {fmt_seconds(m.elapsed_s)} · **ETA** {fmt_seconds(eta) if m.status in ACTIVE else '–'}"
                 f" · **worker RSS** {rss}")
         parts = [pn.pane.Markdown(text, sizing_mode="stretch_width")]
-        if m.error and m.status in ("failed", "oom"):
+        if m.error and m.status in FAILED_STATUSES:
             parts.append(error_note(f"Run {m.status}: {m.error.splitlines()[-1] if m.error else ''}"))
         return pn.Column(*parts, sizing_mode="stretch_width")
 
