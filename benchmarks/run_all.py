@@ -20,6 +20,7 @@ PLAN = [
     ("bench_profiler_agreement.py", []),
     ("bench_framework_overhead.py", []),
     ("bench_vs_pyg.py", ["--epochs", "50"]),
+    ("bench_accuracy.py", []),
     ("bench_cache.py", []),
     ("bench_cached_tier.py", []),
     ("bench_footprint.py", []),

@@ -16,7 +16,7 @@ from .errors import UserError
 
 # Order is the order shown in --help.
 COMMANDS = ("data", "run", "runs", "sweep", "bench", "calibrate", "whatif", "advise", "cache",
-            "dashboard")
+            "dashboard", "warmup")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -29,8 +29,9 @@ from .errors import UserError
 from .recorder import store_key, sum_records
 from .reporting import Reporter
 
-STATUSES = ("queued", "running", "finished", "failed", "cancelled", "oom")
-TERMINAL = ("finished", "failed", "cancelled", "oom")
+# diverged: training ended on a non-finite loss (a failure the run itself detected)
+STATUSES = ("queued", "running", "finished", "failed", "cancelled", "oom", "diverged")
+TERMINAL = ("finished", "failed", "cancelled", "oom", "diverged")
 FOOTPRINT_KINDS = ("predicted", "measured")
 # Each SQLite call waits this long for another writer before giving up (ms).
 BUSY_TIMEOUT_MS = 30_000
@@ -171,6 +172,34 @@ def pid_alive(pid: Optional[int], start_ticks: Optional[int] = None) -> bool:
         return True
 
 
+TIME_PARTS = ("startup_s", "jit_s", "train_s", "other_s")
+
+
+def time_parts(started, end, info: Optional[dict], train_s) -> dict:
+    """A run's wall time (``duration_s``, started -> finished or now) split into measured parts:
+
+    * ``startup_s``: from the run's start to its training loop (interpreter, imports, data,
+      graph and model), kernel compilation excluded;
+    * ``jit_s``: kernel compilation / warm-up (numba; short once its disk cache is warm);
+    * ``train_s``: the training steps (the sum of the steps' measured seconds);
+    * ``other_s``: the rest (evaluation, recording, saving).
+
+    Parts not known yet (a run that has not reached its training loop) are None. The parts
+    add up to ``duration_s``. Compare and ``runs`` compare runs by ``train_s``.
+    """
+    def num(x):
+        return None if x is None or x != x else float(x)   # None and NaN (pandas' missing) alike
+    started, end, train_s = num(started), num(end), num(train_s)
+    info = info or {}
+    duration = (end - started) if (end and started) else None
+    t_loop, jit = num(info.get("training_started")), num(info.get("jit_s"))
+    startup = max(0.0, t_loop - started - (jit or 0.0)) if (t_loop and started) else None
+    train = train_s if train_s is not None else (0.0 if startup is not None else None)
+    other = (max(0.0, duration - startup - (jit or 0.0) - train)
+             if None not in (duration, startup, train) else None)
+    return {"duration_s": duration, "startup_s": startup, "jit_s": jit, "train_s": train, "other_s": other}
+
+
 class Store:
     """The run store. Safe to share across threads (one connection per thread)."""
 
@@ -239,7 +268,8 @@ class Store:
             return int(cur.lastrowid)
 
     def get_run(self, run_id: int) -> dict:
-        """One run as a dict; ``config``/``host``/``info``/``result`` parsed from JSON, ``duration_s`` added."""
+        """One run as a dict; ``config``/``host``/``info``/``result`` parsed from JSON; ``duration_s``
+        and its parts (:func:`time_parts`: ``startup_s``, ``jit_s``, ``train_s``, ``other_s``) added."""
         con = self._con()
         cur = con.execute("SELECT * FROM runs WHERE id=?", (int(run_id),))
         row = cur.fetchone()
@@ -250,7 +280,8 @@ class Store:
             d[k] = _json_or_none(d[k])
         d["cancel_requested"] = bool(d["cancel_requested"])
         end = d["finished"] or (time.time() if d["status"] == "running" else None)
-        d["duration_s"] = (end - d["started"]) if (end and d["started"]) else None
+        train_s = con.execute("SELECT SUM(seconds) FROM steps WHERE run_id=?", (int(run_id),)).fetchone()[0]
+        d.update(time_parts(d["started"], end, d["info"], train_s))
         return d
 
     def status(self, run_id: int) -> str:
@@ -350,8 +381,10 @@ class Store:
 
     # -- what the training loop reports ------------------------------------
     def record_start(self, run_id: int, info: dict) -> None:
-        """Store ``info`` (host, dataset counts, predicted footprint by tensor class in bytes)."""
+        """Store ``info`` (host, dataset counts, predicted footprint by tensor class in bytes, ``jit_s``);
+        ``training_started`` (Unix s) stamps when the run reached its training loop."""
         info = dict(info or {})
+        info.setdefault("training_started", time.time())
         host = info.get("host")
         predicted = None
         for key in ("predicted_footprint", "footprint_predicted", "footprint"):
@@ -447,11 +480,13 @@ class Store:
         """One row per run: identity, status, config essentials, timings (s) and headline metrics.
 
         ``best_valid_recall@20`` is the best validation Recall@20 seen;
-        ``test_recall@20`` the last test Recall@20 recorded.
+        ``test_recall@20`` the last test Recall@20 recorded; ``duration_s`` and its parts
+        ``startup_s``, ``jit_s``, ``train_s``, ``other_s`` as in :func:`time_parts`.
         """
         import pandas as pd
         sql = """SELECT r.id, r.name, r.status, r.measured, r.created, r.started, r.finished,
-                   r.sweep, r.pid, r.error, r.config,
+                   r.sweep, r.pid, r.error, r.config, r.info,
+                   (SELECT SUM(seconds) FROM steps s WHERE s.run_id=r.id) AS train_s,
                    (SELECT MAX(value) FROM evals e WHERE e.run_id=r.id AND e.split='valid'
                       AND lower(e.metric)='recall@20') AS "best_valid_recall@20",
                    (SELECT value FROM evals e WHERE e.run_id=r.id AND e.split='test'
@@ -471,10 +506,13 @@ class Store:
         now = time.time()
         end = df["finished"].where(df["finished"].notna(),
                                    df["status"].map(lambda s: now if s == "running" else None))
-        df["duration_s"] = (end.astype(float) - df["started"].astype(float))
+        parts = [time_parts(s, e, json.loads(i) if isinstance(i, str) and i else None, t) for s, e, i, t in
+                 zip(df["started"], end.astype(float), df["info"], df["train_s"])]
+        for key in ("duration_s",) + TIME_PARTS:
+            df[key] = pd.Series([p[key] for p in parts], index=df.index, dtype=float)
         for col in ("created", "started", "finished"):
             df[col] = pd.to_datetime(df[col], unit="s", utc=True)
-        return df.drop(columns=["config"])
+        return df.drop(columns=["config", "info"])
 
     def steps_frame(self, run_id: int):
         """Steps of a run: step, epoch, loss, seconds (training time of the step), wall (Unix s)."""
@@ -544,6 +582,7 @@ class StoreReporter(Reporter):
         self.poll_s = poll_s
         self._next_check = 0.0
         self._stop = False
+        self.recorded = False   # on_finish wrote the result (the worker does not write it again)
 
     def on_start(self, config, info: dict) -> None:
         self.store.record_start(self.run_id, info)
@@ -562,6 +601,7 @@ class StoreReporter(Reporter):
 
     def on_finish(self, result) -> None:
         self.store.record_result(self.run_id, result)
+        self.recorded = True
 
     def should_stop(self) -> bool:
         if self._stop:

@@ -4,7 +4,8 @@ The worker loads the run's config from the store (``$GNNREC_LAB_HOME``), marks
 it running with its pid, trains with a :class:`~gnnrec_lab.store.StoreReporter`
 and writes the final status itself:
 
-* ``finished`` / ``cancelled``: what the training function's result says;
+* ``finished`` / ``cancelled`` / ``diverged``: what the training function's result says
+  (``diverged``: a non-finite loss ended training);
 * ``oom``: a ``MemoryError`` (or torch's "can't allocate memory") escaped training;
 * ``failed``: a :class:`~gnnrec_lab.errors.UserError` (its one-line message) or
   any other exception (the traceback);
@@ -14,7 +15,10 @@ and writes the final status itself:
 The training callable is ``gnnrec_lab.train:train`` unless
 ``GNNREC_LAB_TRAIN_FN=module:attr`` names another (tests use fakes).
 
-Exit status: 0 finished/cancelled, 1 failed, 3 oom.
+Exit status: 0 finished/cancelled, 1 failed, 3 oom, 4 diverged.
+
+:func:`finish_run` and :func:`failure` are shared with ``gnnrec-lab run`` in a terminal, which
+records its in-process run in the store the same way.
 """
 from __future__ import annotations
 
@@ -30,7 +34,8 @@ from .errors import UserError
 
 TRAIN_FN_ENV = "GNNREC_LAB_TRAIN_FN"
 DEFAULT_TRAIN_FN = "gnnrec_lab.train:train"
-EXIT_OK, EXIT_FAILED, EXIT_OOM = 0, 1, 3
+EXIT_OK, EXIT_FAILED, EXIT_OOM, EXIT_DIVERGED = 0, 1, 3, 4
+RESULT_STATUSES = ("finished", "cancelled", "diverged")
 STDERR_TAIL_LINES = 50
 
 
@@ -75,6 +80,34 @@ def host_info() -> dict:
             "python": sys.version.split()[0]}
 
 
+def finish_run(store, run_id: int, result, reporter=None) -> str:
+    """Record a training function's ``result`` and its final status; return the status.
+
+    The result is written once: a :class:`~gnnrec_lab.store.StoreReporter` given as
+    ``reporter`` has already written it from ``on_finish`` (a training function that never
+    called it, e.g. a test fake, gets it written here)."""
+    status = getattr(result, "status", "finished")
+    if status not in RESULT_STATUSES:
+        status = "finished"
+    if not getattr(reporter, "recorded", False):
+        store.record_result(run_id, result)
+    info = getattr(result, "info", None) or {}
+    error = info.get("diverged") if status == "diverged" else None
+    store.set_status(run_id, status, error=error, only_if=("running",))
+    return status
+
+
+def failure(exc: BaseException) -> tuple:
+    """``(status, error, exit status)`` for an exception that escaped training."""
+    if isinstance(exc, UserError):
+        return "failed", str(exc), EXIT_FAILED
+    if is_out_of_memory(exc):
+        return "oom", (f"out of memory: {type(exc).__name__}: {exc}".rstrip(": ")
+                       + " (an allocation failed inside the run: lower batch_size or dim, or place "
+                         "tensors on a larger tier)"), EXIT_OOM
+    return "failed", traceback.format_exc(), EXIT_FAILED
+
+
 def _on_sigterm(signum, frame):
     raise Terminated()
 
@@ -102,13 +135,10 @@ def run_worker(run_id: int, store=None) -> int:
                                 host=json.dumps(host_info()), only_if=("queued", "running")):
             return EXIT_OK  # cancelled (or otherwise ended) before this process got going
         train_fn = resolve_train_fn()
-        result = train_fn(config, reporter=store.reporter(run_id), progress=False)
-        status = getattr(result, "status", "finished")
-        if status not in ("finished", "cancelled"):
-            status = "finished"
-        store.record_result(run_id, result)
-        store.set_status(run_id, status, only_if=("running",))
-        return EXIT_OK
+        reporter = store.reporter(run_id)
+        result = train_fn(config, reporter=reporter, progress=False)
+        status = finish_run(store, run_id, result, reporter)
+        return EXIT_DIVERGED if status == "diverged" else EXIT_OK
     except Terminated:
         if store.cancel_requested(run_id):
             store.set_status(run_id, "cancelled", error="cancelled: worker stopped by SIGTERM after the grace period",
@@ -117,15 +147,10 @@ def run_worker(run_id: int, store=None) -> int:
         return fail("failed", "worker terminated by SIGTERM without a cancel request", EXIT_FAILED)
     except UserError as e:
         print(f"gnnrec-lab: error: {e}", file=sys.stderr)
-        return fail("failed", str(e), EXIT_FAILED)
+        return fail(*failure(e))
     except BaseException as e:  # noqa: BLE001 - every other ending is recorded, then reported
-        tb = traceback.format_exc()
-        print(tb, file=sys.stderr)
-        if is_out_of_memory(e):
-            return fail("oom", f"out of memory: {type(e).__name__}: {e}".rstrip(": ")
-                        + " (an allocation failed inside the run: lower batch_size or dim, or place "
-                          "tensors on a larger tier)", EXIT_OOM)
-        return fail("failed", tb, EXIT_FAILED)
+        print(traceback.format_exc(), file=sys.stderr)
+        return fail(*failure(e))
 
 
 def main(argv=None) -> int:

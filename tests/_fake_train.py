@@ -97,3 +97,20 @@ def deaf(config, *, reporter=None, progress=False):
     reporter.on_step(0, 0, 1.0, 0.001, [])
     while True:
         time.sleep(0.05)
+
+
+class _DivergedResult(FakeResult):
+    def __init__(self, steps):
+        super().__init__("diverged", steps)
+        self.info = {"diverged": "training diverged: loss nan at step 2 (epoch 1); no test metrics. Lower --lr"}
+
+
+def diverge(config, *, reporter=None, progress=False):
+    """Reports a finite loss, then nan, and ends diverged (as train() does)."""
+    reporter.on_start(config, {"host": {"hostname": "fake"}})
+    reporter.on_step(0, 1, 0.69, 0.001, _records(0))
+    reporter.on_step(1, 1, float("nan"), 0.001, _records(1))
+    res = _DivergedResult(2)
+    reporter.on_event("diverged", res.info["diverged"])
+    reporter.on_finish(res)
+    return res

@@ -153,8 +153,21 @@ def test_launch_tiny_run_watch_it_and_see_its_breakdown(tmp_path, browser):
                            max_steps_per_epoch=4)
         page.screenshot(path=str(ARTIFACTS / "launch.png"), full_page=True)
         button.click()
-        page.get_by_text("Live run").wait_for(timeout=10_000)
-        page.get_by_text(re.compile(r"status\s+finished")).wait_for(timeout=45_000)
+        # Wait on what the test is about, in order: the run ends in the store (the server launched
+        # it and the worker trained it), then the Live page, which the launch opened and which
+        # polls the store every second, shows that end. A fixed 10 s for the Live heading alone
+        # failed once in a fresh clone under load, while the page was still being built.
+        from gnnrec_lab.store import TERMINAL, Store
+        store = Store(tmp_path / "home")
+        deadline = time.monotonic() + 45
+        while not (len(store.runs_frame()) == 1 and store.status(1) in TERMINAL):
+            if time.monotonic() > deadline:
+                page.screenshot(path=str(ARTIFACTS / "live-failed.png"), full_page=True)
+                raise AssertionError(f"run 1 did not end: {store.runs_frame()[['id', 'status']]}")
+            time.sleep(0.5)
+        assert store.status(1) == "finished", store.get_run(1)["error"]
+        page.get_by_text(re.compile(r"status\s+finished")).wait_for(timeout=15_000)
+        sync_api.expect(page.get_by_text("Live run")).to_be_visible()
         page.get_by_text(re.compile(r"steps\s+4\s*/\s*4")).wait_for(timeout=5_000)
         page.screenshot(path=str(ARTIFACTS / "live.png"), full_page=True)
         page.get_by_text("Breakdown", exact=True).first.click()

@@ -571,3 +571,60 @@ def test_live_header_shows_mode_profile_and_modeled_step_time(store):
     assert mon.modeled and mon.modeled["modeled_s"] > mon.modeled["measured_s"]
     page.monitor = mon
     assert f"step time {mon.modeled['modeled_s'] * 1e3:.1f} ms modeled" in texts(page.header())
+
+
+# -- run times, diverged runs, kernel compilation (issue 12: 5, 3, 11) -------------------------
+def test_time_parts_add_up_to_the_duration():
+    from gnnrec_lab.store import time_parts
+    t = time_parts(100.0, 200.0, {"training_started": 150.0, "jit_s": 40.0}, 30.0)
+    assert t == {"duration_s": 100.0, "startup_s": 10.0, "jit_s": 40.0, "train_s": 30.0, "other_s": 20.0}
+    assert time_parts(100.0, float("nan"), None, None)["startup_s"] is None   # not at its loop yet
+
+
+def test_compare_shows_startup_jit_and_training_time_apart_rounded(store):
+    """duration_s mixes interpreter start, numba compilation and training: Compare shows the parts."""
+    import time
+    rid = store.add_run(RunConfig(name="parts"), status="running")
+    with store._write() as con:      # the run started 120 s ago: imports and 88 s of compilation since
+        con.execute("UPDATE runs SET started=? WHERE id=?", (time.time() - 120, rid))
+    rep = store.reporter(rid)
+    rep.on_start(RunConfig(), {"jit_s": 88.04321})
+    for step, sec in enumerate((0.0123, 0.0456, 0.0789)):
+        rep.on_step(step, 1, 0.5, sec, [])
+    store.set_status(rid, "finished")
+    row = store.runs_frame().set_index("id").loc[rid]
+    assert row["train_s"] == pytest.approx(0.1368) and row["jit_s"] == pytest.approx(88.04321)
+    assert 31 < row["startup_s"] < 33 and row["other_s"] >= 0
+    assert row[["startup_s", "jit_s", "train_s", "other_s"]].sum() == pytest.approx(row["duration_s"], abs=0.2)
+    assert store.get_run(rid)["train_s"] == pytest.approx(row["train_s"])
+    table = runs_table(store.runs_frame())
+    assert {"train_s", "startup_s", "jit_s", "duration_s"} <= set(table.columns)
+    assert table.loc[rid, "jit_s"] == 88.0 and table.loc[rid, "train_s"] == 0.1
+
+
+def test_a_diverged_run_is_red_in_compare_and_live(store):
+    from gnnrec_lab.dashboard.common import status_css
+    from gnnrec_lab.dashboard.live import LivePage
+    rid = store.add_run(RunConfig(name="nan"), status="running")
+    store.set_status(rid, "diverged", error="training diverged: loss nan at step 2 (epoch 1)")
+    assert "color" in status_css("diverged") and status_css("finished") == ""
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    page = ComparePage(lab)
+    html = page.table.style.to_html()
+    assert "#d62728" in html
+    live = LivePage(lab)
+    live.monitor.run_id = rid
+    text = texts(live.header())
+    assert '#d62728">diverged' in text and "Run diverged: training diverged" in text
+
+
+def test_live_says_compiling_kernels_until_the_compile_ends(store):
+    from gnnrec_lab.dashboard.live import LivePage
+    rid = store.add_run(RunConfig(name="first run"), status="running")
+    store.add_event(rid, "compiling", "compiling kernels: numba has no disk-cached build of them yet")
+    live = LivePage(Lab(store=store, runner=RecordingRunner(store)))
+    live.monitor.run_id = rid
+    assert live.monitor.compiling and "running (compiling kernels)" in texts(live.header())
+    store.add_event(rid, "jit", "kernel compilation/warm-up 88.00 s")
+    live.monitor.poll()
+    assert not live.monitor.compiling and "compiling" not in texts(live.header())

@@ -59,6 +59,32 @@ def test_finished_run(store):
     assert (store.home / "runs" / str(rid) / "stdout.log").exists()
 
 
+def test_worker_records_the_result_once(store, monkeypatch):
+    """The store reporter's on_finish writes the result; the worker must not write it again."""
+    from gnnrec_lab import worker
+    calls = []
+    real = Store.record_result
+    monkeypatch.setattr(Store, "record_result", lambda self, *a: (calls.append(a[0]), real(self, *a))[1])
+    monkeypatch.setattr(worker.signal, "signal", lambda *a: None)   # in-process: leave pytest's handlers
+    sys.path.insert(0, TESTS)
+    try:
+        rid = store.add_run(RunConfig(name="once"))
+        assert worker.run_worker(rid, store) == worker.EXIT_OK
+    finally:
+        sys.path.remove(TESTS)
+    assert calls == [rid] and store.status(rid) == "finished"
+
+
+def test_diverged_run_is_its_own_terminal_status(store, monkeypatch):
+    fake(monkeypatch, "diverge")
+    runner = Runner(store)
+    rid = runner.launch(RunConfig(name="nan"))
+    assert runner.wait(rid, timeout=30) == "diverged"
+    run = store.get_run(rid)
+    assert "diverged" in run["error"] and run["finished"] is not None
+    assert "diverged" in set(store.events_frame(rid).kind)
+
+
 def test_failed_run_keeps_stderr_tail(store, monkeypatch):
     fake(monkeypatch, "crash")
     runner = Runner(store)

@@ -32,7 +32,7 @@ HELP = {
     "mode": "full (full-graph) | sampled",
     "fanouts": "per-layer fan-outs for sampled mode, e.g. 10,10,10",
     "topk": "cut-offs K for Recall/NDCG, e.g. 10,20",
-    "patience": "evaluations without improvement before early stop (0 = never)",
+    "patience": "epochs without a new best validation Recall@20 before early stop (0 = never)",
     "target_recall": "time-to-accuracy target on validation Recall@20",
     "eval_users": "evaluate a seeded sample of this many users",
     "max_steps_per_epoch": "cap steps per epoch (quick runs)",

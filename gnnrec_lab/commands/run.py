@@ -18,6 +18,8 @@ def register(sub):
     p.add_argument("--memory-limit", metavar="SIZE", help="with --detach: run the worker under a cgroup memory "
                                                          "limit (e.g. 2G); a kill by the limit is recorded as oom")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-store", action="store_true", help="do not record the run in the run store "
+                                                            "(by default every run is stored, so Compare sees it)")
     p.set_defaults(func=main)
 
 
@@ -59,13 +61,47 @@ def main(args) -> int:
         print(json.dumps({"run_id": run_id}) if args.json else f"launched run {run_id}; "
               f"watch with `gnnrec-lab runs show {run_id}`")
         return 0
-    from ..train import train
-    result = train(config, progress=not args.no_progress and not args.json)
+    result, run_id = _train_stored(config, progress=not args.no_progress and not args.json,
+                                   store_it=not args.no_store)
     if args.trace:
         from ..analysis import export_chrome_trace
         export_chrome_trace(result.step_records, args.trace)
     if args.json:
-        print(json.dumps(result.to_dict(), default=str))
-    else:
+        print(json.dumps(result.to_dict() | {"run_id": run_id}, default=str))
+    elif result.status != "diverged":
         _print_summary(result)
+    if run_id is not None and not args.json:
+        print(f"stored as run {run_id} (`gnnrec-lab runs show {run_id}`)")
+    if result.status == "diverged":
+        from ..worker import EXIT_DIVERGED
+        red = ("\033[31m", "\033[0m") if sys.stderr.isatty() else ("", "")
+        print(f"{red[0]}gnnrec-lab: error: {result.info['diverged']}{red[1]}", file=sys.stderr)
+        return EXIT_DIVERGED
     return 0 if result.status == "finished" else 1
+
+
+def _train_stored(config, progress: bool, store_it: bool = True):
+    """Train in this process; unless ``store_it`` is False, record the run in the run store as a
+    worker would (status running with this pid, every step, the result once, the final status).
+    Returns ``(result, run_id or None)``."""
+    from ..train import train
+    if not store_it:
+        return train(config, progress=progress), None
+    import os
+    from ..store import Store, _proc_start_ticks
+    from ..worker import failure, finish_run
+    store = Store()
+    run_id = store.add_run(config, status="running")
+    store.set_fields(run_id, pid=os.getpid(), pid_start=_proc_start_ticks(os.getpid()))
+    reporter = store.reporter(run_id)
+    try:
+        result = train(config, reporter=reporter, progress=progress)
+    except KeyboardInterrupt:
+        store.set_status(run_id, "cancelled", error="cancelled: interrupted in the terminal", only_if=("running",))
+        raise
+    except BaseException as e:
+        status, error, _ = failure(e)
+        store.set_status(run_id, status, error=error, only_if=("running",))
+        raise
+    finish_run(store, run_id, result, reporter)
+    return result, run_id

@@ -77,6 +77,15 @@ def not_available(what: str, reason: Optional[str] = None) -> pn.pane.Alert:
     return pn.pane.Alert(text + ".", alert_type="warning", sizing_mode="stretch_width")
 
 
+# Run statuses that mean the run failed: shown in red wherever a run's status appears.
+FAILED_STATUSES = ("failed", "oom", "diverged")
+
+
+def status_css(status) -> str:
+    """CSS for a status cell: red and bold for a failed run (diverged included)."""
+    return "color: #d62728; font-weight: bold" if status in FAILED_STATUSES else ""
+
+
 def error_note(message: str) -> pn.pane.Alert:
     return pn.pane.Alert(message, alert_type="danger", sizing_mode="stretch_width")
 

@@ -1,7 +1,9 @@
 """Compare page: every run in one table, curves of the selected ones, and scaling plots.
 
 The table is a Tabulator (header filters, sort, checkbox selection) paged on the
-server, so a store with hundreds of runs loads quickly. Selecting rows overlays
+server, so a store with hundreds of runs loads quickly. Its times are the run's
+measured parts (``Store.runs_frame``): training steps (what runs are compared by),
+startup and kernel JIT apart, and the whole wall time, rounded to 0.1 s. Selecting rows overlays
 their loss and validation Recall@20 curves. Two scatter plots show the mean
 epoch time (measured) of every finished run against batch size and against
 depth.
@@ -14,12 +16,14 @@ import pandas as pd
 import panel as pn
 import param
 
-from .common import Lab, id_column, not_available, safe_call
+from .common import Lab, id_column, not_available, safe_call, status_css
 
 TABLE_COLUMNS = ["id", "name", "status", "measured", "dataset", "model", "layers", "dim", "batch_size",
-                 "memory_mode", "duration_s", "best_valid_recall@20", "test_recall@20", "last_step", "created"]
+                 "memory_mode", "train_s", "startup_s", "jit_s", "duration_s", "best_valid_recall@20",
+                 "test_recall@20", "last_step", "created"]
 # next to the memory mode: the device profile a modeled mode is projected on (None for dram)
 TABLE_COLUMNS.insert(TABLE_COLUMNS.index("memory_mode") + 1, "device")
+TIME_COLUMNS = ("train_s", "startup_s", "jit_s", "duration_s")
 MAX_OVERLAY = 12
 # Finished runs never change: their mean epoch time is read once per process.
 _epoch_cache: dict = {}
@@ -36,6 +40,9 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
     df = df[cols].sort_values("id", ascending=False)
     if "created" in df.columns:
         df["created"] = pd.to_datetime(df["created"], utc=True).dt.strftime("%Y-%m-%d %H:%M")
+    for c in TIME_COLUMNS:
+        if c in df.columns:
+            df[c] = df[c].astype(float).round(1)
     return df.set_index("id")
 
 
@@ -72,6 +79,7 @@ class ComparePage(pn.viewable.Viewer):
             runs_table(lab.runs()), selectable="checkbox", pagination="remote", page_size=20,
             header_filters=True, disabled=True, sizing_mode="stretch_width", height=560,
             show_index=True)
+        self.table.style.map(status_css, subset=["status"])   # diverged, failed, oom in red
         self.table.param.watch(self._selection, "selection")
         lab.param.watch(lambda e: self.refresh(), "runs_version")
 

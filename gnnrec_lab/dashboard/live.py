@@ -33,7 +33,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from .common import Lab, error_note, fmt_bytes, fmt_seconds, not_available, optional, run_options, safe_call
+from .common import FAILED_STATUSES, Lab, error_note, fmt_bytes, fmt_seconds, not_available, optional, run_options, safe_call
 
 POLL_MS = 1000
 ACTIVE = ("queued", "running")
@@ -199,6 +199,13 @@ def modeled_text(m: "LiveMonitor") -> str:
             f"({st['ratio']:.2f}x the {st['measured_s'] * 1e3:.1f} ms measured on DRAM, {st['steps']} steps)")
 
 
+def _compiling(store, run_id) -> bool:
+    """Whether the run said it is compiling kernels and has not reported the compile's end yet."""
+    ev, _ = safe_call(store.events_frame, run_id)
+    kinds = [] if ev is None else list(ev["kind"])
+    return "compiling" in kinds and "jit" not in kinds
+
+
 class LiveMonitor(param.Parameterized):
     """Streams of one run read from the store; :meth:`poll` fetches what is new."""
 
@@ -216,6 +223,7 @@ class LiveMonitor(param.Parameterized):
     modeled = param.Dict(default=None, allow_None=True,
                          doc="tiermodel.run_step_time over the steps so far (modeled memory modes)")
     modeled_reason = param.String(default="")
+    compiling = param.Boolean(default=False, doc="the run is compiling its kernels (numba, no disk cache yet)")
 
     def __init__(self, **params):
         import holoviews as hv
@@ -288,6 +296,7 @@ class LiveMonitor(param.Parameterized):
         if self._modeled_dirty and (self.status not in ACTIVE or now - self._modeled_at >= MODELED_EVERY_S):
             self._modeled_at, self._modeled_dirty = now, False
             self._update_modeled(store)
+        self.compiling = self.status == "running" and self.done == 0 and _compiling(store, self.run_id)
         self.elapsed_s = float(rec.get("duration_s") or 0.0)
         self.rss_bytes = self._rss(rec) if self.status == "running" else None
         return n_new
@@ -409,7 +418,7 @@ class LivePage(pn.viewable.Viewer):
 
     # -- views ----------------------------------------------------------------
     @param.depends("monitor.done", "monitor.total", "monitor.status", "monitor.rss_bytes", "monitor.error",
-                   "monitor.modeled")
+                   "monitor.modeled", "monitor.compiling")
     def header(self):
         m = self.monitor
         pct, eta = m.eta()
@@ -423,12 +432,14 @@ class LivePage(pn.viewable.Viewer):
         eta_s = fmt_seconds(eta) if m.status in ACTIVE else '–'
         if m.status in ACTIVE and eta is not None and eta_note.startswith("steps only"):
             eta_s = f"≥ {eta_s} ({eta_note})"
-        text = (f"**status** {m.status} · **steps** {m.done:,} / {total} · "
+        status = (f"{m.status} (compiling kernels)" if m.compiling
+                  else f'<span style="color:#d62728">{m.status}</span>' if m.status in FAILED_STATUSES else m.status)
+        text = (f"**status** {status} · **steps** {m.done:,} / {total} · "
                 f"**elapsed** {fmt_seconds(m.elapsed_s)} · **ETA** {eta_s}"
                 f" · **worker RSS** {rss}")
         parts = [pn.pane.Markdown(text, sizing_mode="stretch_width"),
                  pn.pane.Markdown(modeled_text(m), sizing_mode="stretch_width")]
-        if m.error and m.status in ("failed", "oom"):
+        if m.error and m.status in FAILED_STATUSES:
             parts.append(error_note(f"Run {m.status}: {m.error.splitlines()[-1] if m.error else ''}"))
         return pn.Column(*parts, sizing_mode="stretch_width")
 

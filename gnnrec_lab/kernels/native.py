@@ -517,3 +517,23 @@ def ensure_compiled(kernel, args) -> float:
 
 def threads() -> int:
     return int(numba.get_num_threads())
+
+
+# The kernels a training run compiles (kernels.warmup() covers them); the bandwidth/latency
+# micro-kernels above are calibration's.
+TRAINING_KERNELS = ("spmm", "edge_aggregate", "edge_broadcast", "sddmm_dot", "sddmm_mul", "bpr_rows",
+                    "sq_norm_rows", "adam_update", "gather_rows", "permute_values", "scatter_add_rows")
+
+
+def uncached_kernels() -> list:
+    """Training kernels with no usable entry in numba's disk cache (none yet, or compiled from an
+    older source): the next warm-up compiles them, ~1.5 min on 2 cores, instead of loading them.
+    Reads numba's cache index through its (private) cache object; [] when that is not there."""
+    out = []
+    for name in TRAINING_KERNELS:
+        try:
+            if not globals()[name]._cache._cache_file._load_index():
+                out.append(name)
+        except Exception:  # noqa: BLE001 - another numba version: no answer is better than a wrong one
+            pass
+    return out

@@ -64,7 +64,9 @@ Symbols: ``N = n_users + n_items`` nodes, ``E = 2 n_train`` directed edges, ``d`
     with its masked/top-k work ``2 f chunk n_items`` (chunk = at most 1024 users and 256 MiB).
 ``runtime``
     the interpreter with torch, numba and numpy loaded and one numba function compiled,
-    measured once in a fresh process and cached (:func:`runtime_baseline_bytes`).
+    measured once in a fresh process and cached (:func:`runtime_baseline_bytes`); plus, when
+    numba's disk cache has no build of the training kernels yet (:func:`jit_compile_bytes`),
+    what compiling them adds to the peak (LLVM's memory, kept by the allocator).
 
 The sum is compared with the measured peak RSS of the run (:func:`measure_peak`);
 ``benchmarks/bench_footprint.py`` prints that comparison. File-backed placement is not
@@ -82,6 +84,11 @@ from typing import Optional
 
 from ..errors import UserError
 from ..kernels.native import col_block_count
+
+# Peak RSS that compiling the training kernels adds to a run (measured: the first ML-100K
+# LightGCN run of a fresh environment, numba 0.68.1, empty disk cache, peaked at 648.6 MiB, the
+# second, loading the cache, at 507.8 MiB; the prediction without this term was 22% low).
+JIT_COMPILE_BYTES = 141 << 20
 
 F32 = 4
 EVAL_CHUNK_USERS = 1024
@@ -134,7 +141,7 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     e = 2 * nt
     d, L = config.dim, config.layers
     idx = 4 if n < 2**31 - 1 else 8
-    runtime = runtime_baseline_bytes() if runtime_bytes is None else int(runtime_bytes)
+    runtime = runtime_baseline_bytes() + jit_compile_bytes() if runtime_bytes is None else int(runtime_bytes)
     edge_form = config.model == "ngcf" and config.ngcf_form == "edge"
     graph = (8 * (n + 1) + idx * e + F32 * n + 8 * n                    # adjacency + D^-1/2 + degrees
              + 8 * (nu + 1) + (4 if ni < 2**31 - 1 else 8) * nt          # user -> items CSR
@@ -224,6 +231,24 @@ def _cache_file() -> Path:
     return Path(root) / "gnnrec-lab" / "runtime_rss.json"
 
 
+def jit_compile_bytes() -> int:
+    """:data:`JIT_COMPILE_BYTES` when the next run will compile its kernels (numba's disk cache
+    has no build of some training kernel: a fresh environment without ``gnnrec-lab warmup``, or
+    kernels changed since), else 0. Modeled bytes."""
+    from ..kernels.native import uncached_kernels
+    return JIT_COMPILE_BYTES if uncached_kernels() else 0
+
+
+def _environment_id() -> str:
+    """The environment's path and when it was created: an environment deleted and made again at
+    the same path (a fresh clone's ``make``) is another environment."""
+    cfg = Path(sys.prefix) / "pyvenv.cfg"
+    try:
+        return f"{sys.prefix}@{cfg.stat().st_mtime_ns}"
+    except OSError:
+        return sys.prefix
+
+
 def runtime_baseline_bytes(refresh: bool = False) -> int:
     """Peak RSS (bytes, measured) of a fresh interpreter with torch, numba, numpy and pandas
     imported and one numba function compiled. Measured once per environment (its path and the
@@ -231,7 +256,7 @@ def runtime_baseline_bytes(refresh: bool = False) -> int:
     The path is part of the key because two environments with the same versions differ: a fresh
     clone's environment measured 532 MiB where an older one on the same machine measured 412 MiB,
     and the cache, keyed by versions only, had handed one's value to the other (predictions ~90 MiB
-    off)."""
+    off). An environment made again at the same path counts as new (:func:`_environment_id`)."""
     from importlib.metadata import PackageNotFoundError, version
 
     def ver(pkg):
@@ -239,7 +264,7 @@ def runtime_baseline_bytes(refresh: bool = False) -> int:
             return version(pkg)   # metadata only: importing torch here would cost seconds
         except PackageNotFoundError:
             return "none"
-    key = (f"{sys.prefix}|py{sys.version_info[0]}.{sys.version_info[1]}|"
+    key = (f"{_environment_id()}|py{sys.version_info[0]}.{sys.version_info[1]}|"
            + "|".join(f"{p}{ver(p)}" for p in ("torch", "numba", "numpy", "pandas")))
     path = _cache_file()
     if not refresh:
