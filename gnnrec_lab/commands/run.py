@@ -23,7 +23,8 @@ def register(sub):
     p.set_defaults(func=main)
 
 
-def _print_summary(result, out=sys.stdout):
+def _print_summary(result, out=None):
+    out = out or sys.stdout   # looked up per call: a default bound at import keeps a stream that may be closed
     t = result.test
     ms = "  ".join(f"{k} {v:.4f}" for k, v in t.items() if "@" in k)
     print(f"test metrics (best valid epoch {result.best_epoch}): {ms}", file=out)
