@@ -56,6 +56,16 @@ def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[in
     except UserError as e:
         msg = str(e)
         raise ConfigError("dataset", msg) if not msg.startswith(("dataset", "data_dir")) else UserError(msg)
+    if not counts.get("prepared", True):
+        # the run will build the dataset: its directory must take files
+        import tempfile
+        from .data.registry import _root
+        root = _root(config.data_dir)
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".write-probe-", dir=root))
+        except OSError as e:
+            raise ConfigError("data_dir", f"{root} is not writable ({e.strerror}); {config.dataset} is not "
+                                          f"prepared there yet") from None
     from .runner import numa_prefix
     numa_prefix(config)  # absent node, mixed policies, no numactl: refused the same way on every path
     for cls, where in sorted((config.placement or {}).items()):

@@ -98,6 +98,9 @@ def make_server(args):
         from ..dashboard.app import TITLE, build_app
     except ImportError as e:
         raise UserError(f"the dashboards need the 'dash' extras (pip install 'gnnrec-lab[dash]'): {e}")
+    # the Launch page's pre-flight check predicts footprints (torch, numba): import once here, not
+    # during the first browser session's page load
+    import gnnrec_lab.memory.footprint  # noqa: F401
     token = secrets.token_urlsafe(24) if (remote or args.require_token) else None
     extra = {o.strip().lower() for o in (args.allow_websocket_origin or []) if o.strip()}
     guard = RequestGuard(hosts=local_names(address) | {e for e in extra if ":" not in e},

@@ -201,7 +201,7 @@ class Lab(param.Parameterized):
         rec = self.run(run_id)
         return str(rec.get("status", "unknown")) if rec else "unknown"
 
-    def launch_error(self, config) -> Optional[str]:
+    def launch_error(self, config, include_active: bool = True) -> Optional[str]:
         """Why ``config`` may not be launched from the browser now (one line), or None.
 
         The dashboard's launch policy (:mod:`.security`): ``file:`` placements only
@@ -210,7 +210,7 @@ class Lab(param.Parameterized):
         from .security import launch_policy
         policy = launch_policy()
         why = policy.placement_error(config.placement)
-        if why is None and self.store is not None:
+        if why is None and include_active and self.store is not None:
             why = policy.active_error(self.store.status)
         if why is None:
             from ..preflight import footprint_error

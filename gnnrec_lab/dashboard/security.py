@@ -124,12 +124,12 @@ def install_guard(tornado_app, guard: RequestGuard) -> None:
 
     class Refused(tornado.web.RequestHandler):
         def initialize(self, status: int, reason: str):
-            self._status, self._reason = status, reason
+            self._code, self._why = status, reason
 
         def prepare(self):
-            self.set_status(self._status)
+            self.set_status(self._code)
             self.set_header("Content-Type", "text/plain; charset=utf-8")
-            self.finish(f"gnnrec-lab: {self._reason}\n")
+            self.finish(f"gnnrec-lab: {self._why}\n")
 
     class SetTokenCookie(tornado.web.RequestHandler):
         """First visit with ``?token=``: keep it in a cookie, then reload without it in the URL."""
