@@ -188,7 +188,7 @@ def parse_size(text, what: str = "memory limit") -> int:
                 raise ValueError
             value = int(number * _SIZE_UNITS[unit])
         except (ValueError, KeyError):
-            raise UserError(f"{what}: expected a finite size like 2G or 512M, got {text!r}") from None
+            raise UserError(f"{what}: expected a size like 2G or 512M, got {text!r}") from None
     if value < 2**20:
         raise UserError(f"{what}: must be at least 1 MiB, got {value} bytes")
     return value

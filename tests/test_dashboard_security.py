@@ -221,3 +221,35 @@ def test_lab_launch_refuses_outside_the_policy(tmp_path):
             lab.launch(RunConfig(dataset="synth-tiny", layers=1, dim=8))
     finally:
         set_launch_policy(None)
+
+
+def test_launch_button_disabled_with_the_reason(tmp_path, monkeypatch):
+    """Issue 12 item 10 in the dashboard: a config predicted not to fit, or a file: placement the
+    operator did not allow, keeps Launch disabled and says why next to the form."""
+    from gnnrec_lab import preflight
+    from gnnrec_lab.dashboard.common import Lab
+    from gnnrec_lab.dashboard.launch import LaunchPage
+    from gnnrec_lab.store import Store
+
+    store = Store(tmp_path / "home")
+
+    class Runner:
+        def launch(self, config, **kw):
+            raise AssertionError("must not be launched")
+
+        def status(self, run_id):
+            return store.status(run_id)
+
+    page = LaunchPage(Lab(store=store, runner=Runner()))
+    page.form.param.update(dataset="synth-tiny", layers=1, dim=8, epochs=1)
+    assert not page.button.disabled
+    monkeypatch.setattr(preflight, "available_bytes", lambda: 1 << 20)
+    page.form.dim = 16
+    assert page.button.disabled
+    assert page.errors["form"].visible and "footprint: predicted" in page.errors["form"].object
+    monkeypatch.undo()
+    page.placement_inputs["embeddings"].value = f"file:{tmp_path}"
+    assert page.button.disabled
+    assert "--allow-placement-dir" in page.errors["placement"].object
+    page.placement_inputs["embeddings"].value = ""
+    assert not page.button.disabled

@@ -124,7 +124,7 @@ def test_real_run_over_the_limit_ooms_in_dram_and_completes_file_backed(store, t
 def test_cli_detached_run_with_a_memory_limit(store, monkeypatch, capsys):
     from gnnrec_lab import cli
     assert cli.main(["run", "--memory-limit", "2X", "--detach", "--dataset", "synth-tiny"]) == 2
-    assert "memory limit: expected a size like 2G" in capsys.readouterr().err
+    assert "--memory-limit: expected a size like 2G" in capsys.readouterr().err
     assert cli.main(["run", "--memory-limit", "2G", "--dataset", "synth-tiny"]) == 2
     assert "--memory-limit needs --detach" in capsys.readouterr().err
     cgroups_or_skip()

@@ -230,7 +230,8 @@ class Lab(param.Parameterized):
         if why:
             raise UserError(why)
         policy = launch_policy()
-        run_id = self.runner.launch(config, memory_limit_bytes=policy.memory_limit_bytes)
+        limit = policy.memory_limit_bytes
+        run_id = self.runner.launch(config, **({"memory_limit_bytes": limit} if limit is not None else {}))
         policy.record(run_id)
         self.run_id = run_id
         self.runs_version += 1

@@ -161,7 +161,7 @@ class LaunchPolicy:
     """Limits on runs launched from the dashboard (see module docstring)."""
 
     placement_dirs: tuple = ()                 # resolved directories file: placements may use
-    max_active: int = 2                        # queued + running runs launched from this dashboard
+    max_active: Optional[int] = None           # queued + running runs launched from this dashboard (None: no cap)
     memory_limit_bytes: Optional[int] = None   # cgroup limit on each run's worker (None = none)
     memory_limit_note: Optional[str] = None    # why there is no limit, when there is none
     launched: list = field(default_factory=list)
@@ -184,6 +184,8 @@ class LaunchPolicy:
 
     def active_error(self, status_of) -> Optional[str]:
         """Why another run may not start now (``status_of(run_id)`` -> status), or None."""
+        if self.max_active is None:
+            return None
         with self.lock:
             active = []
             for rid in self.launched:
@@ -224,7 +226,8 @@ def set_launch_policy(policy: Optional[LaunchPolicy]) -> None:
 
 
 def launch_policy() -> LaunchPolicy:
-    """The process-wide policy; the defaults (no file: dirs, 2 active runs, no limit) if none was set."""
+    """The process-wide policy; if none was set (a notebook, a test), the defaults: no ``file:``
+    directories, no cap on active runs, no memory limit. ``gnnrec-lab dashboard`` sets its own."""
     global _policy
     if _policy is None:
         _policy = LaunchPolicy()
