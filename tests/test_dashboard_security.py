@@ -156,8 +156,9 @@ def test_remote_address_needs_the_flag_and_then_a_token():
         assert s.raw("/")[0] == 401
         assert s.raw("/?token=wrong")[0] == 401
         status, head = s.raw(f"/?token={token}")
-        assert status == 302 and "gnnrec_lab_token=" in head and "HttpOnly" in head
-        assert s.raw("/", {"Cookie": f"gnnrec_lab_token={token}"})[0] == 200
+        assert status == 302 and f"gnnrec_lab_token_{s.port}=" in head and "HttpOnly" in head
+        assert s.raw("/", {"Cookie": f"gnnrec_lab_token_{s.port}={token}"})[0] == 200
+        assert s.raw("/", {"Cookie": f"gnnrec_lab_token_{s.port}=wrong"})[0] == 401
         assert s.raw("/liveness")[0] == 200       # says nothing, needs no token
     finally:
         s.stop()

@@ -8,7 +8,7 @@ Two parts, both set up by ``gnnrec-lab dashboard`` (:mod:`gnnrec_lab.commands.da
   upgrade must carry an ``Origin`` that names this server (a client with no
   ``Origin`` is refused: browsers always send one, scripts that omit it are not
   the dashboard); with a login token, every request but ``/liveness`` needs the
-  token, given once as ``?token=...`` (then kept in an HttpOnly cookie).
+  token, given once as ``?token=...`` (then kept in an HttpOnly cookie named per port).
 * :class:`LaunchPolicy` is what runs a browser may start: ``file:`` placements
   only under directories the operator allowed at start, at most ``max_active``
   runs queued or running from this dashboard at once, and a memory limit
@@ -113,6 +113,11 @@ class RequestGuard:
                              "`gnnrec-lab dashboard` printed when it started")
         return None
 
+    @property
+    def cookie_name(self) -> str:
+        """Cookies are not kept per port: each dashboard names its own."""
+        return f"{TOKEN_COOKIE}_{self.port}"
+
     def describe(self) -> str:
         port = f":{self.port}" if self.port else ""
         return ", ".join(sorted(f"{h}{port}" for h in self.hosts) + sorted(self.extra))
@@ -135,14 +140,14 @@ def install_guard(tornado_app, guard: RequestGuard) -> None:
         """First visit with ``?token=``: keep it in a cookie, then reload without it in the URL."""
 
         def prepare(self):
-            self.set_cookie(TOKEN_COOKIE, guard.token, httponly=True, samesite="Strict")
+            self.set_cookie(guard.cookie_name, guard.token, httponly=True, samesite="Strict")
             self.redirect(self.request.path or "/")
 
     original = tornado_app.find_handler
 
     def find_handler(request, **kwargs):
         qt = request.query_arguments.get("token", [b""])[0].decode("utf-8", "replace") or None
-        cookie = request.cookies.get(TOKEN_COOKIE)
+        cookie = request.cookies.get(guard.cookie_name)
         verdict = guard.check(request.method, request.path, request.headers, qt, cookie.value if cookie else None)
         if verdict is not None:
             return tornado_app.get_handler_delegate(request, Refused, {"status": verdict[0], "reason": verdict[1]})
