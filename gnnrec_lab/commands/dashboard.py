@@ -107,11 +107,14 @@ def make_server(args):
                          token=token, extra={e for e in extra if ":" in e})
     try:
         server = pn.serve({"/": build_app}, port=args.port, address=address, show=False, start=False,
-                          title=TITLE, websocket_origin=["*"], liveness=True,
+                          title=TITLE, websocket_origin=[f"127.0.0.1:{args.port}"], liveness=True, verbose=False,
                           sign_sessions=True, secret_key=secrets.token_urlsafe(32))
     except OSError as e:
         raise UserError(f"--port: cannot listen on {address}:{args.port} ({e.strerror or e})") from None
     guard.port = server.port
+    # Bokeh's own websocket origin check (a second line behind the guard) with the bound port
+    server._tornado._websocket_origins = {f"{h}:{server.port}" if ":" not in h else f"[{h}]:{server.port}"
+                                          for h in guard.hosts} | set(guard.extra)
     install_guard(server._tornado, guard)
     set_launch_policy(policy)
     host = address if remote and address not in ("0.0.0.0", "::") else (
