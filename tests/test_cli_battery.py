@@ -170,3 +170,16 @@ def test_preflight_does_not_count_classes_placed_off_dram(tmp_path):
     assert off_dram < dram
     with pytest.raises(UserError, match="footprint"):
         preflight.check_launch(cfg, available=dram - 1)
+
+
+def test_cache_larger_than_the_table_is_refused_before_allocating():
+    """Every path (a notebook calling train directly too): the cache buffer is not allocated."""
+    import types
+
+    import torch
+
+    from gnnrec_lab.cache.tier import make_cached_rows
+    model = types.SimpleNamespace(embedding=torch.nn.Parameter(torch.zeros(10, 4)))
+    cfg = RunConfig(dataset="synth-tiny", mode="sampled", cache_policy="lru", cache_size="99999999999")
+    with pytest.raises(ConfigError, match="more than the embedding table's 10 rows"):
+        make_cached_rows(cfg, model)
