@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sqlite3
 import sys
 
 from .errors import UserError
@@ -40,6 +41,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def describe_os_error(e: OSError) -> str:
+    """One line for an OSError: the file(s) it names and the cause (no traceback)."""
+    import errno
+    what = " -> ".join(str(f) for f in (e.filename, e.filename2) if f is not None)
+    cause = e.strerror or str(e) or type(e).__name__
+    code = errno.errorcode.get(e.errno, "") if e.errno else ""
+    return f"{what + ': ' if what else ''}{cause}{f' ({code})' if code else ''}"
+
+
+def _broken_pipe() -> int:  # output piped into `head` and closed early
+    import os
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -51,10 +67,19 @@ def main(argv=None) -> int:
     except UserError as e:
         print(f"gnnrec-lab: error: {e}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # output piped into `head` and closed early
-        import os
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except sqlite3.DatabaseError as e:
+        print(f"gnnrec-lab: error: run store: {e} (the file was kept as it is; see `gnnrec-lab runs --help`)",
+              file=sys.stderr)
+        return 2
+    except MemoryError as e:
+        print(f"gnnrec-lab: error: out of memory ({e or 'an allocation failed'}); the configuration needs more "
+              f"memory than this machine has (see `gnnrec-lab advise`)", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if isinstance(e, BrokenPipeError):
+            return _broken_pipe()
+        print(f"gnnrec-lab: error: {describe_os_error(e)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("gnnrec-lab: interrupted", file=sys.stderr)
         return 130

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -39,6 +41,16 @@ MEMORY_MODES = ("dram", "optane_memory_mode", "optane_app_direct", "cxl", "remot
 # Tensor classes whose placement can be chosen (see gnnrec_lab.memory).
 TENSOR_CLASSES = ("graph", "embeddings", "optimizer", "gradients", "activations",
                   "edge_intermediates", "buffers")
+
+
+# Largest value each integer field accepts: far beyond any run this lab can hold, small enough
+# that a typo (``--dim 10**12``) is refused here instead of failing deep inside an allocation.
+MAXIMA = {"layers": 64, "dim": 65_536, "batch_size": 1 << 27, "epochs": 1_000_000, "ref_batch_size": 1 << 27,
+          "warmup_steps": 1 << 40, "eval_every": 1_000_000, "patience": 1_000_000, "eval_users": 1 << 31,
+          "max_steps_per_epoch": 1 << 40, "lookahead": 1_000_000, "threads": 1024, "fanouts": 1_000_000,
+          "topk": 100_000, "cache_size": 1 << 40}
+MAX_SEED = 2**32 - 1     # numpy/numba seed range
+_NUMA_RE = re.compile(r"^numa:(membind|preferred|interleave):\d+(-\d+)?(,\d+(-\d+)?)*$")
 
 
 @dataclass
@@ -93,16 +105,22 @@ class RunConfig:
             if v not in allowed:
                 raise ConfigError(param, f"got {v!r}, allowed: {', '.join(allowed)}")
 
-        def pos_int(param, minimum=1):
+        def pos_int(param, minimum=1, maximum=None):
             v = getattr(self, param)
-            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-                raise ConfigError(param, f"must be an integer >= {minimum}, got {v!r}")
+            maximum = MAXIMA.get(param) if maximum is None else maximum
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum or (maximum is not None and v > maximum):
+                bound = f">= {minimum}" + (f" and <= {maximum:,}" if maximum is not None else "")
+                raise ConfigError(param, f"must be an integer {bound}, got {v!r}")
 
-        def pos_float(param, allow_zero=False):
+        def pos_float(param, allow_zero=False, maximum=None):
             v = getattr(self, param)
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (v > 0 or (allow_zero and v == 0))
+            ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                  and (v > 0 or (allow_zero and v == 0)) and (maximum is None or v <= maximum))
             if not ok:
-                raise ConfigError(param, f"must be a {'non-negative' if allow_zero else 'positive'} number, got {v!r}")
+                what = f"a finite {'non-negative' if allow_zero else 'positive'} number"
+                if maximum is not None:
+                    what += f" <= {maximum:g}"
+                raise ConfigError(param, f"must be {what}, got {v!r}")
 
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError("dataset", f"must be a dataset name, got {self.dataset!r}")
@@ -121,29 +139,34 @@ class RunConfig:
         pos_int("epochs")
         pos_float("lr")
         pos_float("l2", allow_zero=True)
-        pos_float("momentum", allow_zero=True)
+        pos_float("momentum", allow_zero=True, maximum=1.0)
         pos_float("weight_decay", allow_zero=True)
         choice("optimizer", OPTIMIZERS)
         choice("lr_rule", LR_RULES)
         pos_int("ref_batch_size")
         pos_int("warmup_steps", 0)
-        pos_float("warmup_epochs", allow_zero=True)
+        pos_float("warmup_epochs", allow_zero=True, maximum=float(MAXIMA["epochs"]))
         choice("schedule", SCHEDULES)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError("seed", f"must be a non-negative integer, got {self.seed!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError("seed", f"must be an integer from 0 to {MAX_SEED} (2**32 - 1), got {self.seed!r}")
         choice("backend", BACKENDS)
         choice("mode", MODES)
         self.fanouts = tuple(self.fanouts)
-        if not self.fanouts or any(isinstance(f, bool) or not isinstance(f, int) or f < 1 for f in self.fanouts):
-            raise ConfigError("fanouts", f"must be positive integers, got {self.fanouts!r}")
+        if not self.fanouts or len(self.fanouts) > 64 or any(
+                isinstance(f, bool) or not isinstance(f, int) or not 1 <= f <= MAXIMA["fanouts"] for f in self.fanouts):
+            raise ConfigError("fanouts", f"must be 1 to 64 integers from 1 to {MAXIMA['fanouts']:,}, "
+                                         f"got {self.fanouts!r}")
         if self.mode == "sampled" and self.model != "mf" and len(self.fanouts) != self.layers:
             raise ConfigError("fanouts", f"needs one fan-out per layer ({self.layers}), got {len(self.fanouts)}")
         self.topk = tuple(sorted(set(self.topk)))
-        if not self.topk or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.topk):
-            raise ConfigError("topk", f"must be positive integers, got {self.topk!r}")
+        if not self.topk or any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAXIMA["topk"]
+                                for k in self.topk):
+            raise ConfigError("topk", f"must be integers from 1 to {MAXIMA['topk']:,}, got {self.topk!r}")
         pos_int("eval_every")
         pos_int("patience", 0)
-        if self.target_recall is not None and not (0 < self.target_recall <= 1):
+        if self.target_recall is not None and (isinstance(self.target_recall, bool)
+                                               or not isinstance(self.target_recall, (int, float))
+                                               or not 0 < self.target_recall <= 1):
             raise ConfigError("target_recall", f"must be in (0, 1], got {self.target_recall!r}")
         if self.eval_users is not None:
             pos_int("eval_users")
@@ -154,12 +177,12 @@ class RunConfig:
             raise ConfigError("cache_policy", f"an embedding cache needs mode='sampled', got mode={self.mode!r}")
         cs = str(self.cache_size).strip()
         try:
-            ok = (float(cs[:-1]) > 0 and float(cs[:-1]) <= 100) if cs.endswith("%") else int(cs) > 0
+            ok = (0 < float(cs[:-1]) <= 100) if cs.endswith("%") else 0 < int(cs) <= MAXIMA["cache_size"]
         except ValueError:
             ok = False
         if not ok:
-            raise ConfigError("cache_size", f"must be a row count (e.g. 50000) or a share of rows in (0, 100]% "
-                                            f"(e.g. 5%), got {self.cache_size!r}")
+            raise ConfigError("cache_size", f"must be a row count from 1 to {MAXIMA['cache_size']:,} (e.g. 50000) "
+                                            f"or a share of rows in (0, 100]% (e.g. 5%), got {self.cache_size!r}")
         self.cache_size = cs
         pos_int("lookahead")
         choice("memory_mode", MEMORY_MODES)
@@ -170,8 +193,21 @@ class RunConfig:
                 raise ConfigError("placement", f"unknown tensor class {cls!r}, allowed: {', '.join(TENSOR_CLASSES)}")
             if not isinstance(where, str) or not (where == "dram" or where.startswith("file:") or where.startswith("numa:")):
                 raise ConfigError("placement", f"{cls}: got {where!r}, allowed: dram, file:DIR, numa:POLICY:NODES")
+            if where.startswith("file:") and (not where[5:].strip() or "\0" in where):
+                raise ConfigError("placement", f"{cls}: file: needs a directory, e.g. file:/mnt/pmem, got {where!r}")
+            if where.startswith("numa:") and not _NUMA_RE.match(where):
+                raise ConfigError("placement", f"{cls}: got {where!r}, expected numa:POLICY:NODES with POLICY in "
+                                               f"membind, preferred, interleave and NODES like 0 or 0,1 or 0-2")
         if self.threads is not None:
             pos_int("threads")
+        if self.data_dir is not None and (not isinstance(self.data_dir, str) or not self.data_dir.strip()
+                                          or "\0" in self.data_dir):
+            raise ConfigError("data_dir", f"must be a directory path (or unset for the default), got {self.data_dir!r}")
+        if self.device_profile is not None and (not isinstance(self.device_profile, str)
+                                                or not self.device_profile.strip()):
+            raise ConfigError("device_profile", f"must be a device profile name, got {self.device_profile!r}")
+        if self.name is not None and (not isinstance(self.name, str) or len(self.name) > 200):
+            raise ConfigError("name", f"must be a label of at most 200 characters, got {str(self.name)[:40]!r}")
         return self
 
     # ------------------------------------------------------------------

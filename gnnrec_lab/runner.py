@@ -5,7 +5,8 @@
 ``[numactl ...] python -m gnnrec_lab.worker RUN_ID`` in its own session, with
 stdout/stderr in ``$GNNREC_LAB_HOME/runs/<id>/``. A monitor thread reaps
 finished workers, classifies deaths the worker could not record itself
-(SIGKILL without a cancel request → ``oom``), keeps the stderr tail of failed
+(SIGKILL without a cancel request → ``oom`` when the run's memory cgroup or the kernel log
+records an OOM kill, else ``failed`` "killed (SIGKILL)"), keeps the stderr tail of failed
 runs and starts the next queued run. Claiming a queued run is one store
 transaction, so several runners (a dashboard, a detached supervisor, a CLI
 ``wait``) can share a store without starting a run twice.
@@ -16,7 +17,8 @@ hard limit of N bytes; it joins the cgroup from a one-line ``sh`` wrapper before
 execs, so nothing it allocates escapes the limit. After the worker exits the
 cgroup's ``oom_kill`` counter tells a kill by the limit (status ``oom``, "killed
 by the memory limit of N bytes (cgroup ...)") from any other death, its peak
-charge goes to the run's events, and the cgroup is removed.
+charge goes to the run's events, and the cgroup is removed (and the lab's parent
+cgroup directory too, once it is empty).
 
 ``launch_detached(config)`` is for ``gnnrec-lab run --detach``: it queues the
 run and starts a detached supervisor (``python -m gnnrec_lab.runner
@@ -25,6 +27,7 @@ run and starts a detached supervisor (``python -m gnnrec_lab.runner
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -180,7 +183,10 @@ def parse_size(text, what: str = "memory limit") -> int:
         num = s.rstrip("kmgtib")
         unit = s[len(num):]
         try:
-            value = int(float(num) * _SIZE_UNITS[unit])
+            number = float(num)
+            if not math.isfinite(number) or number > 2**64:
+                raise ValueError
+            value = int(number * _SIZE_UNITS[unit])
         except (ValueError, KeyError):
             raise UserError(f"{what}: expected a size like 2G or 512M, got {text!r}") from None
     if value < 2**20:
@@ -236,6 +242,24 @@ def memory_cgroup_root() -> Path:
     return root
 
 
+def cgroup_usable() -> Optional[str]:
+    """None when per-run memory cgroups can be created here, else why not (one line)."""
+    try:
+        root = memory_cgroup_root()
+    except UserError as e:
+        return str(e)
+    _remove_empty_root(root)
+    return None
+
+
+def _remove_empty_root(root: Path) -> None:
+    """Remove the lab's parent cgroup directory when no run's cgroup is left in it."""
+    try:
+        root.rmdir()  # cgroupfs refuses while a child cgroup exists: then it stays
+    except OSError:
+        pass
+
+
 class MemoryCgroup:
     """One cgroup v1 memory cgroup with a hard limit, holding one run's worker.
 
@@ -252,12 +276,18 @@ class MemoryCgroup:
     def create(cls, name: str, limit_bytes: int, root: Optional[Path] = None) -> "MemoryCgroup":
         """Create cgroup ``name`` with ``memory.limit_in_bytes`` (and the memory+swap limit,
         where the kernel has one, set to the same so swap cannot extend it)."""
-        root = memory_cgroup_root() if root is None else Path(root)
-        path = root / name
-        try:
-            path.mkdir()
-        except OSError as e:
-            raise UserError(f"memory limit: cannot create the cgroup {path}: {e.strerror}") from None
+        for attempt in range(3):
+            base = memory_cgroup_root() if root is None else Path(root)
+            path = base / name
+            try:
+                path.mkdir()
+                break
+            except FileNotFoundError:
+                # another runner removed the empty parent between our mkdir calls: make it again
+                if root is not None or attempt == 2:
+                    raise UserError(f"memory limit: cannot create the cgroup {path}: parent vanished") from None
+            except OSError as e:
+                raise UserError(f"memory limit: cannot create the cgroup {path}: {e.strerror}") from None
         cg = cls(path, limit_bytes)
         try:
             (path / "memory.limit_in_bytes").write_text(str(int(limit_bytes)))
@@ -304,13 +334,16 @@ class MemoryCgroup:
         while True:
             try:
                 self.path.rmdir()
-                return True
+                break
             except FileNotFoundError:
-                return True
+                break
             except OSError:
                 if time.monotonic() >= end:
                     return False
                 time.sleep(0.05)
+        if self.path.parent.name == CGROUP_DIR_NAME:
+            _remove_empty_root(self.path.parent)
+        return True
 
 
 def memory_limit_of(run_dir: Path) -> Optional[dict]:
@@ -491,13 +524,17 @@ class Runner:
                 rc = proc.poll()
                 if rc is not None:
                     del self._procs[run_id]
-                    self._finalize(run_id, rc)
+                    self._finalize(run_id, rc, proc.pid)
             recover_dead(self.store, exclude=tuple(self._procs))
             if self.pick_up:
                 self.schedule()
 
-    def _finalize(self, run_id: int, rc: int) -> None:
-        """Record how a worker that exited with ``rc`` ended, unless it recorded that itself."""
+    def _finalize(self, run_id: int, rc: int, pid: Optional[int] = None) -> None:
+        """Record how a worker that exited with ``rc`` ended, unless it recorded that itself.
+
+        A SIGKILL is ``oom`` only when the run's memory cgroup or the kernel log says the OOM
+        killer did it; otherwise it is ``failed`` with "killed (SIGKILL)".
+        """
         run_dir = self.store.run_dir(run_id)
         tail = tail_lines(run_dir / "stderr.log") or None
         verdict, cg = None, self._cgroups.pop(run_id, None)
@@ -526,8 +563,13 @@ class Runner:
         elif run["cancel_requested"]:
             status, error = "cancelled", f"cancelled: worker ended by {_describe_rc(rc)}"
         elif rc == -signal.SIGKILL:
-            status, error = "oom", ("out of memory (presumed): the worker was killed by SIGKILL without a cancel "
-                                    "request, which is what the kernel's OOM killer does; check `dmesg`")
+            line = kernel_oom_kill(pid) if pid else None
+            if line:
+                status, error = "oom", f"out of memory: the kernel's OOM killer killed the worker ({line})"
+            else:
+                status, error = "failed", ("killed (SIGKILL): the worker was killed by a signal without a cancel "
+                                           "request; neither its memory cgroup nor the kernel log records an "
+                                           "out-of-memory kill, so it was killed from outside (kill -9?)")
         elif rc == 0:
             status, error = "failed", "worker exited without recording a final status"
         else:
@@ -627,6 +669,38 @@ class Runner:
         t = self._thread
         if t is not None:
             t.join(timeout=2)
+
+
+KMSG = "/dev/kmsg"
+
+
+def kernel_oom_kill(pid: int, kmsg: Optional[str] = None) -> Optional[str]:
+    """The kernel log line saying the OOM killer killed process ``pid``, or None (also where
+    the log cannot be read: no /dev/kmsg in a container, or not permitted)."""
+    import re
+    pat = re.compile(rf"(Killed process {int(pid)}\b|oom-kill:.*\bpid={int(pid)}\b)")
+    try:
+        fd = os.open(kmsg or KMSG, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    found = None
+    try:
+        while True:
+            try:
+                rec = os.read(fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError:  # EPIPE: the ring buffer overwrote what we were reading; go on
+                continue
+            if not rec:
+                break
+            for line in rec.decode("utf-8", "replace").splitlines():   # /dev/kmsg: one record per read
+                msg = line.split(";", 1)[-1].strip()
+                if pat.search(msg):
+                    found = msg[:200]
+    finally:
+        os.close(fd)
+    return found
 
 
 def _reached(use: dict) -> bool:

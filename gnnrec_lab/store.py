@@ -123,10 +123,24 @@ def migrate(con: sqlite3.Connection, upto: Optional[int] = None) -> int:
     return version
 
 
-def connect(path: "str | os.PathLike") -> sqlite3.Connection:
-    """An autocommit connection with WAL, NORMAL sync and a long busy timeout."""
-    con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                          check_same_thread=False)
+def connect(path: "str | os.PathLike", create: bool = True) -> sqlite3.Connection:
+    """An autocommit connection with WAL, NORMAL sync and a long busy timeout.
+
+    ``create=False`` opens an existing file only: a store deleted under a running
+    process is reported, never silently recreated empty.
+    """
+    if create:
+        con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                              check_same_thread=False)
+    else:
+        from urllib.parse import quote
+        try:
+            con = sqlite3.connect(f"file:{quote(str(Path(path).resolve()))}?mode=rw", uri=True,
+                                  timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+        except sqlite3.OperationalError as e:
+            raise UserError(f"run store {path} cannot be opened ({e}); was it deleted or moved? "
+                            f"Restore it (runs recorded in it are only there), or move "
+                            f"{Path(path).parent / 'runs'} aside to start a new store") from None
     con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     # WAL: readers never block the writer; NORMAL: no fsync per commit (safe against
     # process crashes, which is what a killed run is; only power loss can drop the tail).
@@ -200,22 +214,72 @@ def time_parts(started, end, info: Optional[dict], train_s) -> dict:
     return {"duration_s": duration, "startup_s": startup, "jit_s": jit, "train_s": train, "other_s": other}
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# a store another process is creating is 0 bytes for a moment; wait this long before calling it damaged (s)
+EMPTY_GRACE_S = 1.0
+
+
+def _damaged(path: Path, why: str) -> UserError:
+    return UserError(f"run store {path} is damaged ({why}); it was kept as it is. Recover what it holds with "
+                     f"`sqlite3 {path} .recover > recovered.sql`, or move it aside (with its -wal file) to "
+                     f"start a new store")
+
+
+def check_store_file(path: Path) -> bool:
+    """Whether a new store may be created at ``path``; raise UserError when the file that is
+    there is not a store (empty, not SQLite), or it is missing while its run directories exist."""
+    if path.exists():
+        deadline = time.monotonic() + EMPTY_GRACE_S
+        while True:
+            try:
+                with open(path, "rb") as f:
+                    head = f.read(len(SQLITE_MAGIC))
+            except OSError as e:
+                raise UserError(f"run store {path} cannot be read ({e.strerror})") from None
+            if head or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        if not head:
+            raise _damaged(path, "the file is empty (0 bytes)")
+        if head != SQLITE_MAGIC[:len(head)] or len(head) < len(SQLITE_MAGIC):
+            raise _damaged(path, "not an SQLite database")
+        return False
+    runs = path.parent / "runs"
+    if runs.is_dir() and any(p.name.isdigit() for p in runs.iterdir()):
+        raise UserError(f"run store {path} is missing but {runs} holds the logs of earlier runs; restore "
+                        f"lab.sqlite from a backup, or move {runs} aside to start a new, empty store")
+    return True
+
+
 class Store:
-    """The run store. Safe to share across threads (one connection per thread)."""
+    """The run store. Safe to share across threads (one connection per thread).
+
+    Opening never replaces a file that is there: a damaged, empty or deleted
+    ``lab.sqlite`` is reported (UserError) and left as it is.
+    """
 
     def __init__(self, home: "str | os.PathLike | None" = None):
         self.home = lab_home(home)
-        self.home.mkdir(parents=True, exist_ok=True)
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"GNNREC_LAB_HOME: cannot create {self.home} ({e.strerror})") from None
         # fixed name under home: workers find the same file from GNNREC_LAB_HOME alone
         self.path = self.home / "lab.sqlite"
         self._local = threading.local()
-        self.schema_version = migrate(self._con())
+        create = check_store_file(self.path)
+        try:
+            self._local.con = connect(self.path, create=create)
+            self.schema_version = migrate(self._local.con)
+        except sqlite3.DatabaseError as e:
+            self.close()
+            raise _damaged(self.path, str(e)) from None
 
     # -- connections ------------------------------------------------------
     def _con(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
         if con is None:
-            con = self._local.con = connect(self.path)
+            con = self._local.con = connect(self.path, create=False)
         return con
 
     def close(self) -> None:

@@ -403,3 +403,18 @@ def test_cli_user_errors_are_one_line_exit_2(dd, tmp_path, capsys, argv, words):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("gnnrec-lab: error: ") and words in err and "\n" not in err
+
+
+def test_failed_prepare_keeps_the_dataset_it_would_replace(dd, tmp_path):
+    """`data prepare bad.csv --name foo` over a good foo: the bad file is refused (here: no user
+    has enough interactions to split) and foo stays as it was, loadable, with nothing left over."""
+    good = _write(tmp_path / "good.csv", "".join(f"u{u},i{i}\n" for u in range(6) for i in range(u, u + 10)))
+    assert prepare(str(good), name="foo", data_dir=dd, progress=False) == "foo"
+    before = load("foo", data_dir=dd)
+    bad = _write(tmp_path / "bad.csv", "u1,i1\nu2,i2\n")
+    with pytest.raises(DataError, match="too few interactions"):
+        prepare(str(bad), name="foo", data_dir=dd, progress=False)
+    after = load("foo", data_dir=dd)
+    assert (after.n_users, after.n_items, after.train.shape) == (before.n_users, before.n_items, before.train.shape)
+    assert [m["name"] for m in registry._prepared_metas(dd)].count("foo") == 1
+    assert not [p.name for p in dd.iterdir() if p.name.startswith(".tmp-foo")]

@@ -124,7 +124,7 @@ def test_real_run_over_the_limit_ooms_in_dram_and_completes_file_backed(store, t
 def test_cli_detached_run_with_a_memory_limit(store, monkeypatch, capsys):
     from gnnrec_lab import cli
     assert cli.main(["run", "--memory-limit", "2X", "--detach", "--dataset", "synth-tiny"]) == 2
-    assert "memory limit: expected a size like 2G" in capsys.readouterr().err
+    assert "--memory-limit: expected a size like 2G" in capsys.readouterr().err
     assert cli.main(["run", "--memory-limit", "2G", "--dataset", "synth-tiny"]) == 2
     assert "--memory-limit needs --detach" in capsys.readouterr().err
     cgroups_or_skip()
@@ -136,3 +136,14 @@ def test_cli_detached_run_with_a_memory_limit(store, monkeypatch, capsys):
         assert time.monotonic() < end, "detached run did not end"
         time.sleep(0.1)
     assert store.status(rid) == "oom" and "memory limit of" in store.get_run(rid)["error"]
+
+
+def test_empty_parent_cgroup_is_removed():
+    """After a limited run's cgroup is removed, the lab's parent cgroup directory goes too
+    (unless another run's cgroup is still in it)."""
+    root = cgroups_or_skip()
+    cg = MemoryCgroup.create(f"run-test-{os.getpid()}", 64 * MiB)
+    assert cg.path.parent == root and root.is_dir()
+    assert cg.remove()
+    assert not cg.path.exists()
+    assert not root.exists() or any(p.is_dir() for p in root.iterdir())   # others' runs keep it

@@ -108,7 +108,6 @@ def test_user_error_is_one_line(store, monkeypatch):
 @pytest.mark.parametrize("fn, needle", [
     ("memory_error", "MemoryError: fake allocation"),
     ("rlimit_oom", "MemoryError"),
-    ("sigkill_self", "SIGKILL"),
 ])
 def test_out_of_memory_is_classified(store, monkeypatch, fn, needle):
     if fn == "rlimit_oom" and not os.path.exists("/proc/self/statm"):
@@ -119,6 +118,25 @@ def test_out_of_memory_is_classified(store, monkeypatch, fn, needle):
     assert runner.wait(rid, timeout=30) == "oom"
     err = store.get_run(rid)["error"]
     assert needle in err and "memory" in err
+
+
+def test_sigkill_without_oom_evidence_is_killed_not_oom(store, monkeypatch):
+    """A `kill -9` from outside is not an out-of-memory kill: no cgroup or kernel-log evidence."""
+    fake(monkeypatch, "sigkill_self")
+    runner = Runner(store)
+    rid = runner.launch(RunConfig())
+    assert runner.wait(rid, timeout=30) == "failed"
+    assert store.get_run(rid)["error"].startswith("killed (SIGKILL)")
+
+
+def test_kernel_log_names_an_oom_kill(tmp_path):
+    from gnnrec_lab.runner import kernel_oom_kill
+    log = tmp_path / "kmsg"
+    log.write_text("6,1,2,-;eth0: link up\n"
+                   "3,2,3,-;Out of memory: Killed process 4242 (python) total-vm:9000kB, anon-rss:800kB\n")
+    assert "Killed process 4242" in kernel_oom_kill(4242, kmsg=str(log))
+    assert kernel_oom_kill(424, kmsg=str(log)) is None            # a prefix of the pid is another process
+    assert kernel_oom_kill(4242, kmsg=str(tmp_path / "none")) is None
 
 
 def test_cancel_cooperative(store, monkeypatch):

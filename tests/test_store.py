@@ -241,3 +241,54 @@ def test_pid_alive_checks_identity():
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
     assert not pid_alive(p.pid)
+
+
+# ---------------------------------------------------------------------------
+# a damaged, empty or deleted lab.sqlite is reported and kept, never recreated over
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("content, needle", [
+    (b"", "empty (0 bytes)"),
+    (b"this is not a database at all, just some text" * 100, "not an SQLite database"),
+    (b"SQLite format 3\x00" + b"\xff" * 4000, "damaged"),
+])
+def test_damaged_store_is_reported_and_kept(tmp_path, monkeypatch, content, needle):
+    import gnnrec_lab.store as store_mod
+    monkeypatch.setattr(store_mod, "EMPTY_GRACE_S", 0.1)
+    path = tmp_path / "lab.sqlite"
+    path.write_bytes(content)
+    with pytest.raises(UserError) as e:
+        Store(tmp_path)
+    assert needle in str(e.value) and "kept" in str(e.value) and "\n" not in str(e.value)
+    assert path.read_bytes() == content            # the file is untouched
+
+
+def test_deleted_store_with_runs_is_not_recreated(tmp_path):
+    s = Store(tmp_path)
+    rid = s.add_run(RunConfig())
+    s.run_dir(rid)
+    s.close()
+    os.unlink(tmp_path / "lab.sqlite")
+    with pytest.raises(UserError, match="missing"):
+        Store(tmp_path)
+    assert not (tmp_path / "lab.sqlite").exists()
+
+
+def test_store_deleted_under_a_running_process_is_not_recreated(tmp_path):
+    s = Store(tmp_path)
+    s.add_run(RunConfig())
+    os.unlink(tmp_path / "lab.sqlite")
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(str(tmp_path / "lab.sqlite") + suffix):
+            os.unlink(str(tmp_path / "lab.sqlite") + suffix)
+    out = {}
+
+    def other_thread():  # a new thread opens its own connection: it must not create a new file
+        try:
+            s.run_ids()
+        except UserError as e:
+            out["error"] = str(e)
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+    assert "cannot be opened" in out.get("error", "")
+    assert not (tmp_path / "lab.sqlite").exists()

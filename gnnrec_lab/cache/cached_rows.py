@@ -582,6 +582,9 @@ def make_cached_rows(config, model, degrees: Optional[np.ndarray], policy: Optio
         raise ConfigError("cache_size", str(e)) from None
     if capacity < 1:
         raise ConfigError("cache_size", f"{config.cache_size} of {n:,} rows is less than one row")
+    if capacity > n:  # the cache buffer is allocated at its full size: refuse before allocating
+        raise ConfigError("cache_size", f"{capacity:,} rows is more than the embedding table's {n:,} rows; "
+                                        f"use at most {n} or a share such as 100%")
     directory, where_note = _slow_tier_dir(config)
     fd, path = tempfile.mkstemp(prefix="gnnrec-slow-tier-", suffix=".bin", dir=directory)
     os.close(fd)

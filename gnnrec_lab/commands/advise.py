@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from ..errors import UserError
+from .common import positive_float
 
 
 def register(subparsers):
@@ -21,7 +22,7 @@ def register(subparsers):
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=2048)
     p.add_argument("--optimizer", default="adam")
-    p.add_argument("--dram-gb", type=float, required=True, help="DRAM available to the run, GiB")
+    p.add_argument("--dram-gb", type=positive_float, required=True, help="DRAM available to the run, GiB")
     p.add_argument("--counts", help="dataset counts instead of looking the dataset up: "
                                     "n_users=943,n_items=1682,n_train=80000")
     p.add_argument("--host-profile", help="host calibration JSON (default: gnnrec-lab calibrate's)")

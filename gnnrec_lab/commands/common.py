@@ -72,6 +72,48 @@ def _int_tuple(text: str) -> tuple:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
 
 
+def finite_float(text: str) -> float:
+    """argparse type: a finite number (``inf``/``nan`` refused, so the parser names the flag)."""
+    import math
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    v = finite_float(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer from 1 to 2**63-1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if not 1 <= v < 2**63:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to 2**63-1, got {text!r}")
+    return v
+
+
+def run_id(text: str) -> int:
+    """argparse type: a run id (a positive integer that SQLite can hold)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a run id (a positive integer), got {text!r}") from None
+    if not 1 <= v < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a run id from 1 to 2**63-1, got {text!r}")
+    return v
+
+
 def _parser_for(f: dataclasses.Field):
     hints = typing.get_type_hints(RunConfig)
     tp = _base_type(hints[f.name])
@@ -79,7 +121,7 @@ def _parser_for(f: dataclasses.Field):
         return _int_tuple
     if f.name == "placement":
         return _parse_placement
-    return {int: int, float: float, str: str}.get(tp, str)
+    return {int: int, float: finite_float, str: str}.get(tp, str)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, multi: bool = False, skip=()) -> None:
@@ -115,4 +157,4 @@ def config_from_args(args, base: RunConfig | None = None) -> RunConfig:
     return RunConfig.from_dict(d)
 
 
-__all__ = ["add_config_arguments", "config_from_args", "config_overrides", "ConfigError"]
+__all__ = ["finite_float", "positive_float", "run_id", "add_config_arguments", "config_from_args", "config_overrides", "ConfigError"]

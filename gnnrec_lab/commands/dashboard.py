@@ -1,7 +1,17 @@
-"""``gnnrec-lab dashboard``: serve the Panel dashboards at http://localhost:PORT/."""
+"""``gnnrec-lab dashboard``: serve the Panel dashboards at http://127.0.0.1:PORT/.
+
+Safe by default: it listens on loopback only; requests whose ``Host`` or
+``Origin`` does not name this server are refused, and so are websocket clients
+without an ``Origin``. Serving other machines needs ``--address ADDR
+--allow-remote`` and then a login token (printed once). Runs launched from the
+browser get a memory limit, at most ``--max-runs`` at a time, and ``file:``
+placements only under ``--allow-placement-dir`` directories.
+"""
 from __future__ import annotations
 
 import argparse
+import secrets
+import socket
 
 from ..errors import UserError
 
@@ -10,34 +20,124 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("dashboard", help="serve the dashboards (Launch, Live, Breakdown, Compare, Cache)",
                               description=__doc__)
     p.add_argument("--port", type=int, default=5006, help="TCP port (default 5006; 0 picks a free one)")
-    p.add_argument("--address", default=None, help="address to listen on (default: all interfaces)")
+    p.add_argument("--address", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only); another address "
+                        "needs --allow-remote")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a non-loopback --address; a login token is then required and printed once")
+    p.add_argument("--require-token", action="store_true",
+                   help="require the login token on loopback too (machines shared with other users)")
     p.add_argument("--show", action=argparse.BooleanOptionalAction, default=False,
                    help="open a browser tab (default: --no-show)")
     p.add_argument("--allow-websocket-origin", action="append", default=None, metavar="HOST[:PORT]",
-                   help="extra origins allowed to connect (repeatable)")
+                   help="extra host name the browser may use to reach this server (repeatable)")
+    p.add_argument("--allow-placement-dir", action="append", default=[], metavar="DIR",
+                   help="directory under which browser-launched runs may place tensors (file:DIR); "
+                        "repeatable; without it file: placements are refused from the browser")
+    p.add_argument("--max-runs", type=int, default=2,
+                   help="runs launched from this dashboard that may be queued or running at once (default 2)")
+    p.add_argument("--run-memory-limit", default="auto", metavar="SIZE|auto|none",
+                   help="memory limit (cgroup) of each browser-launched run (default auto: 3/4 of this "
+                        "machine's memory where memory cgroups can be used)")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def _check_address(address: str) -> str:
+    if not address:
+        raise UserError("--address: give an address to listen on (127.0.0.1, 0.0.0.0, a host name)")
+    try:
+        socket.getaddrinfo(address, None)
+    except (OSError, UnicodeError) as e:
+        raise UserError(f"--address: cannot resolve {address!r} ({getattr(e, 'strerror', None) or e})") from None
+    return address
+
+
+def launch_policy_from_args(args):
+    """The :class:`~gnnrec_lab.dashboard.security.LaunchPolicy` the flags ask for."""
+    from ..dashboard.security import LaunchPolicy, allowed_dirs, default_memory_limit
+    if isinstance(args.max_runs, bool) or not 1 <= args.max_runs <= 64:
+        raise UserError(f"--max-runs: must be 1..64, got {args.max_runs}")
+    dirs = allowed_dirs(args.allow_placement_dir)
+    text = str(args.run_memory_limit).strip().lower()
+    limit, note = None, None
+    if text == "none":
+        note = "--run-memory-limit none"
+    else:
+        from ..runner import cgroup_usable, parse_size
+        why = cgroup_usable()
+        if text == "auto":
+            if why is None:
+                limit = default_memory_limit()
+            else:
+                note = why
+        else:
+            limit = parse_size(args.run_memory_limit, "--run-memory-limit")
+            if why is not None:
+                raise UserError(f"--run-memory-limit: {why}")
+    return LaunchPolicy(placement_dirs=dirs, max_active=args.max_runs, memory_limit_bytes=limit,
+                        memory_limit_note=note)
+
+
+def make_server(args):
+    """Build (not start) the server for ``args``: returns ``(server, url, guard)``.
+
+    Raises UserError for a bad address/port, a remote address without
+    ``--allow-remote`` or a port that cannot be bound.
+    """
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port: must be 0..65535, got {args.port}")
+    from ..dashboard.security import RequestGuard, install_guard, is_loopback, local_names, set_launch_policy
+    address = _check_address(args.address)
+    remote = not is_loopback(address)
+    if remote and not args.allow_remote:
+        raise UserError(f"--address: {address} serves other machines; add --allow-remote to do so "
+                        f"(a login token is then required), or use the default 127.0.0.1")
+    policy = launch_policy_from_args(args)
     try:
         import panel as pn
         from ..dashboard.app import TITLE, build_app
     except ImportError as e:
         raise UserError(f"the dashboards need the 'dash' extras (pip install 'gnnrec-lab[dash]'): {e}")
-    origins = list(args.allow_websocket_origin or [])
-    if args.address and args.address not in ("0.0.0.0", "::"):
-        origins.append(f"{args.address}:{args.port}")
-    origins += [f"localhost:{args.port}", f"127.0.0.1:{args.port}"]
-    server = pn.serve({"/": build_app}, port=args.port, address=args.address, show=False, start=False,
-                      title=TITLE, websocket_origin=origins, liveness=True)
-    port = server.port
-    host = args.address if args.address and args.address not in ("0.0.0.0", "::") else "localhost"
-    print(f"gnnrec-lab dashboards: http://{host}:{port}/", flush=True)
+    # the Launch page's pre-flight check predicts footprints (torch, numba): import once here, not
+    # during the first browser session's page load
+    import gnnrec_lab.memory.footprint  # noqa: F401
+    token = secrets.token_urlsafe(24) if (remote or args.require_token) else None
+    extra = {o.strip().lower() for o in (args.allow_websocket_origin or []) if o.strip()}
+    guard = RequestGuard(hosts=local_names(address) | {e for e in extra if ":" not in e},
+                         token=token, extra={e for e in extra if ":" in e})
+    try:
+        server = pn.serve({"/": build_app}, port=args.port, address=address, show=False, start=False,
+                          title=TITLE, websocket_origin=[f"127.0.0.1:{args.port}"], liveness=True, verbose=False,
+                          sign_sessions=True, secret_key=secrets.token_urlsafe(32))
+    except OSError as e:
+        raise UserError(f"--port: cannot listen on {address}:{args.port} ({e.strerror or e})") from None
+    guard.port = server.port
+    # Bokeh's own websocket origin check (a second line behind the guard) with the bound port
+    server._tornado._websocket_origins = {f"{h}:{server.port}" if ":" not in h else f"[{h}]:{server.port}"
+                                          for h in guard.hosts} | set(guard.extra)
+    install_guard(server._tornado, guard)
+    set_launch_policy(policy)
+    host = address if remote and address not in ("0.0.0.0", "::") else (
+        socket.gethostname() if remote else "127.0.0.1")
+    if ":" in host:
+        host = f"[{host}]"
+    url = f"http://{host}:{server.port}/" + (f"?token={token}" if token else "")
+    return server, url, guard
+
+
+def run(args) -> int:
+    server, url, guard = make_server(args)
+    from ..dashboard.security import launch_policy
+    policy = launch_policy()
+    print(f"gnnrec-lab dashboards: {url}", flush=True)
+    if guard.token:
+        print("  the login token is in the URL above and is shown only now; anyone who has it can "
+              "launch runs as you", flush=True)
+    if policy.memory_limit_bytes is None:
+        print(f"  runs launched from the browser have no memory limit ({policy.memory_limit_note})", flush=True)
     if args.show:
         import webbrowser
-        webbrowser.open(f"http://{host}:{port}/")
+        webbrowser.open(url)
     try:
         server.start()
         server.io_loop.start()

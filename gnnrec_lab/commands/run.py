@@ -17,6 +17,8 @@ def register(sub):
     p.add_argument("--detach", action="store_true", help="launch through the runner and return the run id")
     p.add_argument("--memory-limit", metavar="SIZE", help="with --detach: run the worker under a cgroup memory "
                                                          "limit (e.g. 2G); a kill by the limit is recorded as oom")
+    p.add_argument("--force", action="store_true", help="start even when the predicted footprint exceeds the "
+                                                        "memory available (pre-flight check)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-store", action="store_true", help="do not record the run in the run store "
                                                             "(by default every run is stored, so Compare sees it)")
@@ -51,14 +53,42 @@ def _print_summary(result, out=None):
               f"{fp['measured_peak_rss'] / 2**20:.1f} MiB (measured)", file=out)
 
 
+def _check_trace_path(path: str) -> None:
+    """Refuse a --trace path that cannot be written, before training (not after)."""
+    import os
+    from ..errors import UserError
+    parent = os.path.dirname(os.path.abspath(path)) or "."
+    if not path or os.path.isdir(path):
+        raise UserError(f"--trace: {path!r} is a directory; give a file path such as trace.json")
+    if not os.path.isdir(parent):
+        raise UserError(f"--trace: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"--trace: directory {parent} is not writable")
+
+
 def main(args) -> int:
+    from ..errors import UserError
+    from ..preflight import check_launch
     config = config_from_args(args)
     if args.memory_limit is not None and not args.detach:
-        from ..errors import UserError
         raise UserError("--memory-limit needs --detach (the limit applies to the run's worker process)")
+    if args.trace:
+        if args.detach:
+            raise UserError("--trace: not available with --detach (the trace is written by this process)")
+        _check_trace_path(args.trace)
+    limit = None
+    if args.memory_limit is not None:
+        from ..runner import parse_size
+        limit = parse_size(args.memory_limit, "--memory-limit")
+    check_launch(config, force=args.force, memory_limit_bytes=limit)
+    if not args.detach:
+        from ..runner import numa_request
+        if numa_request(config.placement) is not None:
+            raise UserError("placement: numa: placements are applied by numactl around a worker process; "
+                            "add --detach (a foreground run cannot change its own NUMA policy)")
     if args.detach:
         from ..runner import launch_detached
-        run_id = launch_detached(config, memory_limit_bytes=args.memory_limit)
+        run_id = launch_detached(config, memory_limit_bytes=limit)
         print(json.dumps({"run_id": run_id}) if args.json else f"launched run {run_id}; "
               f"watch with `gnnrec-lab runs show {run_id}`")
         return 0

@@ -6,6 +6,8 @@ import math
 import sys
 import time
 
+from .common import finite_float, positive_float, run_id
+
 TABLE = (  # (header, column in runs_frame)
     ("id", "id"), ("name", "name"), ("status", "status"), ("dataset", "dataset"), ("model", "model"),
     ("layers", "layers"), ("dim", "dim"), ("batch", "batch_size"), ("memory mode", "memory_mode"),
@@ -26,14 +28,14 @@ def register(subparsers) -> None:
                    help="only runs with this status")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     s = sub.add_parser("show", help="everything stored about one run")
-    s.add_argument("id", type=int)
+    s.add_argument("id", type=run_id)
     s.add_argument("--json", action="store_true", dest="show_json")
     c = sub.add_parser("cancel", help="ask a run to stop; SIGTERM/SIGKILL after the grace period")
-    c.add_argument("id", type=int)
-    c.add_argument("--grace", type=float, default=5.0, help="seconds to wait before each escalation (default 5)")
+    c.add_argument("id", type=run_id)
+    c.add_argument("--grace", type=finite_float, default=5.0, help="seconds to wait before each escalation (default 5)")
     w = sub.add_parser("wait", help="block until a run ends; exit 0 only when it finished")
-    w.add_argument("id", type=int)
-    w.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
+    w.add_argument("id", type=run_id)
+    w.add_argument("--timeout", type=positive_float, default=None, help="give up after this many seconds")
     p.set_defaults(func=main)
 
 

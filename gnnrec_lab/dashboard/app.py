@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 import panel as pn
+from panel.theme.fast import Fast as _PanelFast
 
 from .breakdown import BreakdownPage
 from .cache import CachePage
@@ -19,6 +20,16 @@ from .launch import LaunchPage
 from .live import LivePage
 
 TITLE = "gnnrec-lab"
+
+
+class Fast(_PanelFast):
+    """Panel's Fast design without its web font (fonts.googleapis.com): every resource the
+    page loads is served by the dashboard itself, so it works on an offline machine.
+
+    The class keeps the name ``Fast``: Panel finds a design's bundled files under the
+    lower-cased class name (``fast/js/fast_design.js``)."""
+
+    _resources = {k: v for k, v in _PanelFast._resources.items() if k != "font"}
 PAGES = ("Launch", "Live", "Breakdown", "Compare", "Cache")
 
 PAGE_CLASSES = {"Launch": LaunchPage, "Live": LivePage, "Breakdown": BreakdownPage, "Compare": ComparePage,
@@ -77,7 +88,7 @@ def build_app(lab: Optional[Lab] = None) -> pn.template.FastListTemplate:
     where = f"Store: `{store.path}`" if store is not None and hasattr(store, "path") else ""
     template = pn.template.FastListTemplate(title=TITLE, sidebar=[about, pn.pane.Markdown(where)],
                                             main=[tabs], sidebar_width=260, accent="#1f77b4",
-                                            font_url="")  # no web fonts: the lab may be offline
+                                            font_url="", design=Fast)  # no web fonts: offline
     template.lab = lab  # for tests and notebooks
     template.tabs = lazy
     return template

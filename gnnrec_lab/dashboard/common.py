@@ -210,11 +210,38 @@ class Lab(param.Parameterized):
         rec = self.run(run_id)
         return str(rec.get("status", "unknown")) if rec else "unknown"
 
+    def launch_error(self, config, include_active: bool = True) -> Optional[str]:
+        """Why ``config`` may not be launched from the browser now (one line), or None.
+
+        The dashboard's launch policy (:mod:`.security`): ``file:`` placements only
+        under allowed directories, a cap on active runs; and the pre-flight footprint check.
+        """
+        from .security import launch_policy
+        policy = launch_policy()
+        why = policy.placement_error(config.placement)
+        if why is None and include_active and self.store is not None:
+            why = policy.active_error(self.store.status)
+        if why is None:
+            from ..preflight import footprint_error
+            why = footprint_error(config, memory_limit_bytes=policy.memory_limit_bytes)
+        return why
+
     def launch(self, config) -> Any:
-        """Hand ``config`` to the runner (a subprocess runs it); return the new run id."""
+        """Hand ``config`` to the runner (a subprocess runs it); return the new run id.
+
+        Raises UserError when the launch policy refuses it (see :meth:`launch_error`).
+        """
         if self.runner is None:
             raise RuntimeError(f"the runner is not available yet ({self.runner_reason})")
-        run_id = self.runner.launch(config)
+        from ..errors import UserError
+        from .security import launch_policy
+        why = self.launch_error(config)
+        if why:
+            raise UserError(why)
+        policy = launch_policy()
+        limit = policy.memory_limit_bytes
+        run_id = self.runner.launch(config, **({"memory_limit_bytes": limit} if limit is not None else {}))
+        policy.record(run_id)
         self.run_id = run_id
         self.runs_version += 1
         return run_id

@@ -256,6 +256,14 @@ class LaunchPage(pn.viewable.Viewer):
 
     def _refresh_validity(self, *_):
         cfg, err = self.form.result()
+        if cfg is not None and self.lab.runner is not None:
+            # the launch policy (file: directories) and the pre-flight footprint check: Launch
+            # stays disabled and the reason shows at the button
+            why, failed = safe_call(self.lab.launch_error, cfg, include_active=False)
+            why = why or failed
+            if why:
+                param, _, rest = why.partition(": ")
+                cfg, err = None, (ConfigError(param, rest) if param in self.errors else ConfigError("form", why))
         for k, pane in self.errors.items():
             hit = err is not None and (err.param == k or (k == "form" and err.param not in self.errors))
             pane.object = f"⚠ {err}" if hit else ""

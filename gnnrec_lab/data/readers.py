@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 import zipfile
 from dataclasses import dataclass, field
@@ -88,7 +89,10 @@ def detect_format(path: Path, format: Optional[str] = None) -> str:
             raise DataError(f"{path}: directory has neither train.txt + test.txt (LightGCN format) "
                             f"nor u.data (MovieLens-100K)")
         raise DataError(f"{path}: format {fmt!r} needs a file, got a directory")
-    magic = path.read_bytes()[:4] if path.stat().st_size else b""
+    if not path.is_file():  # a named pipe or a device would block or never end
+        raise DataError(f"{path}: not a regular file (a named pipe, socket or device); give a file or directory")
+    with open(path, "rb") as f:
+        magic = f.read(4)
     if fmt == "lightgcn":
         if path.name == "train.txt" and (path.parent / "test.txt").is_file():
             return "lightgcn"
@@ -158,9 +162,9 @@ def _norm(name: str) -> str:
 
 
 def _is_number(s: str) -> bool:
+    """Whether ``s`` is a finite number (``nan``/``inf`` ratings are refused with their line)."""
     try:
-        float(s)
-        return True
+        return math.isfinite(float(s))
     except ValueError:
         return False
 
@@ -272,7 +276,12 @@ def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = No
         raise DataError(f"{source}: this is a Parquet file; use format 'parquet'")
     if head[:2] == b"PK" or head[:2] == b"\x1f\x8b":
         raise DataError(f"{source}: this is a compressed archive, not a text edge list")
-    text = head.decode("utf-8", errors="replace")
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 4:  # not just a character cut at the end of the head
+            raise _not_utf8(source, head, e) from None
+        text = head[:e.start].decode("utf-8")
     if text.startswith("\ufeff"):
         text = text[1:]
     lines = text.splitlines()
@@ -311,9 +320,12 @@ def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = No
     else:
         kw.update(sep=re.escape(sep), engine="python")
     bad = None
-    kw.update(encoding="utf-8-sig", encoding_errors="replace")
+    # strict: ids in another encoding must not be merged through replacement characters
+    kw.update(encoding="utf-8-sig", encoding_errors="strict")
     try:
         df = pd.read_csv(io.BytesIO(data) if data is not None else src, **kw)
+    except UnicodeDecodeError:
+        raise _not_utf8_anywhere(source, data if data is not None else src) from None
     except (pd.errors.ParserError, ValueError) as e:
         df, bad = None, str(e).strip().splitlines()[-1]
     if df is not None and df.shape[0] == 0:
@@ -324,7 +336,7 @@ def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = No
         ratings = None
         if "rating" in cols and not problem:
             ratings = pd.to_numeric(cols["rating"], errors="coerce").to_numpy(np.float64)
-            problem = bool(np.isnan(ratings).any())
+            problem = not bool(np.isfinite(ratings).all())
         if not problem:
             return Interactions(_ids(cols["user"]), _ids(cols["item"]), ratings, source,
                                 {r: (names[p] if names else p) for r, p in pos.items()})
@@ -337,6 +349,24 @@ def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = No
     if where:
         raise DataError(f"{source}:{where[0]}: {where[1]}")
     raise DataError(f"{source}: could not parse ({bad or 'missing values'})")
+
+
+def _not_utf8(source: str, data: bytes, e: UnicodeDecodeError, line_offset: int = 0) -> DataError:
+    line = line_offset + data.count(b"\n", 0, e.start) + 1
+    return DataError(f"{source}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x}); ids in another encoding "
+                     f"would be merged or garbled; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)")
+
+
+def _not_utf8_anywhere(source: str, src) -> DataError:
+    """The first line of ``src`` (bytes or a path) that is not UTF-8, as a DataError."""
+    stream = io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else open(src, "rb")
+    with stream:
+        for k, raw in enumerate(stream):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return _not_utf8(source, raw, e, line_offset=k)
+    return DataError(f"{source}: not UTF-8 text; convert the file to UTF-8")
 
 
 def _looks_like_header(first: list, rest: list, spec: dict) -> bool:
@@ -401,6 +431,12 @@ def read_parquet(path: Path, columns=None) -> Interactions:
     pos = _resolve_columns(_columns_spec(columns), names, len(names), str(path))
     raw_names = pf.schema_arrow.names
     wanted = {r: raw_names[p] for r, p in pos.items() if r != "timestamp"}
+    import pyarrow as pa
+    for role, col in wanted.items():
+        typ = pf.schema_arrow.field(col).type
+        if pa.types.is_nested(typ) or pa.types.is_dictionary(typ) and pa.types.is_nested(typ.value_type):
+            raise DataError(f"{path}: column {col!r} ({role}) holds {typ} values; {role} "
+                            f"{'ids' if role != 'rating' else 'values'} must be plain numbers or strings")
     table = pf.read(columns=sorted(set(wanted.values())))
     if table.num_rows == 0:
         raise DataError(f"{path}: no interactions (no rows)")
@@ -413,8 +449,8 @@ def read_parquet(path: Path, columns=None) -> Interactions:
     if "rating" in wanted:
         import pandas as pd
         ratings = pd.to_numeric(df[wanted["rating"]], errors="coerce").to_numpy(np.float64)
-        if np.isnan(ratings).any():
-            r = int(np.argmax(np.isnan(ratings)))
+        if not np.isfinite(ratings).all():
+            r = int(np.argmax(~np.isfinite(ratings)))
             raise DataError(f"{path}: row {r + 1}: rating {df[wanted['rating']].iloc[r]!r} is not a number")
     return Interactions(_ids(df[wanted["user"]]), _ids(df[wanted["item"]]), ratings, str(path),
                         {r: raw_names[p] for r, p in pos.items()})

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -61,17 +62,27 @@ def builtin_names() -> tuple:
 def data_dir() -> Path:
     """The data directory: ``$GNNREC_LAB_DATA`` if set, else ``./data``; created if missing."""
     env = os.environ.get("GNNREC_LAB_DATA")
-    d = Path(env).expanduser() if env else Path.cwd() / "data"
-    d.mkdir(parents=True, exist_ok=True)
+    return _make_dir(Path(env).expanduser() if env else Path.cwd() / "data",
+                     "GNNREC_LAB_DATA" if env else "data_dir")
+
+
+def _make_dir(d: Path, what: str) -> Path:
+    """``d``, created if missing; DataError naming ``what`` when it is not a usable directory."""
+    if d.exists() and not d.is_dir():
+        raise DataError(f"{what}: {d} is not a directory")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"{what}: cannot create the directory {d} ({e.strerror})") from None
     return d
 
 
 def _root(dd) -> Path:
     if dd is None:
         return data_dir()
-    d = Path(dd).expanduser()
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    if not str(dd).strip() or "\0" in str(dd):
+        raise DataError(f"data_dir: give a directory path, got {str(dd)!r}")
+    return _make_dir(Path(dd).expanduser(), "data_dir")
 
 
 # ----------------------------------------------------------------------
@@ -259,8 +270,15 @@ def prepare(source: str, *, format=None, name=None, min_rating=None, columns=Non
                                           and min_rating is None):
         raise DataError(f"name: {target!r} is a built-in dataset; choose another --name")
     _check_user_name(target)
-    d = _build_user(target, recipe, root, replace=True)
-    _ensure_split(d, storage.read_meta(d), seed, DEFAULT_SPLIT, progress, replace=True)
+    # build the dataset and its default split in a staging directory; only a complete, splittable
+    # dataset replaces one already prepared under this name (a bad file loses nothing)
+    stage = storage.new_tmp_dir(root, target)
+    try:
+        d = _build_user(target, recipe, stage, replace=True, source_root=root)
+        _ensure_split(d, storage.read_meta(d), seed, DEFAULT_SPLIT, progress, replace=True)
+        storage.publish(d, root / target, replace=True)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return target
 
 
@@ -395,12 +413,12 @@ def _build_synth(cname: str, params, d: Path, progress: bool) -> None:
     storage.publish(tmp, d)
 
 
-def _build_user(target: str, recipe: dict, root: Path, replace: bool) -> Path:
+def _build_user(target: str, recipe: dict, root: Path, replace: bool, source_root: Optional[Path] = None) -> Path:
     t0 = time.perf_counter()
     d = root / target
     min_rating = recipe.get("min_rating")
     if "builtin" in recipe:
-        data = readers.read_ml100k(_ml100k_wheel(root))
+        data = readers.read_ml100k(_ml100k_wheel(source_root or root))
         fmt, source, kind = "ml100k", ML100K_SOURCE, "real"
     else:
         path = Path(recipe["path"])

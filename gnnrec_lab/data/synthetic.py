@@ -73,6 +73,9 @@ class SynthParams:
         if not isinstance(self.locality, (int, float)) or not (0 <= self.locality <= 1):
             raise DataError(f"synthetic locality must be in [0, 1], got {self.locality!r}")
         U, I, N = self.users, self.items, self.interactions
+        for f, v in (("users", U), ("items", I), ("interactions", N)):
+            if v > MAX_SYNTH[f]:
+                raise DataError(f"dataset: synthetic {f} must be at most {MAX_SYNTH[f]:,}, got {v:,}")
         if I < 2:
             raise DataError(f"synthetic items must be at least 2, got {I}")
         mean = N / U
@@ -96,6 +99,9 @@ class SynthParams:
         return asdict(self)
 
 
+# Upper bounds that refuse a typo (``users=1e12``) before anything is generated: ids are int32,
+# and 2**36 interactions would already be a 1 TiB file.
+MAX_SYNTH = {"users": 2**31 - 1, "items": 2**31 - 1, "interactions": 2**36}
 PARAM_NAMES = tuple(f.name for f in fields(SynthParams))
 _INT_PARAMS = {"users", "items", "interactions", "seed", "communities", "min_degree", "max_degree"}
 

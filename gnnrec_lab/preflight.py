@@ -1,0 +1,109 @@
+"""Pre-flight: refuse a run that cannot start before anything is allocated or queued.
+
+:func:`check_launch` is the one check the CLI (``run``, in the foreground and
+with ``--detach``) and the dashboard's Launch button call before a run exists:
+the dataset is known, NUMA placements name nodes this machine has, ``file:``
+directories exist, a row-count ``cache_size`` fits the embedding table, the
+device profile exists, and the predicted footprint of what stays in DRAM
+(modeled, :func:`gnnrec_lab.memory.footprint`) fits the memory available now
+(or the run's memory limit). Classes placed on ``file:DIR`` are not counted
+against DRAM. Every refusal is a :class:`~gnnrec_lab.errors.UserError` naming
+the parameter; only the footprint refusal can be overridden (``--force``).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from .errors import ConfigError, UserError
+
+# which setting drives each tensor class's size (named in the refusal)
+DRIVERS = {"embeddings": "dim", "optimizer": "dim/optimizer", "gradients": "dim", "activations": "dim/layers",
+           "edge_intermediates": "dim/ngcf_form", "buffers": "batch_size", "graph": "dataset",
+           "runtime": "interpreter"}
+
+
+def available_bytes() -> int:
+    """Memory available to a new process now (bytes, measured: psutil ``available``)."""
+    import psutil
+    return int(psutil.virtual_memory().available)
+
+
+def _fmt(n: float) -> str:
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def dram_footprint(config, counts: dict) -> tuple[int, dict]:
+    """(bytes that stay in DRAM, predicted footprint by class); modeled, interpreter left out."""
+    from .memory.footprint import footprint
+    fp = footprint(config, counts=counts, runtime_bytes=0)
+    off = {cls for cls, where in (config.placement or {}).items() if str(where).startswith("file:")}
+    return sum(v for k, v in fp.items() if k not in off), fp
+
+
+def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[int] = None,
+                 available: Optional[int] = None) -> Optional[int]:
+    """Raise UserError (naming the parameter) when ``config`` cannot run here; return the
+    predicted DRAM bytes (modeled) when the footprint could be predicted."""
+    from .data import describe
+    try:
+        counts = describe(config.dataset, data_dir=config.data_dir)
+    except UserError as e:
+        msg = str(e)
+        raise ConfigError("dataset", msg) if not msg.startswith(("dataset", "data_dir")) else UserError(msg)
+    if not counts.get("prepared", True):
+        # the run will build the dataset: its directory must take files
+        import tempfile
+        from .data.registry import _root
+        root = _root(config.data_dir)
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".write-probe-", dir=root))
+        except OSError as e:
+            raise ConfigError("data_dir", f"{root} is not writable ({e.strerror}); {config.dataset} is not "
+                                          f"prepared there yet") from None
+    from .runner import numa_prefix
+    numa_prefix(config)  # absent node, mixed policies, no numactl: refused the same way on every path
+    for cls, where in sorted((config.placement or {}).items()):
+        if str(where).startswith("file:"):
+            d = str(where)[5:]
+            if not os.path.isdir(d):
+                raise ConfigError("placement", f"{cls}: {d!r} is not an existing directory")
+            if not os.access(d, os.W_OK):
+                raise ConfigError("placement", f"{cls}: directory {d!r} is not writable")
+    rows = counts["n_users"] + counts["n_items"]
+    cs = str(config.cache_size)
+    if config.cache_policy not in ("none", "stream") and not cs.endswith("%") and int(cs) > rows:
+        raise ConfigError("cache_size", f"{int(cs):,} rows is more than the embedding table's {rows:,} rows "
+                                        f"({config.dataset}); use at most {rows} or a share such as 100%")
+    if config.device_profile is not None:
+        from .memory.profiles import load_profiles
+        names = sorted(load_profiles())
+        if config.device_profile not in names:
+            raise ConfigError("device_profile", f"unknown {config.device_profile!r}; known: {', '.join(names)}")
+    dram, fp = dram_footprint(config, counts)
+    if force:
+        return dram
+    avail = available_bytes() if available is None else int(available)
+    where = "memory available now"
+    if memory_limit_bytes is not None and memory_limit_bytes < avail:
+        avail, where = int(memory_limit_bytes), "run's memory limit"
+    if dram > avail:
+        big = max((k for k in fp if k != "runtime"), key=lambda k: fp[k])
+        raise UserError(f"footprint: predicted {_fmt(dram)} in DRAM (modeled; largest: {big} {_fmt(fp[big])}, "
+                        f"set by {DRIVERS.get(big, big)}) exceeds the {_fmt(avail)} of {where}; lower it, "
+                        f"place classes on file:DIR, or pass --force to start anyway")
+    return dram
+
+
+def footprint_error(config, *, memory_limit_bytes: Optional[int] = None) -> Optional[str]:
+    """:func:`check_launch`'s refusal as one line, or None when the run may start (dashboard use)."""
+    try:
+        check_launch(config, memory_limit_bytes=memory_limit_bytes)
+    except UserError as e:
+        return str(e)
+    return None

@@ -1,0 +1,185 @@
+"""The bad-input battery: every user mistake ends in ONE line that names the parameter
+(or the file and line) and exit status 2; nothing is queued, lost or recreated.
+
+The CLI runs in-process through ``gnnrec_lab.cli.main`` (no interpreter start per case);
+every case is refused before any training or allocation, so the battery is quick.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import pytest
+
+from gnnrec_lab import cli
+from gnnrec_lab.config import RunConfig
+from gnnrec_lab.errors import ConfigError, UserError
+
+
+def run_cli(argv, capsys) -> tuple[int, str]:
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:  # argparse's own refusals exit from inside parse_args
+        rc = e.code
+    return rc, capsys.readouterr().err.strip()
+
+
+def assert_one_line(rc, err, needle):
+    assert rc == 2, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("gnnrec-lab: error:"), err
+    assert needle in err, err
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(h))
+    return h
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad-inputs")
+    (d / "bigid.csv").write_text("1," + "9" * 5_000_000 + ",5\n")
+    (d / "nan.csv").write_text("user,item,rating\n1,2,4\n3,4,nan\n")
+    (d / "inf.csv").write_text("user,item,rating\n1,2,4\n3,4,inf\n")
+    (d / "latin1.csv").write_bytes("user,item\nJos\xe9,a\nJos\xe8,a\n".encode("latin-1"))
+    os.mkfifo(d / "pipe.csv")
+    return d
+
+
+# (argv, text the one line must contain); {files} is the directory of the files above
+BATTERY = [
+    ("run --warmup-epochs inf", "--warmup-epochs"),
+    ("run --seed 18446744073709551616", "seed"),
+    ("run --dim 1000000000000", "dim"),
+    ("run --mode sampled --fanouts 1000000000000,10,10", "fanouts"),
+    ("run --dataset synth:users=1000000000000,items=10,interactions=100", "dataset"),
+    ("run --dataset synth:users=1m,items=1m,interactions=1000000000000", "dataset"),
+    ("run --mode sampled --cache-policy lru --cache-size 99999999999", "cache_size"),
+    ("run --data-dir /proc", "data_dir"),
+    ("run --trace /nonexistent/dir/t.json", "--trace"),
+    ("run --detach --memory-limit infG", "--memory-limit"),
+    ("run --detach --memory-limit 1e400", "--memory-limit"),
+    ("data prepare {files}/bigid.csv --name bigid --data-dir {files}/dd", "bigid"),
+    ("data list --data-dir /etc/passwd", "data_dir"),
+    ("whatif abc --device cxl", "run_id"),
+    ("whatif 1 --device cxl --dram-gb nan", "--dram-gb"),
+    ("whatif 1 --device cxl --dram-gb -1", "--dram-gb"),
+    ("runs show 1000000000000000000000000000000", "id"),
+    ("advise --dataset ml-100k --dram-gb nan", "--dram-gb"),
+    ("advise --dataset ml-100k --dram-gb inf", "--dram-gb"),
+    ("dashboard --address bogus.invalid", "--address"),
+    ("dashboard --address 0.0.0.0", "--allow-remote"),
+    # issue 12 item 3: non-finite values refused at the door
+    ("run --lr inf", "--lr"), ("run --lr nan", "--lr"), ("run --l2 inf", "--l2"),
+    ("run --weight-decay inf", "--weight-decay"), ("run --momentum nan", "--momentum"),
+    # the poor cases
+    ("run --placement embeddings=numa:membind:5", "placement"),
+    ("run --placement embeddings=numa:bind:x", "placement"),
+    ("run --placement embeddings=file:/nonexistent/pmem", "placement"),
+    ("run --data-dir ''", "data_dir"),
+    ("run --device-profile bogus", "device_profile"),
+    ("run --threads 100000", "threads"),
+    ("data prepare {files}/nan.csv --name nanr --data-dir {files}/dd", "nan.csv:3"),
+    ("data prepare {files}/inf.csv --name infr --data-dir {files}/dd", "inf.csv:3"),
+    ("data prepare {files}/latin1.csv --name lat --data-dir {files}/dd", "latin1.csv:2: not UTF-8"),
+    ("data prepare {files}/pipe.csv --name pipe --data-dir {files}/dd", "not a regular file"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", BATTERY, ids=[b[0][:60] for b in BATTERY])
+def test_bad_input_is_one_line_naming_the_parameter(argv, needle, files, home, capsys):
+    import shlex
+    rc, err = run_cli(shlex.split(argv.format(files=files)), capsys)
+    assert_one_line(rc, err, needle)
+
+
+def test_detach_validates_before_queuing(home, capsys):
+    from gnnrec_lab.store import Store
+    rc, err = run_cli(["run", "--detach", "--dataset", "nosuch"], capsys)
+    assert_one_line(rc, err, "dataset")
+    rc, err = run_cli(["run", "--detach", "--placement", "embeddings=numa:membind:5"], capsys)
+    assert_one_line(rc, err, "placement")
+    assert Store(home).run_ids() == []       # nothing was queued
+
+
+def test_parquet_nested_columns_are_refused(tmp_path, capsys, home):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    t = pa.table({"user": [[1, 2], [3]], "item": [1, 2]})
+    pq.write_table(t, tmp_path / "nested.parquet")
+    rc, err = run_cli(["data", "prepare", str(tmp_path / "nested.parquet"), "--data-dir", str(tmp_path / "dd")],
+                      capsys)
+    assert_one_line(rc, err, "'user'")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("lr", float("inf")), ("lr", float("nan")), ("l2", float("inf")), ("weight_decay", float("inf")),
+    ("warmup_epochs", float("inf")), ("momentum", float("nan")), ("target_recall", float("nan")),
+    ("seed", 2**64), ("dim", 10**12), ("threads", 10**5), ("fanouts", (10**12,)), ("cache_size", "nan%"),
+    ("data_dir", ""), ("placement", {"embeddings": "numa:membind:"}), ("placement", {"embeddings": "file:"}),
+])
+def test_run_config_refuses_non_finite_and_out_of_range(field, value):
+    """The same refusals for every path (CLI, dashboard, notebooks, the runner): RunConfig names the field."""
+    with pytest.raises(ConfigError) as e:
+        RunConfig(**{field: value})
+    assert e.value.param == field and "\n" not in str(e.value)
+
+
+def test_os_and_memory_errors_are_one_line(monkeypatch, capsys, home):
+    """The top-level handler: an OSError or MemoryError from anywhere names its cause, exit 2."""
+    from gnnrec_lab.commands import run as run_cmd
+
+    def boom(exc):
+        def f(args):
+            raise exc
+        return f
+
+    for exc, needle in ((PermissionError(13, "Permission denied", "/data/x.npy"), "/data/x.npy: Permission denied"),
+                        (MemoryError("Unable to allocate 69.8 TiB"), "out of memory (Unable to allocate 69.8 TiB)"),
+                        (sqlite3.DatabaseError("database disk image is malformed"), "run store")):
+        monkeypatch.setattr(run_cmd, "main", boom(exc))
+        rc, err = run_cli(["run"], capsys)
+        assert_one_line(rc, err, needle)
+
+
+# ---------------------------------------------------------------------------
+# pre-flight: the predicted footprint against the memory available (issue 12 item 10)
+# ---------------------------------------------------------------------------
+def test_preflight_refuses_a_config_that_does_not_fit(monkeypatch, capsys, home):
+    from gnnrec_lab import preflight
+    monkeypatch.setattr(preflight, "available_bytes", lambda: 1 << 20)   # a 1 MiB machine
+    rc, err = run_cli(["run", "--dataset", "synth-tiny", "--epochs", "1"], capsys)
+    assert_one_line(rc, err, "footprint: predicted")
+    assert "--force" in err and "1.0 MiB" in err
+    cfg = RunConfig(dataset="synth-tiny")
+    assert preflight.check_launch(cfg, force=True) > 1 << 20                   # --force skips it
+    with pytest.raises(UserError, match="memory limit"):
+        preflight.check_launch(cfg, memory_limit_bytes=1 << 20, available=1 << 40)
+
+
+def test_preflight_does_not_count_classes_placed_off_dram(tmp_path):
+    from gnnrec_lab import preflight
+    cfg = RunConfig(dataset="synth-tiny", dim=256)
+    dram = preflight.check_launch(cfg, available=1 << 40)
+    off = RunConfig(dataset="synth-tiny", dim=256,
+                    placement={c: f"file:{tmp_path}" for c in ("embeddings", "optimizer", "gradients")})
+    off_dram = preflight.check_launch(off, available=dram - 1)            # fits once those are off DRAM
+    assert off_dram < dram
+    with pytest.raises(UserError, match="footprint"):
+        preflight.check_launch(cfg, available=dram - 1)
+
+
+def test_cache_larger_than_the_table_is_refused_before_allocating():
+    """Every path (a notebook calling train directly too): the cache buffer is not allocated."""
+    import types
+
+    import torch
+
+    from gnnrec_lab.cache.tier import make_cached_rows
+    model = types.SimpleNamespace(embedding=torch.nn.Parameter(torch.zeros(10, 4)))
+    cfg = RunConfig(dataset="synth-tiny", mode="sampled", cache_policy="lru", cache_size="99999999999")
+    with pytest.raises(ConfigError, match="more than the embedding table's 10 rows"):
+        make_cached_rows(cfg, model)
