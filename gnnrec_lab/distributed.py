@@ -586,6 +586,9 @@ def summarize(reports: list[dict]) -> dict:
         "seeds_per_batch": float(np.mean([b["seeds"] for b in rows])),
         "explosion_factor": float(np.mean([b["input_nodes"] for b in rows])) / n_nodes,
         "remote_row_share": sum(b["remote_rows"] for b in rows) / max(1, sum(b["input_nodes"] for b in rows)),
+        # trainer 0's timed batches against its measured epoch time (the rest: store writes, loop)
+        "batch_time_share_of_epoch": (sum(b["total"] for b in reports[0]["batches"])
+                                      / max(sum(reports[0]["epoch_seconds"]), 1e-12)),
         "batches": n_batches,
     }
 
