@@ -561,6 +561,71 @@ def _evaluate(emb, model, graph, dataset, orig_nids, users, split) -> dict:
         return evaluate(model, graph.adj, dataset, split, users=users)
 
 
+# -- the neighbourhood explosion, without DGL -----------------------------------------------------
+def explosion_factor(graph, layers: int, batch_size: int, fanout: int = 10, batches: int = 3,
+                     seed: int = 0) -> dict:
+    """Nodes a sampled mini-batch touches (its input nodes) per graph node, for a ``layers``-deep
+    model with ``fanout`` neighbours per layer and BPR batches of ``batch_size`` triples, from the
+    lab's own sampler (:func:`gnnrec_lab.sampling.sample_subgraph`, the GraphSAGE/DGL semantics the
+    DistDGL run samples with). Full-graph training touches every node every step (factor 1);
+    the mean over ``batches`` batches (measured on the sampled sub-graphs, not timed)."""
+    from .sampling import batch_nodes, bpr_batches, sample_subgraph
+    rng = np.random.default_rng(seed)
+    touched, seeds = [], []
+    for k, (u, p, n) in enumerate(bpr_batches(graph, batch_size, rng, max_batches=batches)):
+        sg = sample_subgraph(graph, batch_nodes(graph, u, p, n), [fanout] * layers, rng)
+        touched.append(sg.n_nodes_hop[-1])
+        seeds.append(sg.n_seeds)
+    return {"layers": layers, "batch_size": batch_size, "fanout": fanout, "n_nodes": graph.n_nodes,
+            "seeds_per_batch": float(np.mean(seeds)), "input_nodes_per_batch": float(np.mean(touched)),
+            "explosion_factor": float(np.mean(touched)) / graph.n_nodes}
+
+
+# -- what the notebook and the Compare page show -------------------------------------------------
+COMPARISON_COLUMNS = ["id", "engine", "dataset", "model", "layers", "batch_size", "epoch_s", "time_to_target_s",
+                      "best_valid_recall@20", "test_recall@20", "explosion_factor", "batch_ms", "partitions"]
+
+
+def comparison_row(result: dict, run_id=None) -> dict:
+    """One run (a RunResult's or a DistDGL run's result dict) as a row of :func:`comparison_frame`."""
+    cfg = result.get("config") or {}
+    engine = result.get("engine") or ("full" if cfg.get("mode", "full") == "full" else "sampled")
+    dist = result.get("distributed") or {}
+    ep = result.get("epoch_seconds") or []
+    batch = (dist.get("batch_seconds_median") or {}).get("total")
+    return {"id": run_id, "engine": engine, "dataset": cfg.get("dataset"), "model": cfg.get("model"),
+            "layers": cfg.get("layers"), "batch_size": cfg.get("batch_size"),
+            "epoch_s": float(np.mean(ep)) if ep else None, "time_to_target_s": result.get("time_to_target_s"),
+            "best_valid_recall@20": (result.get("best_valid") or {}).get("recall@20"),
+            "test_recall@20": (result.get("test") or {}).get("recall@20"),
+            "explosion_factor": dist.get("explosion_factor", 1.0 if engine == "full" else None),
+            "batch_ms": None if batch is None else batch * 1e3,
+            "partitions": ((result.get("info") or {}).get("distributed") or {}).get("partitions")}
+
+
+def comparison_frame(store=None, run_ids=None, results=()):
+    """Finished runs, full-graph and DistDGL side by side (one row per run, all measured):
+    ``engine`` (``full``, ``sampled`` or ``distdgl``), mean epoch seconds, time to the Recall@20
+    target, best validation and test Recall@20, the neighbourhood-explosion factor (input nodes
+    per batch / graph nodes; 1 for full-graph training, which propagates every node every step)
+    and DistDGL's median batch time. Rows come from ``store`` (``run_ids`` or every finished
+    run) and from ``results`` (result dicts not in a store)."""
+    import pandas as pd
+    rows = [comparison_row(r) for r in results]
+    if store is not None:
+        for rid in (store.run_ids("finished") if run_ids is None else list(run_ids)):
+            res = store.get_run(rid).get("result")
+            if res:
+                rows.append(comparison_row(res, rid))
+    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+
+
+def dgl_lane_python() -> Optional[Path]:
+    """The DGL lane's interpreter (``make dgl``: ``.venv-dgl`` beside the package), if built."""
+    p = Path(__file__).resolve().parents[1] / ".venv-dgl" / "bin" / "python"
+    return p if p.exists() else None
+
+
 # -- summarising the trainers' reports -----------------------------------------------------------
 def summarize(reports: list[dict]) -> dict:
     """Per-batch time split (median over every trainer's batches), its sum against the measured

@@ -101,3 +101,13 @@ def test_short_training_on_dgl_matches_native(monkeypatch):
     for key in ("recall@20", "ndcg@20"):
         np.testing.assert_allclose(b.best_valid[key], a.best_valid[key], rtol=0.02, atol=2e-3)
         np.testing.assert_allclose(b.test[key], a.test[key], rtol=0.02, atol=2e-3)
+
+
+def test_kernel_bench_shows_dgls_own_copy_u_sum_beside_the_backend():
+    from gnnrec_lab.kernels import bench
+    res = bench.run_kernel_bench(sizes=("small",), dims=(8,), backends=["native", "dgl"], kernels=("spmm",),
+                                 repeats=1, include_pyg=False, host={"triad_GBps": 10.0})
+    got = {(r.backend, r.phase) for r in res}
+    assert {("native", "forward"), ("dgl", "forward"), ("dgl", "backward"), ("dgl-raw", "forward")} <= got
+    assert any("DGL's own copy_u_sum" in line for line in bench.summary(res))
+    assert "copy_u_sum" in bench.dgl_note()

@@ -48,6 +48,17 @@ def test_bad_input_one_line_exit_2(args, needle):
     assert needle in p.stderr and "Traceback" not in p.stderr
 
 
+def test_explosion_factor_grows_with_depth_and_is_a_share_of_the_graph():
+    from gnnrec_lab import data
+    from gnnrec_lab.distributed import explosion_factor
+    from gnnrec_lab.graph import BipartiteGraph
+    ds = data.load("synth-tiny")
+    g = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
+    f = [explosion_factor(g, d, 16, fanout=3, batches=2) for d in (1, 2, 3)]
+    assert all(r["seeds_per_batch"] <= r["input_nodes_per_batch"] <= g.n_nodes for r in f)
+    assert f[0]["explosion_factor"] < f[1]["explosion_factor"] <= f[2]["explosion_factor"] <= 1.0
+
+
 @needs_dgl
 @needs_unshare
 def test_two_partitions_end_to_end_recorded_as_a_measured_distdgl_run():
@@ -65,6 +76,13 @@ def test_two_partitions_end_to_end_recorded_as_a_measured_distdgl_run():
     assert 0.9 <= d["phase_sum_over_batch"] <= 1.1
     assert 0.5 <= d["batch_time_share_of_epoch"] <= 1.0
     assert 0 < d["explosion_factor"] <= 1
+    # DGL's distributed sampler and the lab's touch about as many nodes for the same batch
+    from gnnrec_lab import data
+    from gnnrec_lab.distributed import explosion_factor
+    from gnnrec_lab.graph import BipartiteGraph
+    ds = data.load("synth-tiny")
+    lab = explosion_factor(BipartiteGraph(ds.train, ds.n_users, ds.n_items), 2, 128, fanout=10, batches=4)
+    assert abs(lab["input_nodes_per_batch"] - d["input_nodes_per_batch"]) <= 0.15 * lab["input_nodes_per_batch"]
     assert d["bytes_between_partitions"]["total"] > 0
     assert np.isfinite(r["best_valid"]["recall@20"]) and np.isfinite(r["test"]["recall@20"])
     ev = Store().evals_frame(r["run_id"])
