@@ -389,8 +389,16 @@ def _trainer(spec_path: str, index: int) -> int:
         print(report["error"], file=sys.stderr)
         return 3
     try:
-        report.update(_train(spec, index, g, orig_nids, new_of_orig))
+        if os.environ.get("GNNREC_LAB_DIST_PROFILE"):   # a cProfile of the training loop per trainer
+            import cProfile
+            prof = cProfile.Profile()
+            report.update(prof.runcall(_train, spec, index, g, orig_nids, new_of_orig))
+            prof.dump_stats(str(spec.path(f"trainer{index}.prof")))
+        else:
+            report.update(_train(spec, index, g, orig_nids, new_of_orig))
     finally:
+        import resource
+        report["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         spec.path(f"trainer{index}.json").write_text(json.dumps(report, default=float))
     tdist.barrier()
     return 0   # DGL's atexit hook shuts the servers down
@@ -692,6 +700,7 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
         "info": {"engine": ENGINE, "distributed": info},
         "distributed": {**summary, "wall_seconds": wall,
                         "startup_seconds": [r["startup_seconds"] for r in reports],
+                        "trainer_peak_rss_bytes": [r.get("peak_rss_bytes") for r in reports],
                         "row_check": [r["check"] for r in reports],
                         "steps_per_epoch": r0["steps_per_epoch"], "per_trainer_batch": r0["per_trainer_batch"],
                         "local_interactions": [r["local_interactions"] for r in reports]},
