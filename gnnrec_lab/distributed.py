@@ -500,6 +500,10 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
             loss, _ = bpr_loss_rows(out, x, u_rows, p_rows, n_rows, spec.l2)
             if dense_opt is not None:
                 dense_opt.zero_grad(set_to_none=True)
+            # DGL's sparse optimizer clears the embedding's trace (the rows and gradients of the
+            # steps so far) only after zero_grad(): without it every step re-applies all earlier
+            # gradients and keeps them (measured: +40 MB and a slower step each step)
+            sparse_opt.zero_grad()
             loss.backward()
             t3 = time.perf_counter()
             for p in dense:
@@ -510,6 +514,8 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
                 dense_opt.step()
             sparse_opt.step()
             t4 = time.perf_counter()
+            if emb._trace:
+                raise RuntimeError(f"DistEmbedding still traces {len(emb._trace)} batches after the optimizer step")
             lv = float(loss)
             loss_sum += lv
             # the block-building numpy work sits in compute (t2..t3); sampling ends at the last block
