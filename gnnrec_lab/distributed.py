@@ -167,7 +167,7 @@ def _env(spec: DistSpec, index: int, role: str) -> dict:
         "DGLBACKEND": "pytorch", "DGL_ROLE": role, "DGL_SERVER_ID": str(index), "DGL_NUM_SERVER": "1",
         "DGL_NUM_CLIENT": str(spec.partitions), "DGL_NUM_SAMPLER": "0", "DGL_IP_CONFIG": spec.ip_config,
         "DGL_CONF_PATH": str(spec.path(f"parts/{spec.graph_name}.json")), "DGL_DIST_MODE": "distributed",
-        "DGL_GRAPH_FORMAT": "csc", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(spec.master_port),
+        "DGL_GRAPH_FORMAT": "csc", "MASTER_ADDR": ip_hosts(spec)[0], "MASTER_PORT": str(spec.master_port),
         "RANK": str(index), "WORLD_SIZE": str(spec.partitions), "OMP_NUM_THREADS": "1",
     })
     return env
@@ -200,24 +200,47 @@ def _shm_names() -> set:
         return set()
 
 
+def ip_hosts(spec: DistSpec) -> list[str]:
+    """The host of each machine, in ip_config order."""
+    return [ln.split()[0] for ln in Path(spec.ip_config).read_text().splitlines() if ln.strip()]
+
+
+def _is_local(host: str) -> bool:
+    if host in ("localhost", "::1") or host.startswith("127."):
+        return True
+    try:
+        name = socket.gethostname()
+        return host in {name, *socket.gethostbyname_ex(name)[2]}
+    except OSError:
+        return False
+
+
 def _launch(spec: DistSpec, timeout_s: float) -> list[dict]:
-    procs = []
-    for i in range(spec.partitions):
+    """Start the machines whose ip_config host is this one; the others must be started on their
+    hosts (``python -m gnnrec_lab.distributed machine SPEC I``, the work folder shared at the same
+    path); done when every local machine exited 0 and every trainer's report is there."""
+    procs: dict = {}
+    for i, host in enumerate(ip_hosts(spec)):
+        if not _is_local(host):
+            print(f"machine {i} is {host}: start it there with `python -m gnnrec_lab.distributed machine "
+                  f"{spec.path('spec.json')} {i}`", file=sys.stderr)
+            continue
         cmd = [sys.executable, "-m", "gnnrec_lab.distributed", "machine", str(spec.path("spec.json")), str(i)]
         if spec.isolate:
             cmd = ["unshare", "-m", "--propagation", "private", "--"] + cmd
         log = open(spec.path(f"machine{i}.log"), "wb")
-        procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log))
+        procs[i] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log)
+    remote = [i for i in range(spec.partitions) if i not in procs]
     deadline = time.monotonic() + timeout_s
     failed = None
     try:
         while True:
-            codes = [p.poll() for p, _ in procs]
-            bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
+            codes = {i: p.poll() for i, (p, _) in procs.items()}
+            bad = [i for i, c in codes.items() if c not in (None, 0)]
             if bad:
                 failed = bad[0]
                 break
-            if all(c == 0 for c in codes):
+            if all(c == 0 for c in codes.values()) and all(spec.path(f"trainer{i}.json").exists() for i in remote):
                 break
             if time.monotonic() > deadline:
                 failed = -1
@@ -225,21 +248,20 @@ def _launch(spec: DistSpec, timeout_s: float) -> list[dict]:
             time.sleep(0.2)
     finally:
         if failed is not None:
-            for p, _ in procs:
+            for p, _ in procs.values():
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGTERM)
-            for p, _ in procs:
+            for p, _ in procs.values():
                 try:
                     p.wait(10)
                 except subprocess.TimeoutExpired:
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
-        for _, log in procs:
+        for _, log in procs.values():
             log.close()
     if failed is not None:
         which = "timed out" if failed == -1 else f"machine {failed} exited with {procs[failed][0].returncode}"
-        tails = "\n".join(f"--- machine{i}.log ---\n" + _tail(spec.path(f"machine{i}.log"))
-                          for i in range(spec.partitions))
+        tails = "\n".join(f"--- machine{i}.log ---\n" + _tail(spec.path(f"machine{i}.log")) for i in procs)
         raise RuntimeError(f"distributed run failed: {which}\n{tails}")
     return [json.loads(spec.path(f"trainer{i}.json").read_text()) for i in range(spec.partitions)]
 

@@ -102,3 +102,15 @@ def test_machines_sharing_dev_shm_are_caught_by_the_row_check():
     store = Store()
     run = store.get_run(store.run_ids()[-1])
     assert run["status"] == "failed" and "differ from the source" in run["error"]
+
+
+def test_ip_config_hosts_and_which_machines_start_here(tmp_path):
+    from gnnrec_lab.distributed import DistSpec, _env, _is_local, ip_hosts
+    ip = tmp_path / "ip_config.txt"
+    ip.write_text("192.0.2.5 30050\n\n203.0.113.7 30050\n")   # documentation/private addresses: never contacted
+    spec = DistSpec(workdir=str(tmp_path), graph_name="g", partitions=2, dataset="synth-tiny", ip_config=str(ip))
+    assert ip_hosts(spec) == ["192.0.2.5", "203.0.113.7"]
+    assert _is_local("127.0.0.1") and _is_local("localhost") and not _is_local("203.0.113.7")
+    env = _env(spec, 1, "client")
+    assert env["MASTER_ADDR"] == "192.0.2.5" and env["RANK"] == "1" and env["DGL_ROLE"] == "client"
+    assert env["DGL_NUM_CLIENT"] == "2" and env["DGL_DIST_MODE"] == "distributed"
