@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 PORT       ?= 5006
 export GNNREC_LAB_DATA ?= $(CURDIR)/data
 
-.PHONY: lab test bench install venv data browser clean
+.PHONY: lab test bench install venv data browser clean dgl test-dgl
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,30 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 install venv: $(VENV)/.installed
+
+# The DGL lane: its own venv, because DGL 2.1.0 (the newest on the package index) loads only with
+# torch 2.0-2.2.1 and numpy<2. torch 2.2.1 from the index brings its CUDA libraries (~4.9 GB; 3.5 min measured).
+# DGL imports pandas, pyyaml, pydantic without declaring them. The project goes in with --no-deps
+# and its own dependencies are installed with numpy and torch pinned, so nothing upgrades them.
+DGL_VENV   ?= .venv-dgl
+DGL_PY     := $(DGL_VENV)/bin/python
+DGL_PINS   := "torch==2.2.1" "numpy==1.26.4"
+$(DGL_VENV)/.installed: pyproject.toml
+	test -x $(DGL_PY) || $(PYTHON) -m venv $(DGL_VENV)
+	$(DGL_PY) -m pip install -q --upgrade pip
+	$(DGL_PY) -m pip install -q $(DGL_PINS) "dgl==2.1.0" "torchdata==0.7.1" "setuptools<70" pandas pyyaml pydantic
+	$(DGL_PY) -m pip install -q --no-deps -e .
+	$(DGL_PY) -m pip install -q $(DGL_PINS) "numba>=0.60" scipy tqdm psutil "pytest>=8" pytest-timeout hypothesis
+	DGLBACKEND=pytorch $(DGL_PY) -c "import dgl, torch, numpy; print('dgl', dgl.__version__, 'torch', torch.__version__, 'numpy', numpy.__version__)"
+	touch $@
+
+dgl: $(DGL_VENV)/.installed
+
+# The DGL lane's tests: the kernel agreement and gradchecks (test_kernels runs every backend that
+# imports, dgl among them there), the dgl backend's own tests and the DistDGL ones.
+DGL_TESTS  ?= tests/test_kernels.py tests/test_dgl.py tests/test_distributed.py
+test-dgl: $(DGL_VENV)/.installed
+	DGLBACKEND=pytorch $(DGL_PY) -m pytest -q -ra $(DGL_TESTS) $(PYTEST_ARGS)
 
 data: install
 	$(VENV)/bin/gnnrec-lab data prepare ml-100k
@@ -43,4 +67,4 @@ bench: install
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(DGL_VENV) build *.egg-info

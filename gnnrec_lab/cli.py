@@ -16,7 +16,7 @@ import sys
 from .errors import UserError
 
 # Order is the order shown in --help.
-COMMANDS = ("data", "run", "runs", "sweep", "bench", "calibrate", "whatif", "advise", "cache",
+COMMANDS = ("data", "run", "runs", "sweep", "bench", "calibrate", "whatif", "advise", "cache", "distributed",
             "dashboard", "warmup")
 
 

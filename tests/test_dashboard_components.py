@@ -264,6 +264,28 @@ def test_compare_selection_overlays_selected_runs(store):
     assert labels == {f"#{ids[0]}", f"#{ids[2]}"}
 
 
+def test_compare_shows_full_graph_against_distdgl_runs(store):
+    page = ComparePage(Lab(store=store, runner=RecordingRunner(store)))
+    assert "DistDGL appears once" in texts(page.distributed())
+    full = store.add_run(RunConfig(dataset="synth-tiny", layers=2), status="running")
+    store.record_result(full, {"config": RunConfig(dataset="synth-tiny", layers=2).to_dict(), "epoch_seconds": [2.0, 4.0],
+                               "best_valid": {"recall@20": 0.3}, "time_to_target_s": 5.0})
+    store.set_status(full, "finished")
+    cfg = RunConfig(dataset="synth-tiny", layers=2, mode="sampled", fanouts=(10, 10))
+    dist = store.add_run(cfg, status="running")
+    store.record_result(dist, {"engine": "distdgl", "config": cfg.to_dict(), "epoch_seconds": [9.0],
+                               "best_valid": {"recall@20": 0.29}, "info": {"distributed": {"partitions": 2}},
+                               "distributed": {"explosion_factor": 0.4, "batch_seconds_median": {"total": 0.2}}})
+    store.set_status(dist, "finished")
+    body = pn.panel(page.distributed())
+    df = body.select(pn.widgets.Tabulator)[0].value
+    assert df.loc[full, "engine"] == "full" and df.loc[full, "epoch_s"] == pytest.approx(3.0)
+    assert df.loc[full, "explosion_factor"] == 1.0
+    assert df.loc[dist, "engine"] == "distdgl" and df.loc[dist, "explosion_factor"] == 0.4
+    assert df.loc[dist, "batch_ms"] == pytest.approx(200.0)
+    assert body.select(pn.pane.HoloViews)
+
+
 # -- app ------------------------------------------------------------------------------
 def test_app_builds_launch_first_and_follows_page_requests(store):
     from gnnrec_lab.dashboard.app import build_app

@@ -74,6 +74,7 @@ def run(args) -> int:
     if not args.json:
         print(bench.machine_line(host))
         print(bench.pyg_note())
+        print(bench.dgl_note())
         print(bench.HEADER)
         progress = print
     results = bench.run_kernel_bench(sizes=args.sizes, dims=args.dims, backends=args.backends,

@@ -131,10 +131,32 @@ class ComparePage(pn.viewable.Viewer):
         return pn.Row(pn.pane.HoloViews(by_batch, sizing_mode="stretch_width"),
                       pn.pane.HoloViews(by_depth, sizing_mode="stretch_width"), sizing_mode="stretch_width")
 
+    @param.depends("lab.runs_version")
+    def distributed(self):
+        """Full-graph vs DistDGL runs (``gnnrec-lab distributed``), from
+        :func:`gnnrec_lab.distributed.comparison_frame` (the notebook's table too)."""
+        import holoviews as hv
+        from ..distributed import comparison_frame
+        df, err = safe_call(comparison_frame, self.lab.store)
+        if df is None or df.empty or not (df["engine"] == "distdgl").any():
+            return pn.pane.Markdown("*Full-graph vs DistDGL appears once a `gnnrec-lab distributed` run (the DGL "
+                                    "lane, `make dgl`) has finished.*" + (f" ({err})" if err else ""))
+        df = df[df["dataset"].isin(df.loc[df["engine"] == "distdgl", "dataset"])]
+        cols = ["id", "engine", "dataset", "layers", "batch_size", "epoch_s", "time_to_target_s",
+                "best_valid_recall@20", "explosion_factor", "batch_ms"]
+        table = pn.widgets.Tabulator(df[cols].set_index("id"), disabled=True, sizing_mode="stretch_width",
+                                     height=min(400, 60 + 30 * len(df)))
+        opts = dict(size=9, responsive=True, height=300, tools=["hover"], color="engine", cmap="Category10",
+                    legend_position="right")
+        plot = hv.Scatter(df.dropna(subset=["epoch_s"]), "layers", ["epoch_s", "engine", "batch_size", "id"]).opts(
+            title="Epoch time by depth: full-graph vs DistDGL (measured)", ylabel="epoch time, s", **opts)
+        return pn.Column("### Full-graph vs DistDGL", table, pn.pane.HoloViews(plot, sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
+
     def __panel__(self):
         if self.lab.store is None:
             return not_available("Compare (run store)", self.lab.store_reason)
         refresh = pn.widgets.Button(name="Refresh", width=100)
         refresh.on_click(lambda e: self.refresh())
         return pn.Column(pn.Row("## Compare runs", refresh), self.table, self.overlays, self.scaling,
-                         sizing_mode="stretch_width")
+                         self.distributed, sizing_mode="stretch_width")

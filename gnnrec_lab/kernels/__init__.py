@@ -98,6 +98,7 @@ _current = "native"
 
 @functools.lru_cache(maxsize=1)
 def _dgl_importable() -> bool:
+    os.environ.setdefault("DGLBACKEND", "pytorch")  # else DGL guesses, says so and writes ~/.dgl/config.json
     try:
         import dgl  # noqa: F401
     except Exception:  # a broken DGL install (wrong torch) raises more than ImportError

@@ -181,6 +181,9 @@ def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=Non
                             gc.collect()
                     for (name, phase), ts in times.items():
                         emit(_result(name, phase, backend, dim, size, adj.nnz, ts, nbytes[(name, phase)], bw))
+            if "dgl" in backends and "spmm" in kernels:
+                emit(_result("spmm", "forward", "dgl-raw", dim, size, adj.nnz, _dgl_raw_spmm(adj, dim, repeats),
+                             _spmm_bytes(adj, dim), bw))
             if include_pyg and "spmm" in kernels:
                 try:
                     fw, bwd = _pyg_spmm(adj, dim, repeats, bw)
@@ -194,6 +197,30 @@ def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=Non
         del graph, adj
         gc.collect()
     return out
+
+
+def _spmm_bytes(adj, dim: int) -> int:
+    from .costs import spmm as spmm_cost
+    c = spmm_cost(adj, dim, 4)
+    return c["bytes_read"] + c["bytes_written"]
+
+
+def _dgl_raw_spmm(adj, dim, repeats):
+    """DGL's own ``copy_u_sum`` (unweighted, no normalisation) on the same graph structure the
+    ``dgl`` backend uses: the fastest DGL formulation of the product, timed with perf_counter
+    (one warm-up), the reference for the backend's normalised SpMM."""
+    from . import _backend
+    be = _backend("dgl")
+    g = torch.Generator().manual_seed(0)
+    x = _input(adj.n_cols, dim, g).detach()
+    ts = []
+    for r in range(repeats + 1):
+        t0 = time.perf_counter()
+        be.copy_u_sum_raw(adj, x)
+        if r:
+            ts.append(time.perf_counter() - t0)
+        gc.collect()
+    return ts
 
 
 def _result(name, phase, backend, dim, graph, nnz, ts, nbytes, bw) -> Result:
@@ -239,12 +266,27 @@ def summary(results: list[Result]) -> list[str]:
             # the ideal-bytes ratio says how far apart the two must be when both are memory-bound
             parts.append(f"backward/forward {back.seconds / r.seconds:.2f}x "
                          f"(ideal bytes {back.bytes / r.bytes:.2f}x)")
-        for other in ("torch", "pyg", "dgl"):
+        for other in ("torch", "pyg", "dgl", "dgl-raw"):
             o = by.get((graph, dim, kernel, "forward", other))
             if o:
                 parts.append(f"{o.seconds / r.seconds:.2f}x faster than {other} (forward)")
         lines.append("; ".join(parts))
+        d, raw = by.get((graph, dim, kernel, "forward", "dgl")), by.get((graph, dim, kernel, "forward", "dgl-raw"))
+        if kernel == "spmm" and d and raw:
+            lines.append(f"{graph} D={dim} spmm: dgl backend / DGL's own copy_u_sum = {d.seconds / raw.seconds:.2f}x "
+                         f"(target <= 1.3x: {'met' if d.seconds <= 1.3 * raw.seconds else 'NOT met'})")
     return lines
+
+
+def dgl_note() -> str:
+    """Which DGL formulation the ``dgl`` rows measure (or why there are none)."""
+    from . import available_backends
+    if "dgl" not in available_backends():
+        return "dgl: not importable here (the DGL lane is `make dgl`, .venv-dgl), skipped"
+    import dgl
+    from .backends import DglBackend
+    return (f"dgl {dgl.__version__}: spmm = {DglBackend.SPMM_FORMULATION}; "
+            f"dgl-raw = dgl.ops.copy_u_sum on the same graph without the normalisation (forward only)")
 
 
 def pyg_note() -> str:
