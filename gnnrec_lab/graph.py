@@ -37,6 +37,11 @@ class CSR:
     row_scale: Optional[np.ndarray] = None  # float32 per row
     col_scale: Optional[np.ndarray] = None  # float32 per column
     symmetric: bool = False       # True when the weighted matrix equals its transpose
+    # a locality order of a square matrix's nodes (position -> node, see :func:`locality_order`);
+    # the kernels then propagate on ``permuted(order)`` and map the rows back (same results up to
+    # float summation order)
+    order: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
+    _local: Optional[tuple] = field(default=None, repr=False, compare=False)
     _t: Optional["CSR"] = field(default=None, repr=False, compare=False)
     _t_perm: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
 
@@ -96,6 +101,46 @@ class CSR:
                 n += a.nbytes
         return int(n)
 
+    def set_order(self, order: Optional[np.ndarray]) -> None:
+        """Attach a locality order (position -> node; None detaches) and build ``permuted(order)``
+        now, so the kernels' first propagation does not pay for it (the permuted structure costs
+        ``8 (n+1) + index_bytes * nnz`` bytes more)."""
+        if order is None:
+            self.order, self._local = None, None
+            return
+        import torch
+        order = np.ascontiguousarray(order)
+        if order.shape != (self.n_rows,) or self.n_rows != self.n_cols:
+            raise ValueError(f"set_order: needs {self.n_rows} positions of a square matrix, got {order.shape}")
+        if not np.array_equal(np.sort(order), np.arange(self.n_rows)):
+            raise ValueError("set_order: order is not a permutation of the nodes")
+        inv = inverse_permutation(order)
+        self.order = order
+        self._local = (self.permuted(order), torch.from_numpy(order.astype(np.int64)), torch.from_numpy(inv))
+
+    def permuted(self, perm: np.ndarray) -> "CSR":
+        """``P W P^T`` for a square matrix: row and column ``k`` of the result are node ``perm[k]``
+        (each row's columns sorted ascending). The kernels run LightGCN's propagation on this
+        form when the CSR carries a locality :attr:`order`; per-edge ``values`` are not supported
+        (the lab's adjacency derives its weights from the degree scales)."""
+        if self.n_rows != self.n_cols:
+            raise ValueError(f"permuted: needs a square matrix, got {self.n_rows}x{self.n_cols}")
+        if self.values is not None:
+            raise ValueError("permuted: per-edge values are not supported")
+        perm = np.asarray(perm)
+        if perm.shape != (self.n_rows,):
+            raise ValueError(f"permuted: perm must have {self.n_rows} entries, got {perm.shape}")
+        from .kernels import native as nk
+        inv = inverse_permutation(perm)
+        deg = np.diff(self.indptr)[perm]
+        indptr = np.zeros(self.n_rows + 1, dtype=np.int64)
+        np.cumsum(deg, out=indptr[1:])
+        indices = np.empty_like(self.indices)
+        nk.permute_csr(self.indptr, self.indices, perm, inv.astype(self.indices.dtype, copy=False), indptr, indices)
+        rs = None if self.row_scale is None else self.row_scale[perm]
+        cs = rs if self.col_scale is self.row_scale else (None if self.col_scale is None else self.col_scale[perm])
+        return CSR(indptr, indices, self.n_rows, self.n_cols, None, rs, cs, symmetric=self.symmetric)
+
     def to_torch_sparse(self):
         """A ``torch.sparse_csr_tensor`` with materialised weights (float32)."""
         import torch
@@ -109,6 +154,57 @@ class CSR:
         return sp.csr_matrix((self.edge_weights(), self.indices, self.indptr), shape=(self.n_rows, self.n_cols))
 
 
+def inverse_permutation(perm: np.ndarray) -> np.ndarray:
+    """``inv`` with ``inv[perm[k]] = k`` (int64)."""
+    inv = np.empty(perm.shape[0], dtype=np.int64)
+    inv[perm] = np.arange(perm.shape[0], dtype=np.int64)
+    return inv
+
+
+ORDER_METHODS = ("community", "degree")
+# Hubs placed first: the highest-degree nodes, at most this many (8 MiB of rows at D=64, so they
+# stay in the last-level cache whatever else is gathered), each with degree >= HUB_DEGREE x mean.
+HUB_ROWS = 32768
+HUB_DEGREE = 4.0
+LPA_ROUNDS = 10
+
+
+def locality_order(adj: CSR, method: str = "community", seed: int = 0) -> np.ndarray:
+    """A node order (position -> node, int32/int64 like the indices) of the square CSR ``adj`` for
+    gather locality:
+
+    * ``"degree"``: nodes by degree, descending (hubs first);
+    * ``"community"``: the hubs first (see :data:`HUB_ROWS`), then the other nodes grouped by
+      the community label propagation finds (hubs excluded from the vote), a community's
+      nodes in id order: rows of one community then gather mostly from one short range of
+      columns, which stays in cache, and the hubs' rows are shared by all.
+
+    Deterministic for a given ``seed``."""
+    if method not in ORDER_METHODS:
+        raise ValueError(f"locality_order method: got {method!r}, allowed: {', '.join(ORDER_METHODS)}")
+    if adj.n_rows != adj.n_cols:
+        raise ValueError(f"locality_order: needs a square matrix, got {adj.n_rows}x{adj.n_cols}")
+    n = adj.n_rows
+    dt = adj.indices.dtype
+    deg = np.diff(adj.indptr)
+    by_degree = np.argsort(-deg, kind="stable")
+    if method == "degree" or n == 0:
+        return by_degree.astype(dt)
+    from .kernels import native as nk
+    mean = adj.nnz / max(n, 1)
+    n_hub = int(min(HUB_ROWS, np.count_nonzero(deg >= HUB_DEGREE * mean)))
+    hubs = by_degree[:n_hub]
+    skip = np.zeros(n, dtype=np.bool_)
+    skip[hubs] = True
+    labels = np.arange(n, dtype=np.int64)
+    visit = np.random.default_rng(seed).permutation(n).astype(np.int64)
+    nk.label_propagation(adj.indptr, adj.indices, visit, skip, labels, LPA_ROUNDS, max(1, n // 1000))
+    del visit
+    labels[hubs] = -1
+    rest = np.lexsort((np.arange(n), labels))[n_hub:]  # the hubs sort first (-1); the rest by label, then id
+    return np.concatenate([hubs, rest]).astype(dt)
+
+
 class BipartiteGraph:
     """User-item graph built from training interactions.
 
@@ -117,7 +213,9 @@ class BipartiteGraph:
     for negative sampling and masking train items in evaluation).
     """
 
-    def __init__(self, train: np.ndarray, n_users: int, n_items: int):
+    def __init__(self, train: np.ndarray, n_users: int, n_items: int, node_order: Optional[np.ndarray] = None):
+        """``node_order``: a locality order of the ``n_users + n_items`` nodes (see
+        :func:`locality_order`; a dataset's ``node_order``) attached to ``adj``."""
         train = np.asarray(train)
         if train.ndim != 2 or train.shape[1] != 2:
             raise ValueError(f"train interactions must have shape (n, 2), got {train.shape}")
@@ -155,6 +253,8 @@ class BipartiteGraph:
             d_inv_sqrt = np.where(deg > 0, 1.0 / np.sqrt(np.maximum(deg, 1)), 0.0).astype(np.float32)
         self.degree = deg
         self.adj = CSR(indptr, indices, self.n_nodes, self.n_nodes, None, d_inv_sqrt, d_inv_sqrt, symmetric=True)
+        if node_order is not None:
+            self.adj.set_order(node_order)
 
     @property
     def n_train(self) -> int:
@@ -165,7 +265,8 @@ class BipartiteGraph:
 
     def footprint(self) -> dict:
         """Bytes by part: the propagation adjacency and the user->items index."""
-        return {"adjacency": self.adj.footprint(), "user_items": self.user_items.footprint(),
+        adj = self.adj.footprint() + (0 if self.adj._local is None else self.adj._local[0].footprint())
+        return {"adjacency": adj, "user_items": self.user_items.footprint(),
                 "degree": int(self.degree.nbytes)}
 
     def __repr__(self) -> str:

@@ -38,7 +38,7 @@ from .reporting import Reporter
 # elementwise's caller-chosen names) may match any Function class not listed here
 KERNEL_CLASSES = {"spmm": ("_SpMM", "_LayerMean"), "sddmm_dot": ("_SDDMM",), "sddmm_mul": ("_SDDMM",),
                   "spmm_edge": ("_SpMMEdge",), "gather": ("_Gather",), "scatter_add": ("_Gather",),
-                  "gemm": ("_GEMM",), "bpr_loss": ("_RowsLoss",), "l2_reg": ("_RowsLoss", "_LayerMean")}
+                  "gemm": ("_GEMM",), "bpr_loss": ("_RowsLoss",), "l2_reg": ("_RowsLoss", "_LayerMean"), "permute": ("_LayerMean",)}
 # Functions whose one call records several kernels: _LayerMean records one spmm per layer
 # (forward layers ascending, backward descending, then the L2 gradient a loss left to it),
 # _RowsLoss bpr_loss then l2_reg; the event's time is shared among them

@@ -200,7 +200,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     if config.batch_size > n_train:
         raise ConfigError("batch_size", f"must be at most the number of training interactions "
                                         f"({n_train:,}) of {config.dataset!r}, got {config.batch_size:,}")
-    graph = BipartiteGraph(dataset.train, dataset.n_users, dataset.n_items)
+    graph = BipartiteGraph(dataset.train, dataset.n_users, dataset.n_items, getattr(dataset, "node_order", None))
     _place_graph(graph, config)
     kernels.set_backend(config.backend)
     model = build_model(config, dataset.n_users, dataset.n_items)
@@ -444,8 +444,9 @@ def _place_graph(graph, config) -> None:
     where = config.placement.get("graph", "dram")
     if where.startswith("file:"):
         from .memory.placement import place_array
-        graph.adj.indptr = place_array(graph.adj.indptr, where, "graph")
-        graph.adj.indices = place_array(graph.adj.indices, where, "graph")
+        for a in (graph.adj,) + (() if graph.adj._local is None else (graph.adj._local[0],)):
+            a.indptr = place_array(a.indptr, where, "graph")
+            a.indices = place_array(a.indices, where, "graph")
 
 
 def _place_embeddings(model, config) -> None:

@@ -35,3 +35,51 @@ def test_transpose_of_rectangular_csr():
     assert np.allclose(t.to_scipy().toarray(), m.to_scipy().toarray().T)
     perm = m.transpose_perm()
     assert np.array_equal(m.values[perm], t.values)
+
+
+# -- locality order ----------------------------------------------------------
+def _skewed_graph(seed=0):
+    from tests._graphs import power_law_graph
+    return power_law_graph(n_users=400, n_items=300, n_inter=5000, seed=seed)
+
+
+def test_locality_order_is_a_deterministic_permutation_with_hubs_first():
+    import pytest
+    from gnnrec_lab.graph import locality_order
+    adj = _skewed_graph().adj
+    deg = np.diff(adj.indptr)
+    for method in ("community", "degree"):
+        o = locality_order(adj, method)
+        assert np.array_equal(np.sort(o), np.arange(adj.n_rows))
+        assert np.array_equal(o, locality_order(adj, method))
+        assert deg[o[0]] == deg.max()
+    with pytest.raises(ValueError, match="method"):
+        locality_order(adj, "rcm")
+
+
+def test_community_order_groups_planted_communities():
+    """Two disjoint halves (no edge between them): label propagation never mixes them, so
+    after the hubs each half's nodes are contiguous in the order."""
+    from gnnrec_lab.graph import locality_order
+    rng = np.random.default_rng(3)
+    u = rng.integers(0, 100, 2000)
+    i = rng.integers(0, 50, 2000) + 50 * (u >= 50)        # users 0-49 -> items 0-49, 50-99 -> 50-99
+    pairs = np.unique(np.stack([u, i], 1), axis=0).astype(np.int32)
+    g = BipartiteGraph(pairs, 100, 100)
+    o = locality_order(g.adj, "community")
+    half = np.where(o < 100, o >= 50, (o - 100) >= 50).astype(int)   # which half each position holds
+    assert np.count_nonzero(np.diff(half)) == 1
+
+
+def test_permuted_csr_is_p_a_pt():
+    import pytest
+    adj = _skewed_graph().adj
+    perm = np.random.default_rng(1).permutation(adj.n_rows)
+    p = adj.permuted(perm)
+    dense = adj.to_scipy().toarray()
+    np.testing.assert_allclose(p.to_scipy().toarray(), dense[np.ix_(perm, perm)], rtol=1e-6)
+    assert all(np.all(np.diff(p.indices[p.indptr[r]:p.indptr[r + 1]]) > 0) for r in range(p.n_rows))
+    with pytest.raises(ValueError, match="permutation"):
+        adj.set_order(np.zeros(adj.n_rows, dtype=np.int64))
+    g = BipartiteGraph(np.array([[0, 0], [1, 1]]), 2, 2, node_order=np.array([3, 2, 1, 0]))
+    assert g.adj._local[0].n_rows == 4 and g.footprint()["adjacency"] > 2 * g.adj.footprint() - 64

@@ -456,3 +456,60 @@ def test_prefetch_hint_never_changes_results():
     u = torch.randn(n_rows, 8, dtype=torch.float64)
     r, c = _entries(adj)
     assert torch.allclose(kernels.sddmm(adj, u, x, op="dot"), (u[r] * x[c]).sum(1), atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", ["native", "torch"])
+def test_layer_mean_in_locality_order_matches_the_unreordered_graph(backend, monkeypatch):
+    """A CSR carrying a locality order propagates in that order (rows permuted in and out, each
+    way recorded as ``permute``); values and gradients, the deferred L2 gradient included, equal
+    the unreordered graph's up to float summation order."""
+    from gnnrec_lab.graph import locality_order
+    from tests._graphs import power_law_graph
+    plain = power_law_graph(n_users=300, n_items=200, n_inter=4000, seed=2)
+    pairs = np.stack([plain.user_items.row_ids(), plain.user_items.indices], 1).astype(np.int32)
+    ordered = BipartiteGraph(pairs, 300, 200, node_order=locality_order(plain.adj, "community"))
+    assert ordered.adj.order is not None and not np.array_equal(ordered.adj.order, np.arange(500))
+    x0 = torch.randn(500, 8, dtype=torch.float64)
+    u, p, n = torch.tensor([0, 5, 299]), torch.tensor([1, 2, 199]), torch.tensor([3, 0, 7])
+    outs = []
+    for g, limit in ((plain, 0), (ordered, 0), (ordered, 10**9)):
+        monkeypatch.setattr(kernels, "LOCALITY_MIN_BYTES", limit)
+        x = x0.clone().requires_grad_(True)
+        rec = Recorder()
+        rec.phase = "forward"
+        with kernels.use_backend(backend), use_recorder(rec):
+            h = kernels.layer_mean([g.adj] * 3, x, 0.25)
+            loss, _ = kernels.bpr_l2_loss(h, x, u, p, n, 0.1, item_offset=300)
+            (loss + (h * h).sum()).backward()
+        outs.append((h.detach(), x.grad, [(r.name, r.phase) for r in rec.records if r.name == "permute"]))
+    (h0, g0, p0), (h1, g1, p1), (h2, g2, p2) = outs
+    assert p0 == [] and p2 == []           # no order, or a table below the limit: not reordered
+    assert p1 == [("permute", "forward")] * 2 + [("permute", "backward")] * 2
+    for h, gr in ((h1, g1), (h2, g2)):
+        torch.testing.assert_close(h, h0, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(gr, g0, rtol=1e-12, atol=1e-12)
+
+
+def test_cache_aware_spmm_bytes_count_distinct_rows_per_panel():
+    """distinct_gathers against a direct count; the cache-aware bytes never exceed the naive ones
+    and equal them when the budget is one row."""
+    from gnnrec_lab.kernels import costs
+    from tests._graphs import power_law_graph
+    adj = power_law_graph(n_users=300, n_items=200, n_inter=4000, seed=4).adj
+    for budget in (1, 7, 50, 10**6):
+        total, panels = native.distinct_gathers(adj.indptr, adj.indices, adj.n_cols, budget)
+        want, seen, count, np_ = 0, set(), 0, 1
+        for r in range(adj.n_rows):
+            cols = set(adj.indices[adj.indptr[r]:adj.indptr[r + 1]].tolist())
+            new = len(cols - seen)
+            if seen and len(seen) + new > budget:
+                seen, np_ = set(), np_ + 1
+                new = len(cols)
+            seen |= cols
+            want += new
+        assert (total, panels) == (want, np_)
+    naive = costs.spmm(adj, 16, 4)
+    one = costs.spmm_cached(adj, 16, 4, cache_bytes=int(64 / costs.CACHE_SHARE))  # one row fits
+    assert one["bytes_read"] == naive["bytes_read"]
+    big = costs.spmm_cached(adj, 16, 4, cache_bytes=1 << 30)   # everything fits: each row once
+    assert big["random_bytes"] == len(np.unique(adj.indices)) * 64 < naive["random_bytes"]

@@ -1,4 +1,6 @@
 """The synthetic generator: deterministic, exact counts, power-law skew, a learnable community signal."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -140,3 +142,21 @@ def test_small_graph_of_1k_edges(tmp_path):
     ds = load("synth:users=100,items=100,interactions=1000", data_dir=tmp_path)
     assert (ds.n_users, ds.n_items, ds.n_interactions) == (100, 100, 1000)
     assert ds.user_ids is None and ds.meta["generation"]["shortfall"] == 0
+
+
+def test_large_splits_cache_a_locality_order_of_the_training_graph(tmp_path, monkeypatch):
+    """At ORDER_MIN_NODES nodes and above, the split carries the training graph's locality order
+    (computed once, cached, a damaged file rebuilt); below it there is none."""
+    from gnnrec_lab.data import registry
+    from gnnrec_lab.graph import BipartiteGraph, locality_order
+    name = "synth:users=300,items=200,interactions=4000"
+    assert load(name, data_dir=tmp_path).node_order is None
+    monkeypatch.setattr(registry, "ORDER_MIN_NODES", 500)
+    ds = load(name, data_dir=tmp_path)
+    want = locality_order(BipartiteGraph(ds.train, 300, 200).adj, registry.ORDER_METHOD)
+    assert np.array_equal(ds.node_order, want)
+    f = Path(ds.meta["node_order"]["file"])
+    mtime = f.stat().st_mtime_ns
+    assert np.array_equal(load(name, data_dir=tmp_path).node_order, want) and f.stat().st_mtime_ns == mtime
+    np.save(f, np.zeros(500, dtype=want.dtype))          # not a permutation: rebuilt on the next load
+    assert np.array_equal(load(name, data_dir=tmp_path).node_order, want)

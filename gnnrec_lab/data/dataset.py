@@ -17,6 +17,9 @@ class Dataset:
     ``user_ids[k]`` / ``item_ids[k]`` give the original id of user / item ``k``
     (None for synthetic data, whose ids are already contiguous). ``meta`` records
     source, format, seed, split, min_rating, counts and generation parameters.
+    ``node_order``: a locality order of the training graph's ``n_users + n_items`` nodes
+    (:func:`gnnrec_lab.graph.locality_order`), cached with the split of large datasets (None
+    for small ones); the kernels propagate in that order, results are the same.
     """
 
     name: str
@@ -28,6 +31,7 @@ class Dataset:
     user_ids: Optional[np.ndarray] = None
     item_ids: Optional[np.ndarray] = None
     meta: dict = field(default_factory=dict)
+    node_order: Optional[np.ndarray] = None
 
     @property
     def n_train(self) -> int:

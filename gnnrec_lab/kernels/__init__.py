@@ -262,8 +262,12 @@ class _LayerMean(torch.autograd.Function):
     def forward(ctx, x, blocks, weight, bname):
         span = _forward_span()
         be = _backend(bname)
-        ctx.blocks, ctx.weight, ctx.bname = blocks, weight, bname
         ctx.x_ref, ctx.deferred_l2 = weakref.ref(x), None
+        ctx.local = local = _locality(blocks, x)
+        if local is not None:  # propagate in the locality order: x's rows permuted in, acc's out
+            blocks = [local[0]] * len(blocks)
+            x = _permute_rows(span, be, bname, x, local[1])
+        ctx.blocks, ctx.weight, ctx.bname = blocks, weight, bname
         n_out, D, f = blocks[0].n_rows, x.shape[1], _elem(x)
         acc = buffers.empty((n_out, D), x.dtype)
         cur = x
@@ -273,6 +277,11 @@ class _LayerMean(torch.autograd.Function):
             cur = span.run("spmm", k, None, bname,
                            lambda blk=blk: costs.spmm(blk, D, f, extra_read=extra_read, extra_written=n_out * D * f),
                            be.spmm_fused, blk, cur, 1.0, acc, init, None, weight)
+            if k == 0:
+                del x, init  # the permuted copy of x is not needed after the first layer
+        del cur
+        if local is not None:
+            acc = _permute_rows(span, be, bname, acc, local[2])
         return acc
 
     @staticmethod
@@ -280,6 +289,8 @@ class _LayerMean(torch.autograd.Function):
         span = _Span()
         be, w, blocks = _backend(ctx.bname), ctx.weight, ctx.blocks
         g = g.contiguous()
+        if ctx.local is not None:
+            g = _permute_rows(span, be, ctx.bname, g, ctx.local[1], "backward")
         n_g, D, f = g.shape[0], g.shape[1], _elem(g)
         h, alpha = g, w
         for k in range(len(blocks) - 1, -1, -1):
@@ -288,10 +299,38 @@ class _LayerMean(torch.autograd.Function):
                          lambda blk_t=blk_t: costs.spmm(blk_t, D, f, extra_read=n_g * D * f),
                          be.spmm_fused, blk_t, h, alpha, None, None, g, w)
             alpha = 1.0
+        if ctx.local is not None:
+            del g
+            h = _permute_rows(span, be, ctx.bname, h, ctx.local[2], "backward")
         deferred, ctx.deferred_l2 = ctx.deferred_l2, None
         if deferred is not None:
             _RowsLoss.l2_grad_into(span, h, *deferred)
         return h, None, None, None
+
+
+# Tables up to this size are gathered through column blocks (see native.col_block_count); above
+# it a CSR with a locality order is propagated in that order instead.
+LOCALITY_MIN_BYTES = 96 << 20
+
+
+def _locality(blocks, x: torch.Tensor):
+    """``(P A P^T, perm, inv)`` when every block is one square CSR that carries a locality order
+    (:meth:`~gnnrec_lab.graph.CSR.set_order`) and its gathered table exceeds
+    :data:`LOCALITY_MIN_BYTES`; else None."""
+    a = blocks[0]
+    local = getattr(a, "_local", None)
+    if local is None or any(b is not a for b in blocks) or x.shape[0] != a.n_cols:
+        return None
+    if a.n_cols * x.shape[1] * _elem(x) <= LOCALITY_MIN_BYTES:
+        return None
+    return local
+
+
+def _permute_rows(span, be, bname, t: torch.Tensor, idx: torch.Tensor, phase=None) -> torch.Tensor:
+    """``t[idx]`` recorded as ``permute`` (the locality order's way in and out)."""
+    return span.run("permute", -1, phase, bname,
+                    lambda: costs.gather(idx.shape[0], t.shape[1], _elem(t), idx.element_size()),
+                    be.gather, t, idx)
 
 
 def layer_mean(blocks, x: torch.Tensor, weight: float) -> torch.Tensor:

@@ -83,6 +83,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import UserError
+from ..data.registry import ORDER_MIN_NODES
+from ..kernels import LOCALITY_MIN_BYTES
 from ..kernels.native import col_block_count
 
 # Peak RSS that compiling the training kernels adds to a run (measured: the first ML-100K
@@ -151,6 +153,12 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     nb = col_block_count(n, d * F32)
     if nb > 1:                      # the column-block row positions the native SpMM caches
         graph += 8 * (nb + 1) * n
+    # a locality order cached with a large split: the order, P A P^T, its scales and the int64 order
+    # and inverse the kernels hold; LightGCN's layer mean then propagates in it (one node tensor
+    # more at a time: the permuted input, or the permuted mean before it is mapped back)
+    local = (config.model == "lightgcn" and n >= ORDER_MIN_NODES and F32 * n * d > LOCALITY_MIN_BYTES)
+    if local:
+        graph += idx * n + 8 * (n + 1) + idx * e + F32 * n + 16 * n
     params = F32 * n * d
     if config.model == "ngcf":
         params += L * (2 * d * d + 2 * d) * F32
@@ -161,8 +169,8 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
         # kernels.layer_mean saves nothing for backward (the propagation is linear): forward holds
         # the current and next layer and the running mean; backward the incoming gradient, the
         # current and next Horner term and the mean's output still referenced by the graph
-        act_train = 4 * ndf
-        act_eval = 3 * ndf                      # no_grad: current layer, next layer, running sum
+        act_train = (5 if local else 4) * ndf
+        act_eval = (4 if local else 3) * ndf    # no_grad: current layer, next layer, running sum
     elif config.model == "ngcf":
         d_out = (L + 1) * d
         act_train = F32 * n * (7 * L * d + 3 * d_out)   # 7 node tensors per layer kept + concat + 2 temps
