@@ -77,7 +77,8 @@ def main(argv=None):
 
     from gnnrec_lab.config import RunConfig
     from gnnrec_lab.errors import UserError
-    from gnnrec_lab.runner import Runner, memory_cgroup_root, parse_size
+    from gnnrec_lab.cgroup import memory_cgroup_root, parse_size
+    from gnnrec_lab.runner import Runner
     from gnnrec_lab.store import Store
     try:
         memory_cgroup_root()

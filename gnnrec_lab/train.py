@@ -33,6 +33,7 @@ from .graph import BipartiteGraph
 from .models import bpr_loss, bpr_loss_rows, build_model
 from .optim import FusedAdam, build_optimizer, lr_at, state_tensors
 from .memory import footprint, peak_rss_bytes
+from .memory.placement import allocate, place_array, place_of, place_tensor
 from .recorder import Recorder, store_key, sum_records, use_recorder
 from .reporting import MultiReporter, Reporter
 from .rows import make_row_store
@@ -441,27 +442,24 @@ def modeled_line(modeled: dict) -> str:
 
 def _place_graph(graph, config) -> None:
     """Move the adjacency's index arrays (the bulk of the graph class) to ``file:DIR``."""
-    where = config.placement.get("graph", "dram")
-    if where.startswith("file:"):
-        from .memory.placement import place_array
+    where = place_of(config, "graph")
+    if where.is_file:
         graph.adj.indptr = place_array(graph.adj.indptr, where, "graph")
         graph.adj.indices = place_array(graph.adj.indices, where, "graph")
 
 
 def _place_embeddings(model, config) -> None:
     """Move the embedding table to its placement (a file-backed tier for ``file:DIR``)."""
-    where = config.placement.get("embeddings", "dram")
-    if where.startswith("file:"):
-        from .memory.placement import place_tensor
+    where = place_of(config, "embeddings")
+    if where.is_file:
         model.embedding.data = place_tensor(model.embedding.data, where, "embeddings")
 
 
 def _place_optimizer_state(opt, model, config) -> None:
     """Pre-create Adam-family moment tensors at the ``optimizer`` placement."""
-    where = config.placement.get("optimizer", "dram")
-    if not where.startswith("file:") or config.optimizer not in ("adam", "adamw"):
+    where = place_of(config, "optimizer")
+    if not where.is_file or config.optimizer not in ("adam", "adamw"):
         return
-    from .memory.placement import allocate
     for p in model.parameters():
         opt.state[p] = {"step": torch.tensor(0.0),
                         "exp_avg": allocate(tuple(p.shape), p.dtype, where, "optimizer"),

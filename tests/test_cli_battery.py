@@ -178,8 +178,8 @@ def test_cache_larger_than_the_table_is_refused_before_allocating():
 
     import torch
 
-    from gnnrec_lab.cache.tier import make_cached_rows
+    from gnnrec_lab.cache.cached_rows import make_cached_rows
     model = types.SimpleNamespace(embedding=torch.nn.Parameter(torch.zeros(10, 4)))
     cfg = RunConfig(dataset="synth-tiny", mode="sampled", cache_policy="lru", cache_size="99999999999")
     with pytest.raises(ConfigError, match="more than the embedding table's 10 rows"):
-        make_cached_rows(cfg, model)
+        make_cached_rows(cfg, model, None)

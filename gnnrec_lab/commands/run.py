@@ -78,11 +78,11 @@ def main(args) -> int:
         _check_trace_path(args.trace)
     limit = None
     if args.memory_limit is not None:
-        from ..runner import parse_size
+        from ..cgroup import parse_size
         limit = parse_size(args.memory_limit, "--memory-limit")
     check_launch(config, force=args.force, memory_limit_bytes=limit)
     if not args.detach:
-        from ..runner import numa_request
+        from ..memory.placement import numa_request
         if numa_request(config.placement) is not None:
             raise UserError("placement: numa: placements are applied by numactl around a worker process; "
                             "add --detach (a foreground run cannot change its own NUMA policy)")
