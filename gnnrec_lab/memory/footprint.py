@@ -83,7 +83,6 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import UserError
-from ..kernels.native import col_block_count
 
 # Peak RSS that compiling the training kernels adds to a run (measured: the first ML-100K
 # LightGCN run of a fresh environment, numba 0.68.1, empty disk cache, peaked at 648.6 MiB, the
@@ -148,6 +147,7 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
              + 8 * c["n_interactions"])                                   # int32 [user, item] splits
     if edge_form:
         graph += (idx + 4) * e      # the transposed structure SDDMM's backward caches (row ids + entry perm)
+    from ..kernels.native import col_block_count  # numba and torch: loaded by a prediction, not by the package
     nb = col_block_count(n, d * F32)
     if nb > 1:                      # the column-block row positions the native SpMM caches
         graph += 8 * (nb + 1) * n

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-import numpy as np
-
 from ..errors import ConfigError, UserError
 from .topology import Topology, detect
 
@@ -276,6 +274,7 @@ def allocate_array(shape, dtype, where="dram", name: str = "tensor") -> np.ndarr
     once (storage is freed when the last reference goes). ``numa:`` places allocate ordinary
     memory: the worker's numactl policy decides where it lands.
     """
+    import numpy as np  # here, not at import: parsing a placement (config, runner) needs no numpy
     place = parse_place(where, name)
     shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
     dtype = np.dtype(dtype)
@@ -304,6 +303,7 @@ def allocate_array(shape, dtype, where="dram", name: str = "tensor") -> np.ndarr
 
 def allocate(shape, dtype, where="dram", name: str = "tensor"):
     """A zeroed ``torch.Tensor`` at ``where``; file-backed tensors share the mapping (no copy)."""
+    import numpy as np  # here, not at import: parsing a placement (config, runner) needs no numpy
     import torch
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype if isinstance(dtype, torch.dtype) else np.dtype(dtype)
     place = parse_place(where, name)
@@ -315,6 +315,7 @@ def allocate(shape, dtype, where="dram", name: str = "tensor"):
 
 def place_array(arr: np.ndarray, where="dram", name: str = "array") -> np.ndarray:
     """``arr`` at ``where``: unchanged for dram/numa, else copied into a file-backed array."""
+    import numpy as np  # here, not at import: parsing a placement (config, runner) needs no numpy
     if parse_place(where, name).kind != "file":
         return arr
     out = allocate_array(arr.shape, arr.dtype, where, name)
