@@ -38,7 +38,8 @@ from typing import Optional, Sequence
 from .cgroup import MemoryCgroup, check_limit, limit_reached, memory_limit_of, oom_verdict, write_limit
 from .errors import UserError
 from .memory.placement import numa_prefix
-from .store import TERMINAL, Store, _proc_start_ticks, pid_alive
+from .proc import pid_alive, proc_start_ticks
+from .store import TERMINAL, Store
 from .worker import tail_lines
 
 # a running row with no pid yet is being spawned; after this long its spawner is presumed dead (s)
@@ -171,7 +172,7 @@ class Runner:
                 cg.remove(timeout_s=0.5)
             return
         self._procs[run_id] = proc
-        self.store.set_fields(run_id, pid=proc.pid, pid_start=_proc_start_ticks(proc.pid))
+        self.store.set_fields(run_id, pid=proc.pid, pid_start=proc_start_ticks(proc.pid))
 
     # -- watching ------------------------------------------------------------
     def _ensure_monitor(self) -> None:

@@ -153,39 +153,6 @@ def _json_or_none(text):
     return json.loads(text) if text else None
 
 
-def _proc_start_ticks(pid: int) -> Optional[int]:
-    """Start time of process ``pid`` in clock ticks since boot (Linux), None when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            rest = f.read().rsplit(b")", 1)[1].split()
-        return int(rest[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def pid_alive(pid: Optional[int], start_ticks: Optional[int] = None) -> bool:
-    """Whether ``pid`` is a live (not zombie) process, and the same one that started at ``start_ticks``."""
-    if not pid:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            rest = f.read().rsplit(b")", 1)[1].split()
-        if rest[0] in (b"Z", b"X"):
-            return False
-        return start_ticks is None or int(rest[19]) == int(start_ticks)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        pass
-    try:  # no /proc (not Linux): existence only
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 TIME_PARTS = ("startup_s", "jit_s", "train_s", "other_s")
 
 

@@ -299,7 +299,7 @@ def test_cli_cancels_run_of_another_process(store, monkeypatch, capsys):
     assert f"run {rid}: cancelled" in capsys.readouterr().out
     run = store.get_run(rid)
     assert run["status"] == "cancelled" and run["cancel_requested"]
-    from gnnrec_lab.store import pid_alive
+    from gnnrec_lab.proc import pid_alive
     assert not pid_alive(run["pid"], run["pid_start"])
 
 

@@ -15,7 +15,8 @@ import pytest
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.recorder import KernelRecord
-from gnnrec_lab.store import SCHEMA_VERSION, Store, _proc_start_ticks, connect, lab_home, migrate, pid_alive
+from gnnrec_lab.proc import pid_alive, proc_start_ticks
+from gnnrec_lab.store import SCHEMA_VERSION, Store, connect, lab_home, migrate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -234,7 +235,7 @@ def test_killed_writer_leaves_store_readable(tmp_path):
 
 def test_pid_alive_checks_identity():
     me = os.getpid()
-    start = _proc_start_ticks(me)
+    start = proc_start_ticks(me)
     assert pid_alive(me) and not pid_alive(None)
     if start is not None:  # Linux: a reused pid with another start time is not our worker
         assert pid_alive(me, start) and not pid_alive(me, start + 1)

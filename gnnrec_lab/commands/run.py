@@ -119,11 +119,12 @@ def _train_stored(config, progress: bool, store_it: bool = True):
     if not store_it:
         return train(config, progress=progress), None
     import os
-    from ..store import Store, _proc_start_ticks
+    from ..proc import proc_start_ticks
+    from ..store import Store
     from ..worker import failure, finish_run
     store = Store()
     run_id = store.add_run(config, status="running")
-    store.set_fields(run_id, pid=os.getpid(), pid_start=_proc_start_ticks(os.getpid()))
+    store.set_fields(run_id, pid=os.getpid(), pid_start=proc_start_ticks(os.getpid()))
     reporter = store.reporter(run_id)
     try:
         result = train(config, reporter=reporter, progress=progress)

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..errors import UserError
 from ..recorder import RECORD_FIELDS
-from .profiles import DeviceProfile, get_profile, host_device
+from .profiles import DeviceProfile, get_profile, host_device, load_profiles
 
 COMPONENTS = ("stream_read", "stream_write", "random_read", "random_write")
 OPTIMIZER_KERNELS = ("adam", "adamw", "lamb", "sgd", "optimizer")
@@ -389,3 +389,35 @@ def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
     if totals is None or len(totals) == 0:
         raise UserError(f"run {run_id} has no kernel records")
     return run_step_time(totals, host, cfg, device=device, placement=placement, footprint=fp, steps=steps, **kw)
+
+
+def step_time_projection(store, run_id, host) -> pd.DataFrame:
+    """Step time (s) of a stored run measured here and projected onto each slower device profile.
+
+    A frame ``device, seconds, kind, chosen``: one 'measured' row (the run's own training-step
+    kernel time on this host's DRAM) and one 'modeled' row per non-DRAM device profile
+    (:func:`run_step_time`, the run's placement), ``chosen`` marking the device of the run's own
+    memory mode. Raises UserError when the run has no kernel records or no profile projects.
+    """
+    records, steps, footprint, cfg = stored_run_records(store, run_id)
+    if records is None or records.empty:
+        raise UserError(f"run {run_id} has no kernel records")
+    own = mode_device(cfg.get("memory_mode", "dram"), cfg.get("device_profile"))
+    profiles = load_profiles()
+    if not profiles:
+        raise UserError("no device profiles")
+    rows, measured, reasons = [], None, []
+    for name, prof in profiles.items():
+        if getattr(prof, "kind", None) in ("dram", "host"):
+            continue
+        try:
+            res = run_step_time(records, host, cfg, device=name, footprint=footprint, steps=steps)
+        except (UserError, ValueError, KeyError) as e:  # one profile that cannot project: say which
+            reasons.append(f"{name}: {type(e).__name__}: {e}")
+            continue
+        measured = res["measured_s"]
+        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind="modeled", chosen=name == own))
+    if measured is None:
+        raise UserError("; ".join(reasons) or "no projection")
+    rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind="measured", chosen=own is None))
+    return pd.DataFrame(rows)
