@@ -38,7 +38,7 @@ from gnnrec_lab.config import RunConfig
 from gnnrec_lab.train import train
 res = train(RunConfig(**json.loads(sys.argv[1])))
 time.sleep(0.01)
-print(json.dumps({"peaks": peaks, "status": res.status, "predicted": res.footprint["predicted"]}))
+print(json.dumps({"peaks": peaks, "status": res.status, "predicted": res.footprint.predicted}))
 """
 FILE_CLASSES = ("embeddings", "optimizer", "graph")
 

@@ -34,14 +34,14 @@ def main():
     cfg = RunConfig(dataset=a.dataset, layers=a.layers, dim=a.dim, batch_size=a.batch_size, epochs=1,
                     max_steps_per_epoch=a.steps, eval_users=2000, patience=0)
     r = run(cfg, dataset=ds)
-    pred = sum(r.footprint["predicted"].values()) if r.footprint.get("predicted") else float("nan")
-    peak = r.footprint["measured_peak_rss"]
+    pred = r.footprint.predicted_total if r.footprint.predicted else float("nan")
+    peak = r.footprint.peak_rss
     out = {"dataset": a.dataset, "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
            "prepare_or_load_s": t_load, "steps": r.steps,
            "step_s": r.train_seconds / max(r.steps, 1),
            "predicted_footprint_GiB (modeled)": pred / 2**30, "peak_rss_GiB (measured)": peak / 2**30,
            "ratio_peak_over_predicted": peak / pred, "by_class_GiB (modeled)":
-               {k: v / 2**30 for k, v in (r.footprint.get("predicted") or {}).items()}}
+               {k: v / 2**30 for k, v in r.footprint.predicted.items()}}
     if a.json:
         print(json.dumps(out))
     else:

@@ -47,10 +47,9 @@ def _print_summary(result, out=None):
         from ..train import modeled_line
         print(modeled_line(result.modeled), file=out)
     fp = result.footprint
-    if fp.get("predicted"):
-        tot = sum(fp["predicted"].values())
-        print(f"footprint: predicted {tot / 2**20:.1f} MiB (modeled), peak RSS "
-              f"{fp['measured_peak_rss'] / 2**20:.1f} MiB (measured)", file=out)
+    if fp.predicted:
+        print(f"footprint: predicted {fp.predicted_total / 2**20:.1f} MiB (modeled), peak RSS "
+              f"{fp.peak_rss / 2**20:.1f} MiB (measured)", file=out)
 
 
 def _check_trace_path(path: str) -> None:

@@ -20,6 +20,7 @@ import param
 
 from ..analysis import breakdown, roofline_points
 from ..calibrate import host_profile
+from ..memory.footprint import Footprint
 from ..memory.tiermodel import mode_device
 from .common import MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_by, not_available, run_options, safe_call
 from .launch import modeled_bars, run_modeled_step, tier_projection
@@ -235,7 +236,7 @@ class BreakdownPage(pn.viewable.Viewer):
             color="color", hooks=[hatch_by("hatch")], responsive=True, height=300, xrotation=30, tools=["hover"],
             title="Footprint by tensor class vs DRAM", ylabel="GiB")
         line = hv.HLine(dram / 2**30).opts(color="red", line_dash="dashed")
-        peak = ((rec.get("result") or {}).get("footprint") or {}).get("measured_peak_rss")
+        peak = Footprint.from_dict((rec.get("result") or {}).get("footprint")).peak_rss
         text = f"DRAM of this machine: {fmt_bytes(dram)} (red dashed line, off-scale when far above the bars)."
         if peak:
             text += f" Peak RSS of the worker: **{fmt_bytes(peak)}** (measured)."

@@ -80,7 +80,8 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
 
 from ..errors import UserError
 
@@ -126,6 +127,51 @@ def _counts(config, counts: Optional[dict]) -> dict:
     if "n_interactions" not in c:
         c["n_interactions"] = c["n_train"] + int(c.get("n_valid", 0)) + int(c.get("n_test", 0))
     return c
+
+
+def _numeric(d) -> dict:
+    return {str(k): v for k, v in (d or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+@dataclass
+class Footprint:
+    """A run's bytes, each part with its kind: ``predicted`` by tensor class is *modeled* (from
+    shapes, :func:`footprint`); ``measured`` is *measured* on this machine (``peak_rss``: the
+    worker's peak resident set; allocated bytes of a class where they were counted).
+
+    The one shape a result's footprint has (:meth:`to_dict`), in ``gnnrec-lab run --json``, the
+    run store and every view that reads a stored result (:meth:`from_dict`).
+    """
+    predicted: dict = field(default_factory=dict)
+    measured: dict = field(default_factory=dict)
+    KINDS: ClassVar[dict] = {"predicted": "modeled", "measured": "measured"}
+
+    @property
+    def peak_rss(self) -> Optional[int]:
+        """Peak resident set of the run's process in bytes (measured), None when not recorded."""
+        return self.measured.get("peak_rss")
+
+    @property
+    def predicted_total(self) -> int:
+        return int(sum(self.predicted.values()))
+
+    def to_dict(self) -> dict:
+        return {"predicted": dict(self.predicted), "measured": dict(self.measured), "kind": dict(self.KINDS)}
+
+    @classmethod
+    def from_dict(cls, d) -> "Footprint":
+        """A footprint from :meth:`to_dict`'s shape, or from a result stored before it: numeric
+        ``measured_X`` keys (``measured_peak_rss``) are measured ``X``, ``kind_*`` labels are
+        dropped, and a flat ``{class: bytes}`` (no ``predicted``/``measured`` part) is measured."""
+        if isinstance(d, Footprint):
+            return cls(dict(d.predicted), dict(d.measured))
+        if not isinstance(d, dict):
+            return cls()
+        if not any(k in d for k in cls.KINDS) and not any(str(k).startswith("measured_") for k in d):
+            return cls(measured=_numeric(d))
+        measured = _numeric(d.get("measured") if isinstance(d.get("measured"), dict) else {})
+        measured.update({k[len("measured_"):]: v for k, v in _numeric(d).items() if k.startswith("measured_")})
+        return cls(_numeric(d.get("predicted") if isinstance(d.get("predicted"), dict) else {}), measured)
 
 
 def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optional[int] = None) -> dict:

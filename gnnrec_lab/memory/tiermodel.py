@@ -21,7 +21,8 @@ direct-mapped cache with random placement, ``h = (1 - exp(-F/C)) / (F/C)`` (:fun
 from __future__ import annotations
 
 import math
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
 
 import pandas as pd
 
@@ -368,6 +369,40 @@ def run_step_time(records, host, config, *, device: Optional[str] = None, placem
     out = project_step(records, host, dev, placement, footprint, steps=steps, **kw)
     out["memory_mode"] = mode
     return out
+
+
+@dataclass
+class RunProjection:
+    """A finished run's step time on its memory mode's device, each part with its kind:
+    ``measured_s_per_step`` is *measured* (its training kernels on this host's DRAM),
+    ``modeled_s_per_step`` and ``kernels`` (per kernel and phase) are *modeled* on ``device``
+    (:func:`run_step_time`). ``to_dict`` is the ``modeled`` part of a run's result."""
+    device: str
+    memory_mode: str
+    measured_s_per_step: float
+    modeled_s_per_step: float
+    ratio: Optional[float] = None
+    steps: Optional[int] = None
+    hit_rate: Optional[float] = None
+    host_calibrated_at: Optional[str] = None
+    kernels: list = field(default_factory=list)
+    KINDS: ClassVar[dict] = {"measured_s_per_step": "measured", "modeled_s_per_step": "modeled",
+                             "kernels": "modeled"}
+
+    @classmethod
+    def of_run(cls, records, host, config, *, footprint=None, steps: Optional[int] = None) -> "RunProjection":
+        """:func:`run_step_time` of a run's kernel records, kept with the calibration it used."""
+        st = run_step_time(records, host, config, footprint=footprint, steps=steps)
+        return cls(device=st["device"], memory_mode=st["memory_mode"], measured_s_per_step=st["measured_s"],
+                   modeled_s_per_step=st["modeled_s"], ratio=st["ratio"], steps=st["steps"],
+                   hit_rate=st["hit_rate"], host_calibrated_at=host.get("measured_at"),
+                   kernels=[dict(k, kind="modeled") for k in st["kernels"]])
+
+    def to_dict(self) -> dict:
+        return {"device": self.device, "kind": "modeled", "kinds": dict(self.KINDS), "memory_mode": self.memory_mode,
+                "measured_s_per_step": self.measured_s_per_step, "modeled_s_per_step": self.modeled_s_per_step,
+                "ratio": self.ratio, "steps": self.steps, "hit_rate": self.hit_rate,
+                "host_calibrated_at": self.host_calibrated_at, "kernels": self.kernels}
 
 
 def stored_run_records(store, run_id) -> tuple:
