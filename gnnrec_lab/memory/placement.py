@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from .topology import Topology, detect
 
 NUMA_POLICIES = ("membind", "preferred", "interleave")
 PLACES_HELP = "dram, file:DIR, numa:POLICY:NODES"
+_NODES_RE = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 SYS_NODE_DIR = Path("/sys/devices/system/node")
 # Linux x86-64 values (include/uapi/asm-generic/mman-common.h, linux/mman.h)
 MAP_SHARED_VALIDATE = 0x03
@@ -97,7 +99,7 @@ def parse_place(where, cls: str = "placement") -> Place:
         parts = where.split(":")
         bad = ConfigError("placement", f"{cls}: got {where!r}, expected numa:POLICY:NODES with POLICY in "
                                        f"{', '.join(NUMA_POLICIES)} and NODES like 0 or 0,1 or 0-2")
-        if len(parts) != 3 or parts[1] not in NUMA_POLICIES:
+        if len(parts) != 3 or parts[1] not in NUMA_POLICIES or not _NODES_RE.fullmatch(parts[2]):
             raise bad
         try:
             nodes = tuple(parse_nodes(parts[2]))
@@ -117,7 +119,7 @@ def parse_placement(placement) -> dict:
     for cls, where in placement.items():
         if cls not in TENSOR_CLASSES:
             raise ConfigError("placement", f"unknown tensor class {cls!r}, allowed: {', '.join(TENSOR_CLASSES)}")
-        if not isinstance(where, str):
+        if not isinstance(where, str) or not where:
             raise ConfigError("placement", f"{cls}: got {where!r}, allowed: {PLACES_HELP}")
         out[cls] = parse_place(where, cls)
     return out
