@@ -23,7 +23,7 @@ from gnnrec_lab.train import train
 from gnnrec_lab.memory.footprint import footprint_phases, peak_rss_bytes, total
 cfg = RunConfig(**json.loads(sys.argv[1]))
 res = train(cfg)
-pred = res.footprint.get("predicted") or {}
+pred = res.footprint.predicted
 phases = {k: total(v) for k, v in footprint_phases(cfg, counts=res.info["dataset"]).items()}
 print(json.dumps({"predicted": pred, "predicted_total": total(pred), "measured_peak_rss": peak_rss_bytes(),
                   "phases": phases, "peak_phase": max(phases, key=phases.get)}))

@@ -38,7 +38,7 @@ from gnnrec_lab.config import RunConfig
 from gnnrec_lab.train import train
 res = train(RunConfig(**json.loads(sys.argv[1])))
 time.sleep(0.01)
-print(json.dumps({"peaks": peaks, "status": res.status, "predicted": res.footprint["predicted"]}))
+print(json.dumps({"peaks": peaks, "status": res.status, "predicted": res.footprint.predicted}))
 """
 FILE_CLASSES = ("embeddings", "optimizer", "graph")
 
@@ -77,7 +77,8 @@ def main(argv=None):
 
     from gnnrec_lab.config import RunConfig
     from gnnrec_lab.errors import UserError
-    from gnnrec_lab.runner import Runner, memory_cgroup_root, parse_size
+    from gnnrec_lab.cgroup import memory_cgroup_root, parse_size
+    from gnnrec_lab.runner import Runner
     from gnnrec_lab.store import Store
     try:
         memory_cgroup_root()

@@ -123,8 +123,8 @@ def run_variant(ds, variant: str, a) -> dict:
             per.setdefault(key, []).append(v)
     nbytes = statistics.median(sum(k.bytes_read + k.bytes_written for k in recs) for _, recs in later)
     n_spmm = statistics.median(sum(1 for k in recs if k.name == "spmm") for _, recs in later)
-    pred = sum(r.footprint["predicted"].values()) if r.footprint.get("predicted") else float("nan")
-    peak = r.footprint["measured_peak_rss"]
+    pred = r.footprint.predicted_total if r.footprint.predicted else float("nan")
+    peak = r.footprint.peak_rss
     return {"variant": variant, "steps": r.steps, "step_s": statistics.median(secs), "step_s_min": min(secs),
             "step_s_max": max(secs), "step_cpu_s": statistics.median(cpu), "breakdown_s_per_step": {k: statistics.median(v) for k, v in sorted(per.items())},
             "step_bytes": nbytes, "spmm_per_step": n_spmm,

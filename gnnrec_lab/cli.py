@@ -9,15 +9,15 @@ taking the parsed args and returning an exit status. User mistakes raise
 from __future__ import annotations
 
 import argparse
-import importlib
 import sqlite3
 import sys
 
+from .commands import (advise, bench, cache, calibrate, dashboard, data, distributed, run, runs, sweep, warmup,
+                       whatif)
 from .errors import UserError
 
 # Order is the order shown in --help.
-COMMANDS = ("data", "run", "runs", "sweep", "bench", "calibrate", "whatif", "advise", "cache", "distributed",
-            "dashboard", "warmup")
+COMMANDS = (data, run, runs, sweep, bench, calibrate, whatif, advise, cache, distributed, dashboard, warmup)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,14 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gnnrec-lab", description="Train GNN recommenders (LightGCN, NGCF) and see where time and "
                                                 "bytes go on DRAM, Optane and CXL (measured here, modeled elsewhere).")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"gnnrec_lab.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"gnnrec_lab.commands.{name}":
-                continue  # command not built yet
-            raise
-        mod.register(sub)
+    for command in COMMANDS:
+        command.register(sub)
     return p
 
 

@@ -50,7 +50,6 @@ MAXIMA = {"layers": 64, "dim": 65_536, "batch_size": 1 << 27, "epochs": 1_000_00
           "max_steps_per_epoch": 1 << 40, "lookahead": 1_000_000, "threads": 1024, "fanouts": 1_000_000,
           "topk": 100_000, "cache_size": 1 << 40}
 MAX_SEED = 2**32 - 1     # numpy/numba seed range
-_NUMA_RE = re.compile(r"^numa:(membind|preferred|interleave):\d+(-\d+)?(,\d+(-\d+)?)*$")
 
 
 @dataclass
@@ -186,18 +185,8 @@ class RunConfig:
         self.cache_size = cs
         pos_int("lookahead")
         choice("memory_mode", MEMORY_MODES)
-        if not isinstance(self.placement, dict):
-            raise ConfigError("placement", f"must map tensor classes to places, got {self.placement!r}")
-        for cls, where in self.placement.items():
-            if cls not in TENSOR_CLASSES:
-                raise ConfigError("placement", f"unknown tensor class {cls!r}, allowed: {', '.join(TENSOR_CLASSES)}")
-            if not isinstance(where, str) or not (where == "dram" or where.startswith("file:") or where.startswith("numa:")):
-                raise ConfigError("placement", f"{cls}: got {where!r}, allowed: dram, file:DIR, numa:POLICY:NODES")
-            if where.startswith("file:") and (not where[5:].strip() or "\0" in where):
-                raise ConfigError("placement", f"{cls}: file: needs a directory, e.g. file:/mnt/pmem, got {where!r}")
-            if where.startswith("numa:") and not _NUMA_RE.match(where):
-                raise ConfigError("placement", f"{cls}: got {where!r}, expected numa:POLICY:NODES with POLICY in "
-                                               f"membind, preferred, interleave and NODES like 0 or 0,1 or 0-2")
+        from .memory.placement import parse_placement
+        parse_placement(self.placement)
         if self.threads is not None:
             pos_int("threads")
         if self.data_dir is not None and (not isinstance(self.data_dir, str) or not self.data_dir.strip()

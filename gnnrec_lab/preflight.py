@@ -42,7 +42,8 @@ def dram_footprint(config, counts: dict) -> tuple[int, dict]:
     """(bytes that stay in DRAM, predicted footprint by class); modeled, interpreter left out."""
     from .memory.footprint import footprint
     fp = footprint(config, counts=counts, runtime_bytes=0)
-    off = {cls for cls, where in (config.placement or {}).items() if str(where).startswith("file:")}
+    from .memory.placement import file_placed
+    off = set(file_placed(config.placement))
     return sum(v for k, v in fp.items() if k not in off), fp
 
 
@@ -66,15 +67,13 @@ def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[in
         except OSError as e:
             raise ConfigError("data_dir", f"{root} is not writable ({e.strerror}); {config.dataset} is not "
                                           f"prepared there yet") from None
-    from .runner import numa_prefix
+    from .memory.placement import file_placed, numa_prefix
     numa_prefix(config)  # absent node, mixed policies, no numactl: refused the same way on every path
-    for cls, where in sorted((config.placement or {}).items()):
-        if str(where).startswith("file:"):
-            d = str(where)[5:]
-            if not os.path.isdir(d):
-                raise ConfigError("placement", f"{cls}: {d!r} is not an existing directory")
-            if not os.access(d, os.W_OK):
-                raise ConfigError("placement", f"{cls}: directory {d!r} is not writable")
+    for cls, d in sorted(file_placed(config.placement).items()):
+        if not os.path.isdir(d):
+            raise ConfigError("placement", f"{cls}: {d!r} is not an existing directory")
+        if not os.access(d, os.W_OK):
+            raise ConfigError("placement", f"{cls}: directory {d!r} is not writable")
     rows = counts["n_users"] + counts["n_items"]
     cs = str(config.cache_size)
     if config.cache_policy not in ("none", "stream") and not cs.endswith("%") and int(cs) > rows:

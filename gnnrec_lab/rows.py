@@ -108,8 +108,8 @@ def make_row_store(config, model, degrees) -> RowStore:
     slow tier read every batch, else the slow tier behind a DRAM cache with that policy.
     ``degrees``: the training graph's interactions per node (users, then items), which the
     static policy ranks rows by."""
-    from .memory.placement import allocate
-    where = config.placement.get("optimizer", "dram")
+    from .memory.placement import allocate, place_of
+    where = place_of(config, "optimizer")
     shape, dt = tuple(model.embedding.shape), model.embedding.dtype
     if config.cache_policy == "none":
         return DramRows(model.embedding.data, lr=config.effective_lr,

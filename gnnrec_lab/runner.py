@@ -26,349 +26,26 @@ run and starts a detached supervisor (``python -m gnnrec_lab.runner
 """
 from __future__ import annotations
 
-import json
-import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Optional, Sequence
 
+from .cgroup import MemoryCgroup, check_limit, limit_reached, memory_limit_of, oom_verdict, write_limit
 from .errors import UserError
-from .store import TERMINAL, Store, _proc_start_ticks, pid_alive
+from .memory.placement import numa_prefix
+from .proc import pid_alive, proc_start_ticks
+from .store import TERMINAL, Store
 from .worker import tail_lines
 
-NUMA_POLICIES = ("membind", "preferred", "interleave")
-SYS_NODE_DIR = Path("/sys/devices/system/node")
 # a running row with no pid yet is being spawned; after this long its spawner is presumed dead (s)
 SPAWN_GRACE_S = 60.0
 # after a worker recorded its final status, how long wait() gives it to exit (s)
 REAP_GRACE_S = 10.0
-
-
-# ---------------------------------------------------------------------------
-# NUMA: build the numactl prefix (pure) and check it against this machine
-# ---------------------------------------------------------------------------
-def parse_nodes(text: str) -> list[int]:
-    """NUMA node list like ``"0,1"`` or ``"0-2,4"`` → sorted unique node ids."""
-    nodes: set[int] = set()
-    for part in str(text).split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if lo > hi or lo < 0:
-                    raise ValueError
-                nodes.update(range(lo, hi + 1))
-            else:
-                n = int(part)
-                if n < 0:
-                    raise ValueError
-                nodes.add(n)
-        except ValueError:
-            raise UserError(f"placement: bad NUMA node list {text!r} (expected e.g. '0' or '0,1' or '0-2')") from None
-    if not nodes:
-        raise UserError(f"placement: empty NUMA node list {text!r}")
-    return sorted(nodes)
-
-
-def numa_request(placement: dict) -> Optional[tuple[str, list[int]]]:
-    """The one process-wide NUMA policy that ``placement`` asks for, as (policy, nodes), or None.
-
-    numactl sets the policy of the whole run, so every ``numa:`` entry must agree;
-    classes placed on ``dram`` or ``file:`` are handled inside the run by the
-    placement layer.
-    """
-    wanted: dict[tuple, list[str]] = {}
-    for cls, where in sorted((placement or {}).items()):
-        if not str(where).startswith("numa:"):
-            continue
-        parts = str(where).split(":")
-        if len(parts) != 3 or parts[1] not in NUMA_POLICIES:
-            raise UserError(f"placement: {cls}: got {where!r}, expected numa:POLICY:NODES with POLICY in "
-                            f"{', '.join(NUMA_POLICIES)} (e.g. numa:membind:1)")
-        key = (parts[1], tuple(parse_nodes(parts[2])))
-        wanted.setdefault(key, []).append(cls)
-    if not wanted:
-        return None
-    if len(wanted) > 1:
-        desc = "; ".join(f"{'+'.join(c)} -> numa:{p}:{','.join(map(str, n))}" for (p, n), c in wanted.items())
-        raise UserError(f"placement: numactl binds the whole run to one policy, but classes ask for different "
-                        f"ones ({desc})")
-    (policy, nodes), = wanted
-    if policy == "preferred" and len(nodes) != 1:
-        raise UserError(f"placement: numa:preferred takes exactly one node, got {','.join(map(str, nodes))}")
-    return policy, list(nodes)
-
-
-def numactl_argv(placement: dict, available_nodes: Sequence[int], numactl: Optional[str] = "numactl",
-                 memory_nodes: Optional[Sequence[int]] = None) -> list[str]:
-    """The command prefix that applies ``placement``'s NUMA policy: ``[]`` when none is asked for.
-
-    ``available_nodes``: NUMA nodes of this machine; ``memory_nodes``: those with
-    memory (None = all); ``numactl``: path of the numactl binary, None when it is
-    not installed. Raises UserError when the request cannot be honoured.
-    """
-    req = numa_request(placement)
-    if req is None:
-        return []
-    policy, nodes = req
-    missing = [n for n in nodes if n not in set(available_nodes)]
-    if missing:
-        have = ",".join(map(str, sorted(available_nodes))) or "none"
-        raise UserError(f"placement: NUMA node {missing[0]} does not exist on this machine (nodes: {have})")
-    if memory_nodes is not None:
-        empty = [n for n in nodes if n not in set(memory_nodes)]
-        if empty:
-            raise UserError(f"placement: NUMA node {empty[0]} has no memory to {policy} to")
-    if not numactl:
-        raise UserError("placement asks for a NUMA policy but numactl is not installed "
-                        "(apt-get install numactl)")
-    return [numactl, f"--{policy}={','.join(map(str, nodes))}"]
-
-
-def _read_node_list(path: Path) -> Optional[list[int]]:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return parse_nodes(text) if text else []
-
-
-def system_numa_nodes() -> tuple[list[int], Optional[list[int]]]:
-    """(NUMA nodes, nodes with memory or None when unknown) from /sys/devices/system/node."""
-    nodes = sorted(int(p.name[4:]) for p in SYS_NODE_DIR.glob("node[0-9]*")) if SYS_NODE_DIR.is_dir() else []
-    return nodes, _read_node_list(SYS_NODE_DIR / "has_memory")
-
-
-def numa_prefix(config) -> list[str]:
-    """numactl prefix for ``config`` on this machine (checks nodes and the binary)."""
-    if numa_request(config.placement) is None:
-        return []
-    nodes, mem = system_numa_nodes()
-    return numactl_argv(config.placement, nodes, shutil.which("numactl"), mem)
-
-
-# ---------------------------------------------------------------------------
-# Memory limit per run: a cgroup v1 memory cgroup around the worker
-# ---------------------------------------------------------------------------
-CGROUP_MOUNTS = Path("/proc/self/mounts")
-CGROUP_SELF = Path("/proc/self/cgroup")
-CGROUP_DIR_NAME = "gnnrec-lab"
-LIMIT_FILE = "memory_limit.json"     # in the run directory: the requested limit, then the cgroup used
-_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
-               "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}
-# joins the cgroup named by $1 from inside the child, then becomes the worker: no window in which
-# the worker allocates outside the limit ($$ is the shell, which exec keeps as the worker's pid)
-_JOIN_AND_EXEC = 'echo $$ > "$1/cgroup.procs" || exit 125; shift; exec "$@"'
-
-
-def parse_size(text, what: str = "memory limit") -> int:
-    """Bytes in ``text``: an integer or a number with a binary unit (``2G``, ``512MiB``, ``1.5g``).
-
-    Units are powers of 1024 (K, M, G, T, with or without ``B``/``iB``). Raises UserError
-    naming ``what`` for anything else or a size under 1 MiB.
-    """
-    if isinstance(text, bool):
-        raise UserError(f"{what}: expected a size like 2G or 512M, got {text!r}")
-    if isinstance(text, int):
-        value = text
-    else:
-        s = str(text).strip().lower().replace(" ", "")
-        num = s.rstrip("kmgtib")
-        unit = s[len(num):]
-        try:
-            number = float(num)
-            if not math.isfinite(number) or number > 2**64:
-                raise ValueError
-            value = int(number * _SIZE_UNITS[unit])
-        except (ValueError, KeyError):
-            raise UserError(f"{what}: expected a size like 2G or 512M, got {text!r}") from None
-    if value < 2**20:
-        raise UserError(f"{what}: must be at least 1 MiB, got {value} bytes")
-    return value
-
-
-def memory_cgroup_root() -> Path:
-    """Directory under which the lab creates per-run memory cgroups (cgroup v1).
-
-    It is ``<memory controller mount>/<this process's memory cgroup>/gnnrec-lab``, so
-    any limit already set above this process still applies to its runs. Raises
-    UserError naming the reason where no memory cgroup can be created here (no v1
-    memory controller mounted, cgroup v2 only, not root / not writable).
-    """
-    try:
-        mounts = CGROUP_MOUNTS.read_text().splitlines()
-    except OSError as e:
-        raise UserError(f"memory limit: cannot read {CGROUP_MOUNTS} ({e.strerror})") from None
-    mount, has_v2 = None, False
-    for line in mounts:
-        parts = line.split()
-        if len(parts) < 4:
-            continue
-        if parts[2] == "cgroup2":
-            has_v2 = True
-        elif parts[2] == "cgroup" and "memory" in parts[3].split(","):
-            mount = Path(parts[1].replace("\\040", " "))
-    if mount is None:
-        why = ("only cgroup v2 is mounted" if has_v2 else "no cgroup filesystem is mounted")
-        raise UserError(f"memory limit: needs the cgroup v1 memory controller, but {why} "
-                        f"(mount -t cgroup -o memory cgroup /sys/fs/cgroup/memory)")
-    own = ""
-    try:
-        for line in CGROUP_SELF.read_text().splitlines():
-            _, controllers, path = line.split(":", 2)
-            if "memory" in controllers.split(","):
-                own = path
-    except (OSError, ValueError):
-        pass
-    base = mount / own.lstrip("/")
-    if not (base / "cgroup.procs").exists():
-        base = mount  # our own cgroup is not visible in this mount (another namespace): use the top
-    root = base / CGROUP_DIR_NAME
-    try:
-        root.mkdir(exist_ok=True)
-    except OSError as e:
-        who = "" if os.geteuid() == 0 else " (creating cgroups needs root)"
-        raise UserError(f"memory limit: cannot create the cgroup {root}: {e.strerror}{who}") from None
-    if not os.access(root / "cgroup.procs", os.W_OK):
-        raise UserError(f"memory limit: cgroup {root} is not writable"
-                        + ("" if os.geteuid() == 0 else " (needs root)"))
-    return root
-
-
-def cgroup_usable() -> Optional[str]:
-    """None when per-run memory cgroups can be created here, else why not (one line)."""
-    try:
-        root = memory_cgroup_root()
-    except UserError as e:
-        return str(e)
-    _remove_empty_root(root)
-    return None
-
-
-def _remove_empty_root(root: Path) -> None:
-    """Remove the lab's parent cgroup directory when no run's cgroup is left in it."""
-    try:
-        root.rmdir()  # cgroupfs refuses while a child cgroup exists: then it stays
-    except OSError:
-        pass
-
-
-class MemoryCgroup:
-    """One cgroup v1 memory cgroup with a hard limit, holding one run's worker.
-
-    Usage: ``cg = MemoryCgroup.create("run-7-ab12", 2 << 30)``; start the worker
-    with ``cg.wrap(argv)``; after it exits read :meth:`oom_kills` / :meth:`usage`
-    and :meth:`remove` it.
-    """
-
-    def __init__(self, path, limit_bytes: int):
-        self.path = Path(path)
-        self.limit_bytes = int(limit_bytes)
-
-    @classmethod
-    def create(cls, name: str, limit_bytes: int, root: Optional[Path] = None) -> "MemoryCgroup":
-        """Create cgroup ``name`` with ``memory.limit_in_bytes`` (and the memory+swap limit,
-        where the kernel has one, set to the same so swap cannot extend it)."""
-        for attempt in range(3):
-            base = memory_cgroup_root() if root is None else Path(root)
-            path = base / name
-            try:
-                path.mkdir()
-                break
-            except FileNotFoundError:
-                # another runner removed the empty parent between our mkdir calls: make it again
-                if root is not None or attempt == 2:
-                    raise UserError(f"memory limit: cannot create the cgroup {path}: parent vanished") from None
-            except OSError as e:
-                raise UserError(f"memory limit: cannot create the cgroup {path}: {e.strerror}") from None
-        cg = cls(path, limit_bytes)
-        try:
-            (path / "memory.limit_in_bytes").write_text(str(int(limit_bytes)))
-            if (path / "memory.memsw.limit_in_bytes").exists():
-                (path / "memory.memsw.limit_in_bytes").write_text(str(int(limit_bytes)))
-            # the kernel rounds down to pages: keep what it actually enforces
-            cg.limit_bytes = int((path / "memory.limit_in_bytes").read_text())
-        except OSError as e:
-            cg.remove()
-            raise UserError(f"memory limit: cannot set {limit_bytes} bytes on {path}: {e.strerror}") from None
-        return cg
-
-    def wrap(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` prefixed so the process joins this cgroup before it execs (race-free)."""
-        return ["/bin/sh", "-c", _JOIN_AND_EXEC, "gnnrec-lab-cgroup", str(self.path), *argv]
-
-    def _read(self, name: str) -> Optional[str]:
-        try:
-            return (self.path / name).read_text()
-        except OSError:
-            return None
-
-    def oom_kills(self) -> Optional[int]:
-        """Processes the kernel OOM killer has killed in this cgroup (None when unknown)."""
-        text = self._read("memory.oom_control")
-        for line in (text or "").splitlines():
-            k, _, v = line.partition(" ")
-            if k == "oom_kill" and v.strip().isdigit():
-                return int(v)
-        return None
-
-    def usage(self) -> dict:
-        """Measured: ``max_usage_bytes`` (peak charge, page cache included) and ``failcnt``
-        (times the limit was hit), as the kernel counts them; -1 where unreadable."""
-        def num(name):
-            t = self._read(name)
-            return int(t) if t and t.strip().lstrip("-").isdigit() else -1
-        return {"max_usage_bytes": num("memory.max_usage_in_bytes"), "failcnt": num("memory.failcnt"),
-                "limit_bytes": self.limit_bytes, "kind": "measured"}
-
-    def remove(self, timeout_s: float = 5.0) -> bool:
-        """Remove the cgroup (waits up to ``timeout_s`` for exiting tasks to leave). Returns success."""
-        end = time.monotonic() + timeout_s
-        while True:
-            try:
-                self.path.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                if time.monotonic() >= end:
-                    return False
-                time.sleep(0.05)
-        if self.path.parent.name == CGROUP_DIR_NAME:
-            _remove_empty_root(self.path.parent)
-        return True
-
-
-def memory_limit_of(run_dir: Path) -> Optional[dict]:
-    """The memory-limit record of a run directory, or None: ``limit_bytes``; ``cgroup`` once
-    started; after the worker ended ``max_usage_bytes`` (peak charge, page cache included),
-    ``failcnt`` and ``oom_kills`` as the kernel counted them (measured)."""
-    try:
-        return json.loads((Path(run_dir) / LIMIT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _oom_verdict(rec: Optional[dict], rc: Optional[int]) -> Optional[str]:
-    """The 'oom' error message when a run's cgroup says its worker was killed by the limit."""
-    if not rec or not rec.get("cgroup"):
-        return None
-    cg = MemoryCgroup(rec["cgroup"], rec["limit_bytes"])
-    kills = cg.oom_kills()
-    use = cg.usage()
-    killed = (kills or 0) > 0 or (kills is None and rc == -signal.SIGKILL and use["failcnt"] > 0)
-    if not killed:
-        return None
-    peak = f"; peak charge {use['max_usage_bytes']:,} bytes (measured)" if use["max_usage_bytes"] >= 0 else ""
-    return (f"out of memory: killed by the memory limit of {cg.limit_bytes:,} bytes (cgroup {cg.path}){peak}; "
-            f"raise --memory-limit or place large classes on file:DIR")
 
 
 # ---------------------------------------------------------------------------
@@ -398,7 +75,7 @@ def recover_dead(store: Store, exclude: Sequence[int] = ()) -> list[int]:
         run_dir = store.home / "runs" / str(run_id)
         tail = tail_lines(run_dir / "stderr.log") or None
         rec = memory_limit_of(run_dir)
-        verdict = _oom_verdict(rec, None)
+        verdict = oom_verdict(rec, None)
         if rec and rec.get("cgroup"):
             MemoryCgroup(rec["cgroup"], rec["limit_bytes"]).remove(timeout_s=0.5)
         if verdict:
@@ -447,12 +124,12 @@ class Runner:
         Raises UserError at once where no memory cgroup can be created.
         """
         numa_prefix(config)  # refuse an impossible placement before anything is recorded
-        limit = _check_limit(memory_limit_bytes)
+        limit = check_limit(memory_limit_bytes)
         run_id = self.store.add_run(config, status="queued", sweep=sweep)
         if limit is not None:
             # another runner sharing this store could claim the run before this file exists
             # (a ~1 ms window); runs launched through one runner or launch_detached are safe
-            _write_limit(self.store.run_dir(run_id), {"limit_bytes": limit})
+            write_limit(self.store.run_dir(run_id), {"limit_bytes": limit})
         self.schedule()
         return run_id
 
@@ -479,7 +156,7 @@ class Runner:
             if rec is not None:
                 cg = MemoryCgroup.create(f"run-{run_id}-{uuid.uuid4().hex[:8]}", rec["limit_bytes"])
                 self._cgroups[run_id] = cg
-                _write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path)})
+                write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path)})
                 argv = cg.wrap(argv)
             env = dict(os.environ, GNNREC_LAB_HOME=str(self.store.home), PYTHONUNBUFFERED="1")
             with open(run_dir / "stdout.log", "ab") as out, open(run_dir / "stderr.log", "ab") as err:
@@ -495,7 +172,7 @@ class Runner:
                 cg.remove(timeout_s=0.5)
             return
         self._procs[run_id] = proc
-        self.store.set_fields(run_id, pid=proc.pid, pid_start=_proc_start_ticks(proc.pid))
+        self.store.set_fields(run_id, pid=proc.pid, pid_start=proc_start_ticks(proc.pid))
 
     # -- watching ------------------------------------------------------------
     def _ensure_monitor(self) -> None:
@@ -541,15 +218,15 @@ class Runner:
         if cg is not None:
             # read the kernel's counters before the cgroup goes away
             rec = memory_limit_of(run_dir) or {}
-            verdict = _oom_verdict(rec, rc)
+            verdict = oom_verdict(rec, rc)
             use = cg.usage()
-            _write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
+            write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
                                    "max_usage_bytes": use["max_usage_bytes"], "failcnt": use["failcnt"],
                                    "oom_kills": cg.oom_kills()})
             self.store.add_event(run_id, "memory_limit",
                                  f"cgroup limit {cg.limit_bytes:,} bytes; peak charge {use['max_usage_bytes']:,} "
                                  f"bytes (page cache included; measured); "
-                                 f"{'reached the limit' if _reached(use) else 'stayed under the limit'}")
+                                 f"{'reached the limit' if limit_reached(use) else 'stayed under the limit'}")
             cg.remove()
         run = self.store.get_run(run_id)
         if run["status"] in TERMINAL:
@@ -703,26 +380,6 @@ def kernel_oom_kill(pid: int, kmsg: Optional[str] = None) -> Optional[str]:
     return found
 
 
-def _reached(use: dict) -> bool:
-    # memory.failcnt stays 0 on some kernels even when the limit was hit; a peak charge at the
-    # limit says the same thing (the kernel reclaimed or killed to stay under it)
-    return use["failcnt"] > 0 or use["max_usage_bytes"] >= use["limit_bytes"]
-
-
-def _check_limit(memory_limit_bytes) -> Optional[int]:
-    """Parsed limit in bytes (None for no limit); raises UserError where cgroups cannot be used."""
-    if memory_limit_bytes is None:
-        return None
-    limit = parse_size(memory_limit_bytes)
-    memory_cgroup_root()
-    return limit
-
-
-def _write_limit(run_dir: Path, rec: dict) -> None:
-    tmp = Path(run_dir) / (LIMIT_FILE + ".tmp")
-    tmp.write_text(json.dumps(rec))
-    os.replace(tmp, Path(run_dir) / LIMIT_FILE)
-
 
 def _describe_rc(rc: int) -> str:
     if rc < 0:
@@ -744,10 +401,10 @@ def launch_detached(config, *, store: Optional[Store] = None, max_concurrent: in
     """
     store = store or Store()
     numa_prefix(config)
-    limit = _check_limit(memory_limit_bytes)
+    limit = check_limit(memory_limit_bytes)
     run_id = store.add_run(config, status="queued")
     if limit is not None:
-        _write_limit(store.run_dir(run_id), {"limit_bytes": limit})
+        write_limit(store.run_dir(run_id), {"limit_bytes": limit})
     log = open(store.home / "supervisor.log", "ab")
     with log:
         subprocess.Popen([sys.executable, "-m", "gnnrec_lab.runner", "--supervise",

@@ -153,39 +153,6 @@ def _json_or_none(text):
     return json.loads(text) if text else None
 
 
-def _proc_start_ticks(pid: int) -> Optional[int]:
-    """Start time of process ``pid`` in clock ticks since boot (Linux), None when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            rest = f.read().rsplit(b")", 1)[1].split()
-        return int(rest[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def pid_alive(pid: Optional[int], start_ticks: Optional[int] = None) -> bool:
-    """Whether ``pid`` is a live (not zombie) process, and the same one that started at ``start_ticks``."""
-    if not pid:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            rest = f.read().rsplit(b")", 1)[1].split()
-        if rest[0] in (b"Z", b"X"):
-            return False
-        return start_ticks is None or int(rest[19]) == int(start_ticks)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        pass
-    try:  # no /proc (not Linux): existence only
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 TIME_PARTS = ("startup_s", "jit_s", "train_s", "other_s")
 
 
@@ -511,29 +478,24 @@ class Store:
                          if isinstance(b, (int, float)) and not isinstance(b, bool)])
 
     def record_result(self, run_id: int, result: Any) -> None:
-        """Store a RunResult (or its dict). Footprints inside it land in the footprints table.
-
-        ``result["footprint"]`` may be ``{"predicted": {...}, "measured": {...}}`` or a
-        flat ``{class: bytes}``, which is taken as measured (allocated) bytes. Extra
-        numeric keys ``measured_X`` (e.g. ``measured_peak_rss``) become measured rows
-        of class ``X``.
-        """
+        """Store a RunResult (or its dict). Its footprint is stored in one shape
+        (:class:`~gnnrec_lab.memory.footprint.Footprint`, whatever shape a caller's dict had)
+        and lands in the footprints table: predicted bytes as 'predicted' rows, measured ones
+        (``peak_rss`` among them) as 'measured' rows."""
+        from .memory.footprint import Footprint
         d = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+        fp = None
+        if d.get("footprint") is not None:
+            fp = Footprint.from_dict(d["footprint"])
+            d["footprint"] = fp.to_dict()
         text = json.dumps(d, default=str)
-        fp = d.get("footprint")
         with self._write() as con:
             con.execute("UPDATE runs SET result=? WHERE id=?", (text, int(run_id)))
-            if isinstance(fp, dict):
-                if any(k in fp for k in FOOTPRINT_KINDS):
-                    measured = dict(fp["measured"]) if isinstance(fp.get("measured"), dict) else {}
-                    measured.update({k[len("measured_"):]: v for k, v in fp.items()
-                                     if k.startswith("measured_") and isinstance(v, (int, float))})
-                    if isinstance(fp.get("predicted"), dict):
-                        self._insert_footprint(con, run_id, fp["predicted"], "predicted")
-                    if measured:
-                        self._insert_footprint(con, run_id, measured, "measured")
-                else:
-                    self._insert_footprint(con, run_id, fp, "measured")
+            if fp is not None:
+                if fp.predicted:
+                    self._insert_footprint(con, run_id, fp.predicted, "predicted")
+                if fp.measured:
+                    self._insert_footprint(con, run_id, fp.measured, "measured")
 
     def reporter(self, run_id: int, poll_s: float = 0.5) -> "StoreReporter":
         """A Reporter that persists everything the training loop reports for ``run_id``."""

@@ -32,6 +32,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from .config import RunConfig
 from .errors import UserError
+from .memory.footprint import Footprint
 
 RECALL_KEY = "recall@20"
 # Fields a sweep may not vary: they are per-run identity, not an experiment axis.
@@ -122,10 +123,10 @@ def summary_row(result: dict) -> dict:
     result = result or {}
     info = result.get("info") or {}
     epochs = result.get("epoch_seconds") or []
-    fp = result.get("footprint") or {}
-    pred = fp.get("predicted") or {}
+    fp = Footprint.from_dict(result.get("footprint"))
+    pred = fp.predicted
     best, test = result.get("best_valid") or {}, result.get("test") or {}
-    rss = fp.get("measured_peak_rss")
+    rss = fp.peak_rss
     return {
         "steps_per_epoch": info.get("steps_per_epoch"),
         "epochs": result.get("epochs"),

@@ -33,6 +33,8 @@ from .graph import BipartiteGraph
 from .models import bpr_loss, bpr_loss_rows, build_model
 from .optim import FusedAdam, build_optimizer, lr_at, state_tensors
 from .memory import footprint, peak_rss_bytes
+from .memory.footprint import Footprint
+from .memory.placement import allocate, place_array, place_of, place_tensor
 from .recorder import Recorder, store_key, sum_records, use_recorder
 from .reporting import MultiReporter, Reporter
 from .rows import make_row_store
@@ -64,7 +66,7 @@ class RunResult:
     time_to_target_s: Optional[float] = None
     kernels: list = field(default_factory=list)          # per (kernel, phase) totals, measured
     phases: dict = field(default_factory=dict)           # seconds per phase, measured
-    footprint: dict = field(default_factory=dict)        # bytes: predicted by class, measured peak RSS
+    footprint: Footprint = field(default_factory=Footprint)  # bytes: predicted by class (modeled), peak RSS (measured)
     info: dict = field(default_factory=dict)             # dataset counts, host, eval sampling
     jit_seconds: float = 0.0
     step_records: list = field(default_factory=list)     # one steady-state step's KernelRecords (trace)
@@ -86,8 +88,13 @@ class RunResult:
             "epoch_seconds": self.epoch_seconds, "best_epoch": self.best_epoch,
             "best_valid": self.best_valid, "test": self.test, "history": self.history,
             "time_to_target_s": self.time_to_target_s, "kernels": self.kernels,
-            "phases": self.phases, "footprint": self.footprint, "info": self.info,
-            "jit_seconds": self.jit_seconds, "kind": "measured", "modeled": self.modeled,
+            "phases": self.phases, "footprint": self.footprint.to_dict(), "info": self.info,
+            "jit_seconds": self.jit_seconds, "modeled": self.modeled,
+            # each part's kind: times, metrics and kernels measured here; the footprint holds both;
+            # ``modeled`` (non-DRAM memory modes) is the tier model's projection
+            "kind": {"train_seconds": "measured", "epoch_seconds": "measured", "jit_seconds": "measured",
+                     "kernels": "measured", "phases": "measured", "best_valid": "measured", "test": "measured",
+                     "history": "measured", "footprint": dict(Footprint.KINDS), "modeled": "modeled"},
         }
 
 
@@ -237,7 +244,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     result.info = {"dataset": counts, "host": host_info(), "steps_per_epoch": steps_per_epoch,
                    "eval_users": "all" if eval_users is None else f"sample of {len(eval_users):,} (seeded)",
                    "graph_bytes": graph.footprint(), "parameters": n_params}
-    result.footprint = {"predicted": footprint(config, counts=counts), "kind_predicted": "modeled"}
+    result.footprint = Footprint(predicted=footprint(config, counts=counts))
 
     rec = Recorder()
     from .kernels.native import uncached_kernels
@@ -247,7 +254,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
         t_jit = time.perf_counter()
         kernels.warmup()
         result.jit_seconds = rec.jit_seconds or (time.perf_counter() - t_jit)
-    rep.on_start(config, result.info | {"footprint_predicted": result.footprint["predicted"],
+    rep.on_start(config, result.info | {"footprint_predicted": result.footprint.predicted,
                                         "jit_s": result.jit_seconds})
     if eval_users is not None:
         rep.on_event("evaluation", f"ranking a seeded sample of {len(eval_users):,} users, not all "
@@ -399,8 +406,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
         result.modeled = _project_run(config, result, tier_totals)
         rep.on_event("modeled", modeled_line(result.modeled))
     result.phases = phase_s
-    result.footprint["measured_peak_rss"] = peak_rss_bytes()
-    result.footprint["kind_measured"] = "measured"
+    result.footprint.measured["peak_rss"] = peak_rss_bytes()
     rep.on_finish(result)
     return result
 
@@ -417,18 +423,13 @@ def _project_run(config, result, tier_totals: dict) -> dict:
     (:func:`gnnrec_lab.memory.tiermodel.run_step_time`, as every view computes it)."""
     import pandas as pd
     from .calibrate import host_profile
-    from .memory.tiermodel import run_step_time
+    from .memory.tiermodel import RunProjection
     host = host_profile(measure_if_missing=True, quick=True)
     df = pd.DataFrame([dict(name=k[0], phase=k[1], layer=k[2], pattern=k[3], calls=a[0], ns=a[1], bytes_read=a[2],
                             bytes_written=a[3], flops=a[4], random_bytes=a[5], row_bytes=a[6])
                        for k, a in tier_totals.items()])
-    st = run_step_time(df, host, config, footprint=result.footprint.get("predicted"), steps=result.steps)
-    return {"device": st["device"], "kind": "modeled", "memory_mode": config.memory_mode,
-            "measured_s_per_step": st["measured_s"], "modeled_s_per_step": st["modeled_s"],
-            "ratio": st["ratio"], "steps": st["steps"], "hit_rate": st["hit_rate"],
-            "host_calibrated_at": host.get("measured_at"),
-            # per (kernel, phase) seconds per step: measured_s measured on DRAM, modeled_s modeled
-            "kernels": [dict(k, kind="modeled") for k in st["kernels"]]}
+    return RunProjection.of_run(df, host, config, footprint=result.footprint.predicted or None,
+                                steps=result.steps).to_dict()
 
 
 def modeled_line(modeled: dict) -> str:
@@ -441,9 +442,8 @@ def modeled_line(modeled: dict) -> str:
 
 def _place_graph(graph, config) -> None:
     """Move the adjacency's index arrays (the bulk of the graph class) to ``file:DIR``."""
-    where = config.placement.get("graph", "dram")
-    if where.startswith("file:"):
-        from .memory.placement import place_array
+    where = place_of(config, "graph")
+    if where.is_file:
         for a in (graph.adj,) + (() if graph.adj._local is None else (graph.adj._local[0],)):
             a.indptr = place_array(a.indptr, where, "graph")
             a.indices = place_array(a.indices, where, "graph")
@@ -451,18 +451,16 @@ def _place_graph(graph, config) -> None:
 
 def _place_embeddings(model, config) -> None:
     """Move the embedding table to its placement (a file-backed tier for ``file:DIR``)."""
-    where = config.placement.get("embeddings", "dram")
-    if where.startswith("file:"):
-        from .memory.placement import place_tensor
+    where = place_of(config, "embeddings")
+    if where.is_file:
         model.embedding.data = place_tensor(model.embedding.data, where, "embeddings")
 
 
 def _place_optimizer_state(opt, model, config) -> None:
     """Pre-create Adam-family moment tensors at the ``optimizer`` placement."""
-    where = config.placement.get("optimizer", "dram")
-    if not where.startswith("file:") or config.optimizer not in ("adam", "adamw"):
+    where = place_of(config, "optimizer")
+    if not where.is_file or config.optimizer not in ("adam", "adamw"):
         return
-    from .memory.placement import allocate
     for p in model.parameters():
         opt.state[p] = {"step": torch.tensor(0.0),
                         "exp_avg": allocate(tuple(p.shape), p.dtype, where, "optimizer"),

@@ -115,7 +115,8 @@ def _on_sigterm(signum, frame):
 def run_worker(run_id: int, store=None) -> int:
     """Train run ``run_id`` from the store and record its final status. Returns the exit status."""
     from .config import RunConfig
-    from .store import Store, _proc_start_ticks
+    from .proc import proc_start_ticks
+    from .store import Store
 
     store = store or Store()
     run_dir = store.run_dir(run_id)
@@ -131,7 +132,7 @@ def run_worker(run_id: int, store=None) -> int:
     try:
         run = store.get_run(run_id)
         config = RunConfig.from_dict(run["config"])
-        if not store.set_status(run_id, "running", pid=os.getpid(), pid_start=_proc_start_ticks(os.getpid()),
+        if not store.set_status(run_id, "running", pid=os.getpid(), pid_start=proc_start_ticks(os.getpid()),
                                 host=json.dumps(host_info()), only_if=("queued", "running")):
             return EXIT_OK  # cancelled (or otherwise ended) before this process got going
         train_fn = resolve_train_fn()

@@ -11,6 +11,8 @@ from gnnrec_lab.optim import lr_at
     ("batch_size", 0, "batch_size"), ("model", "gat", "lightgcn"), ("backend", "cuda", "native"),
     ("optimizer", "rmsprop", "lamb"), ("lr", 0, "positive"), ("memory_mode", "hbm", "optane_app_direct"),
     ("placement", {"weights": "dram"}, "tensor class"), ("placement", {"embeddings": "ssd"}, "file:DIR"),
+    ("placement", {"embeddings": ""}, "file:DIR"), ("placement", {"embeddings": "numa:membind: 1"}, "NODES"),
+    ("placement", {"graph": "numa:interleave:2-1"}, "NODES"), ("placement", {"graph": "file: "}, "directory"),
     ("fanouts", (0, 1), "fanouts"), ("target_recall", 1.5, "(0, 1]"), ("layers", True, "layers"),
 ])
 def test_bad_values_name_the_field(field, value, needle):

@@ -8,7 +8,7 @@ import pytest
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.dashboard import common
 from gnnrec_lab.dashboard.breakdown import BreakdownPage, kernel_phase_ms, kernel_shares
-from gnnrec_lab.dashboard.common import Lab, optional
+from gnnrec_lab.dashboard.common import Lab
 from gnnrec_lab.dashboard.compare import ComparePage, epoch_seconds, runs_table
 from gnnrec_lab.dashboard.fake import fake_records, fill_store
 from gnnrec_lab.dashboard.launch import EXAMPLE_CONFIG, LaunchPage, config_from_values, modeled_bars
@@ -110,13 +110,6 @@ def test_missing_store_shows_not_available_note(monkeypatch):
     assert page.button.disabled is True
     assert "not available yet" in texts(BreakdownPage(lab).body())
     assert "not available yet" in texts(ComparePage(lab))
-
-
-def test_optional_reports_why():
-    obj, why = optional("gnnrec_lab.no_such_module_here")
-    assert obj is None and "no_such_module_here" in why
-    obj, why = optional("gnnrec_lab.config", "RunConfig")
-    assert obj is RunConfig and why is None
 
 
 # -- live -----------------------------------------------------------------------

@@ -73,7 +73,7 @@ def test_every_view_shows_the_one_modeled_step_time(recorded, capsys):
     from gnnrec_lab.commands.run import _print_summary
     from gnnrec_lab.dashboard.breakdown import BreakdownPage, modeled_kernel_phase_ms
     from gnnrec_lab.dashboard.common import Lab
-    from gnnrec_lab.dashboard.launch import step_time_projection
+    from gnnrec_lab.memory.tiermodel import step_time_projection
     from gnnrec_lab.dashboard.live import LiveMonitor, modeled_text
     store, rid, result, host = recorded
     ref = stored_run_step_time(store, rid, host)
@@ -98,8 +98,7 @@ def test_every_view_shows_the_one_modeled_step_time(recorded, capsys):
     assert mon.modeled["modeled_s"] == pytest.approx(ref["modeled_s"], rel=1e-9)
     assert mon.device == DEVICE and f"step time {ms} modeled" in modeled_text(mon)
     # Breakdown: the tier chart's row for the run's device, and the modeled kernel x phase chart
-    df, why = step_time_projection(lab, rid)
-    assert why is None
+    df = step_time_projection(store, rid, host)
     own = df[df["chosen"]]
     assert list(own["device"]) == [DEVICE]
     assert own["seconds"].iloc[0] == pytest.approx(ref["modeled_s"], rel=1e-9)

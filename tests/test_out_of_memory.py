@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gnnrec_lab import runner as runner_mod
+from gnnrec_lab import cgroup as cgroup_mod
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.memory.footprint import footprint
-from gnnrec_lab.runner import MemoryCgroup, Runner, memory_cgroup_root, memory_limit_of, parse_size
+from gnnrec_lab.cgroup import MemoryCgroup, memory_cgroup_root, memory_limit_of, parse_size
+from gnnrec_lab.runner import Runner
 from gnnrec_lab.store import Store
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -53,7 +54,7 @@ def test_parse_size_and_clear_errors(monkeypatch, tmp_path):
             parse_size(bad)
     mounts = tmp_path / "mounts"
     mounts.write_text("cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid 0 0\n")
-    monkeypatch.setattr(runner_mod, "CGROUP_MOUNTS", mounts)
+    monkeypatch.setattr(cgroup_mod, "CGROUP_MOUNTS", mounts)
     with pytest.raises(UserError, match="only cgroup v2 is mounted"):
         memory_cgroup_root()
     mounts.write_text("proc /proc proc rw 0 0\n")

@@ -12,7 +12,8 @@ import pytest
 from gnnrec_lab import cli
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
-from gnnrec_lab.runner import Runner, launch_detached, numa_request, numactl_argv, parse_nodes
+from gnnrec_lab.memory.placement import numa_request, numactl_argv, parse_nodes
+from gnnrec_lab.runner import Runner, launch_detached
 from gnnrec_lab.store import Store
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -298,7 +299,7 @@ def test_cli_cancels_run_of_another_process(store, monkeypatch, capsys):
     assert f"run {rid}: cancelled" in capsys.readouterr().out
     run = store.get_run(rid)
     assert run["status"] == "cancelled" and run["cancel_requested"]
-    from gnnrec_lab.store import pid_alive
+    from gnnrec_lab.proc import pid_alive
     assert not pid_alive(run["pid"], run["pid_start"])
 
 

@@ -15,7 +15,8 @@ import pytest
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.recorder import KernelRecord
-from gnnrec_lab.store import SCHEMA_VERSION, Store, _proc_start_ticks, connect, lab_home, migrate, pid_alive
+from gnnrec_lab.proc import pid_alive, proc_start_ticks
+from gnnrec_lab.store import SCHEMA_VERSION, Store, connect, lab_home, migrate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -234,7 +235,7 @@ def test_killed_writer_leaves_store_readable(tmp_path):
 
 def test_pid_alive_checks_identity():
     me = os.getpid()
-    start = _proc_start_ticks(me)
+    start = proc_start_ticks(me)
     assert pid_alive(me) and not pid_alive(None)
     if start is not None:  # Linux: a reused pid with another start time is not our worker
         assert pid_alive(me, start) and not pid_alive(me, start + 1)
@@ -292,3 +293,24 @@ def test_store_deleted_under_a_running_process_is_not_recreated(tmp_path):
     t.join()
     assert "cannot be opened" in out.get("error", "")
     assert not (tmp_path / "lab.sqlite").exists()
+
+
+def test_footprint_has_one_stored_shape_and_old_results_stay_readable(tmp_path):
+    """record_result stores every footprint as Footprint.to_dict (predicted: modeled, measured:
+    measured); a result stored before that shape (measured_peak_rss, kind_* labels) reads the same."""
+    from gnnrec_lab.memory.footprint import Footprint
+    old = {"predicted": {"graph": 100}, "kind_predicted": "modeled", "measured_peak_rss": 999,
+           "kind_measured": "measured"}
+    fp = Footprint.from_dict(old)
+    assert (fp.predicted, fp.measured, fp.peak_rss) == ({"graph": 100}, {"peak_rss": 999}, 999)
+    assert Footprint.from_dict(fp.to_dict()) == fp and Footprint.from_dict(None) == Footprint()
+    assert Footprint.from_dict({"embeddings": 5}).measured == {"embeddings": 5}   # flat: allocated bytes
+    s = Store(tmp_path / "home")
+    rid = s.add_run(RunConfig(), status="running")
+    s.record_result(rid, {"footprint": old})
+    stored = s.get_run(rid)["result"]["footprint"]
+    assert stored == {"predicted": {"graph": 100}, "measured": {"peak_rss": 999},
+                      "kind": {"predicted": "modeled", "measured": "measured"}}
+    fpf = s.footprint_frame(rid)
+    assert set(zip(fpf.tensor_class, fpf.bytes, fpf.kind)) == {("graph", 100, "predicted"),
+                                                             ("peak_rss", 999, "measured")}

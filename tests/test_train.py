@@ -90,7 +90,9 @@ def test_cli_json_run():
              "--batch-size", "1024", "--json")
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
-    assert out["config"]["layers"] == 1 and out["kind"] == "measured"
+    assert out["config"]["layers"] == 1 and out["kind"]["kernels"] == "measured"
+    assert out["kind"]["footprint"] == {"predicted": "modeled", "measured": "measured"}
+    assert out["footprint"]["kind"] == out["kind"]["footprint"] and out["footprint"]["measured"]["peak_rss"] > 0
     assert out["test"]["recall@20"] >= 0 and out["kernels"]
 
 

@@ -37,6 +37,7 @@ import torch
 
 from ..config import TIER_CACHE_POLICIES
 from ..errors import ConfigError, UserError
+from ..memory.placement import place_of
 from ..optim import SparseRowAdam
 from ..recorder import get_recorder
 from .policies import INF
@@ -548,9 +549,9 @@ def _concat_writes(parts: list) -> tuple:
 
 
 def _slow_tier_dir(config) -> tuple:
-    where = config.placement.get("embeddings", "dram")
-    if where.startswith("file:"):
-        d = where[5:]
+    where = place_of(config, "embeddings")
+    if where.is_file:
+        d = where.directory
         if not os.path.isdir(d):
             raise ConfigError("placement", f"embeddings: directory {d!r} of the slow tier does not exist")
         return d, f"file:{d} (placement embeddings)"

@@ -63,7 +63,7 @@ def launch_policy_from_args(args):
     if text == "none":
         note = "--run-memory-limit none"
     else:
-        from ..runner import cgroup_usable, parse_size
+        from ..cgroup import cgroup_usable, parse_size
         why = cgroup_usable()
         if text == "auto":
             if why is None:

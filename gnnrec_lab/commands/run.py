@@ -47,10 +47,9 @@ def _print_summary(result, out=None):
         from ..train import modeled_line
         print(modeled_line(result.modeled), file=out)
     fp = result.footprint
-    if fp.get("predicted"):
-        tot = sum(fp["predicted"].values())
-        print(f"footprint: predicted {tot / 2**20:.1f} MiB (modeled), peak RSS "
-              f"{fp['measured_peak_rss'] / 2**20:.1f} MiB (measured)", file=out)
+    if fp.predicted:
+        print(f"footprint: predicted {fp.predicted_total / 2**20:.1f} MiB (modeled), peak RSS "
+              f"{fp.peak_rss / 2**20:.1f} MiB (measured)", file=out)
 
 
 def _check_trace_path(path: str) -> None:
@@ -78,11 +77,11 @@ def main(args) -> int:
         _check_trace_path(args.trace)
     limit = None
     if args.memory_limit is not None:
-        from ..runner import parse_size
+        from ..cgroup import parse_size
         limit = parse_size(args.memory_limit, "--memory-limit")
     check_launch(config, force=args.force, memory_limit_bytes=limit)
     if not args.detach:
-        from ..runner import numa_request
+        from ..memory.placement import numa_request
         if numa_request(config.placement) is not None:
             raise UserError("placement: numa: placements are applied by numactl around a worker process; "
                             "add --detach (a foreground run cannot change its own NUMA policy)")
@@ -119,11 +118,12 @@ def _train_stored(config, progress: bool, store_it: bool = True):
     if not store_it:
         return train(config, progress=progress), None
     import os
-    from ..store import Store, _proc_start_ticks
+    from ..proc import proc_start_ticks
+    from ..store import Store
     from ..worker import failure, finish_run
     store = Store()
     run_id = store.add_run(config, status="running")
-    store.set_fields(run_id, pid=os.getpid(), pid_start=_proc_start_ticks(os.getpid()))
+    store.set_fields(run_id, pid=os.getpid(), pid_start=proc_start_ticks(os.getpid()))
     reporter = store.reporter(run_id)
     try:
         result = train(config, reporter=reporter, progress=progress)

@@ -18,9 +18,12 @@ import pandas as pd
 import panel as pn
 import param
 
-from .common import (MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_by, not_available, optional, run_options,
-                     safe_call)
-from .launch import modeled_bars, run_modeled_step, step_time_projection
+from ..analysis import breakdown, roofline_points
+from ..calibrate import host_profile
+from ..memory.footprint import Footprint
+from ..memory.tiermodel import mode_device
+from .common import MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_by, not_available, run_options, safe_call
+from .launch import modeled_bars, run_modeled_step, tier_projection
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf"]
@@ -66,8 +69,7 @@ def mode_header(rec: dict) -> str:
     memory mode and device profile the modeled charts use."""
     cfg = rec.get("config") or {}
     mode = cfg.get("memory_mode") or "dram"
-    fn, _ = optional("gnnrec_lab.memory.tiermodel", "mode_device")
-    dev = safe_call(fn, mode, cfg.get("device_profile"))[0] if fn else None
+    dev = safe_call(mode_device, mode, cfg.get("device_profile"))[0]
     if mode == "dram" or dev is None:
         return f"memory mode **{mode}**: every time below is measured on this host, except the hatched modeled bars"
     return (f"memory mode **{mode}** → device profile **{dev}**: kernel times are measured on this host's "
@@ -111,12 +113,6 @@ def roofline_frame(kernels: pd.DataFrame) -> tuple[Optional[pd.DataFrame], Optio
     Uses ``gnnrec_lab.analysis.roofline_points`` and the calibrated host profile
     (``triad_GBps`` and ``gemm_GFLOPs`` ceilings, measured by ``gnnrec-lab calibrate``).
     """
-    roofline_points, why = optional("gnnrec_lab.analysis", "roofline_points")
-    if roofline_points is None:
-        return None, None, why
-    host_profile, why = optional("gnnrec_lab.calibrate", "host_profile")
-    if host_profile is None:
-        return None, None, why
     host, why = safe_call(host_profile, measure_if_missing=False)
     if host is None:
         return None, None, why
@@ -240,7 +236,7 @@ class BreakdownPage(pn.viewable.Viewer):
             color="color", hooks=[hatch_by("hatch")], responsive=True, height=300, xrotation=30, tools=["hover"],
             title="Footprint by tensor class vs DRAM", ylabel="GiB")
         line = hv.HLine(dram / 2**30).opts(color="red", line_dash="dashed")
-        peak = ((rec.get("result") or {}).get("footprint") or {}).get("measured_peak_rss")
+        peak = Footprint.from_dict((rec.get("result") or {}).get("footprint")).peak_rss
         text = f"DRAM of this machine: {fmt_bytes(dram)} (red dashed line, off-scale when far above the bars)."
         if peak:
             text += f" Peak RSS of the worker: **{fmt_bytes(peak)}** (measured)."
@@ -249,7 +245,7 @@ class BreakdownPage(pn.viewable.Viewer):
 
     def _tier_section(self, run_id):
         import holoviews as hv
-        df, why = step_time_projection(self.lab, run_id)
+        df, why = tier_projection(self.lab, run_id)
         if df is None:
             return not_available("Measured DRAM vs modeled Optane/CXL (memory tier model)", why)
         chosen = df[df["chosen"]] if "chosen" in df.columns else df.iloc[0:0]
@@ -262,11 +258,7 @@ class BreakdownPage(pn.viewable.Viewer):
                                            sizing_mode="stretch_width"), sizing_mode="stretch_width")
 
     def _table_section(self, kernels: pd.DataFrame):
-        breakdown, why = optional("gnnrec_lab.analysis", "breakdown")
-        if breakdown is None:
-            return pn.Spacer(height=0)
-        host_profile, _ = optional("gnnrec_lab.calibrate", "host_profile")
-        host = safe_call(host_profile, measure_if_missing=False)[0] if host_profile else None
+        host = safe_call(host_profile, measure_if_missing=False)[0]
         table, why = safe_call(breakdown, kernels, host=host)
         if table is None:
             return not_available("Breakdown table (analysis)", why)

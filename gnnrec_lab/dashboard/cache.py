@@ -33,7 +33,8 @@ import param
 
 from ..config import CACHE_TRACE_KINDS, SIMULATED_CACHE_POLICIES
 from ..errors import UserError
-from .common import Lab, error_note, fmt_bytes, not_available, optional, safe_call
+from ..data import list_datasets
+from .common import Lab, error_note, fmt_bytes, not_available, safe_call
 
 OPTIMIZERS = ("sgd", "adagrad", "adam")
 LIVE_POLL_MS = 2000
@@ -361,9 +362,6 @@ def live_text(run: dict, stats: Optional[dict]) -> str:
 # ----------------------------------------------------------------------------
 def dataset_choices() -> tuple[list[str], set, Optional[str]]:
     """``(names, prepared names, reason)`` from the data registry (prepared ones first)."""
-    list_datasets, why = optional("gnnrec_lab.data", "list_datasets")
-    if list_datasets is None:
-        return [], set(), why
     rows, why = safe_call(list_datasets, default=[])
     rows = sorted(rows or [], key=lambda r: (not r.get("prepared", False), str(r.get("name"))))
     names = [str(r["name"]) for r in rows if "name" in r]
@@ -390,7 +388,6 @@ class CachePage(pn.viewable.Viewer):
                  **params):
         super().__init__(lab=lab, **params)
         self.graph_loader = graph_loader
-        self._cache_mod, self._cache_reason = optional("gnnrec_lab.cache", "sweep")
         names, prepared, _ = dataset_choices()
         first = default_dataset(names, prepared)
         self.w = {
@@ -430,7 +427,7 @@ class CachePage(pn.viewable.Viewer):
         # download the dataset (then the person chooses and presses Simulate)
         if autostart is None:
             autostart = served and first in prepared
-        if autostart and self._cache_mod is not None:
+        if autostart:
             self.start()
 
     # -- simulation -------------------------------------------------------------
@@ -565,10 +562,6 @@ class CachePage(pn.viewable.Viewer):
         return text
 
     def __panel__(self):
-        if self._cache_mod is None:
-            return pn.Column("## Embedding cache",
-                             not_available("Cache simulator (gnnrec_lab.cache)", self._cache_reason),
-                             sizing_mode="stretch_width")
         form = pn.Column("### Simulate", *self.w.values(), self.form_error, self.button, width=270)
         return pn.Column(
             "## Embedding cache",

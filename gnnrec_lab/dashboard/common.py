@@ -1,23 +1,26 @@
-"""What every dashboard page shares: the lab state, optional seams, small helpers.
+"""What every dashboard page shares: the lab state, the process-wide store and runner, small helpers.
 
 One :class:`Lab` per browser session holds the selection (which run the Live and
 Breakdown pages show) as ``param`` parameters; the :class:`~gnnrec_lab.store.Store`
 and :class:`~gnnrec_lab.runner.Runner` behind it are one per server process, so
 every session reads the same runs and the concurrency limit holds across tabs.
 
-Pieces of the lab that other modules provide (store, runner, analysis, memory
-model, cache simulator) are imported through :func:`optional`; when one is not
-importable the page shows :func:`not_available` instead of failing.
+Where a piece of the lab cannot give a page what it needs (no store file, no host
+calibration, a run without records), the page shows :func:`not_available` with the reason
+instead of failing.
 """
 from __future__ import annotations
 
-import importlib
 import threading
 from typing import Any, Optional
 
 import pandas as pd
 import panel as pn
 import param
+
+from ..memory.tiermodel import mode_device
+from ..runner import Runner
+from ..store import Store
 
 # Bar styles that tell measured from modeled numbers apart in every plot.
 MEASURED_STYLE = dict(color="#1f77b4", hatch_pattern=" ")
@@ -54,19 +57,6 @@ def hatch_by(column: str = "hatch"):
             glyph.hatch_color = "white"
             glyph.hatch_alpha = 0.9
     return hook
-
-
-def optional(module: str, attr: Optional[str] = None):
-    """Import ``module`` (and ``attr`` of it); return ``(obj, None)`` or ``(None, reason)``.
-
-    Any import failure (missing module, or an error inside one being written)
-    becomes a one-line reason the page can show.
-    """
-    try:
-        mod = importlib.import_module(module)
-        return (getattr(mod, attr) if attr else mod), None
-    except Exception as e:  # a half-written module must not take a page down
-        return None, f"{type(e).__name__}: {e}"
 
 
 def not_available(what: str, reason: Optional[str] = None) -> pn.pane.Alert:
@@ -135,9 +125,6 @@ def shared_store():
     """The process's :class:`~gnnrec_lab.store.Store` (``(store, None)`` or ``(None, reason)``)."""
     with _lock:
         if "store" not in _shared:
-            Store, why = optional("gnnrec_lab.store", "Store")
-            if Store is None:
-                return None, why
             store, why = safe_call(Store)
             if store is None:
                 return None, why
@@ -150,9 +137,6 @@ def shared_runner(store):
     with _lock:
         key = ("runner", id(store))
         if key not in _shared:
-            Runner, why = optional("gnnrec_lab.runner", "Runner")
-            if Runner is None:
-                return None, why
             runner, why = safe_call(Runner, store)
             if runner is None:
                 return None, why
@@ -272,8 +256,7 @@ def run_label(row: dict) -> str:
     if mode is not None:
         dev = get("device")
         if dev is None and mode != "dram":
-            fn, _ = optional("gnnrec_lab.memory.tiermodel", "mode_device")
-            dev = safe_call(fn, mode, get("device_profile"))[0] if fn else None
+            dev = safe_call(mode_device, mode, get("device_profile"))[0]
         parts.append(str(mode) if mode == "dram" or dev is None else f"{mode}→{dev} (modeled)")
     if row.get("status"):
         parts.append(f"({row['status']})")

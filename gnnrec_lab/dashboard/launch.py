@@ -19,8 +19,11 @@ import param
 from ..config import (BACKENDS, LR_RULES, MEMORY_MODES, MODELS, NGCF_FORMS, OPTIMIZERS,
                       TENSOR_CLASSES, RunConfig)
 from ..errors import ConfigError, UserError
-from .common import (MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_by, not_available, optional,
-                     safe_call)
+from ..calibrate import host_profile
+from ..data import describe, list_datasets
+from ..memory import footprint
+from ..memory.tiermodel import mode_label, step_time_projection, stored_run_step_time
+from .common import MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_by, not_available, safe_call
 
 # The one-click example offered on a fresh install (small enough for two cores).
 EXAMPLE_CONFIG = dict(dataset="ml-100k", model="lightgcn", layers=3, dim=64, batch_size=2048,
@@ -32,9 +35,6 @@ FORM_FIELDS = ("dataset", "model", "ngcf_form", "layers", "dim", "batch_size", "
 
 def dataset_names() -> tuple[list[str], Optional[str]]:
     """Names of the datasets the data registry knows (prepared first), or ``([], reason)``."""
-    list_datasets, why = optional("gnnrec_lab.data", "list_datasets")
-    if list_datasets is None:
-        return [], why
     rows, why = safe_call(list_datasets, default=[])
     if why:
         return [], why
@@ -90,13 +90,7 @@ def config_from_values(values: dict) -> tuple[Optional[RunConfig], Optional[Conf
 
 def footprint_frame(config: RunConfig) -> tuple[Optional[pd.DataFrame], Optional[str]]:
     """Predicted bytes per tensor class for ``config`` (modeled from shapes), or ``(None, reason)``."""
-    footprint, why = optional("gnnrec_lab.memory", "footprint")
-    if footprint is None:
-        return None, why
-    counts = None
-    describe, _ = optional("gnnrec_lab.data", "describe")
-    if describe is not None:
-        counts, _ = safe_call(describe, config.dataset)
+    counts, _ = safe_call(describe, config.dataset)
     fp, why = safe_call(footprint, config, counts=counts)
     if fp is None:
         return None, why
@@ -123,10 +117,7 @@ def reference_dram_run(lab: Lab, config: RunConfig) -> Optional[int]:
 
 def mode_note(memory_mode: str) -> str:
     """The line under the memory-mode widget: measured here, or modeled on which device profile."""
-    fn, why = optional("gnnrec_lab.memory.tiermodel", "mode_label")
-    if fn is None:
-        return ""
-    label, _ = safe_call(fn, memory_mode)
+    label, _ = safe_call(mode_label, memory_mode)
     if not label:
         return ""
     if memory_mode == "dram":
@@ -136,9 +127,6 @@ def mode_note(memory_mode: str) -> str:
 
 def host_calibration() -> tuple[Optional[dict], Optional[str]]:
     """This host's calibration (measured), never measured from a page: ``(host, None)`` or ``(None, reason)``."""
-    host_profile, why = optional("gnnrec_lab.calibrate", "host_profile")
-    if host_profile is None:
-        return None, f"host calibration: {why}"
     host, why = safe_call(host_profile, measure_if_missing=False)
     if host is None:
         return None, f"host calibration: {why}"
@@ -148,57 +136,19 @@ def host_calibration() -> tuple[Optional[dict], Optional[str]]:
 def run_modeled_step(lab: Lab, run_id, device: Optional[str] = None) -> tuple[Optional[dict], Optional[str]]:
     """``tiermodel.stored_run_step_time`` of a stored run (the value the run summary, the store and
     ``whatif`` show): ``(dict, None)`` or ``(None, reason)``. ``device`` defaults to the run's mode's."""
-    fn, why = optional("gnnrec_lab.memory.tiermodel", "stored_run_step_time")
-    if fn is None:
-        return None, why
     host, why = host_calibration()
     if host is None:
         return None, why
-    return safe_call(fn, lab.store, run_id, host, device=device)
+    return safe_call(stored_run_step_time, lab.store, run_id, host, device=device)
 
 
-def step_time_projection(lab: Lab, run_id: int) -> tuple[Optional[pd.DataFrame], Optional[str]]:
-    """Step time (s) of ``run_id`` measured here and projected onto each slower device profile.
-
-    Returns a frame ``device, seconds, kind, chosen``: one 'measured' row (the run's own
-    training-step kernel time on this host's DRAM) and one 'modeled' row per non-DRAM
-    device profile (``gnnrec_lab.memory.tiermodel.run_step_time``, the run's placement),
-    ``chosen`` marking the run's own memory mode's device; or ``(None, reason)`` when the
-    tier model, the calibration or the records are missing.
-    """
-    tm, why = optional("gnnrec_lab.memory.tiermodel")
-    if tm is None:
-        return None, why
-    load_profiles, why = optional("gnnrec_lab.memory.profiles", "load_profiles")
-    if load_profiles is None:
-        return None, why
+def tier_projection(lab: Lab, run_id: int) -> tuple[Optional[pd.DataFrame], Optional[str]]:
+    """:func:`~gnnrec_lab.memory.tiermodel.step_time_projection` of ``run_id`` with this host's
+    calibration: ``(frame, None)``, or ``(None, reason)`` the page shows instead of the chart."""
     host, why = host_calibration()
     if host is None:
         return None, why
-    got, why = safe_call(tm.stored_run_records, lab.store, run_id)
-    if got is None:
-        return None, why
-    records, steps, footprint, cfg = got
-    if records is None or records.empty:
-        return None, f"run {run_id} has no kernel records"
-    own = tm.mode_device(cfg.get("memory_mode", "dram"), cfg.get("device_profile"))
-    profiles, why = safe_call(load_profiles)
-    if not profiles:
-        return None, why or "no device profiles"
-    rows, measured, reasons = [], None, []
-    for name, prof in profiles.items():
-        if getattr(prof, "kind", None) in ("dram", "host"):
-            continue
-        res, why = safe_call(tm.run_step_time, records, host, cfg, device=name, footprint=footprint, steps=steps)
-        if res is None:
-            reasons.append(f"{name}: {why}")
-            continue
-        measured = res["measured_s"]
-        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind="modeled", chosen=name == own))
-    if measured is None:
-        return None, "; ".join(reasons) or "no projection"
-    rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind="measured", chosen=own is None))
-    return pd.DataFrame(rows), None
+    return safe_call(step_time_projection, lab.store, run_id, host)
 
 
 class LaunchPage(pn.viewable.Viewer):
@@ -343,7 +293,7 @@ class LaunchPage(pn.viewable.Viewer):
                 "*Predicted step time per memory mode*: no finished DRAM run with this dataset, model, "
                 "depth, dim and batch size yet — launch one on `dram`; the tier model then projects its "
                 "measured kernels onto Optane, CXL and remote NUMA (modeled).")
-        df, why = step_time_projection(self.lab, ref)
+        df, why = tier_projection(self.lab, ref)
         if df is None:
             return not_available("Step-time prediction (memory tier model)", why)
         return pn.Column(

@@ -33,7 +33,8 @@ import pandas as pd
 import panel as pn
 import param
 
-from .common import FAILED_STATUSES, Lab, error_note, fmt_bytes, fmt_seconds, not_available, optional, run_options, safe_call
+from ..memory.tiermodel import mode_device
+from .common import FAILED_STATUSES, Lab, error_note, fmt_bytes, fmt_seconds, not_available, run_options, safe_call
 
 POLL_MS = 1000
 ACTIVE = ("queued", "running")
@@ -178,10 +179,7 @@ def stacked_area(data: pd.DataFrame, top: int = 8, max_steps: int = MAX_CHART_ST
 
 
 def _mode_device(memory_mode, device_profile=None):
-    fn, _ = optional("gnnrec_lab.memory.tiermodel", "mode_device")
-    if fn is None:
-        return None
-    dev, _ = safe_call(fn, memory_mode, device_profile)
+    dev, _ = safe_call(mode_device, memory_mode, device_profile)
     return dev
 
 

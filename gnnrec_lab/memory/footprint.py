@@ -80,12 +80,10 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
 
 from ..errors import UserError
-from ..data.registry import ORDER_MIN_NODES
-from ..kernels import LOCALITY_MIN_BYTES
-from ..kernels.native import col_block_count
 
 # Peak RSS that compiling the training kernels adds to a run (measured: the first ML-100K
 # LightGCN run of a fresh environment, numba 0.68.1, empty disk cache, peaked at 648.6 MiB, the
@@ -131,6 +129,51 @@ def _counts(config, counts: Optional[dict]) -> dict:
     return c
 
 
+def _numeric(d) -> dict:
+    return {str(k): v for k, v in (d or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+@dataclass
+class Footprint:
+    """A run's bytes, each part with its kind: ``predicted`` by tensor class is *modeled* (from
+    shapes, :func:`footprint`); ``measured`` is *measured* on this machine (``peak_rss``: the
+    worker's peak resident set; allocated bytes of a class where they were counted).
+
+    The one shape a result's footprint has (:meth:`to_dict`), in ``gnnrec-lab run --json``, the
+    run store and every view that reads a stored result (:meth:`from_dict`).
+    """
+    predicted: dict = field(default_factory=dict)
+    measured: dict = field(default_factory=dict)
+    KINDS: ClassVar[dict] = {"predicted": "modeled", "measured": "measured"}
+
+    @property
+    def peak_rss(self) -> Optional[int]:
+        """Peak resident set of the run's process in bytes (measured), None when not recorded."""
+        return self.measured.get("peak_rss")
+
+    @property
+    def predicted_total(self) -> int:
+        return int(sum(self.predicted.values()))
+
+    def to_dict(self) -> dict:
+        return {"predicted": dict(self.predicted), "measured": dict(self.measured), "kind": dict(self.KINDS)}
+
+    @classmethod
+    def from_dict(cls, d) -> "Footprint":
+        """A footprint from :meth:`to_dict`'s shape, or from a result stored before it: numeric
+        ``measured_X`` keys (``measured_peak_rss``) are measured ``X``, ``kind_*`` labels are
+        dropped, and a flat ``{class: bytes}`` (no ``predicted``/``measured`` part) is measured."""
+        if isinstance(d, Footprint):
+            return cls(dict(d.predicted), dict(d.measured))
+        if not isinstance(d, dict):
+            return cls()
+        if not any(k in d for k in cls.KINDS) and not any(str(k).startswith("measured_") for k in d):
+            return cls(measured=_numeric(d))
+        measured = _numeric(d.get("measured") if isinstance(d.get("measured"), dict) else {})
+        measured.update({k[len("measured_"):]: v for k, v in _numeric(d).items() if k.startswith("measured_")})
+        return cls(_numeric(d.get("predicted") if isinstance(d.get("predicted"), dict) else {}), measured)
+
+
 def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optional[int] = None) -> dict:
     """Predicted live bytes by tensor class in each phase of a run (see the module docstring).
 
@@ -150,12 +193,15 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
              + 8 * c["n_interactions"])                                   # int32 [user, item] splits
     if edge_form:
         graph += (idx + 4) * e      # the transposed structure SDDMM's backward caches (row ids + entry perm)
+    from ..kernels.native import col_block_count  # numba and torch: loaded by a prediction, not by the package
     nb = col_block_count(n, d * F32)
     if nb > 1:                      # the column-block row positions the native SpMM caches
         graph += 8 * (nb + 1) * n
     # a locality order cached with a large split: the order, P A P^T, its scales and the int64 order
     # and inverse the kernels hold; LightGCN's layer mean then propagates in it (one node tensor
     # more at a time: the permuted input, or the permuted mean before it is mapped back)
+    from ..data.registry import ORDER_MIN_NODES
+    from ..kernels import LOCALITY_MIN_BYTES
     local = (config.model == "lightgcn" and n >= ORDER_MIN_NODES and F32 * n * d > LOCALITY_MIN_BYTES)
     if local:
         graph += idx * n + 8 * (n + 1) + idx * e + F32 * n + 16 * n

@@ -7,7 +7,7 @@ A place is one of the strings a :class:`~gnnrec_lab.config.RunConfig` accepts:
 ``numa:POLICY:NODES``
     POLICY is ``membind``, ``preferred`` or ``interleave``; NODES a list like ``1`` or ``0,2-3``.
     NUMA policy applies to a whole process, so the run's worker is started under ``numactl``
-    (:func:`numactl_args`); this is how KMEM-DAX Optane and CXL expanders (CPU-less nodes) are used.
+    (:func:`numa_prefix`); this is how KMEM-DAX Optane and CXL expanders (CPU-less nodes) are used.
 ``file:DIR``
     a file-backed shared mapping in DIR (fsdax App Direct on a DAX mount; ``/dev/shm`` or a disk
     elsewhere). :func:`probe_dax` says whether DIR really is DAX.
@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
-import numpy as np
-
-from ..errors import UserError
-from .topology import Topology, detect, parse_cpulist
+from ..errors import ConfigError, UserError
+from .topology import Topology, detect
 
 NUMA_POLICIES = ("membind", "preferred", "interleave")
+PLACES_HELP = "dram, file:DIR, numa:POLICY:NODES"
+_NODES_RE = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
+SYS_NODE_DIR = Path("/sys/devices/system/node")
 # Linux x86-64 values (include/uapi/asm-generic/mman-common.h, linux/mman.h)
 MAP_SHARED_VALIDATE = 0x03
 MAP_SYNC = 0x80000
@@ -38,6 +40,7 @@ MAP_SYNC = 0x80000
 
 @dataclass(frozen=True)
 class Place:
+    """One tensor class's place, parsed: the only form the rest of the lab reads."""
     kind: str                     # "dram" | "file" | "numa"
     directory: Optional[str] = None
     policy: Optional[str] = None
@@ -50,67 +53,169 @@ class Place:
             return f"numa:{self.policy}:{','.join(map(str, self.nodes))}"
         return "dram"
 
+    @property
+    def is_file(self) -> bool:
+        return self.kind == "file"
+
+
+def parse_nodes(text: str) -> list[int]:
+    """NUMA node list like ``"0,1"`` or ``"0-2,4"`` → sorted unique node ids."""
+    nodes: set[int] = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi or lo < 0:
+                    raise ValueError
+                nodes.update(range(lo, hi + 1))
+            else:
+                n = int(part)
+                if n < 0:
+                    raise ValueError
+                nodes.add(n)
+        except ValueError:
+            raise UserError(f"placement: bad NUMA node list {text!r} (expected e.g. '0' or '0,1' or '0-2')") from None
+    if not nodes:
+        raise UserError(f"placement: empty NUMA node list {text!r}")
+    return sorted(nodes)
+
 
 def parse_place(where, cls: str = "placement") -> Place:
-    """Parse a place string; errors name the tensor class ``cls``."""
+    """Parse a place string (``dram``, ``file:DIR``, ``numa:POLICY:NODES``); errors are
+    :class:`ConfigError` on ``placement`` naming the tensor class ``cls``."""
     if isinstance(where, Place):
         return where
     if where in (None, "", "dram"):
         return Place("dram")
     if not isinstance(where, str):
-        raise UserError(f"placement: {cls}: got {where!r}, allowed: dram, file:DIR, numa:POLICY:NODES")
+        raise ConfigError("placement", f"{cls}: got {where!r}, allowed: {PLACES_HELP}")
     if where.startswith("file:"):
         d = where[5:]
-        if not d:
-            raise UserError(f"placement: {cls}: 'file:' needs a directory, e.g. file:/mnt/pmem0")
+        if not d.strip() or "\0" in d:
+            raise ConfigError("placement", f"{cls}: file: needs a directory, e.g. file:/mnt/pmem, got {where!r}")
         return Place("file", directory=d)
     if where.startswith("numa:"):
         parts = where.split(":")
-        if len(parts) != 3 or parts[1] not in NUMA_POLICIES:
-            raise UserError(f"placement: {cls}: got {where!r}, expected numa:POLICY:NODES with POLICY in "
-                            f"{', '.join(NUMA_POLICIES)}")
+        bad = ConfigError("placement", f"{cls}: got {where!r}, expected numa:POLICY:NODES with POLICY in "
+                                       f"{', '.join(NUMA_POLICIES)} and NODES like 0 or 0,1 or 0-2")
+        if len(parts) != 3 or parts[1] not in NUMA_POLICIES or not _NODES_RE.fullmatch(parts[2]):
+            raise bad
         try:
-            nodes = tuple(parse_cpulist(parts[2]))
-        except ValueError:
-            nodes = ()
-        if not nodes:
-            raise UserError(f"placement: {cls}: no NUMA nodes in {where!r} (e.g. numa:membind:1)")
-        if parts[1] == "preferred" and len(nodes) != 1:
-            raise UserError(f"placement: {cls}: 'preferred' takes exactly one node, got {parts[2]!r}")
+            nodes = tuple(parse_nodes(parts[2]))
+        except UserError:
+            raise bad from None
         return Place("numa", policy=parts[1], nodes=nodes)
-    raise UserError(f"placement: {cls}: got {where!r}, allowed: dram, file:DIR, numa:POLICY:NODES")
+    raise ConfigError("placement", f"{cls}: got {where!r}, allowed: {PLACES_HELP}")
+
+
+def parse_placement(placement) -> dict:
+    """``{tensor class: Place}`` for a RunConfig's ``placement`` mapping (validated: known
+    classes, well-formed places). Classes not in the mapping are in DRAM."""
+    from ..config import TENSOR_CLASSES
+    if not isinstance(placement, dict):
+        raise ConfigError("placement", f"must map tensor classes to places, got {placement!r}")
+    out = {}
+    for cls, where in placement.items():
+        if cls not in TENSOR_CLASSES:
+            raise ConfigError("placement", f"unknown tensor class {cls!r}, allowed: {', '.join(TENSOR_CLASSES)}")
+        if not isinstance(where, str) or not where:
+            raise ConfigError("placement", f"{cls}: got {where!r}, allowed: {PLACES_HELP}")
+        out[cls] = parse_place(where, cls)
+    return out
+
+
+def place_of(config, cls: str) -> Place:
+    """Where ``config`` places tensor class ``cls``."""
+    return parse_place((config.placement or {}).get(cls, "dram"), cls)
+
+
+def file_placed(placement) -> dict:
+    """``{tensor class: directory}`` of the classes placed on ``file:DIR``."""
+    return {cls: p.directory for cls, p in parse_placement(placement or {}).items() if p.kind == "file"}
+
+
+# ----------------------------------------------------------------------
+# NUMA: a policy binds the whole worker process, applied by numactl around it
+# ----------------------------------------------------------------------
+def numa_request(placement: dict) -> Optional[tuple[str, list[int]]]:
+    """The one process-wide NUMA policy that ``placement`` asks for, as (policy, nodes), or None.
+
+    numactl sets the policy of the whole run, so every ``numa:`` entry must agree;
+    classes placed on ``dram`` or ``file:`` are handled inside the run by this module.
+    """
+    wanted: dict[tuple, list[str]] = {}
+    for cls, where in sorted((placement or {}).items()):
+        if not str(where).startswith("numa:"):
+            continue
+        place = parse_place(where, cls)
+        wanted.setdefault((place.policy, place.nodes), []).append(cls)
+    if not wanted:
+        return None
+    if len(wanted) > 1:
+        desc = "; ".join(f"{'+'.join(c)} -> numa:{p}:{','.join(map(str, n))}" for (p, n), c in wanted.items())
+        raise UserError(f"placement: NUMA policies apply to the whole worker process (numactl binds the whole "
+                        f"run to one policy), but classes ask for different ones ({desc})")
+    (policy, nodes), = wanted
+    if policy == "preferred" and len(nodes) != 1:
+        raise UserError(f"placement: numa:preferred takes exactly one node, got {','.join(map(str, nodes))}")
+    return policy, list(nodes)
+
+
+def numactl_argv(placement: dict, available_nodes: Sequence[int], numactl: Optional[str] = "numactl",
+                 memory_nodes: Optional[Sequence[int]] = None) -> list[str]:
+    """The command prefix that applies ``placement``'s NUMA policy: ``[]`` when none is asked for.
+
+    ``available_nodes``: NUMA nodes of this machine; ``memory_nodes``: those with
+    memory (None = all); ``numactl``: path of the numactl binary, None when it is
+    not installed. Raises UserError when the request cannot be honoured.
+    """
+    req = numa_request(placement)
+    if req is None:
+        return []
+    policy, nodes = req
+    missing = [n for n in nodes if n not in set(available_nodes)]
+    if missing:
+        have = ",".join(map(str, sorted(available_nodes))) or "none"
+        raise UserError(f"placement: NUMA node {missing[0]} does not exist on this machine (nodes: {have})")
+    if memory_nodes is not None:
+        empty = [n for n in nodes if n not in set(memory_nodes)]
+        if empty:
+            raise UserError(f"placement: NUMA node {empty[0]} has no memory to {policy} to")
+    if not numactl:
+        raise UserError("placement asks for a NUMA policy but numactl is not installed "
+                        "(apt-get install numactl)")
+    return [numactl, f"--{policy}={','.join(map(str, nodes))}"]
 
 
 def numactl_args(placement: dict, topology: Optional[Topology] = None, numactl: Optional[str] = None) -> list:
-    """Command prefix (``["numactl", "--membind=1"]``) to start the worker with, or ``[]``.
-
-    All classes placed on NUMA must share one policy and node set: a NUMA policy binds the
-    whole process. Raises :class:`UserError` for nodes this machine does not have and when
-    ``numactl`` is not installed.
-    """
-    numa = {cls: parse_place(w, cls) for cls, w in (placement or {}).items()}
-    numa = {cls: p for cls, p in numa.items() if p.kind == "numa"}
-    if not numa:
+    """:func:`numactl_argv` against a detected (or given) :class:`Topology`."""
+    if numa_request(placement) is None:
         return []
-    distinct = {p for p in numa.values()}
-    if len(distinct) > 1:
-        desc = ", ".join(f"{c}={p}" for c, p in sorted(numa.items()))
-        raise UserError(f"placement: NUMA policies apply to the whole worker process; use one policy "
-                        f"and node set for all classes, got {desc}")
-    place = distinct.pop()
     topo = topology or detect(tools=False)
-    missing = [n for n in place.nodes if n not in topo.node_ids]
-    if missing:
-        cls = sorted(numa)[0]
-        have = ",".join(map(str, topo.node_ids)) or "none"
-        raise UserError(f"placement: {cls}: NUMA node {missing[0]} does not exist on this machine "
-                        f"(nodes: {have})")
-    exe = numactl or shutil.which("numactl")
-    if not exe:
-        raise UserError("placement: numa placement needs the 'numactl' program, which is not installed "
-                        "(apt-get install numactl)")
-    nodes = ",".join(map(str, place.nodes))
-    return [exe, f"--{place.policy}={nodes}"]
+    return numactl_argv(placement, topo.node_ids, numactl or shutil.which("numactl"))
+
+
+def _read_node_list(path: Path) -> Optional[list[int]]:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return parse_nodes(text) if text else []
+
+
+def system_numa_nodes() -> tuple[list[int], Optional[list[int]]]:
+    """(NUMA nodes, nodes with memory or None when unknown) from /sys/devices/system/node."""
+    nodes = sorted(int(p.name[4:]) for p in SYS_NODE_DIR.glob("node[0-9]*")) if SYS_NODE_DIR.is_dir() else []
+    return nodes, _read_node_list(SYS_NODE_DIR / "has_memory")
+
+
+def numa_prefix(config) -> list[str]:
+    """numactl prefix for ``config`` on this machine (checks nodes and the binary)."""
+    if numa_request(config.placement) is None:
+        return []
+    nodes, mem = system_numa_nodes()
+    return numactl_argv(config.placement, nodes, shutil.which("numactl"), mem)
 
 
 # ----------------------------------------------------------------------
@@ -171,6 +276,7 @@ def allocate_array(shape, dtype, where="dram", name: str = "tensor") -> np.ndarr
     once (storage is freed when the last reference goes). ``numa:`` places allocate ordinary
     memory: the worker's numactl policy decides where it lands.
     """
+    import numpy as np  # here, not at import: parsing a placement (config, runner) needs no numpy
     place = parse_place(where, name)
     shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
     dtype = np.dtype(dtype)
@@ -199,6 +305,7 @@ def allocate_array(shape, dtype, where="dram", name: str = "tensor") -> np.ndarr
 
 def allocate(shape, dtype, where="dram", name: str = "tensor"):
     """A zeroed ``torch.Tensor`` at ``where``; file-backed tensors share the mapping (no copy)."""
+    import numpy as np  # here, not at import: parsing a placement (config, runner) needs no numpy
     import torch
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype if isinstance(dtype, torch.dtype) else np.dtype(dtype)
     place = parse_place(where, name)
@@ -210,6 +317,7 @@ def allocate(shape, dtype, where="dram", name: str = "tensor"):
 
 def place_array(arr: np.ndarray, where="dram", name: str = "array") -> np.ndarray:
     """``arr`` at ``where``: unchanged for dram/numa, else copied into a file-backed array."""
+    import numpy as np  # here, not at import: parsing a placement (config, runner) needs no numpy
     if parse_place(where, name).kind != "file":
         return arr
     out = allocate_array(arr.shape, arr.dtype, where, name)

@@ -21,13 +21,14 @@ direct-mapped cache with random placement, ``h = (1 - exp(-F/C)) / (F/C)`` (:fun
 from __future__ import annotations
 
 import math
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
 
 import pandas as pd
 
 from ..errors import UserError
 from ..recorder import RECORD_FIELDS
-from .profiles import DeviceProfile, get_profile, host_device
+from .profiles import DeviceProfile, get_profile, host_device, load_profiles
 
 COMPONENTS = ("stream_read", "stream_write", "random_read", "random_write")
 OPTIMIZER_KERNELS = ("adam", "adamw", "lamb", "sgd", "optimizer")
@@ -370,6 +371,40 @@ def run_step_time(records, host, config, *, device: Optional[str] = None, placem
     return out
 
 
+@dataclass
+class RunProjection:
+    """A finished run's step time on its memory mode's device, each part with its kind:
+    ``measured_s_per_step`` is *measured* (its training kernels on this host's DRAM),
+    ``modeled_s_per_step`` and ``kernels`` (per kernel and phase) are *modeled* on ``device``
+    (:func:`run_step_time`). ``to_dict`` is the ``modeled`` part of a run's result."""
+    device: str
+    memory_mode: str
+    measured_s_per_step: float
+    modeled_s_per_step: float
+    ratio: Optional[float] = None
+    steps: Optional[int] = None
+    hit_rate: Optional[float] = None
+    host_calibrated_at: Optional[str] = None
+    kernels: list = field(default_factory=list)
+    KINDS: ClassVar[dict] = {"measured_s_per_step": "measured", "modeled_s_per_step": "modeled",
+                             "kernels": "modeled"}
+
+    @classmethod
+    def of_run(cls, records, host, config, *, footprint=None, steps: Optional[int] = None) -> "RunProjection":
+        """:func:`run_step_time` of a run's kernel records, kept with the calibration it used."""
+        st = run_step_time(records, host, config, footprint=footprint, steps=steps)
+        return cls(device=st["device"], memory_mode=st["memory_mode"], measured_s_per_step=st["measured_s"],
+                   modeled_s_per_step=st["modeled_s"], ratio=st["ratio"], steps=st["steps"],
+                   hit_rate=st["hit_rate"], host_calibrated_at=host.get("measured_at"),
+                   kernels=[dict(k, kind="modeled") for k in st["kernels"]])
+
+    def to_dict(self) -> dict:
+        return {"device": self.device, "kind": "modeled", "kinds": dict(self.KINDS), "memory_mode": self.memory_mode,
+                "measured_s_per_step": self.measured_s_per_step, "modeled_s_per_step": self.modeled_s_per_step,
+                "ratio": self.ratio, "steps": self.steps, "hit_rate": self.hit_rate,
+                "host_calibrated_at": self.host_calibrated_at, "kernels": self.kernels}
+
+
 def stored_run_records(store, run_id) -> tuple:
     """``(kernel totals, steps, predicted footprint by class or None, config dict)`` of a stored run:
     the inputs :func:`run_step_time` takes, read the same way by every view."""
@@ -389,3 +424,35 @@ def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
     if totals is None or len(totals) == 0:
         raise UserError(f"run {run_id} has no kernel records")
     return run_step_time(totals, host, cfg, device=device, placement=placement, footprint=fp, steps=steps, **kw)
+
+
+def step_time_projection(store, run_id, host) -> pd.DataFrame:
+    """Step time (s) of a stored run measured here and projected onto each slower device profile.
+
+    A frame ``device, seconds, kind, chosen``: one 'measured' row (the run's own training-step
+    kernel time on this host's DRAM) and one 'modeled' row per non-DRAM device profile
+    (:func:`run_step_time`, the run's placement), ``chosen`` marking the device of the run's own
+    memory mode. Raises UserError when the run has no kernel records or no profile projects.
+    """
+    records, steps, footprint, cfg = stored_run_records(store, run_id)
+    if records is None or records.empty:
+        raise UserError(f"run {run_id} has no kernel records")
+    own = mode_device(cfg.get("memory_mode", "dram"), cfg.get("device_profile"))
+    profiles = load_profiles()
+    if not profiles:
+        raise UserError("no device profiles")
+    rows, measured, reasons = [], None, []
+    for name, prof in profiles.items():
+        if getattr(prof, "kind", None) in ("dram", "host"):
+            continue
+        try:
+            res = run_step_time(records, host, cfg, device=name, footprint=footprint, steps=steps)
+        except (UserError, ValueError, KeyError) as e:  # one profile that cannot project: say which
+            reasons.append(f"{name}: {type(e).__name__}: {e}")
+            continue
+        measured = res["measured_s"]
+        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind="modeled", chosen=name == own))
+    if measured is None:
+        raise UserError("; ".join(reasons) or "no projection")
+    rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind="measured", chosen=own is None))
+    return pd.DataFrame(rows)

@@ -1,0 +1,254 @@
+"""Per-run memory limits: a cgroup v1 memory cgroup around a run's worker.
+
+The runner (:mod:`gnnrec_lab.runner`) creates one :class:`MemoryCgroup` per limited run under
+``<memory mount>/<our cgroup>/gnnrec-lab``, starts the worker through :meth:`MemoryCgroup.wrap`
+(it joins the cgroup before it execs), and after the worker exits reads the kernel's counters
+(:func:`oom_verdict`) and removes the cgroup. The requested limit, then the cgroup used and its
+measured peak, are kept in the run directory (:data:`LIMIT_FILE`, :func:`memory_limit_of`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .errors import UserError
+
+CGROUP_MOUNTS = Path("/proc/self/mounts")
+CGROUP_SELF = Path("/proc/self/cgroup")
+CGROUP_DIR_NAME = "gnnrec-lab"
+LIMIT_FILE = "memory_limit.json"     # in the run directory: the requested limit, then the cgroup used
+_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
+               "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}
+# joins the cgroup named by $1 from inside the child, then becomes the worker: no window in which
+# the worker allocates outside the limit ($$ is the shell, which exec keeps as the worker's pid)
+_JOIN_AND_EXEC = 'echo $$ > "$1/cgroup.procs" || exit 125; shift; exec "$@"'
+
+
+def parse_size(text, what: str = "memory limit") -> int:
+    """Bytes in ``text``: an integer or a number with a binary unit (``2G``, ``512MiB``, ``1.5g``).
+
+    Units are powers of 1024 (K, M, G, T, with or without ``B``/``iB``). Raises UserError
+    naming ``what`` for anything else or a size under 1 MiB.
+    """
+    if isinstance(text, bool):
+        raise UserError(f"{what}: expected a size like 2G or 512M, got {text!r}")
+    if isinstance(text, int):
+        value = text
+    else:
+        s = str(text).strip().lower().replace(" ", "")
+        num = s.rstrip("kmgtib")
+        unit = s[len(num):]
+        try:
+            number = float(num)
+            if not math.isfinite(number) or number > 2**64:
+                raise ValueError
+            value = int(number * _SIZE_UNITS[unit])
+        except (ValueError, KeyError):
+            raise UserError(f"{what}: expected a size like 2G or 512M, got {text!r}") from None
+    if value < 2**20:
+        raise UserError(f"{what}: must be at least 1 MiB, got {value} bytes")
+    return value
+
+
+def memory_cgroup_root() -> Path:
+    """Directory under which the lab creates per-run memory cgroups (cgroup v1).
+
+    It is ``<memory controller mount>/<this process's memory cgroup>/gnnrec-lab``, so
+    any limit already set above this process still applies to its runs. Raises
+    UserError naming the reason where no memory cgroup can be created here (no v1
+    memory controller mounted, cgroup v2 only, not root / not writable).
+    """
+    try:
+        mounts = CGROUP_MOUNTS.read_text().splitlines()
+    except OSError as e:
+        raise UserError(f"memory limit: cannot read {CGROUP_MOUNTS} ({e.strerror})") from None
+    mount, has_v2 = None, False
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        if parts[2] == "cgroup2":
+            has_v2 = True
+        elif parts[2] == "cgroup" and "memory" in parts[3].split(","):
+            mount = Path(parts[1].replace("\\040", " "))
+    if mount is None:
+        why = ("only cgroup v2 is mounted" if has_v2 else "no cgroup filesystem is mounted")
+        raise UserError(f"memory limit: needs the cgroup v1 memory controller, but {why} "
+                        f"(mount -t cgroup -o memory cgroup /sys/fs/cgroup/memory)")
+    own = ""
+    try:
+        for line in CGROUP_SELF.read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "memory" in controllers.split(","):
+                own = path
+    except (OSError, ValueError):
+        pass
+    base = mount / own.lstrip("/")
+    if not (base / "cgroup.procs").exists():
+        base = mount  # our own cgroup is not visible in this mount (another namespace): use the top
+    root = base / CGROUP_DIR_NAME
+    try:
+        root.mkdir(exist_ok=True)
+    except OSError as e:
+        who = "" if os.geteuid() == 0 else " (creating cgroups needs root)"
+        raise UserError(f"memory limit: cannot create the cgroup {root}: {e.strerror}{who}") from None
+    if not os.access(root / "cgroup.procs", os.W_OK):
+        raise UserError(f"memory limit: cgroup {root} is not writable"
+                        + ("" if os.geteuid() == 0 else " (needs root)"))
+    return root
+
+
+def cgroup_usable() -> Optional[str]:
+    """None when per-run memory cgroups can be created here, else why not (one line)."""
+    try:
+        root = memory_cgroup_root()
+    except UserError as e:
+        return str(e)
+    _remove_empty_root(root)
+    return None
+
+
+def _remove_empty_root(root: Path) -> None:
+    """Remove the lab's parent cgroup directory when no run's cgroup is left in it."""
+    try:
+        root.rmdir()  # cgroupfs refuses while a child cgroup exists: then it stays
+    except OSError:
+        pass
+
+
+class MemoryCgroup:
+    """One cgroup v1 memory cgroup with a hard limit, holding one run's worker.
+
+    Usage: ``cg = MemoryCgroup.create("run-7-ab12", 2 << 30)``; start the worker
+    with ``cg.wrap(argv)``; after it exits read :meth:`oom_kills` / :meth:`usage`
+    and :meth:`remove` it.
+    """
+
+    def __init__(self, path, limit_bytes: int):
+        self.path = Path(path)
+        self.limit_bytes = int(limit_bytes)
+
+    @classmethod
+    def create(cls, name: str, limit_bytes: int, root: Optional[Path] = None) -> "MemoryCgroup":
+        """Create cgroup ``name`` with ``memory.limit_in_bytes`` (and the memory+swap limit,
+        where the kernel has one, set to the same so swap cannot extend it)."""
+        for attempt in range(3):
+            base = memory_cgroup_root() if root is None else Path(root)
+            path = base / name
+            try:
+                path.mkdir()
+                break
+            except FileNotFoundError:
+                # another runner removed the empty parent between our mkdir calls: make it again
+                if root is not None or attempt == 2:
+                    raise UserError(f"memory limit: cannot create the cgroup {path}: parent vanished") from None
+            except OSError as e:
+                raise UserError(f"memory limit: cannot create the cgroup {path}: {e.strerror}") from None
+        cg = cls(path, limit_bytes)
+        try:
+            (path / "memory.limit_in_bytes").write_text(str(int(limit_bytes)))
+            if (path / "memory.memsw.limit_in_bytes").exists():
+                (path / "memory.memsw.limit_in_bytes").write_text(str(int(limit_bytes)))
+            # the kernel rounds down to pages: keep what it actually enforces
+            cg.limit_bytes = int((path / "memory.limit_in_bytes").read_text())
+        except OSError as e:
+            cg.remove()
+            raise UserError(f"memory limit: cannot set {limit_bytes} bytes on {path}: {e.strerror}") from None
+        return cg
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` prefixed so the process joins this cgroup before it execs (race-free)."""
+        return ["/bin/sh", "-c", _JOIN_AND_EXEC, "gnnrec-lab-cgroup", str(self.path), *argv]
+
+    def _read(self, name: str) -> Optional[str]:
+        try:
+            return (self.path / name).read_text()
+        except OSError:
+            return None
+
+    def oom_kills(self) -> Optional[int]:
+        """Processes the kernel OOM killer has killed in this cgroup (None when unknown)."""
+        text = self._read("memory.oom_control")
+        for line in (text or "").splitlines():
+            k, _, v = line.partition(" ")
+            if k == "oom_kill" and v.strip().isdigit():
+                return int(v)
+        return None
+
+    def usage(self) -> dict:
+        """Measured: ``max_usage_bytes`` (peak charge, page cache included) and ``failcnt``
+        (times the limit was hit), as the kernel counts them; -1 where unreadable."""
+        def num(name):
+            t = self._read(name)
+            return int(t) if t and t.strip().lstrip("-").isdigit() else -1
+        return {"max_usage_bytes": num("memory.max_usage_in_bytes"), "failcnt": num("memory.failcnt"),
+                "limit_bytes": self.limit_bytes, "kind": "measured"}
+
+    def remove(self, timeout_s: float = 5.0) -> bool:
+        """Remove the cgroup (waits up to ``timeout_s`` for exiting tasks to leave). Returns success."""
+        end = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                if time.monotonic() >= end:
+                    return False
+                time.sleep(0.05)
+        if self.path.parent.name == CGROUP_DIR_NAME:
+            _remove_empty_root(self.path.parent)
+        return True
+
+
+def memory_limit_of(run_dir: Path) -> Optional[dict]:
+    """The memory-limit record of a run directory, or None: ``limit_bytes``; ``cgroup`` once
+    started; after the worker ended ``max_usage_bytes`` (peak charge, page cache included),
+    ``failcnt`` and ``oom_kills`` as the kernel counted them (measured)."""
+    try:
+        return json.loads((Path(run_dir) / LIMIT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def oom_verdict(rec: Optional[dict], rc: Optional[int]) -> Optional[str]:
+    """The 'oom' error message when a run's cgroup says its worker was killed by the limit."""
+    if not rec or not rec.get("cgroup"):
+        return None
+    cg = MemoryCgroup(rec["cgroup"], rec["limit_bytes"])
+    kills = cg.oom_kills()
+    use = cg.usage()
+    killed = (kills or 0) > 0 or (kills is None and rc == -signal.SIGKILL and use["failcnt"] > 0)
+    if not killed:
+        return None
+    peak = f"; peak charge {use['max_usage_bytes']:,} bytes (measured)" if use["max_usage_bytes"] >= 0 else ""
+    return (f"out of memory: killed by the memory limit of {cg.limit_bytes:,} bytes (cgroup {cg.path}){peak}; "
+            f"raise --memory-limit or place large classes on file:DIR")
+
+
+def limit_reached(use: dict) -> bool:
+    # memory.failcnt stays 0 on some kernels even when the limit was hit; a peak charge at the
+    # limit says the same thing (the kernel reclaimed or killed to stay under it)
+    return use["failcnt"] > 0 or use["max_usage_bytes"] >= use["limit_bytes"]
+
+
+def check_limit(memory_limit_bytes) -> Optional[int]:
+    """Parsed limit in bytes (None for no limit); raises UserError where cgroups cannot be used."""
+    if memory_limit_bytes is None:
+        return None
+    limit = parse_size(memory_limit_bytes)
+    memory_cgroup_root()
+    return limit
+
+
+def write_limit(run_dir: Path, rec: dict) -> None:
+    tmp = Path(run_dir) / (LIMIT_FILE + ".tmp")
+    tmp.write_text(json.dumps(rec))
+    os.replace(tmp, Path(run_dir) / LIMIT_FILE)
+
