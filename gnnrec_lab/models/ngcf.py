@@ -1,13 +1,17 @@
 """NGCF (Wang et al., SIGIR 2019) in two equivalent forms.
 
-One layer, with :math:`\\hat A` the normalised adjacency and a self-loop:
+One layer, with :math:`\\hat A = D^{-1/2} A D^{-1/2}` the normalised adjacency (no self-loop):
 
 .. math::
     S = (\\hat A + I) E, \\qquad
-    B = \\big(\\textstyle\\sum_j \\hat A_{ij} (e_j \\odot e_i)\\big) + e_i \\odot e_i, \\qquad
+    B = \\textstyle\\sum_j \\hat A_{ij} (e_j \\odot e_i) = (\\hat A E) \\odot E, \\qquad
     E' = \\mathrm{LeakyReLU}_{0.2}(S W_1 + b_1 + B W_2 + b_2)
 
-followed by row-wise L2 normalisation; the output concatenates all layers.
+followed by row-wise L2 normalisation; the output concatenates all layers. This is the
+paper's eq. 7 and RecBole 1.2.1's ``BiGNNLayer`` (``(L + I) E W_1 + (L E) * E W_2``): the
+self-loop enters the sum term only. Until 2026-12-01 the lab also added ``e_i * e_i`` to
+``B`` (the interaction term taken over ``A_hat + I``), which neither the paper nor RecBole
+does; that term is gone (``docs/accuracy.md`` has the numbers before and after).
 
 * ``form="edge"`` computes ``B`` the way DGL-based implementations do: a
   per-edge message ``e_j * e_i`` (SDDMM, ``nnz x dim`` kept for backward),
@@ -86,7 +90,6 @@ class NGCF(nn.Module):
                 del msg  # backward keeps no per-edge tensor: free it before the next layer's
             else:
                 bi = ew("mul", torch.mul, ax, xd, layer=k)                  # x_r * (A x)_r
-            bi = add(bi, ew("mul", torch.mul, xd, xd, layer=k), k)         # self-loop term
             h = add(kernels.gemm(side, self.W1[k], layer=k), kernels.gemm(bi, self.W2[k], layer=k), k)
             h = ew("bias_leaky_relu", lambda t, b: torch.nn.functional.leaky_relu(t + b, 0.2),
                    h, self.b1[k] + self.b2[k], layer=k)
