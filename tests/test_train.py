@@ -95,6 +95,17 @@ def test_ngcf_matches_the_paper_and_recbole_layer(form):
     assert torch.allclose(m.propagate(g.adj).detach(), want, atol=1e-5)
 
 
+def test_ngcf_initialises_like_recbole():
+    # RecBole 1.2.1 applies xavier_normal_ to the user and the item table separately
+    torch.manual_seed(0)
+    m = NGCF(3000, 500, dim=16, layers=1)
+    users, items = m.embedding[:3000].detach(), m.embedding[3000:].detach()
+    assert abs(users.std().item() / (2 / (3000 + 16)) ** 0.5 - 1) < 0.03
+    assert abs(items.std().item() / (2 / (500 + 16)) ** 0.5 - 1) < 0.03
+    assert abs(m.W1[0].detach().std().item() / (2 / 32) ** 0.5 - 1) < 0.15
+    assert NGCF(30, 50, dim=16, layers=1, init_std=0.1).embedding.detach().std().item() > 0.08
+
+
 def test_batch_larger_than_train_set_is_refused():
     with pytest.raises(ConfigError) as e:
         run(RunConfig(**TINY | {"batch_size": 10**7}))
