@@ -61,6 +61,51 @@ def test_ngcf_edge_and_node_forms_agree():
     assert torch.allclose(edge.embedding.grad, node.embedding.grad, atol=1e-4)
 
 
+def _recbole_ngcf(model, pairs, n_users, n_items):
+    """Dense NGCF as the paper's eq. 7 / RecBole 1.2.1's BiGNNLayer write it:
+    ``(L + I) E W1 + b1 + (L E) * E W2 + b2``, LeakyReLU 0.2, L2-normalise, concat."""
+    n = n_users + n_items
+    a = torch.zeros(n, n)
+    a[pairs[:, 0], n_users + pairs[:, 1]] = 1.0
+    a = a + a.T
+    d = a.sum(1).pow(-0.5)
+    d[torch.isinf(d)] = 0
+    lap = d[:, None] * a * d[None, :]
+    x, outs = model.embedding.detach(), [model.embedding.detach()]
+    for k in range(model.layers):
+        lx = lap @ x
+        h = (lx + x) @ model.W1[k] + model.b1[k] + (lx * x) @ model.W2[k] + model.b2[k]
+        x = torch.nn.functional.normalize(torch.nn.functional.leaky_relu(h, 0.2), p=2, dim=1)
+        outs.append(x)
+    return torch.cat(outs, dim=1)
+
+
+@pytest.mark.parametrize("form", ["edge", "node"])
+def test_ngcf_matches_the_paper_and_recbole_layer(form):
+    # the bi-interaction term is (L E) * E: no e_i * e_i self-loop term (the lab had one until 2026-12-01)
+    rng = np.random.default_rng(1)
+    pairs = np.unique(np.stack([rng.integers(0, 12, 60), rng.integers(0, 17, 60)], 1), axis=0)
+    g = BipartiteGraph(pairs, 12, 17)
+    torch.manual_seed(1)
+    m = NGCF(12, 17, dim=8, layers=3, form=form)
+    with torch.no_grad():  # non-zero biases so that they are checked too
+        for b in list(m.b1) + list(m.b2):
+            b.normal_(0, 0.1)
+    want = _recbole_ngcf(m, torch.as_tensor(pairs), 12, 17)
+    assert torch.allclose(m.propagate(g.adj).detach(), want, atol=1e-5)
+
+
+def test_ngcf_initialises_like_recbole():
+    # RecBole 1.2.1 applies xavier_normal_ to the user and the item table separately
+    torch.manual_seed(0)
+    m = NGCF(3000, 500, dim=16, layers=1)
+    users, items = m.embedding[:3000].detach(), m.embedding[3000:].detach()
+    assert abs(users.std().item() / (2 / (3000 + 16)) ** 0.5 - 1) < 0.03
+    assert abs(items.std().item() / (2 / (500 + 16)) ** 0.5 - 1) < 0.03
+    assert abs(m.W1[0].detach().std().item() / (2 / 32) ** 0.5 - 1) < 0.15
+    assert NGCF(30, 50, dim=16, layers=1, init_std=0.1).embedding.detach().std().item() > 0.08
+
+
 def test_batch_larger_than_train_set_is_refused():
     with pytest.raises(ConfigError) as e:
         run(RunConfig(**TINY | {"batch_size": 10**7}))

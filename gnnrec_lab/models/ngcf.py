@@ -1,13 +1,19 @@
 """NGCF (Wang et al., SIGIR 2019) in two equivalent forms.
 
-One layer, with :math:`\\hat A` the normalised adjacency and a self-loop:
+One layer, with :math:`\\hat A = D^{-1/2} A D^{-1/2}` the normalised adjacency (no self-loop):
 
 .. math::
     S = (\\hat A + I) E, \\qquad
-    B = \\big(\\textstyle\\sum_j \\hat A_{ij} (e_j \\odot e_i)\\big) + e_i \\odot e_i, \\qquad
+    B = \\textstyle\\sum_j \\hat A_{ij} (e_j \\odot e_i) = (\\hat A E) \\odot E, \\qquad
     E' = \\mathrm{LeakyReLU}_{0.2}(S W_1 + b_1 + B W_2 + b_2)
 
-followed by row-wise L2 normalisation; the output concatenates all layers.
+followed by row-wise L2 normalisation; the output concatenates all layers. This is the
+paper's eq. 7 and RecBole 1.2.1's ``BiGNNLayer`` (``(L + I) E W_1 + (L E) * E W_2``): the
+self-loop enters the sum term only. Until 2026-12-01 the lab also added ``e_i * e_i`` to
+``B`` (the interaction term taken over ``A_hat + I``), which neither the paper nor RecBole
+does; that term is gone (``docs/accuracy.md`` has the numbers before and after).
+Initialisation also follows RecBole (Xavier-normal embeddings per node type and weights; it
+was N(0, 0.1) embeddings, as LightGCN's reference code, before): see ``init_std``.
 
 * ``form="edge"`` computes ``B`` the way DGL-based implementations do: a
   per-edge message ``e_j * e_i`` (SDDMM, ``nnz x dim`` kept for backward),
@@ -16,6 +22,9 @@ followed by row-wise L2 normalisation; the output concatenates all layers.
   aggregate first, then multiply. Same result, no per-edge tensor.
 """
 from __future__ import annotations
+
+import math
+from typing import Optional
 
 import torch
 from torch import nn
@@ -32,11 +41,14 @@ class NGCF(nn.Module):
         dim: embedding size and width of every layer (default 64).
         layers: depth (default 3).
         form: ``"edge"`` (per-edge messages) or ``"node"`` (aggregate first).
-        init_std: std of the embedding initialisation; weights use Xavier.
+        init_std: ``None`` (default): RecBole 1.2.1's initialisation, Xavier-normal for the user
+            and the item table separately (std ``sqrt(2 / (rows + dim))``, 0.045 / 0.034 on
+            ML-100K) and for ``W1``, ``W2``; a number: embeddings N(0, init_std) instead (the
+            lab's default, 0.1, until 2026-12-01; weights were Xavier-uniform then).
     """
 
     def __init__(self, n_users: int, n_items: int, dim: int = 64, layers: int = 3, form: str = "edge",
-                 init_std: float = 0.1):
+                 init_std: Optional[float] = None):
         super().__init__()
         if form not in ("edge", "node"):
             raise ValueError(f"form must be 'edge' or 'node', got {form!r}")
@@ -50,9 +62,14 @@ class NGCF(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        nn.init.normal_(self.embedding, std=self.init_std)
+        with torch.no_grad():
+            if self.init_std is None:   # xavier_normal_ of an (rows, dim) table, one per node type
+                for lo, hi in ((0, self.n_users), (self.n_users, self.n_users + self.n_items)):
+                    self.embedding[lo:hi].normal_(0.0, math.sqrt(2.0 / (hi - lo + self.dim)))
+            else:
+                self.embedding.normal_(0.0, self.init_std)
         for w in list(self.W1) + list(self.W2):
-            nn.init.xavier_uniform_(w)
+            nn.init.xavier_normal_(w)
         for b in list(self.b1) + list(self.b2):
             nn.init.zeros_(b)
 
@@ -86,7 +103,6 @@ class NGCF(nn.Module):
                 del msg  # backward keeps no per-edge tensor: free it before the next layer's
             else:
                 bi = ew("mul", torch.mul, ax, xd, layer=k)                  # x_r * (A x)_r
-            bi = add(bi, ew("mul", torch.mul, xd, xd, layer=k), k)         # self-loop term
             h = add(kernels.gemm(side, self.W1[k], layer=k), kernels.gemm(bi, self.W2[k], layer=k), k)
             h = ew("bias_leaky_relu", lambda t, b: torch.nn.functional.leaky_relu(t + b, 0.2),
                    h, self.b1[k] + self.b2[k], layer=k)
