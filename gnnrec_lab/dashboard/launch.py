@@ -190,7 +190,7 @@ class LaunchPage(pn.viewable.Viewer):
                 w = pn.widgets.IntInput.from_param(p, **widget_words(k))
             self.widgets[k] = w
         for k, w in self.widgets.items():
-            w.width = 200
+            w.width = 250   # room for the labels in words
             w.css_classes = [f"launch-{k}"]  # stable hooks for the browser tests
         self.placement_inputs = {
             cls: pn.widgets.TextInput(name=tensor_class_label(cls), placeholder="dram (default)",
@@ -200,7 +200,7 @@ class LaunchPage(pn.viewable.Viewer):
             for cls in TENSOR_CLASSES}
         for cls, w in self.placement_inputs.items():
             w.param.watch(self._placement_changed, "value")
-        self.errors = {k: pn.pane.Markdown("", styles={"color": "#c62828"}, margin=(0, 10), visible=False, width=200)
+        self.errors = {k: pn.pane.Markdown("", styles={"color": "#c62828"}, margin=(0, 10), visible=False, width=250)
                        for k in list(FORM_FIELDS) + ["placement", "form"]}
         self.button = pn.widgets.Button(name="Launch run", button_type="primary", disabled=True,
                                         css_classes=["launch-button"])
@@ -209,7 +209,7 @@ class LaunchPage(pn.viewable.Viewer):
                                                 button_type="success")
         self.example_button.on_click(self._on_example)
         self.status_md = pn.pane.Markdown("", sizing_mode="stretch_width")
-        self.mode_note = pn.pane.Markdown(mode_note(self.form.memory_mode), width=200, margin=(0, 10))
+        self.mode_note = pn.pane.Markdown(mode_note(self.form.memory_mode), width=250, margin=(0, 10))
         self.form.param.watch(lambda e: setattr(self.mode_note, "object", mode_note(e.new)), "memory_mode")
         self.form.param.watch(self._refresh_validity, list(FORM_FIELDS) + ["placement"])
         self._refresh_validity()
@@ -329,10 +329,10 @@ class LaunchPage(pn.viewable.Viewer):
 
     def __panel__(self):
         fields = [pn.Column(self.widgets[k], self.errors[k], *([self.mode_note] if k == "memory_mode" else []),
-                            margin=0, width=220) for k in FORM_FIELDS]
+                            margin=0, width=270) for k in FORM_FIELDS]
         # The card's inputs are built into the page when it is first opened: a collapsed card
         # still sends every child to the browser, which slows the first page load.
-        placement = pn.Card(title="Placement per tensor class", collapsed=True, sizing_mode="stretch_width")
+        placement = pn.Card(title=field_label("placement"), collapsed=True, sizing_mode="stretch_width")
 
         def fill(event):
             if not event.new and not placement.objects:
@@ -346,7 +346,7 @@ class LaunchPage(pn.viewable.Viewer):
         elif self.lab.runner is None:
             notes.append(not_available("Runner (launching runs)", self.lab.runner_reason))
         form = pn.Column("## Launch a run", *notes, pn.GridBox(*fields, ncols=2), placement,
-                         self.errors["placement"], self.errors["form"], self.button, self.status_md, width=460)
+                         self.errors["placement"], self.errors["form"], self.button, self.status_md, width=560)
         # predictions (footprint plot, step-time projection) load after the form is on screen
         predictions = pn.param.ParamMethod(self.predictions, defer_load=True, sizing_mode="stretch_width")
         return pn.Column(self.fresh_install,
