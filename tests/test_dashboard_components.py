@@ -97,6 +97,10 @@ def test_form_widgets_are_labelled_in_words_from_the_field_docs(store):
     widgets = (list(page.placement_inputs.values()) + list(cache.w.values()) + [live.selector, breakdown.selector])
     for w in widgets:
         assert "_" not in w.name and w.name[0].isupper(), w.name
+    table = ComparePage(lab).table                    # column headers in words, the columns keep their names
+    assert set(table.titles) == set(table.value.columns) | {"id"}
+    assert table.titles["batch_size"] == "Batch size" and table.titles["memory_mode"] == "Memory mode"
+    assert all("_" not in t for t in table.titles.values()), table.titles
 
 
 def test_launch_hands_the_form_config_to_the_runner(store):
