@@ -234,3 +234,132 @@ class RunConfig:
 
     def replace(self, **changes) -> "RunConfig":
         return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------------
+# How each field reads to a person: the one source of the words the CLI's --help and the
+# dashboard's forms show (tests/test_config.py checks every field has them).
+@dataclass(frozen=True)
+class FieldDoc:
+    """``label``: the field's name on a form, in words with units. ``help``: what it does and what it
+    accepts (a sentence fragment; the default is appended by :func:`field_help`). ``unset``: what an
+    empty value (None, an empty placement) means, shown as the default instead of "None"."""
+
+    label: str
+    help: str
+    unset: str = ""
+
+
+def _choices(values) -> str:
+    return ", ".join(values)
+
+
+FIELD_DOCS: dict[str, FieldDoc] = {
+    "dataset": FieldDoc("Dataset", "interactions to train on: a built-in or prepared dataset name (see `gnnrec-lab data "
+                                   "list`) or a generated one, synth:users=N,items=N,interactions=N"),
+    "model": FieldDoc("Model", f"recommender to train, one of {_choices(MODELS)} (mf: matrix factorisation, "
+                               f"embeddings without graph layers)"),
+    "ngcf_form": FieldDoc("NGCF form", f"how NGCF computes its neighbour products, one of {_choices(NGCF_FORMS)}: "
+                                       f"edge keeps one message per edge (memory grows with the edges), node "
+                                       f"aggregates first (same result, no per-edge tensor); NGCF only"),
+    "layers": FieldDoc("Propagation layers", "graph convolution layers, i.e. how many hops each embedding mixes "
+                                             "over, from 1 to 64 (model mf has none and is given 0)"),
+    "dim": FieldDoc("Embedding dimension", "length of each user and item embedding vector (float32 values per row)"),
+    "batch_size": FieldDoc("Batch size (interactions per step)",
+                           "training triples (user, positive item, sampled negative item) per optimizer step"),
+    "epochs": FieldDoc("Maximum epochs", "passes over the training interactions before the run stops; early "
+                                         "stopping (patience) may end it sooner"),
+    "lr": FieldDoc("Learning rate", "the optimizer's base step size, before the batch-size rule, warm-up and "
+                                    "schedule apply"),
+    "l2": FieldDoc("L2 regularisation weight", "weight of the L2 penalty on the batch's input (layer-0) embeddings "
+                                               "in the BPR loss; 0 turns it off"),
+    "optimizer": FieldDoc("Optimizer", f"parameter update rule, one of {_choices(OPTIMIZERS)}"),
+    "momentum": FieldDoc("SGD momentum", "share of the previous update SGD carries into the next, from 0 "
+                                         "to 1; used by optimizer sgd only"),
+    "weight_decay": FieldDoc("Decoupled weight decay", "weight decay applied apart from the gradient by adamw "
+                                                       "and lamb (the others ignore it); 0 turns it off"),
+    "lr_rule": FieldDoc("Learning-rate scaling rule", f"how the learning rate follows the batch size relative to "
+                                                      f"the reference batch size, one of {_choices(LR_RULES)}: "
+                                                      f"linear multiplies it by batch / reference, sqrt by the "
+                                                      f"square root of that"),
+    "ref_batch_size": FieldDoc("Reference batch size (interactions per step)",
+                               "batch size at which the learning rate is used as given by the scaling rule"),
+    "warmup_steps": FieldDoc("Warm-up (optimizer steps)", "steps over which the learning rate rises linearly to its "
+                                                          "full value; the longer of this and warm-up epochs applies"),
+    "warmup_epochs": FieldDoc("Warm-up (epochs)", "warm-up length in epochs, fractions allowed (0.5 = half an "
+                                                  "epoch); the longer of this and warm-up steps applies"),
+    "schedule": FieldDoc("Learning-rate schedule", f"decay after warm-up, one of {_choices(SCHEDULES)}: cosine "
+                                                   f"falls to 0 at the last step, step divides by 10 at 50% and "
+                                                   f"at 75% of the steps"),
+    "seed": FieldDoc("Random seed", f"seed of initialisation, negative sampling, batch order and the evaluated "
+                                    f"users, an integer from 0 to {MAX_SEED}"),
+    "backend": FieldDoc("Kernel backend", f"implementation of the sparse kernels (SpMM, SDDMM), one of "
+                                          f"{_choices(BACKENDS)}: native is this project's numba kernels, torch "
+                                          f"uses torch.sparse, dgl uses DGL's (needs DGL installed)"),
+    "mode": FieldDoc("Training mode", f"one of {_choices(MODES)}: full propagates over the whole graph every "
+                                      f"step, sampled over a sub-graph sampled around each batch with the fan-outs"),
+    "fanouts": FieldDoc("Fan-outs per layer (neighbours)", "neighbours sampled per node at each layer, first hop "
+                                                           "first, comma-separated, one per layer; sampled mode only"),
+    "topk": FieldDoc("Top-K cut-offs", "list lengths K at which Recall@K and NDCG@K are reported, comma-separated"),
+    "eval_every": FieldDoc("Evaluate every (epochs)", "epochs between validation evaluations; the last epoch is "
+                                                      "always evaluated"),
+    "patience": FieldDoc("Early-stopping patience (epochs)", "epochs without a new best validation Recall@20 "
+                                                             "before the run stops; 0 never stops early"),
+    "target_recall": FieldDoc("Target validation Recall@20", "value in (0, 1] whose first crossing is recorded as "
+                                                             "the time to accuracy (the run goes on)",
+                              unset="no target"),
+    "eval_users": FieldDoc("Evaluated users", "number of users evaluated, a seeded random sample (quicker, "
+                                              "noisier metrics)", unset="all users"),
+    "max_steps_per_epoch": FieldDoc("Step cap per epoch (optimizer steps)", "most steps an epoch takes, for quick "
+                                                                            "runs and tests", unset="no cap"),
+    "cache_policy": FieldDoc("Embedding cache policy", f"sampled mode only, one of {_choices(CACHE_POLICIES)}: none "
+                                                       f"keeps the embedding table in DRAM, stream puts it on the "
+                                                       f"slow tier without a cache, the others put a DRAM cache of "
+                                                       f"cache-size rows in front of the slow tier"),
+    "cache_size": FieldDoc("Cache size (rows or % of rows)", "capacity of the DRAM embedding cache: a row count "
+                                                             "(50000) or a share of the table's rows (5%)"),
+    "lookahead": FieldDoc("Oracle look-ahead (batches)", "upcoming batches the oracle cache policy sees when it "
+                                                         "chooses what to evict"),
+    "memory_mode": FieldDoc("Memory mode", f"memory the run's step time is for, one of {_choices(MEMORY_MODES)}: "
+                                           f"dram is measured on this host; for the others the kernels run on "
+                                           f"this host's DRAM and the tier model projects their step time onto "
+                                           f"the mode's device profile (modeled)"),
+    "placement": FieldDoc("Placement per tensor class", f"where tensor classes live, CLASS=PLACE pairs "
+                                                        f"comma-separated (e.g. embeddings=file:/mnt/pmem,"
+                                                        f"optimizer=numa:membind:1); classes: "
+                                                        f"{_choices(TENSOR_CLASSES)}; places: dram, file:DIR, "
+                                                        f"numa:POLICY:NODES", unset="every class in DRAM"),
+    "device_profile": FieldDoc("Device profile (modeled)", "device the tier model projects a non-DRAM memory mode "
+                                                           "onto: a profile name from gnnrec_lab/memory/devices.yaml "
+                                                           "or $GNNREC_LAB_DEVICES (e.g. cxl_type3_ddr5_x8)",
+                               unset="the memory mode's own profile"),
+    "threads": FieldDoc("Compute threads", "threads for torch and the numba kernels",
+                        unset="all cores, one left to the slow tier's I/O when a cache is used"),
+    "data_dir": FieldDoc("Data directory", "directory where datasets are prepared and loaded from",
+                         unset="$GNNREC_LAB_DATA, else ./data"),
+    "name": FieldDoc("Run name", "free-form label stored with the run, up to 200 characters", unset="none"),
+}
+
+
+def field_label(name: str) -> str:
+    """The words a form shows for RunConfig field ``name`` (e.g. "Embedding dimension" for ``dim``)."""
+    return FIELD_DOCS[name].label
+
+
+def default_text(name: str, value: Any = dataclasses.MISSING) -> str:
+    """How a default of field ``name`` reads: ``value``, else RunConfig's default; an empty one in
+    the field's words ("all users"), a tuple comma-separated."""
+    if value is dataclasses.MISSING:
+        f = RunConfig.__dataclass_fields__[name]
+        value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    if value is None or (isinstance(value, (dict, list, tuple)) and not value):
+        return FIELD_DOCS[name].unset or "none"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def field_help(name: str, default: Any = dataclasses.MISSING) -> str:
+    """What field ``name`` does, with its default (RunConfig's unless ``default`` is given):
+    the text of its ``--help`` and of its tooltip on the dashboard."""
+    return f"{FIELD_DOCS[name].help} (default: {default_text(name, default)})"

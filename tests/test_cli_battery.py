@@ -183,3 +183,54 @@ def test_cache_larger_than_the_table_is_refused_before_allocating():
     cfg = RunConfig(dataset="synth-tiny", mode="sampled", cache_policy="lru", cache_size="99999999999")
     with pytest.raises(ConfigError, match="more than the embedding table's 10 rows"):
         make_cached_rows(cfg, model, None)
+
+
+# -- --help: every option says in words what it does and what happens when it is not given ------
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import re  # noqa: E402
+
+from gnnrec_lab.config import field_help  # noqa: E402
+
+_FLAGS = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction,
+          argparse._AppendConstAction, argparse._CountAction, argparse._HelpAction, argparse._VersionAction,
+          argparse.BooleanOptionalAction)
+
+
+def _parsers(parser, path=("gnnrec-lab",)):
+    yield " ".join(path), parser
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items():
+                yield from _parsers(sub, path + (name,))
+
+
+def _words(text) -> set:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def test_every_option_has_help_in_words_with_its_default():
+    bad = []
+    for prog, parser in _parsers(cli.build_parser()):
+        parser.format_help()                      # every help string formats (a bare % would raise here)
+        for a in parser._actions:
+            if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            flag = a.option_strings[-1] if a.option_strings else a.dest
+            text = (a.help or "") % {"default": a.default, "prog": prog}
+            if len(_words(text) - _words(flag) - {"the", "a", "of", "default", "none"}) < 3:
+                bad.append(f"{prog} {flag}: help {a.help!r} says no more than the flag")
+            elif a.option_strings and not a.required and not isinstance(a, _FLAGS) and "default" not in text:
+                bad.append(f"{prog} {flag}: help {a.help!r} does not say its default")
+    assert not bad, "\n".join(bad)
+
+
+def test_run_and_sweep_help_is_the_field_help():
+    """The words come from config.FIELD_DOCS, the source the dashboard's labels and tooltips use."""
+    for command in ("run", "sweep"):
+        parser = dict(_parsers(cli.build_parser()))[f"gnnrec-lab {command}"]
+        group = next(g for g in parser._action_groups if g.title == "run configuration")
+        helps = {a.dest: a.help % {} for a in group._group_actions}
+        assert set(helps) == {f.name for f in dataclasses.fields(RunConfig)} - ({"name"} if command == "sweep" else set())
+        for name, text in helps.items():
+            assert text == field_help(name), name

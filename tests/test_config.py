@@ -50,3 +50,42 @@ def test_placement_flag_keeps_commas_inside_a_place():
     from gnnrec_lab.commands.common import _parse_placement
     assert _parse_placement("embeddings=numa:interleave:0,1,optimizer=file:/tmp") == {
         "embeddings": "numa:interleave:0,1", "optimizer": "file:/tmp"}
+
+
+# -- the words every view shows for a field (config.FIELD_DOCS) ---------------------------------
+import dataclasses  # noqa: E402
+import re  # noqa: E402
+
+from gnnrec_lab import config as C  # noqa: E402
+
+FIELDS = [f.name for f in dataclasses.fields(RunConfig)]
+# the allowed values each choice field's help must list, so a value added to a tuple is documented
+CHOICES = {"model": C.MODELS, "ngcf_form": C.NGCF_FORMS, "optimizer": C.OPTIMIZERS, "lr_rule": C.LR_RULES,
+           "schedule": C.SCHEDULES, "backend": C.BACKENDS, "mode": C.MODES, "cache_policy": C.CACHE_POLICIES,
+           "memory_mode": C.MEMORY_MODES, "placement": C.TENSOR_CLASSES}
+
+
+def _words(text: str) -> set:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def test_every_field_has_a_label_and_a_help_text_in_words():
+    assert set(C.FIELD_DOCS) == set(FIELDS)           # none missing, none left for a removed field
+    for name in FIELDS:
+        label, help_ = C.field_label(name), C.FIELD_DOCS[name].help
+        assert label[0].isupper() and "_" not in label and label != name, (name, label)
+        # the help says more than the flag's own words ("batch size" for --batch-size is not help)
+        assert len(_words(help_) - _words(name) - _words(label)) >= 4, (name, help_)
+    for name, allowed in CHOICES.items():
+        missing = [v for v in allowed if v not in C.FIELD_DOCS[name].help]
+        assert not missing, (name, missing)
+
+
+def test_field_help_shows_the_default_in_words():
+    assert C.field_help("batch_size").endswith("(default: 2048)")
+    assert C.field_help("fanouts").endswith("(default: 10,10,10)")
+    assert C.field_help("epochs", 5).endswith("(default: 5)")        # a view's own default
+    assert C.field_help("eval_users").endswith("(default: all users)")
+    assert C.field_help("placement").endswith("(default: every class in DRAM)")
+    for name in FIELDS:                                                  # never "None" or "{}"
+        assert not re.search(r"\(default: (None|\{\}|\(\)|)\)$", C.field_help(name)), C.field_help(name)

@@ -79,6 +79,30 @@ def test_invalid_form_shows_error_next_to_widget_and_disables_launch(store):
     assert page.button.disabled is True and page.errors["placement"].visible
 
 
+def test_form_widgets_are_labelled_in_words_from_the_field_docs(store):
+    """Labels come from config.FIELD_DOCS (the words of the CLI's --help), never a field name."""
+    from gnnrec_lab.config import field_help, field_label
+    from gnnrec_lab.dashboard.cache import CachePage
+    from gnnrec_lab.dashboard.launch import FORM_FIELDS, LaunchForm
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    page = LaunchPage(lab)
+    assert page.widgets["batch_size"].name == "Batch size (interactions per step)"
+    for k in FORM_FIELDS:
+        w = page.widgets[k]
+        assert w.name == field_label(k), k
+        assert w.description == field_help(k, LaunchForm.param[k].default), k    # the tooltip, with the form's default
+    assert page.widgets["max_steps_per_epoch"].description.endswith("(default: no cap)")
+    cache = CachePage(lab, autostart=False)
+    live, breakdown = LivePage(lab), BreakdownPage(lab)
+    widgets = (list(page.placement_inputs.values()) + list(cache.w.values()) + [live.selector, breakdown.selector])
+    for w in widgets:
+        assert "_" not in w.name and w.name[0].isupper(), w.name
+    table = ComparePage(lab).table                    # column headers in words, the columns keep their names
+    assert set(table.titles) == set(table.value.columns) | {"id"}
+    assert table.titles["batch_size"] == "Batch size" and table.titles["memory_mode"] == "Memory mode"
+    assert all("_" not in t for t in table.titles.values()), table.titles
+
+
 def test_launch_hands_the_form_config_to_the_runner(store):
     runner = RecordingRunner(store)
     lab = Lab(store=store, runner=runner)

@@ -9,22 +9,23 @@ from __future__ import annotations
 import json
 
 from ..errors import UserError
-from .common import positive_float
+from .common import add_field_argument, positive_float
 
 
 def register(subparsers):
     p = subparsers.add_parser("advise", help="memory guidance for a configuration (modeled)",
                               description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--model", default="lightgcn")
-    p.add_argument("--ngcf-form", default="edge")
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=2048)
-    p.add_argument("--optimizer", default="adam")
-    p.add_argument("--dram-gb", type=positive_float, required=True, help="DRAM available to the run, GiB")
-    p.add_argument("--counts", help="dataset counts instead of looking the dataset up: "
-                                    "n_users=943,n_items=1682,n_train=80000")
+    add_field_argument(p, "dataset", required=True)
+    add_field_argument(p, "model")
+    add_field_argument(p, "ngcf_form")
+    add_field_argument(p, "layers", type=int)
+    add_field_argument(p, "dim", type=int)
+    add_field_argument(p, "batch_size", type=int)
+    add_field_argument(p, "optimizer")
+    p.add_argument("--dram-gb", type=positive_float, required=True,
+                   help="DRAM available to the run, in GiB (2**30 bytes)")
+    p.add_argument("--counts", help="dataset counts to use instead of looking the dataset up, e.g. "
+                                    "n_users=943,n_items=1682,n_train=80000 (default: the prepared dataset's)")
     p.add_argument("--host-profile", help="host calibration JSON (default: gnnrec-lab calibrate's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

@@ -33,15 +33,21 @@ def _ints(text):
 def register(subparsers):
     p = subparsers.add_parser("bench", help="benchmark kernels against the host's bandwidth bound",
                               description=__doc__.splitlines()[0])
-    p.add_argument("target", choices=("kernels", "recording"), help="what to benchmark")
+    p.add_argument("target", choices=("kernels", "recording"),
+                   help="what to benchmark: kernels (each sparse kernel's speed against the bandwidth bound) or "
+                        "recording (what kernel recording adds to a training step)")
     p.add_argument("--sizes", type=_csv("sizes"), default=["small", "medium"],
-                   help="graphs: small, medium, large (~200k nodes / 5M nnz); default small,medium")
-    p.add_argument("--dims", type=_ints, default=[16, 64, 256], help="embedding sizes, default 16,64,256")
-    p.add_argument("--backends", type=_csv("backends"), default=None, help="default: all available")
+                   help="synthetic graphs to run on, comma-separated: small, medium, large (~200k nodes, 5M "
+                        "non-zeros) (default: small,medium)")
+    p.add_argument("--dims", type=_ints, default=[16, 64, 256],
+                   help="embedding dimensions to run at, comma-separated (default: 16,64,256)")
+    p.add_argument("--backends", type=_csv("backends"), default=None,
+                   help="kernel backends to compare, comma-separated (default: every backend installed here)")
     p.add_argument("--kernels", type=_csv("kernels"), default=None,
-                   help="spmm,sddmm_dot,sddmm_mul,spmm_edge,gather (default all)")
+                   help="kernels to time, a comma-separated subset of spmm, sddmm_dot, sddmm_mul, spmm_edge, "
+                        "gather (default: all)")
     p.add_argument("--repeats", type=int, default=None,
-                   help="timed repeats after one warm-up (default 5 for kernels, 30 A/B pairs for recording)")
+                   help="timed repeats after one warm-up (default: 5 for kernels, 30 A/B pairs for recording)")
     p.add_argument("--no-pyg", action="store_true", help="skip PyG's SpMM")
     p.add_argument("--json", action="store_true", help="print a JSON list of results")
     p.set_defaults(func=run)

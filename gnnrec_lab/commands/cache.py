@@ -15,13 +15,21 @@ from ..errors import UserError
 
 
 def _add_trace_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", required=True, help="dataset name (see `gnnrec-lab data list`)")
-    p.add_argument("--model", default="mf", help="mf (0 layers: BPR batches) | lightgcn | ngcf (sampled sub-graphs)")
-    p.add_argument("--layers", default=None, help="GNN layers for sampled models (default: len(--fanouts) or 2)")
-    p.add_argument("--fanouts", default=None, help="per-layer fan-outs, first hop first, e.g. 10,10 (-1 = all)")
-    p.add_argument("--batch-size", default="1024", help="BPR triples per batch")
-    p.add_argument("--epochs", default="1", help="epochs of batches in the trace")
-    p.add_argument("--seed", default="0", help="seed for batch order, negatives and sampling")
+    p.add_argument("--dataset", required=True, help="dataset whose training interactions make the trace: a "
+                                                     "built-in or prepared name (see `gnnrec-lab data list`)")
+    p.add_argument("--model", default="mf", help="what the trace's batches read: mf reads the batch's own rows "
+                                                 "(BPR batches, 0 layers), lightgcn and ngcf read a sampled "
+                                                 "sub-graph around them (default: %(default)s)")
+    p.add_argument("--layers", default=None, help="graph layers (hops) of the sampled sub-graphs for lightgcn "
+                                                  "and ngcf (default: one per fan-out, else 2)")
+    p.add_argument("--fanouts", default=None, help="neighbours sampled per node at each layer, first hop first, "
+                                                   "comma-separated, -1 = all neighbours (default: 10 per layer)")
+    p.add_argument("--batch-size", default="1024", help="training triples (user, positive item, sampled negative "
+                                                        "item) per batch (default: %(default)s)")
+    p.add_argument("--epochs", default="1", help="passes over the training interactions in the trace "
+                                                 "(default: %(default)s)")
+    p.add_argument("--seed", default="0", help="seed of batch order, negative items and neighbour sampling "
+                                               "(default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -31,11 +39,17 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", parser_class=type(p))
     sim = sub.add_parser("sim", help="hit rate and slow-tier bytes per policy")
     _add_trace_args(sim)
-    sim.add_argument("--cache-size", default="5%", help="cache capacity: N rows or P%% of the table's rows")
-    sim.add_argument("--lookahead", default="200", help="oracle look-ahead window in batches")
-    sim.add_argument("--policies", default=",".join(SIMULATED_CACHE_POLICIES), help="comma-separated subset of " + ", ".join(SIMULATED_CACHE_POLICIES))
-    sim.add_argument("--dim", default="64", help="embedding size (row bytes = dim x 4 x (1 + optimizer states))")
-    sim.add_argument("--optimizer", default="adam", help="per-row optimizer state moved with the row: sgd | adagrad | adam")
+    sim.add_argument("--cache-size", default="5%", help="cache capacity: a row count (50000) or a share of "
+                                                        "the table's rows (5%%) (default: %(default)s)")
+    sim.add_argument("--lookahead", default="200", help="upcoming batches the oracle policy sees when it chooses "
+                                                        "what to evict (default: %(default)s)")
+    sim.add_argument("--policies", default=",".join(SIMULATED_CACHE_POLICIES),
+                     help="replacement policies to simulate, a comma-separated subset of "
+                          + ", ".join(SIMULATED_CACHE_POLICIES) + " (default: all)")
+    sim.add_argument("--dim", default="64", help="embedding dimension, which sets the bytes a row moves: dim x 4 "
+                                                 "x (1 + optimizer states) (default: %(default)s)")
+    sim.add_argument("--optimizer", default="adam", help="optimizer whose per-row state moves with the row: sgd "
+                                                         "(none), adagrad (1 state), adam (2) (default: %(default)s)")
     sim.set_defaults(func=_sim)
     sk = sub.add_parser("skew", help="share of accesses taken by the hottest rows")
     _add_trace_args(sk)

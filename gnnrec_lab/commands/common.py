@@ -1,7 +1,8 @@
 """RunConfig <-> command-line flags, shared by ``run``, ``sweep`` and ``advise``.
 
 Every RunConfig field becomes ``--field-name``; values are parsed by the
-field's type. With ``multi=True`` (sweeps) a flag takes a comma-separated list
+field's type, and its help text and default come from ``config.FIELD_DOCS``
+(the words the dashboard's forms show too). With ``multi=True`` (sweeps) a flag takes a comma-separated list
 of values and the sweep runs their product.
 """
 from __future__ import annotations
@@ -10,38 +11,8 @@ import argparse
 import dataclasses
 import typing
 
-from ..config import RunConfig
+from ..config import FIELD_DOCS, RunConfig, field_help
 from ..errors import ConfigError
-
-HELP = {
-    "dataset": "dataset name (see `gnnrec-lab data list`)",
-    "model": "lightgcn | ngcf | mf",
-    "ngcf_form": "NGCF form: edge (per-edge messages) | node (aggregate first)",
-    "layers": "propagation depth",
-    "dim": "embedding size",
-    "batch_size": "BPR triples per step",
-    "epochs": "maximum epochs",
-    "lr": "base learning rate",
-    "l2": "L2 weight on the batch's layer-0 embeddings",
-    "optimizer": "adam | adamw | sgd | lamb",
-    "lr_rule": "scale lr with batch size: none | linear | sqrt (relative to --ref-batch-size)",
-    "warmup_steps": "linear warm-up steps",
-    "warmup_epochs": "linear warm-up epochs (fractional allowed)",
-    "schedule": "after warm-up: none | cosine | step",
-    "backend": "kernel backend: native | torch | dgl",
-    "mode": "full (full-graph) | sampled",
-    "fanouts": "per-layer fan-outs for sampled mode, e.g. 10,10,10",
-    "topk": "cut-offs K for Recall/NDCG, e.g. 10,20",
-    "patience": "epochs without a new best validation Recall@20 before early stop (0 = never)",
-    "target_recall": "time-to-accuracy target on validation Recall@20",
-    "eval_users": "evaluate a seeded sample of this many users",
-    "max_steps_per_epoch": "cap steps per epoch (quick runs)",
-    "memory_mode": "dram | optane_memory_mode | optane_app_direct | cxl | remote_numa",
-    "placement": "per tensor class, e.g. embeddings=file:/mnt/pmem,optimizer=numa:membind:1",
-    "device_profile": "device profile the tier model projects onto",
-    "threads": "worker threads (torch and numba)",
-    "data_dir": "dataset cache directory (default $GNNREC_LAB_DATA or ./data)",
-}
 
 _TUPLE_FIELDS = ("fanouts", "topk")
 
@@ -124,14 +95,33 @@ def _parser_for(f: dataclasses.Field):
     return {int: int, float: finite_float, str: str}.get(tp, str)
 
 
+def argparse_help(text: str) -> str:
+    """``text`` for argparse's ``help=``, which %-formats it (a literal ``5%`` would fail)."""
+    return text.replace("%", "%%")
+
+
+def add_field_argument(parser, name: str, **kw) -> None:
+    """``--name`` for RunConfig field ``name`` on a command with its own default (``kw["default"]``,
+    RunConfig's when not given): the help text is the field's, with that default."""
+    if kw.get("required"):
+        kw.setdefault("help", argparse_help(FIELD_DOCS[name].help))
+    else:
+        kw.setdefault("default", RunConfig.__dataclass_fields__[name].default)
+        kw.setdefault("help", argparse_help(field_help(name, kw["default"])))
+    parser.add_argument(f"--{name.replace('_', '-')}", **kw)
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, multi: bool = False, skip=()) -> None:
-    """Add ``--field`` flags for every RunConfig field (defaults stay RunConfig's)."""
-    g = parser.add_argument_group("run configuration")
+    """Add ``--field`` flags for every RunConfig field (defaults stay RunConfig's: the parser's
+    default is None so that :func:`config_overrides` sees only what the user set)."""
+    g = parser.add_argument_group(
+        "run configuration", "Each flag also takes a comma-separated list of values; the sweep runs every "
+                             "combination." if multi else None)
     for f in dataclasses.fields(RunConfig):
         if f.name in skip:
             continue
         conv = _parser_for(f)
-        kw = dict(default=None, help=HELP.get(f.name, f.name.replace("_", " ")))
+        kw = dict(default=None, help=argparse_help(field_help(f.name)))
         if multi and f.name not in _TUPLE_FIELDS and f.name != "placement":
             base = conv
 
@@ -157,4 +147,4 @@ def config_from_args(args, base: RunConfig | None = None) -> RunConfig:
     return RunConfig.from_dict(d)
 
 
-__all__ = ["finite_float", "positive_float", "run_id", "add_config_arguments", "config_from_args", "config_overrides", "ConfigError"]
+__all__ = ["argparse_help", "add_field_argument", "finite_float", "positive_float", "run_id", "add_config_arguments", "config_from_args", "config_overrides", "ConfigError"]

@@ -30,10 +30,11 @@ def register(subparsers) -> None:
     p.add_argument("--show", action=argparse.BooleanOptionalAction, default=False,
                    help="open a browser tab (default: --no-show)")
     p.add_argument("--allow-websocket-origin", action="append", default=None, metavar="HOST[:PORT]",
-                   help="extra host name the browser may use to reach this server (repeatable)")
+                   help="extra host name the browser may use to reach this server; repeatable (default: only the "
+                        "address served on)")
     p.add_argument("--allow-placement-dir", action="append", default=[], metavar="DIR",
                    help="directory under which browser-launched runs may place tensors (file:DIR); "
-                        "repeatable; without it file: placements are refused from the browser")
+                        "repeatable (default: none, so file: placements are refused from the browser)")
     p.add_argument("--max-runs", type=int, default=2,
                    help="runs launched from this dashboard that may be queued or running at once (default 2)")
     p.add_argument("--run-memory-limit", default="auto", metavar="SIZE|auto|none",

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
+from .common import add_field_argument
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("data", help="list, prepare and describe datasets",
@@ -12,31 +14,35 @@ def register(subparsers) -> None:
 
     ls = sub.add_parser("list", help="built-in and prepared datasets")
     ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    ls.add_argument("--data-dir", help="data directory (default: $GNNREC_LAB_DATA or ./data)")
+    add_field_argument(ls, "data_dir")
     ls.set_defaults(func=cmd_list)
 
     pr = sub.add_parser("prepare", help="prepare a built-in dataset or a file once; prints the name to use",
                         description="Prepare a built-in dataset (ml-100k, synth-*, synth:users=..,items=..,"
                                     "interactions=..) or a file: u.data, ml-100k.zip, a LightGCN directory "
                                     "(train.txt + test.txt), CSV/TSV or Parquet.")
-    pr.add_argument("source", metavar="NAME_OR_PATH")
-    pr.add_argument("--format", default="auto", choices=("auto", "ml100k", "lightgcn", "csv", "parquet"))
+    pr.add_argument("source", metavar="NAME_OR_PATH",
+                    help="a built-in dataset name, or the file or directory to read")
+    pr.add_argument("--format", default="auto", choices=("auto", "ml100k", "lightgcn", "csv", "parquet"),
+                    help="how to read the source; auto tells from the file name and its first bytes "
+                         "(default: %(default)s)")
     pr.add_argument("--name", help="name to load it by (default: from the file name)")
-    pr.add_argument("--min-rating", type=float, help="keep only interactions rated >= R (explicit -> implicit)")
-    pr.add_argument("--user-col", help="user column: header name or 0-based position")
-    pr.add_argument("--item-col", help="item column: header name or 0-based position")
-    pr.add_argument("--rating-col", help="rating column: header name or 0-based position")
-    pr.add_argument("--time-col", help="timestamp column: header name or 0-based position")
+    pr.add_argument("--min-rating", type=float, help="keep only interactions rated at least this value, turning "
+                                                     "explicit ratings into implicit feedback (default: keep all)")
+    for pos, (flag, role, header) in enumerate((("user", "user", "user_id"), ("item", "item", "item_id"),
+                                                ("rating", "rating", "rating"), ("time", "timestamp", "timestamp"))):
+        pr.add_argument(f"--{flag}-col", help=f"{role} column, by header name or 0-based position (default: found "
+                                              f"by its header name, e.g. {header}; without a header, column {pos})")
     pr.add_argument("--sep", help="field separator (default: detected; 'tab', 'whitespace', ',', '::', ...)")
     pr.add_argument("--seed", type=int, default=2020, help="seed of the default split made now (default 2020)")
-    pr.add_argument("--data-dir", help="data directory (default: $GNNREC_LAB_DATA or ./data)")
+    add_field_argument(pr, "data_dir")
     pr.add_argument("--json", action="store_true", help="print JSON instead of text")
     pr.add_argument("--quiet", action="store_true", help="no progress bar")
     pr.set_defaults(func=cmd_prepare)
 
     inf = sub.add_parser("info", help="counts, source and split of one dataset")
-    inf.add_argument("name")
-    inf.add_argument("--data-dir", help="data directory (default: $GNNREC_LAB_DATA or ./data)")
+    inf.add_argument("name", help="dataset name, as `gnnrec-lab data list` shows it")
+    add_field_argument(inf, "data_dir")
     inf.add_argument("--json", action="store_true", help="print JSON instead of text")
     inf.set_defaults(func=cmd_info)
 

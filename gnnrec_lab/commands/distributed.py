@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from .common import add_field_argument
 
 
 def _fanouts(text):
@@ -30,30 +31,38 @@ def _fanouts(text):
 def register(sub):
     p = sub.add_parser("distributed", help="DistDGL sampled training on a partitioned graph (DGL lane)",
                        description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default="synth-gowalla")
-    p.add_argument("--model", default="lightgcn", help="lightgcn | ngcf")
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--partitions", type=int, default=2, help="partitions = machines (server + trainer each)")
-    p.add_argument("--fanouts", type=_fanouts, default=None, help="per-layer fan-outs, default 10 per layer")
+    add_field_argument(p, "dataset", default="synth-gowalla")
+    p.add_argument("--model", default="lightgcn",
+                   help="recommender to train, lightgcn or ngcf (default: %(default)s)")
+    add_field_argument(p, "layers", type=int, default=2)
+    add_field_argument(p, "dim", type=int)
+    p.add_argument("--partitions", type=int, default=2,
+                   help="graph partitions, one simulated machine (a server and a trainer) each (default: %(default)s)")
+    p.add_argument("--fanouts", type=_fanouts, default=None,
+                   help="neighbours sampled per node at each layer, first hop first, comma-separated, one per "
+                        "layer (default: 10 per layer)")
     p.add_argument("--batch-size", type=int, default=2048,
-                   help="BPR triples per step over all trainers (each takes batch-size / partitions)")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--l2", type=float, default=1e-4)
-    p.add_argument("--seed", type=int, default=2020)
-    p.add_argument("--eval-every", type=int, default=1)
-    p.add_argument("--eval-users", type=int, default=None)
-    p.add_argument("--target-recall", type=float, default=None, help="validation Recall@20 target (time to target)")
-    p.add_argument("--max-steps-per-epoch", type=int, default=None)
-    p.add_argument("--part-method", default="metis", choices=("metis", "random"))
+                   help="training triples (user, positive item, sampled negative item) per step over all trainers; "
+                        "each trainer takes batch size / partitions (default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=1,
+                   help="passes over the training interactions; no early stopping here (default: %(default)s)")
+    add_field_argument(p, "lr", type=float)
+    add_field_argument(p, "l2", type=float)
+    add_field_argument(p, "seed", type=int)
+    add_field_argument(p, "eval_every", type=int)
+    add_field_argument(p, "eval_users", type=int)
+    add_field_argument(p, "target_recall", type=float)
+    add_field_argument(p, "max_steps_per_epoch", type=int)
+    p.add_argument("--part-method", default="metis", choices=("metis", "random"),
+                   help="how DGL splits the graph: metis (few edges cut) or random (default: %(default)s)")
     p.add_argument("--ip-config", default=None,
-                   help="one 'HOST PORT' line per machine (real machines; default: 127.0.0.1, one port each)")
+                   help="file with one 'HOST PORT' line per machine, for real machines (default: every machine on "
+                        "127.0.0.1, one port each)")
     p.add_argument("--keep-partitions", action="store_true", help="keep the partition files in the run folder")
     p.add_argument("--shared-shm", action="store_true",
                    help="do NOT give each machine a private /dev/shm (shows the silent corruption; the row "
                         "check then fails the run)")
-    p.add_argument("--name", default=None)
+    add_field_argument(p, "name")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=main)
 

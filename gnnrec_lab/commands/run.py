@@ -13,13 +13,15 @@ def register(sub):
                                    "metrics, test metrics and the per-kernel time table (measured).")
     add_config_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object at the end (for scripts)")
-    p.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace of one step's kernels")
+    p.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace (JSON) of one step's kernels to "
+                                                  "PATH (default: no trace)")
     p.add_argument("--detach", action="store_true", help="launch through the runner and return the run id")
     p.add_argument("--memory-limit", metavar="SIZE", help="with --detach: run the worker under a cgroup memory "
-                                                         "limit (e.g. 2G); a kill by the limit is recorded as oom")
+                                                         "limit in bytes or with a binary unit (2G, 512M); a kill by "
+                                                         "the limit is recorded as oom (default: no limit)")
     p.add_argument("--force", action="store_true", help="start even when the predicted footprint exceeds the "
                                                         "memory available (pre-flight check)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true", help="do not show progress bars and per-evaluation lines on stderr")
     p.add_argument("--no-store", action="store_true", help="do not record the run in the run store "
                                                             "(by default every run is stored, so Compare sees it)")
     p.set_defaults(func=main)

@@ -22,20 +22,21 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("runs", help="list, inspect, cancel and wait for stored runs",
                               description="List runs in the run store ($GNNREC_LAB_HOME/lab.sqlite). "
                                           "'time' says whether a run's timings are measured or modeled.")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="print the list as JSON (machine-readable)")
     from ..store import STATUSES
     p.add_argument("--status", choices=STATUSES,
-                   help="only runs with this status")
+                   help="list only runs with this status (default: every status)")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     s = sub.add_parser("show", help="everything stored about one run")
-    s.add_argument("id", type=run_id)
-    s.add_argument("--json", action="store_true", dest="show_json")
+    s.add_argument("id", type=run_id, help="run id, as `gnnrec-lab runs` lists it")
+    s.add_argument("--json", action="store_true", dest="show_json", help="print one JSON object")
     c = sub.add_parser("cancel", help="ask a run to stop; SIGTERM/SIGKILL after the grace period")
-    c.add_argument("id", type=run_id)
+    c.add_argument("id", type=run_id, help="run id, as `gnnrec-lab runs` lists it")
     c.add_argument("--grace", type=finite_float, default=5.0, help="seconds to wait before each escalation (default 5)")
     w = sub.add_parser("wait", help="block until a run ends; exit 0 only when it finished")
-    w.add_argument("id", type=run_id)
-    w.add_argument("--timeout", type=positive_float, default=None, help="give up after this many seconds")
+    w.add_argument("id", type=run_id, help="run id, as `gnnrec-lab runs` lists it")
+    w.add_argument("--timeout", type=positive_float, default=None,
+                   help="give up after this many seconds (default: wait as long as the run takes)")
     p.set_defaults(func=main)
 
 

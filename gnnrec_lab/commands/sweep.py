@@ -20,7 +20,7 @@ def register(sub):
     p.add_argument("--name", metavar="NAME", help="sweep id stored with every run (default: a hash of the points)")
     p.add_argument("--max-concurrent", type=int, default=1, metavar="N",
                    help="runs at a time (default 1; with more, runs share the CPU and their times are not comparable)")
-    p.add_argument("--timeout", type=float, default=None, metavar="S", help="cancel what is left after S seconds")
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="cancel what is left after S seconds (default: no limit)")
     p.add_argument("--dry-run", action="store_true", help="list the points (and which are already finished); run nothing")
     p.add_argument("--markdown", action="store_true", help="print the summary as a Markdown table")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")

@@ -15,16 +15,25 @@ from .common import positive_float, positive_int, run_id
 def register(subparsers):
     p = subparsers.add_parser("whatif", help="project a measured run onto another memory tier (modeled)",
                               description=__doc__.splitlines()[0])
-    p.add_argument("run_id", nargs="?", type=run_id, help="run id in the run store")
-    p.add_argument("--device", required=True, help="device profile name (see devices.yaml), or 'host'")
-    p.add_argument("--records", help="JSON file of raw kernel records instead of a stored run")
+    p.add_argument("run_id", nargs="?", type=run_id,
+                   help="id of the measured run in the run store to project (or give --records)")
+    p.add_argument("--device", required=True, help="device profile to project onto: a name from "
+                                                   "gnnrec_lab/memory/devices.yaml or --devices-file, or 'host' "
+                                                   "(this machine's calibration)")
+    p.add_argument("--records", help="JSON file of raw kernel records to project instead of a stored run "
+                                     "(default: the stored run's records)")
     p.add_argument("--placement", action="append", default=[], metavar="CLASS=dram",
-                   help="keep a tensor class in DRAM (others sit on the device); repeatable")
-    p.add_argument("--footprint-bytes", type=positive_int, help="run footprint for Memory Mode (default: from the run)")
-    p.add_argument("--dram-gb", type=positive_float, help="DRAM cache size for Memory Mode (GiB)")
+                   help="keep a tensor class in DRAM, the others sitting on the device; repeatable (default: the "
+                        "stored run's placement, else every class on the device)")
+    p.add_argument("--footprint-bytes", type=positive_int, help="run footprint in bytes, for Memory Mode's "
+                                                                "DRAM-cache hit rate (default: from the run)")
+    p.add_argument("--dram-gb", type=positive_float, help="DRAM cache size for Memory Mode, in GiB (default: the "
+                                                          "device profile's)")
     p.add_argument("--remote", action="store_true", help="the device sits on the other socket")
     p.add_argument("--host-profile", help="host calibration JSON (default: gnnrec-lab calibrate's)")
-    p.add_argument("--devices-file", action="append", default=[], help="extra device-profile YAML file")
+    p.add_argument("--devices-file", action="append", default=[],
+                   help="extra device-profile YAML file; repeatable (default: only the shipped profiles and "
+                        "$GNNREC_LAB_DEVICES)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 

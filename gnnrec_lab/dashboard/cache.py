@@ -31,7 +31,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..config import CACHE_TRACE_KINDS, SIMULATED_CACHE_POLICIES
+from ..config import CACHE_TRACE_KINDS, SIMULATED_CACHE_POLICIES, field_label
 from ..errors import UserError
 from ..data import list_datasets
 from .common import Lab, error_note, fmt_bytes, not_available, safe_call
@@ -391,18 +391,23 @@ class CachePage(pn.viewable.Viewer):
         names, prepared, _ = dataset_choices()
         first = default_dataset(names, prepared)
         self.w = {
-            "dataset": (pn.widgets.Select(name="dataset", options=names, value=first)
-                        if names else pn.widgets.TextInput(name="dataset", value="synth-small")),
-            "trace": pn.widgets.Select(name="trace", options={"BPR batches (MF, 0 layers)": "mf",
-                                                              "sampled sub-graphs": "sampled"}, value="mf"),
-            "batch_size": pn.widgets.IntInput(name="batch size", value=SimRequest.batch_size, start=1),
-            "fanouts": pn.widgets.TextInput(name="fan-outs (sampled)", value="10,10"),
-            "cache_sizes": pn.widgets.TextInput(name="cache sizes (% of rows or rows)", value="5%,10%,20%,40%"),
-            "lookaheads": pn.widgets.TextInput(name="look-aheads L (batches)", value="1,10,50,200"),
-            "policies": pn.widgets.MultiChoice(name="policies", options=list(SIMULATED_CACHE_POLICIES),
+            "dataset": (pn.widgets.Select(name=field_label("dataset"), options=names, value=first)
+                        if names else pn.widgets.TextInput(name=field_label("dataset"), value="synth-small")),
+            "trace": pn.widgets.Select(name="Trace (what each batch reads)",
+                                       options={"BPR batches (MF, 0 layers)": "mf",
+                                                "sampled sub-graphs": "sampled"}, value="mf"),
+            "batch_size": pn.widgets.IntInput(name="Batch size (interactions per batch)", value=SimRequest.batch_size,
+                                              start=1),
+            "fanouts": pn.widgets.TextInput(name="Fan-outs per layer (sampled trace)", value="10,10"),
+            "cache_sizes": pn.widgets.TextInput(name="Cache sizes (rows or % of rows)",
+                                                value="5%,10%,20%,40%"),
+            "lookaheads": pn.widgets.TextInput(name="Oracle look-aheads (batches)",
+                                               value="1,10,50,200"),
+            "policies": pn.widgets.MultiChoice(name="Replacement policies", options=list(SIMULATED_CACHE_POLICIES),
                                                value=list(SIMULATED_CACHE_POLICIES)),
-            "dim": pn.widgets.IntInput(name="dim", value=64, start=1),
-            "optimizer": pn.widgets.Select(name="optimizer state per row", options=list(OPTIMIZERS), value="adam"),
+            "dim": pn.widgets.IntInput(name=field_label("dim"), value=64, start=1),
+            "optimizer": pn.widgets.Select(name="Optimizer (its state moves with each row)", options=list(OPTIMIZERS),
+                                           value="adam"),
         }
         for k, wdg in self.w.items():
             wdg.width = 240

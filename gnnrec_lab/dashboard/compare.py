@@ -16,6 +16,7 @@ import pandas as pd
 import panel as pn
 import param
 
+from ..config import FIELD_DOCS, field_label
 from .common import Lab, id_column, not_available, safe_call, status_css
 
 TABLE_COLUMNS = ["id", "name", "status", "measured", "dataset", "model", "layers", "dim", "batch_size",
@@ -24,6 +25,13 @@ TABLE_COLUMNS = ["id", "name", "status", "measured", "dataset", "model", "layers
 # next to the memory mode: the device profile a modeled mode is projected on (None for dram)
 TABLE_COLUMNS.insert(TABLE_COLUMNS.index("memory_mode") + 1, "device")
 TIME_COLUMNS = ("train_s", "startup_s", "jit_s", "duration_s")
+# Column headers in words (the columns keep their names): a config field's label from
+# config.FIELD_DOCS without its parenthesis, the rest named here.
+TABLE_TITLES = {c: field_label(c).split(" (")[0] for c in TABLE_COLUMNS if c in FIELD_DOCS}
+TABLE_TITLES.update({"id": "Run", "status": "Status", "measured": "Time is", "device": "Device (modeled)",
+                     "train_s": "Training (s)", "startup_s": "Start-up (s)", "jit_s": "JIT compile (s)",
+                     "duration_s": "Duration (s)", "best_valid_recall@20": "Best valid Recall@20",
+                     "test_recall@20": "Test Recall@20", "last_step": "Last step", "created": "Created (UTC)"})
 MAX_OVERLAY = 12
 # Finished runs never change: their mean epoch time is read once per process.
 _epoch_cache: dict = {}
@@ -78,7 +86,7 @@ class ComparePage(pn.viewable.Viewer):
         self.table = pn.widgets.Tabulator(
             runs_table(lab.runs()), selectable="checkbox", pagination="remote", page_size=20,
             header_filters=True, disabled=True, sizing_mode="stretch_width", height=560,
-            show_index=True)
+            show_index=True, titles=TABLE_TITLES)
         self.table.style.map(status_css, subset=["status"])   # diverged, failed, oom in red
         self.table.param.watch(self._selection, "selection")
         lab.param.watch(lambda e: self.refresh(), "runs_version")

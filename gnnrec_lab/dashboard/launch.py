@@ -17,7 +17,7 @@ import panel as pn
 import param
 
 from ..config import (BACKENDS, LR_RULES, MEMORY_MODES, MODELS, NGCF_FORMS, OPTIMIZERS,
-                      TENSOR_CLASSES, RunConfig)
+                      TENSOR_CLASSES, RunConfig, field_help, field_label)
 from ..errors import ConfigError, UserError
 from ..calibrate import host_profile
 from ..data import describe, list_datasets
@@ -40,6 +40,17 @@ def dataset_names() -> tuple[list[str], Optional[str]]:
         return [], why
     rows = sorted(rows or [], key=lambda r: (not r.get("prepared", False), str(r.get("name"))))
     return [str(r["name"]) for r in rows if "name" in r], None
+
+
+def widget_words(field: str) -> dict:
+    """A form widget's ``name`` (its label) and ``description`` (its tooltip) for RunConfig field
+    ``field``, from ``config.FIELD_DOCS`` as the CLI's --help; the default is the form's."""
+    return dict(name=field_label(field), description=field_help(field, LaunchForm.param[field].default))
+
+
+def tensor_class_label(cls: str) -> str:
+    """How a tensor class reads on a form: ``edge_intermediates`` -> "Edge intermediates"."""
+    return cls.replace("_", " ").capitalize()
 
 
 class LaunchForm(param.Parameterized):
@@ -165,28 +176,31 @@ class LaunchPage(pn.viewable.Viewer):
         if names:
             if self.form.dataset not in names:
                 self.form.dataset = names[0]
-            ds = pn.widgets.Select.from_param(self.form.param.dataset, options=names, name="dataset")
+            ds = pn.widgets.Select.from_param(self.form.param.dataset, options=names, **widget_words("dataset"))
         else:
-            ds = pn.widgets.TextInput.from_param(self.form.param.dataset, name="dataset")
+            ds = pn.widgets.TextInput.from_param(self.form.param.dataset, **widget_words("dataset"))
         self.widgets = {"dataset": ds}
         for k in FORM_FIELDS[1:]:
             p = self.form.param[k]
             if isinstance(p, param.Selector):
-                w = pn.widgets.Select.from_param(p, name=k)
+                w = pn.widgets.Select.from_param(p, **widget_words(k))
             elif k == "lr":
-                w = pn.widgets.FloatInput.from_param(p, name=k, step=1e-4, format="0.[00000]")
+                w = pn.widgets.FloatInput.from_param(p, step=1e-4, format="0.[00000]", **widget_words(k))
             else:
-                w = pn.widgets.IntInput.from_param(p, name=k)
+                w = pn.widgets.IntInput.from_param(p, **widget_words(k))
             self.widgets[k] = w
         for k, w in self.widgets.items():
-            w.width = 200
+            w.width = 250   # room for the labels in words
             w.css_classes = [f"launch-{k}"]  # stable hooks for the browser tests
         self.placement_inputs = {
-            cls: pn.widgets.TextInput(name=cls, placeholder="dram (default)", value=self.form.placement.get(cls, ""))
+            cls: pn.widgets.TextInput(name=tensor_class_label(cls), placeholder="dram (default)",
+                                      description=f"where the {cls.replace('_', ' ')} tensors live: dram, file:DIR "
+                                                  f"(a memory-mapped file in DIR) or numa:POLICY:NODES (default: dram)",
+                                      value=self.form.placement.get(cls, ""))
             for cls in TENSOR_CLASSES}
         for cls, w in self.placement_inputs.items():
             w.param.watch(self._placement_changed, "value")
-        self.errors = {k: pn.pane.Markdown("", styles={"color": "#c62828"}, margin=(0, 10), visible=False, width=200)
+        self.errors = {k: pn.pane.Markdown("", styles={"color": "#c62828"}, margin=(0, 10), visible=False, width=250)
                        for k in list(FORM_FIELDS) + ["placement", "form"]}
         self.button = pn.widgets.Button(name="Launch run", button_type="primary", disabled=True,
                                         css_classes=["launch-button"])
@@ -195,7 +209,7 @@ class LaunchPage(pn.viewable.Viewer):
                                                 button_type="success")
         self.example_button.on_click(self._on_example)
         self.status_md = pn.pane.Markdown("", sizing_mode="stretch_width")
-        self.mode_note = pn.pane.Markdown(mode_note(self.form.memory_mode), width=200, margin=(0, 10))
+        self.mode_note = pn.pane.Markdown(mode_note(self.form.memory_mode), width=250, margin=(0, 10))
         self.form.param.watch(lambda e: setattr(self.mode_note, "object", mode_note(e.new)), "memory_mode")
         self.form.param.watch(self._refresh_validity, list(FORM_FIELDS) + ["placement"])
         self._refresh_validity()
@@ -315,10 +329,10 @@ class LaunchPage(pn.viewable.Viewer):
 
     def __panel__(self):
         fields = [pn.Column(self.widgets[k], self.errors[k], *([self.mode_note] if k == "memory_mode" else []),
-                            margin=0, width=220) for k in FORM_FIELDS]
+                            margin=0, width=270) for k in FORM_FIELDS]
         # The card's inputs are built into the page when it is first opened: a collapsed card
         # still sends every child to the browser, which slows the first page load.
-        placement = pn.Card(title="Placement per tensor class", collapsed=True, sizing_mode="stretch_width")
+        placement = pn.Card(title=field_label("placement"), collapsed=True, sizing_mode="stretch_width")
 
         def fill(event):
             if not event.new and not placement.objects:
@@ -332,7 +346,7 @@ class LaunchPage(pn.viewable.Viewer):
         elif self.lab.runner is None:
             notes.append(not_available("Runner (launching runs)", self.lab.runner_reason))
         form = pn.Column("## Launch a run", *notes, pn.GridBox(*fields, ncols=2), placement,
-                         self.errors["placement"], self.errors["form"], self.button, self.status_md, width=460)
+                         self.errors["placement"], self.errors["form"], self.button, self.status_md, width=560)
         # predictions (footprint plot, step-time projection) load after the form is on screen
         predictions = pn.param.ParamMethod(self.predictions, defer_load=True, sizing_mode="stretch_width")
         return pn.Column(self.fresh_install,

@@ -350,7 +350,7 @@ class LivePage(pn.viewable.Viewer):
     def __init__(self, lab: Lab, **params):
         super().__init__(lab=lab, **params)
         self.monitor = LiveMonitor(lab=lab, run_id=self._default_run())
-        self.selector = pn.widgets.Select(name="run", options=self._options(), value=self.monitor.run_id,
+        self.selector = pn.widgets.Select(name="Run", options=self._options(), value=self.monitor.run_id,
                                           width=360)
         self.selector.param.watch(lambda e: setattr(self.lab, "run_id", e.new), "value")
         self.lab.param.watch(self._lab_run_changed, "run_id")
