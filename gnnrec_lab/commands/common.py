@@ -63,26 +63,26 @@ def positive_float(text: str) -> float:
     return v
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer from 1 to 2**63-1."""
+def _int_1_to_2_63(text: str, expected: str, range_name: str) -> int:
+    """``text`` as an integer from 1 to 2**63-1 (what SQLite and int64 hold); the errors say
+    ``expected`` ("a positive integer") or, out of range, ``range_name`` ("an integer")."""
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
     if not 1 <= v < 2**63:
-        raise argparse.ArgumentTypeError(f"expected an integer from 1 to 2**63-1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {range_name} from 1 to 2**63-1, got {text!r}")
     return v
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer from 1 to 2**63-1."""
+    return _int_1_to_2_63(text, "a positive integer", "an integer")
 
 
 def run_id(text: str) -> int:
     """argparse type: a run id (a positive integer that SQLite can hold)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a run id (a positive integer), got {text!r}") from None
-    if not 1 <= v < 2**63:
-        raise argparse.ArgumentTypeError(f"expected a run id from 1 to 2**63-1, got {text!r}")
-    return v
+    return _int_1_to_2_63(text, "a run id (a positive integer)", "a run id")
 
 
 def _parser_for(f: dataclasses.Field):

@@ -26,6 +26,7 @@ from typing import Iterable, Optional
 from urllib.parse import urlsplit
 
 from ..errors import UserError
+from ..memory.placement import file_placed
 
 TOKEN_COOKIE = "gnnrec_lab_token"
 # paths that answer without the login token (they reveal nothing)
@@ -174,10 +175,7 @@ class LaunchPolicy:
 
     def placement_error(self, placement: dict) -> Optional[str]:
         """Why ``placement`` may not be launched from the browser, or None."""
-        for cls, where in sorted((placement or {}).items()):
-            if not str(where).startswith("file:"):
-                continue
-            raw = str(where)[5:]
+        for cls, raw in sorted(file_placed(placement).items()):
             if not self.placement_dirs:
                 return (f"placement: {cls}: file: placements from the dashboard are off; the operator "
                         f"allows directories with `gnnrec-lab dashboard --allow-placement-dir DIR`")
