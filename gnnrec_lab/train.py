@@ -302,13 +302,16 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
                 else:
                     with rec.in_phase("sampling"), rec.timed("sample_wait", pattern="compute", backend="numpy"):
                         (users, pos, neg), sub = next(batches)  # built ahead by the prefetch thread
+                        # the oracle plans over the next min(L, MAX_SAMPLE_AHEAD) batches (fewer only at
+                        # the run's end): wait for the sampler to fill its window, not for thread timing
+                        ahead = [s.nodes for _, s in batches.window(fill=config.cache_policy == "oracle")]
                     rec.record("sample_subgraph", int(sub.build_seconds * 1e9), phase="sampling",
                                pattern="gather", backend="numpy")
                     _note_subgraph(sampled_stats, sub)
                     seen[sub.nodes] = True
                     sampled_nodes += len(sub.nodes)
                     rows = torch.from_numpy(sub.nodes)
-                    row_store.lookahead([s.nodes for _, s in batches.window()])
+                    row_store.lookahead(ahead)
                     with rec.in_phase("forward"):
                         x0 = row_store.fetch(step, rows).requires_grad_(True)
                         out = model.propagate_blocks(sub.blocks, x0)
