@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -39,6 +38,7 @@ from .optim import FusedAdam, build_optimizer, lr_at, state_tensors
 from .memory import footprint, peak_rss_bytes
 from .memory.footprint import Footprint
 from .memory.placement import allocate, place_array, place_of, place_tensor
+from .proc import host_info
 from .recorder import Recorder, store_key, sum_records, use_recorder
 from .reporting import MultiReporter, ProgressReporter, Reporter
 from .rows import make_row_store
@@ -141,12 +141,6 @@ class _KernelTotals:
     def rows(self) -> list[dict]:
         return [dict(name=k[0], phase=k[1], pattern=k[2], row_bytes=k[3], **dict(zip(self.KEYS, v)))
                 for k, v in sorted(self.tot.items(), key=lambda kv: -kv[1][1])]
-
-
-def host_info() -> dict:
-    return {"hostname": platform.node(), "cpu": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(), "torch": torch.__version__}
 
 
 def _record_steps(opt, config) -> None:
