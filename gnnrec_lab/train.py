@@ -148,7 +148,7 @@ def _record_steps(opt, config) -> None:
     torch's step pre-hook to its post-hook: the update and torch's step wrapper's no-grad and hook
     handling, inside torch's ``Optimizer.step#...`` profiler event. Bytes: parameters, gradients
     and state read, parameters and state written."""
-    from .kernels import _Span
+    from .kernels import Span
     n = sum(p.numel() for g in opt.param_groups for p in g["params"])
     s = state_tensors(config.optimizer, config.momentum)
     backend = "native" if isinstance(opt, FusedAdam) else "torch"   # LAMB is torch ops too
@@ -156,7 +156,7 @@ def _record_steps(opt, config) -> None:
     held = []
 
     def pre(*_):
-        held.append(_Span())
+        held.append(Span())
 
     def post(*_):
         if held:
