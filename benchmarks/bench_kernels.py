@@ -9,7 +9,7 @@ Usage: python benchmarks/bench_kernels.py [--sizes small,medium,large] [--dims 1
 import os
 import sys
 
-# before torch loads OpenMP (see gnnrec_lab/kernels/__init__.py)
+# before torch loads OpenMP (see gnnrec_lab/runtime.py)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from gnnrec_lab.cli import main  # noqa: E402
 

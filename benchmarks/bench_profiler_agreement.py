@@ -21,7 +21,7 @@ import pathlib
 import platform
 import statistics
 
-# before torch loads OpenMP (see gnnrec_lab/kernels/__init__.py)
+# before torch loads OpenMP (see gnnrec_lab/runtime.py)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("GNNREC_LAB_DATA", str(pathlib.Path(__file__).resolve().parents[1] / "data"))
 
