@@ -24,7 +24,7 @@ os.environ.setdefault("GNNREC_LAB_DATA", str(pathlib.Path(__file__).resolve().pa
 
 from gnnrec_lab import RunConfig, data, kernels  # noqa: E402
 from gnnrec_lab import profiling as P  # noqa: E402
-from gnnrec_lab.kernels.bench import runtime_summary  # noqa: E402
+from gnnrec_lab.benchmarking import runtime_summary  # noqa: E402
 from gnnrec_lab.recorder import PHASES  # noqa: E402
 
 TARGET = 0.90

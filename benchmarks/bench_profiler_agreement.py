@@ -29,7 +29,7 @@ import pandas as pd  # noqa: E402
 
 from gnnrec_lab import RunConfig  # noqa: E402
 from gnnrec_lab import profiling as P  # noqa: E402
-from gnnrec_lab.kernels.bench import runtime_summary  # noqa: E402
+from gnnrec_lab.benchmarking import runtime_summary  # noqa: E402
 
 TOL = 0.10
 
