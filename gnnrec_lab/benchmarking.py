@@ -320,9 +320,10 @@ def recording_overhead(size: str = "medium", dim: int = 64, layers: int = 3, rep
     if size not in SIZES:
         raise UserError(f"--size: got {size!r}, allowed: {', '.join(SIZES)}")
     adj = power_law_graph(*SIZES[size]).adj
-    K.warmup(torch.float32)
     from .models.lightgcn import LightGCN, bpr_loss_rows
-    from .optim import FusedAdam
+    from .optim import FusedAdam, warmup as warm_optimizer
+    K.warmup(torch.float32)
+    warm_optimizer(torch.float32)
     torch.manual_seed(0)
     model = LightGCN(adj.n_rows, 0, dim=dim, layers=layers)  # node ids 0..n-1; users/items split irrelevant here
     opt = FusedAdam(model.parameters(), lr=1e-3)

@@ -35,6 +35,7 @@ from .evaluate import evaluate
 from .graph import BipartiteGraph
 from .models import bpr_loss, bpr_loss_rows, build_model
 from .optim import FusedAdam, build_optimizer, lr_at, state_tensors
+from .optim import warmup as warm_optimizer
 from .memory import footprint, peak_rss_bytes
 from .memory.footprint import Footprint
 from .memory.placement import allocate, place_array, place_of, place_tensor
@@ -314,11 +315,12 @@ def _compile_kernels(run, rep) -> None:
     """Compile and warm the kernels (timed apart from training), then report the run's start."""
     from .kernels.native import uncached_kernels
     result = run.result
-    if uncached_kernels():   # kernels.warmup() below compiles them (whatever the backend)
+    if uncached_kernels():   # the warm-ups below compile them (whatever the backend)
         rep.on_event("compiling", COMPILING_MESSAGE)
     with use_recorder(run.rec):
         t_jit = time.perf_counter()
         kernels.warmup()
+        warm_optimizer()
         result.jit_seconds = run.rec.jit_seconds or (time.perf_counter() - t_jit)
     rep.on_start(run.config, result.info | {"footprint_predicted": result.footprint.predicted,
                                             "jit_s": result.jit_seconds})
