@@ -17,8 +17,7 @@ import pathlib
 import platform
 import statistics
 
-# before torch loads OpenMP (see gnnrec_lab/runtime.py)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# importing gnnrec_lab sets the OpenMP wait policy before torch loads OpenMP (gnnrec_lab/runtime.py)
 os.environ.setdefault("GNNREC_LAB_DATA", str(pathlib.Path(__file__).resolve().parents[1] / "data"))
 
 
