@@ -17,14 +17,13 @@ import pathlib
 import platform
 import statistics
 
-# before torch loads OpenMP (see gnnrec_lab/kernels/__init__.py)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# importing gnnrec_lab sets the OpenMP wait policy before torch loads OpenMP (gnnrec_lab/runtime.py)
 os.environ.setdefault("GNNREC_LAB_DATA", str(pathlib.Path(__file__).resolve().parents[1] / "data"))
 
 
 from gnnrec_lab import RunConfig, data, kernels  # noqa: E402
 from gnnrec_lab import profiling as P  # noqa: E402
-from gnnrec_lab.kernels.bench import runtime_summary  # noqa: E402
+from gnnrec_lab.benchmarking import runtime_summary  # noqa: E402
 from gnnrec_lab.recorder import PHASES  # noqa: E402
 
 TARGET = 0.90

@@ -6,12 +6,10 @@ backward within 1.3x of forward.
 
 Usage: python benchmarks/bench_kernels.py [--sizes small,medium,large] [--dims 16,64,256] [--json]
 """
-import os
 import sys
 
-# before torch loads OpenMP (see gnnrec_lab/kernels/__init__.py)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-from gnnrec_lab.cli import main  # noqa: E402
+# importing gnnrec_lab sets the OpenMP wait policy before torch loads OpenMP (gnnrec_lab/runtime.py)
+from gnnrec_lab.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "kernels", *sys.argv[1:]]))

@@ -21,15 +21,14 @@ import pathlib
 import platform
 import statistics
 
-# before torch loads OpenMP (see gnnrec_lab/kernels/__init__.py)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("GNNREC_LAB_DATA", str(pathlib.Path(__file__).resolve().parents[1] / "data"))
 
-import pandas as pd  # noqa: E402
-
+# gnnrec_lab first: importing it sets the OpenMP wait policy (gnnrec_lab/runtime.py) before
+# anything loads OpenMP
 from gnnrec_lab import RunConfig  # noqa: E402
 from gnnrec_lab import profiling as P  # noqa: E402
-from gnnrec_lab.kernels.bench import runtime_summary  # noqa: E402
+import pandas as pd  # noqa: E402
+from gnnrec_lab.benchmarking import runtime_summary  # noqa: E402
 
 TOL = 0.10
 

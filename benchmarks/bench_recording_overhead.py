@@ -3,12 +3,10 @@ recorded vs unrecorded (same as ``gnnrec-lab bench recording``).
 
 Usage: python benchmarks/bench_recording_overhead.py [--sizes medium] [--dims 64] [--repeats 10] [--json]
 """
-import os
 import sys
 
-# before torch loads OpenMP (see gnnrec_lab/kernels/__init__.py)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-from gnnrec_lab.cli import main  # noqa: E402
+# importing gnnrec_lab sets the OpenMP wait policy before torch loads OpenMP (gnnrec_lab/runtime.py)
+from gnnrec_lab.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "recording", *sys.argv[1:]]))

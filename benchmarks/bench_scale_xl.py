@@ -32,7 +32,7 @@ import time
 from gnnrec_lab import RunConfig
 from gnnrec_lab.calibrate import host_profile
 from gnnrec_lab.data import load
-from gnnrec_lab.kernels.bench import runtime_summary
+from gnnrec_lab.benchmarking import runtime_summary
 from gnnrec_lab.reporting import Reporter
 from gnnrec_lab.train import train
 

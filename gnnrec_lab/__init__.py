@@ -1,9 +1,5 @@
 """gnnrec-lab: GNN recommender training on tiered memory, measured and modeled."""
-import os as _os
-
-# numba's and torch's OpenMP teams spin-wait by default; on a small or shared machine the
-# spinning team starves the other and a 0.3 ms SpMM takes 20-40 ms. Must precede torch's import.
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from . import runtime  # noqa: F401  (process-wide settings; must precede torch's import)
 from .config import RunConfig
 from .errors import ConfigError, DataError, UserError
 

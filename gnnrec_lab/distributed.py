@@ -710,7 +710,7 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
     info = {"engine": ENGINE, "partitions": spec.partitions, "fanouts": list(spec.fanouts), **part,
             "isolated_shm": spec.isolate, "ip_config": Path(spec.ip_config).read_text().splitlines()}
     if store is not None:
-        from .train import host_info
+        from .proc import host_info
         store.record_start(spec.run_id, {"host": host_info(), "engine": ENGINE, "distributed": info,
                                          "dataset": {"users": dataset.n_users, "items": dataset.n_items,
                                                      "train": int(len(dataset.train))}})

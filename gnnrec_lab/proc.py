@@ -2,11 +2,15 @@
 
 A run row keeps its worker's pid and the process start time (clock ticks since boot); a pid
 the kernel has since given to another process has another start time, so :func:`pid_alive`
-does not mistake it for the run's worker.
+does not mistake it for the run's worker. :func:`host_info` describes the process's host
+(the worker's row and a run's info both record it).
 """
 from __future__ import annotations
 
 import os
+import platform
+import socket
+import sys
 from typing import Optional
 
 
@@ -44,3 +48,14 @@ def pid_alive(pid: Optional[int], start_ticks: Optional[int] = None) -> bool:
         return False
     except PermissionError:
         return True
+
+
+def host_info() -> dict:
+    """This process's host: name, pid, CPU, core count, Python, and torch's version and thread
+    count once torch is loaded (the worker records it before importing torch; a run's info after)."""
+    info = {"hostname": socket.gethostname(), "pid": os.getpid(), "cpu": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "python": platform.python_version()}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        info |= {"torch_threads": torch.get_num_threads(), "torch": torch.__version__}
+    return info

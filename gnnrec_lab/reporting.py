@@ -2,10 +2,12 @@
 
 ``train()`` calls these methods at visible points of its loop. The default
 :class:`Reporter` does nothing; the run store's reporter persists everything,
-the CLI's prints progress. Several reporters can be combined with
+the CLI's (:class:`ProgressReporter`) prints progress. Several reporters can be combined with
 :class:`MultiReporter`.
 """
 from __future__ import annotations
+
+import sys
 
 
 class Reporter:
@@ -49,3 +51,48 @@ class MultiReporter(Reporter):
 
     def should_stop(self) -> bool:
         return any(r.should_stop() for r in self.reporters)
+
+
+class ProgressReporter(Reporter):
+    """tqdm bar per epoch and one line per evaluation, on stderr."""
+
+    def __init__(self):
+        self.bar = None
+        self.config = None
+
+    def on_start(self, config, info):
+        self.config = config
+        self.steps = info["steps_per_epoch"]
+        d = info["dataset"]
+        _say(f"{config.model} layers={config.layers} dim={config.dim} batch={config.batch_size} on "
+             f"{config.dataset}: {d['n_users']:,} users, {d['n_items']:,} items, {d['n_train']:,} train "
+             f"interactions, {self.steps} steps/epoch, backend={config.backend}")
+
+    def on_step(self, step, epoch, loss, seconds, records):
+        from tqdm.auto import tqdm
+        if self.bar is None:
+            self.bar = tqdm(total=self.steps, desc=f"epoch {epoch}", leave=False, unit="step")
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{loss:.4f}")
+
+    def on_epoch(self, epoch, seconds, steps, loss):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        self._last = (epoch, seconds, loss)
+
+    def on_eval(self, epoch, step, split, metrics, elapsed_s):
+        ms = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if "@" in k)
+        if split == "valid":
+            e, s, l = self._last
+            _say(f"epoch {e:3d}  loss {l:.4f}  {s:6.2f} s  valid {ms}")
+        else:
+            _say(f"test (best epoch {epoch})  {ms}")
+
+    def on_event(self, kind, message):
+        _say(f"[{kind}] {message}")
+
+
+def _say(msg):
+    from tqdm.auto import tqdm
+    tqdm.write(msg, file=sys.stderr)

@@ -295,7 +295,8 @@ class Prefetcher:
 
     Iterating yields the items in order. :meth:`window` returns the items
     already produced but not yet consumed -- the look-ahead an oracle cache
-    uses to know which rows the next batches need. ``depth`` bounds the buffer
+    uses to know which rows the next batches need (``window(fill=True)`` waits
+    for a full buffer first, so that look-ahead does not depend on thread timing). ``depth`` bounds the buffer
     (items); the producer blocks when it is full. An exception raised by the
     producer is re-raised in the consumer. Use as a context manager or call
     :meth:`close` to stop the thread early.
@@ -350,9 +351,20 @@ class Prefetcher:
         self.wait_seconds += time.perf_counter() - t0
         return item
 
-    def window(self) -> list:
-        """Items produced and not yet consumed, oldest first (a snapshot)."""
+    def window(self, fill: bool = False) -> list:
+        """Items produced and not yet consumed, oldest first (a snapshot).
+
+        With ``fill``, first wait until the buffer is full (``depth`` items) or the producer has
+        finished, so the snapshot holds ``depth`` items except at the end of the source, whatever
+        the thread timing; the wait counts in :attr:`wait_seconds`.
+        """
+        t0 = time.perf_counter()
         with self._cv:
+            if fill:
+                while not (len(self._buf) >= self.depth or (self._buf and self._buf[-1] is _DONE)
+                           or self._closed):
+                    self._cv.wait()
+                self.wait_seconds += time.perf_counter() - t0
             return [x for x in self._buf if x is not _DONE]
 
     def close(self) -> None:

@@ -1,6 +1,10 @@
-"""Full-graph training of a GNN recommender with BPR loss.
+"""Training of a GNN recommender with BPR loss (full-graph or sampled mini-batches).
 
-One step, as the loop below reads top to bottom:
+The run, as :func:`_train` reads top to bottom: prepare (dataset, graph, model and optimizer at
+their placements), compile the kernels, then per epoch the steps (:func:`_full_step` or
+:func:`_sampled_step`), evaluate-and-stop, and finish (test, totals, the result reported once).
+
+One step:
 
 1. *sampling* – the next batch of (user, positive, negative) triples;
 2. *forward*  – propagate **all** node embeddings through all layers;
@@ -17,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -32,11 +35,13 @@ from .evaluate import evaluate
 from .graph import BipartiteGraph
 from .models import bpr_loss, bpr_loss_rows, build_model
 from .optim import FusedAdam, build_optimizer, lr_at, state_tensors
+from .optim import warmup as warm_optimizer
 from .memory import footprint, peak_rss_bytes
 from .memory.footprint import Footprint
 from .memory.placement import allocate, place_array, place_of, place_tensor
+from .proc import host_info
 from .recorder import Recorder, store_key, sum_records, use_recorder
-from .reporting import MultiReporter, Reporter
+from .reporting import MultiReporter, ProgressReporter, Reporter
 from .rows import make_row_store
 from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
 
@@ -139,18 +144,12 @@ class _KernelTotals:
                 for k, v in sorted(self.tot.items(), key=lambda kv: -kv[1][1])]
 
 
-def host_info() -> dict:
-    return {"hostname": platform.node(), "cpu": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(), "torch": torch.__version__}
-
-
 def _record_steps(opt, config) -> None:
     """Record every ``opt.step()`` as one optimizer kernel named ``config.optimizer``, timed from
     torch's step pre-hook to its post-hook: the update and torch's step wrapper's no-grad and hook
     handling, inside torch's ``Optimizer.step#...`` profiler event. Bytes: parameters, gradients
     and state read, parameters and state written."""
-    from .kernels import _Span
+    from .kernels import Span
     n = sum(p.numel() for g in opt.param_groups for p in g["params"])
     s = state_tensors(config.optimizer, config.momentum)
     backend = "native" if isinstance(opt, FusedAdam) else "torch"   # LAMB is torch ops too
@@ -158,7 +157,7 @@ def _record_steps(opt, config) -> None:
     held = []
 
     def pre(*_):
-        held.append(_Span())
+        held.append(Span())
 
     def post(*_):
         if held:
@@ -186,7 +185,60 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
 
 def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     config.validate()
-    rep = MultiReporter(reporter, _ProgressReporter() if progress else None)
+    rep = MultiReporter(reporter, ProgressReporter() if progress else None)
+    _set_threads(config)
+    torch.manual_seed(config.seed)
+    run = _prepare(config, dataset, progress)
+    _compile_kernels(run, rep)
+    ended = None   # "diverged" or "cancelled" when an epoch ends the run early
+    # sampled mode: one sampler thread for all epochs (closed when training ends, however it ends)
+    sampler = _sampled_batches(run.graph, config, run.steps_per_epoch) if run.sampled else None
+    with use_recorder(run.rec), (sampler or contextlib.nullcontext()):
+        for epoch in range(1, config.epochs + 1):
+            ended = _train_epoch(run, rep, epoch, sampler)
+            if ended or _evaluate_and_check_stop(run, rep, epoch):
+                break
+        if ended != "diverged":   # a diverged model's test metrics would look like a result; there are none
+            _test(run)
+    return _finish(run, rep, ended)
+
+
+@dataclass
+class _Run:
+    """What the loop works on: built by :func:`_prepare`, advanced by the steps, read by :func:`_finish`."""
+
+    config: RunConfig
+    dataset: object
+    graph: BipartiteGraph
+    model: torch.nn.Module
+    opt: Optional[torch.optim.Optimizer]     # sampled mode: dense weights only (None for a plain table)
+    row_store: object                        # sampled mode's embedding rows (None in full-graph mode)
+    steps_per_epoch: int
+    total_steps: int
+    eval_users: Optional[np.ndarray]         # None: rank every user
+    result: RunResult
+    rec: Recorder = field(default_factory=Recorder)
+    totals: _KernelTotals = field(default_factory=_KernelTotals)
+    tier_totals: dict = field(default_factory=dict)   # the store's grouping (recorder.store_key): what the tier model projects
+    phase_s: dict = field(default_factory=dict)
+    sampled_stats: dict = field(default_factory=lambda: {"redundancy": [], "batches": 0, "nodes_per_layer": None,
+                                                         "edges_per_layer": None, "build_seconds": 0.0})
+    stopper: Optional[EarlyStopping] = None
+    best_state: Optional[dict] = None
+    step: int = 0
+    t_train: float = 0.0
+
+    @property
+    def sampled(self) -> bool:
+        return self.config.mode == "sampled"
+
+    @property
+    def key(self) -> str:
+        """The validation metric early stopping and the target read."""
+        return f"recall@{20 if 20 in self.config.topk else max(self.config.topk)}"
+
+
+def _set_threads(config) -> None:
     threads = config.threads
     if threads is None and config.mode == "sampled" and config.cache_policy != "none":
         # the slow tier's I/O thread needs a core of its own: with every core in the compute
@@ -196,8 +248,10 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
         import numba
         torch.set_num_threads(threads)
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    torch.manual_seed(config.seed)
 
+
+def _prepare(config, dataset, progress) -> _Run:
+    """Dataset, graph, model and optimizer at their placements; the result's static info."""
     if dataset is None:
         from . import data
         dataset = data.load(config.dataset, seed=config.seed, data_dir=config.data_dir, progress=progress)
@@ -210,11 +264,30 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     graph = BipartiteGraph(dataset.train, dataset.n_users, dataset.n_items, getattr(dataset, "node_order", None))
     _place_graph(graph, config)
     kernels.set_backend(config.backend)
+    model, opt, row_store = _build_model(config, dataset, graph)
+
+    steps_per_epoch = -(-n_train // config.batch_size)
+    if config.max_steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch, config.max_steps_per_epoch)
+    eval_users = _eval_users(config, dataset)
+    counts = {"n_users": dataset.n_users, "n_items": dataset.n_items, "n_train": n_train,
+              "n_valid": len(dataset.valid), "n_test": len(dataset.test)}
+    result = RunResult(config=config)
+    result.info = {"dataset": counts, "host": host_info(), "steps_per_epoch": steps_per_epoch,
+                   "eval_users": "all" if eval_users is None else f"sample of {len(eval_users):,} (seeded)",
+                   "graph_bytes": graph.footprint(), "parameters": sum(p.numel() for p in model.parameters())}
+    result.footprint = Footprint(predicted=footprint(config, counts=counts))
+    return _Run(config, dataset, graph, model, opt, row_store, steps_per_epoch, steps_per_epoch * config.epochs,
+                eval_users, result, stopper=EarlyStopping(config.patience))
+
+
+def _build_model(config, dataset, graph) -> tuple:
+    """``(model, optimizer, row store)``: the sampled mode's embedding table gets row-sparse
+    updates from its row store, dense weights (NGCF) a normal optimizer."""
     model = build_model(config, dataset.n_users, dataset.n_items)
-    sampled = config.mode == "sampled"
     _place_embeddings(model, config)
-    if sampled:
-        # the embedding table gets row-sparse updates; dense weights (NGCF) a normal optimizer
+    row_store = None
+    if config.mode == "sampled":
         dense = [p for n, p in model.named_parameters() if n != "embedding"]
         model.embedding.requires_grad_(False)
         row_store = make_row_store(config, model, graph.degree)
@@ -224,191 +297,238 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
         _place_optimizer_state(opt, model, config)
     if opt is not None:
         _record_steps(opt, config)
-    n_params = sum(p.numel() for p in model.parameters())
+    return model, opt, row_store
 
-    steps_per_epoch = -(-n_train // config.batch_size)
-    if config.max_steps_per_epoch:
-        steps_per_epoch = min(steps_per_epoch, config.max_steps_per_epoch)
-    total_steps = steps_per_epoch * config.epochs
-    eval_users = None
-    if config.eval_users is not None:
-        eval_users = np.sort(np.random.default_rng(config.seed + 1).choice(
-            dataset.n_users, size=min(config.eval_users, dataset.n_users), replace=False))
-    elif dataset.n_users * dataset.n_items > FULL_RANKING_MAX_PAIRS:
-        eval_users = np.sort(np.random.default_rng(config.seed + 1).choice(
-            dataset.n_users, size=EVAL_SAMPLE_USERS, replace=False))
 
-    counts = {"n_users": dataset.n_users, "n_items": dataset.n_items, "n_train": n_train,
-              "n_valid": len(dataset.valid), "n_test": len(dataset.test)}
-    result = RunResult(config=config)
-    result.info = {"dataset": counts, "host": host_info(), "steps_per_epoch": steps_per_epoch,
-                   "eval_users": "all" if eval_users is None else f"sample of {len(eval_users):,} (seeded)",
-                   "graph_bytes": graph.footprint(), "parameters": n_params}
-    result.footprint = Footprint(predicted=footprint(config, counts=counts))
+def _eval_users(config, dataset) -> Optional[np.ndarray]:
+    """The seeded sample of users evaluation ranks, or None for all of them."""
+    n = config.eval_users
+    if n is None and dataset.n_users * dataset.n_items > FULL_RANKING_MAX_PAIRS:
+        n = EVAL_SAMPLE_USERS
+    if n is None:
+        return None
+    return np.sort(np.random.default_rng(config.seed + 1).choice(
+        dataset.n_users, size=min(n, dataset.n_users), replace=False))
 
-    rec = Recorder()
+
+def _compile_kernels(run, rep) -> None:
+    """Compile and warm the kernels (timed apart from training), then report the run's start."""
     from .kernels.native import uncached_kernels
-    if uncached_kernels():   # kernels.warmup() below compiles them (whatever the backend)
+    result = run.result
+    if uncached_kernels():   # the warm-ups below compile them (whatever the backend)
         rep.on_event("compiling", COMPILING_MESSAGE)
-    with use_recorder(rec):
+    with use_recorder(run.rec):
         t_jit = time.perf_counter()
         kernels.warmup()
-        result.jit_seconds = rec.jit_seconds or (time.perf_counter() - t_jit)
-    rep.on_start(config, result.info | {"footprint_predicted": result.footprint.predicted,
-                                        "jit_s": result.jit_seconds})
-    if eval_users is not None:
-        rep.on_event("evaluation", f"ranking a seeded sample of {len(eval_users):,} users, not all "
-                                   f"{dataset.n_users:,}")
+        warm_optimizer()
+        result.jit_seconds = run.rec.jit_seconds or (time.perf_counter() - t_jit)
+    rep.on_start(run.config, result.info | {"footprint_predicted": result.footprint.predicted,
+                                            "jit_s": result.jit_seconds})
+    if run.eval_users is not None:
+        rep.on_event("evaluation", f"ranking a seeded sample of {len(run.eval_users):,} users, not all "
+                                   f"{run.dataset.n_users:,}")
     rep.on_event("jit", f"kernel compilation/warm-up {result.jit_seconds:.2f} s (not counted as kernel time)")
 
-    totals = _KernelTotals()
-    tier_totals: dict = {}   # the store's grouping (recorder.store_key): what the tier model projects
-    sampled_stats = {"redundancy": [], "batches": 0, "nodes_per_layer": None, "edges_per_layer": None,
-                     "build_seconds": 0.0}
-    phase_s: dict = {}
-    stopper, best_state = EarlyStopping(config.patience), None
-    key = f"recall@{20 if 20 in config.topk else max(config.topk)}"
-    step, t_train, stopped, diverged = 0, 0.0, False, False
-    # sampled mode: one sampler thread for all epochs (closed when training ends, however it ends)
-    sampler = _sampled_batches(graph, config, steps_per_epoch) if sampled else None
-    with use_recorder(rec), (sampler or contextlib.nullcontext()):
-        for epoch in range(1, config.epochs + 1):
-            model.train()
-            # one generator per epoch (seeded (seed, epoch); the sampled mode's sampler does the same)
-            batches = (sampler if sampled
-                       else bpr_batches(graph, config.batch_size, np.random.default_rng((config.seed, epoch)),
-                                        max_batches=steps_per_epoch))
-            t_epoch, loss_sum = 0.0, 0.0
-            seen = np.zeros(graph.n_nodes, dtype=bool) if sampled else None
-            sampled_nodes = 0
-            for i in range(steps_per_epoch):
-                rec.step = step
-                lr = lr_at(step, config, steps_per_epoch, total_steps)
-                for g in (opt.param_groups if opt is not None else ()):
-                    g["lr"] = lr
-                t0 = time.perf_counter()
-                if not sampled:
-                    with rec.in_phase("sampling"), rec.timed("bpr_sample", pattern="gather", backend="numpy"):
-                        users, pos, neg = (torch.from_numpy(a) for a in next(batches))
-                    with rec.in_phase("forward"):
-                        out = model.propagate(graph.adj)
-                    with rec.in_phase("loss"):
-                        loss, _ = bpr_loss(model, out, users, pos, neg, config.l2)
-                    with rec.in_phase("backward"):
-                        opt.zero_grad(set_to_none=True)
-                        loss.backward()
-                    with rec.in_phase("optimizer"):
-                        opt.step()
-                else:
-                    with rec.in_phase("sampling"), rec.timed("sample_wait", pattern="compute", backend="numpy"):
-                        (users, pos, neg), sub = next(batches)  # built ahead by the prefetch thread
-                    rec.record("sample_subgraph", int(sub.build_seconds * 1e9), phase="sampling",
-                               pattern="gather", backend="numpy")
-                    _note_subgraph(sampled_stats, sub)
-                    seen[sub.nodes] = True
-                    sampled_nodes += len(sub.nodes)
-                    rows = torch.from_numpy(sub.nodes)
-                    row_store.lookahead([s.nodes for _, s in batches.window()])
-                    with rec.in_phase("forward"):
-                        x0 = row_store.fetch(step, rows).requires_grad_(True)
-                        out = model.propagate_blocks(sub.blocks, x0)
-                    with rec.in_phase("loss"):
-                        si = torch.from_numpy(sub.seed_index)
-                        b = len(users)
-                        loss, _ = bpr_loss_rows(out, x0, si[:b], si[b:2 * b], si[2 * b:], config.l2)
-                    with rec.in_phase("backward"):
-                        if opt is not None:
-                            opt.zero_grad(set_to_none=True)
-                        loss.backward()
-                    with rec.in_phase("optimizer"):
-                        row_store.update(step, rows, x0.grad, lr)
-                        if opt is not None:
-                            opt.step()
-                dt = time.perf_counter() - t0
-                records = rec.take()
-                totals.add(records)
-                sum_records(records, store_key, into=tier_totals)
-                for r in records:
-                    phase_s[r.phase] = phase_s.get(r.phase, 0.0) + r.ns / 1e9
-                if step == min(2, total_steps - 1):
-                    result.step_records = records
-                lv = float(loss.detach())
-                loss_sum += lv
-                t_epoch += dt
-                step += 1
-                rep.on_step(step, epoch, lv, dt, records)
-                if not math.isfinite(lv):   # nothing after a nan/inf loss means anything
-                    diverged = True
-                    break
-                if rep.should_stop():
-                    stopped = True
-                    break
-            t_train += t_epoch
-            if sampled:
-                # evaluation reads the whole table; the sampler runs on into the next epoch, so an
-                # oracle cache can prefetch its first batches meanwhile
-                row_store.sync(keep_future=not stopped and epoch < config.epochs)
-                sampled_stats["redundancy"].append(sampled_nodes / max(int(seen.sum()), 1))
-            del batches  # the epoch's BPR arrays (24 B per interaction) are not needed to evaluate
-            result.epochs, result.steps = epoch, step
-            result.epoch_seconds.append(t_epoch)
-            rep.on_epoch(epoch, t_epoch, i + 1, loss_sum / (i + 1))
-            if diverged:
-                result.status = "diverged"
-                result.info["diverged"] = diverged_message(lv, step, epoch, config)
-                rep.on_event("diverged", result.info["diverged"])
-                break
-            if stopped:
-                result.status = "cancelled"
-                rep.on_event("cancelled", f"stopped at step {step} on request")
-                break
-            if epoch % config.eval_every == 0 or epoch == config.epochs:
-                model.eval()
-                with rec.in_phase("evaluation"):
-                    m = evaluate(model, graph.adj, dataset, "valid", topk=config.topk, users=eval_users)
-                rec.take()  # evaluation kernels are not training-step kernels
-                result.history.append({"epoch": epoch, "step": step, "elapsed_s": t_train, **m})
-                rep.on_eval(epoch, step, "valid", m, t_train)
-                if (config.target_recall is not None and result.time_to_target_s is None
-                        and m[key] >= config.target_recall):
-                    result.time_to_target_s = t_train
-                    rep.on_event("target", f"valid {key} {m[key]:.4f} >= {config.target_recall} after {t_train:.1f} s")
-                if stopper.update(epoch, m[key]):
-                    result.best_epoch, result.best_valid = epoch, m
-                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                elif stopper.should_stop(epoch):
-                    rep.on_event("early_stop", f"valid {key} did not improve for {epoch - stopper.best_epoch} "
-                                               f"epochs; best {stopper.best:.4f} at epoch {stopper.best_epoch}")
-                    break
 
-        if not diverged:   # a diverged model's test metrics would look like a result; there are none
-            if best_state is not None:
-                model.load_state_dict(best_state)
-            model.eval()
-            with rec.in_phase("evaluation"):
-                result.test = evaluate(model, graph.adj, dataset, "test", topk=config.topk, users=eval_users)
-            rec.take()
-    if not diverged:
-        rep.on_eval(result.best_epoch, step, "test", result.test, t_train)
-    result.train_seconds = t_train
-    result.kernels = totals.rows()
-    if sampled:
-        row_store.close()
-        nb = max(sampled_stats["batches"], 1)
-        result.info["sampled"] = {
-            "fanouts": list(config.fanouts),
-            "redundancy_per_epoch": sampled_stats["redundancy"],
-            "mean_nodes_per_layer": [x / nb for x in (sampled_stats["nodes_per_layer"] or [])],
-            "mean_edges_per_layer": [x / nb for x in (sampled_stats["edges_per_layer"] or [])],
-            "mean_build_seconds": sampled_stats["build_seconds"] / nb,
-            "row_store": row_store.stats()}
+def _train_epoch(run, rep, epoch: int, sampler) -> Optional[str]:
+    """One epoch of training steps; returns "diverged" or "cancelled" when it ends the run."""
+    config = run.config
+    run.model.train()
+    # one generator per epoch (seeded (seed, epoch); the sampled mode's sampler does the same);
+    # the full-graph epoch's BPR arrays (24 B per interaction) go with it before evaluation
+    batches = (sampler if run.sampled
+               else bpr_batches(run.graph, config.batch_size, np.random.default_rng((config.seed, epoch)),
+                                max_batches=run.steps_per_epoch))
+    cover = _Coverage(run.graph.n_nodes) if run.sampled else None
+    t_epoch, loss_sum, ended = 0.0, 0.0, None
+    for i in range(run.steps_per_epoch):
+        lr = _start_step(run)
+        t0 = time.perf_counter()
+        loss = _sampled_step(run, batches, lr, cover) if run.sampled else _full_step(run, batches)
+        dt = time.perf_counter() - t0
+        lv = _record_step(run, rep, epoch, loss, dt)
+        loss_sum += lv
+        t_epoch += dt
+        if not math.isfinite(lv):   # nothing after a nan/inf loss means anything
+            ended = "diverged"
+            break
+        if rep.should_stop():
+            ended = "cancelled"
+            break
+    run.t_train += t_epoch
+    if run.sampled:
+        # evaluation reads the whole table; the sampler runs on into the next epoch, so an
+        # oracle cache can prefetch its first batches meanwhile
+        run.row_store.sync(keep_future=ended != "cancelled" and epoch < config.epochs)
+        run.sampled_stats["redundancy"].append(cover.redundancy())
+    result = run.result
+    result.epochs, result.steps = epoch, run.step
+    result.epoch_seconds.append(t_epoch)
+    rep.on_epoch(epoch, t_epoch, i + 1, loss_sum / (i + 1))
+    if ended == "diverged":
+        result.status = "diverged"
+        result.info["diverged"] = diverged_message(lv, run.step, epoch, config)
+        rep.on_event("diverged", result.info["diverged"])
+    elif ended == "cancelled":
+        result.status = "cancelled"
+        rep.on_event("cancelled", f"stopped at step {run.step} on request")
+    return ended
+
+
+def _start_step(run) -> float:
+    """Point the recorder at the next step and set the optimizer's learning rate; return it."""
+    run.rec.step = run.step
+    lr = lr_at(run.step, run.config, run.steps_per_epoch, run.total_steps)
+    for g in (run.opt.param_groups if run.opt is not None else ()):
+        g["lr"] = lr
+    return lr
+
+
+def _full_step(run, batches):
+    """Full-graph step: propagate every node's embedding, BPR on the batch, update all parameters."""
+    rec, model, opt = run.rec, run.model, run.opt
+    with rec.in_phase("sampling"), rec.timed("bpr_sample", pattern="gather", backend="numpy"):
+        users, pos, neg = (torch.from_numpy(a) for a in next(batches))
+    with rec.in_phase("forward"):
+        out = model.propagate(run.graph.adj)
+    with rec.in_phase("loss"):
+        loss, _ = bpr_loss(model, out, users, pos, neg, run.config.l2)
+    with rec.in_phase("backward"):
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+    with rec.in_phase("optimizer"):
+        opt.step()
+    return loss
+
+
+def _sampled_step(run, batches, lr: float, cover):
+    """Sampled step: the batch's k-hop sub-graph, its layer-0 rows fetched from the row store,
+    propagated through the blocks; the rows' gradients go back to the row store."""
+    rec, model, opt, row_store, step = run.rec, run.model, run.opt, run.row_store, run.step
+    with rec.in_phase("sampling"), rec.timed("sample_wait", pattern="compute", backend="numpy"):
+        (users, pos, neg), sub = next(batches)  # built ahead by the prefetch thread
+        # the oracle plans over the next min(L, MAX_SAMPLE_AHEAD) batches (fewer only at the run's
+        # end): wait for the sampler to fill its window, not for thread timing
+        ahead = [s.nodes for _, s in batches.window(fill=run.config.cache_policy == "oracle")]
+    rec.record("sample_subgraph", int(sub.build_seconds * 1e9), phase="sampling", pattern="gather", backend="numpy")
+    _note_subgraph(run.sampled_stats, sub)
+    cover.add(sub.nodes)
+    rows = torch.from_numpy(sub.nodes)
+    row_store.lookahead(ahead)
+    with rec.in_phase("forward"):
+        x0 = row_store.fetch(step, rows).requires_grad_(True)
+        out = model.propagate_blocks(sub.blocks, x0)
+    with rec.in_phase("loss"):
+        si = torch.from_numpy(sub.seed_index)
+        b = len(users)
+        loss, _ = bpr_loss_rows(out, x0, si[:b], si[b:2 * b], si[2 * b:], run.config.l2)
+    with rec.in_phase("backward"):
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+    with rec.in_phase("optimizer"):
+        row_store.update(step, rows, x0.grad, lr)
+        if opt is not None:
+            opt.step()
+    return loss
+
+
+def _record_step(run, rep, epoch: int, loss, seconds: float) -> float:
+    """Fold the step's kernel records into the run's totals, report the step; return its loss."""
+    records = run.rec.take()
+    run.totals.add(records)
+    sum_records(records, store_key, into=run.tier_totals)
+    for r in records:
+        run.phase_s[r.phase] = run.phase_s.get(r.phase, 0.0) + r.ns / 1e9
+    if run.step == min(2, run.total_steps - 1):
+        run.result.step_records = records
+    lv = float(loss.detach())
+    run.step += 1
+    rep.on_step(run.step, epoch, lv, seconds, records)
+    return lv
+
+
+def _evaluate_and_check_stop(run, rep, epoch: int) -> bool:
+    """Validate when due (every ``eval_every`` epochs and after the last); keep the best model's
+    state; return whether early stopping ends the run."""
+    config, result, key = run.config, run.result, run.key
+    if not (epoch % config.eval_every == 0 or epoch == config.epochs):
+        return False
+    m = _evaluate(run, "valid")
+    result.history.append({"epoch": epoch, "step": run.step, "elapsed_s": run.t_train, **m})
+    rep.on_eval(epoch, run.step, "valid", m, run.t_train)
+    if config.target_recall is not None and result.time_to_target_s is None and m[key] >= config.target_recall:
+        result.time_to_target_s = run.t_train
+        rep.on_event("target", f"valid {key} {m[key]:.4f} >= {config.target_recall} after {run.t_train:.1f} s")
+    stopper = run.stopper
+    if stopper.update(epoch, m[key]):
+        result.best_epoch, result.best_valid = epoch, m
+        run.best_state = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
+    elif stopper.should_stop(epoch):
+        rep.on_event("early_stop", f"valid {key} did not improve for {epoch - stopper.best_epoch} "
+                                   f"epochs; best {stopper.best:.4f} at epoch {stopper.best_epoch}")
+        return True
+    return False
+
+
+def _evaluate(run, split: str) -> dict:
+    run.model.eval()
+    with run.rec.in_phase("evaluation"):
+        m = evaluate(run.model, run.graph.adj, run.dataset, split, topk=run.config.topk, users=run.eval_users)
+    run.rec.take()  # evaluation kernels are not training-step kernels
+    return m
+
+
+def _test(run) -> None:
+    """Test metrics of the best validated model (the last one if none was validated)."""
+    if run.best_state is not None:
+        run.model.load_state_dict(run.best_state)
+    run.result.test = _evaluate(run, "test")
+
+
+def _finish(run, rep, ended: Optional[str]) -> RunResult:
+    """Complete the result (times, kernels, sampled-mode stats, modeled projection, peak RSS)
+    and report it once."""
+    config, result = run.config, run.result
+    if ended != "diverged":
+        rep.on_eval(result.best_epoch, run.step, "test", result.test, run.t_train)
+    result.train_seconds = run.t_train
+    result.kernels = run.totals.rows()
+    if run.sampled:
+        run.row_store.close()
+        result.info["sampled"] = _sampled_info(config, run.sampled_stats, run.row_store)
     if not config.measured:
-        result.modeled = _project_run(config, result, tier_totals)
+        result.modeled = _project_run(config, result, run.tier_totals)
         rep.on_event("modeled", modeled_line(result.modeled))
-    result.phases = phase_s
+    result.phases = run.phase_s
     result.footprint.measured["peak_rss"] = peak_rss_bytes()
     rep.on_finish(result)
     return result
+
+
+def _sampled_info(config, stats: dict, row_store) -> dict:
+    nb = max(stats["batches"], 1)
+    return {"fanouts": list(config.fanouts),
+            "redundancy_per_epoch": stats["redundancy"],
+            "mean_nodes_per_layer": [x / nb for x in (stats["nodes_per_layer"] or [])],
+            "mean_edges_per_layer": [x / nb for x in (stats["edges_per_layer"] or [])],
+            "mean_build_seconds": stats["build_seconds"] / nb,
+            "row_store": row_store.stats()}
+
+
+class _Coverage:
+    """Sampled nodes of one epoch: how many sampled in all, how many distinct (their ratio: redundancy)."""
+
+    def __init__(self, n_nodes: int):
+        self.seen = np.zeros(n_nodes, dtype=bool)
+        self.sampled = 0
+
+    def add(self, nodes) -> None:
+        self.seen[nodes] = True
+        self.sampled += len(nodes)
+
+    def redundancy(self) -> float:
+        return self.sampled / max(int(self.seen.sum()), 1)
 
 
 def diverged_message(loss: float, step: int, epoch: int, config) -> str:
@@ -491,48 +611,3 @@ def _note_subgraph(stats, sub) -> None:
     for key, vals in (("nodes_per_layer", sub.nodes_per_layer), ("edges_per_layer", sub.edges_per_layer)):
         cur = stats[key]
         stats[key] = list(vals) if cur is None else [a + b for a, b in zip(cur, vals)]
-
-
-class _ProgressReporter(Reporter):
-    """tqdm bar per epoch and one line per evaluation, on stderr."""
-
-    def __init__(self):
-        self.bar = None
-        self.config = None
-
-    def on_start(self, config, info):
-        self.config = config
-        self.steps = info["steps_per_epoch"]
-        d = info["dataset"]
-        _say(f"{config.model} layers={config.layers} dim={config.dim} batch={config.batch_size} on "
-             f"{config.dataset}: {d['n_users']:,} users, {d['n_items']:,} items, {d['n_train']:,} train "
-             f"interactions, {self.steps} steps/epoch, backend={config.backend}")
-
-    def on_step(self, step, epoch, loss, seconds, records):
-        from tqdm.auto import tqdm
-        if self.bar is None:
-            self.bar = tqdm(total=self.steps, desc=f"epoch {epoch}", leave=False, unit="step")
-        self.bar.update(1)
-        self.bar.set_postfix(loss=f"{loss:.4f}")
-
-    def on_epoch(self, epoch, seconds, steps, loss):
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-        self._last = (epoch, seconds, loss)
-
-    def on_eval(self, epoch, step, split, metrics, elapsed_s):
-        ms = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if "@" in k)
-        if split == "valid":
-            e, s, l = self._last
-            _say(f"epoch {e:3d}  loss {l:.4f}  {s:6.2f} s  valid {ms}")
-        else:
-            _say(f"test (best epoch {epoch})  {ms}")
-
-    def on_event(self, kind, message):
-        _say(f"[{kind}] {message}")
-
-
-def _say(msg):
-    from tqdm.auto import tqdm
-    tqdm.write(msg, file=__import__("sys").stderr)

@@ -26,7 +26,6 @@ import importlib
 import json
 import os
 import signal
-import socket
 import sys
 import traceback
 
@@ -75,11 +74,6 @@ def tail_lines(path, n: int = STDERR_TAIL_LINES, max_bytes: int = 64 * 1024) -> 
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-n:])
 
 
-def host_info() -> dict:
-    return {"hostname": socket.gethostname(), "pid": os.getpid(), "cpus": os.cpu_count(),
-            "python": sys.version.split()[0]}
-
-
 def finish_run(store, run_id: int, result, reporter=None) -> str:
     """Record a training function's ``result`` and its final status; return the status.
 
@@ -115,7 +109,7 @@ def _on_sigterm(signum, frame):
 def run_worker(run_id: int, store=None) -> int:
     """Train run ``run_id`` from the store and record its final status. Returns the exit status."""
     from .config import RunConfig
-    from .proc import proc_start_ticks
+    from .proc import host_info, proc_start_ticks
     from .store import Store
 
     store = store or Store()

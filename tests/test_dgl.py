@@ -79,7 +79,7 @@ def test_dgl_layer_mean_and_sddmm_gradcheck(layers):
 
 
 def test_dgl_agrees_with_native_on_a_power_law_graph():
-    from gnnrec_lab.kernels.bench import power_law_graph
+    from gnnrec_lab.benchmarking import power_law_graph
     adj = power_law_graph(3000, 2000, 20000, seed=4).adj
     x = torch.randn(adj.n_cols, 32)
     u = torch.randn(adj.n_rows, 32)
@@ -104,7 +104,7 @@ def test_short_training_on_dgl_matches_native(monkeypatch):
 
 
 def test_kernel_bench_shows_dgls_own_copy_u_sum_beside_the_backend():
-    from gnnrec_lab.kernels import bench
+    from gnnrec_lab import benchmarking as bench
     res = bench.run_kernel_bench(sizes=("small",), dims=(8,), backends=["native", "dgl"], kernels=("spmm",),
                                  repeats=1, include_pyg=False, host={"triad_GBps": 10.0})
     got = {(r.backend, r.phase) for r in res}

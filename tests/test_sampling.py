@@ -165,6 +165,26 @@ def test_prefetcher_order_window_and_bound():
         assert list(pf) == list(range(10))
 
 
+def test_prefetcher_window_fill_waits_for_a_full_buffer_or_the_end():
+    """An oracle's look-ahead is the window: with ``fill`` it is ``depth`` items, fewer only when
+    the source has ended, however slow the producer (a plain snapshot is whatever is ready)."""
+    def slow():
+        for k in range(5):
+            time.sleep(0.03)
+            yield k
+
+    with Prefetcher(slow(), depth=3) as pf:
+        assert len(pf.window()) < 3                # a snapshot right away: the producer is behind
+        assert pf.window(fill=True) == [0, 1, 2]
+        assert pf.wait_seconds > 0.05              # the wait is counted as sampling wait
+        assert next(pf) == 0
+        assert pf.window(fill=True) == [1, 2, 3]   # refilled after a consume
+        assert next(pf) == 1 and next(pf) == 2
+        assert pf.window(fill=True) == [3, 4]      # the source ended: fewer than depth, no hang
+        assert list(pf) == [3, 4]
+        assert pf.window(fill=True) == []
+
+
 def test_prefetcher_reraises_producer_error():
     def gen():
         yield 1

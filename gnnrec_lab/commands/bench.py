@@ -55,7 +55,7 @@ def register(subparsers):
 
 def run(args) -> int:
     from ..calibrate import host_profile
-    from ..kernels import bench
+    from .. import benchmarking as bench
     if args.target == "recording":
         res = bench.recording_overhead(size=args.sizes[0], dim=args.dims[0],
                                        repeats=30 if args.repeats is None else max(args.repeats, 3))

@@ -41,9 +41,10 @@ def _sampling_warmup() -> None:
 
 
 def run(args) -> int:
-    from .. import kernels
+    from .. import kernels, optim
     t0 = time.perf_counter()
     kernels.warmup()
+    optim.warmup()
     _sampling_warmup()
     out = {"seconds": round(time.perf_counter() - t0, 2), "cache_dir": cache_dir()}
     if args.json:

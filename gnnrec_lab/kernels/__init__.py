@@ -35,51 +35,19 @@ inputs (never wrt the graph).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
-import sys
 import threading
 import time
 import weakref
+from typing import Callable, Iterator
 
-# numba (omp threading layer) and torch each keep an OpenMP team; with the default
-# spinning wait policy the two teams (and any other process on a shared machine)
-# steal each other's cores and a 0.3 ms SpMM takes 30+ ms. Passive waiting costs a
-# few microseconds per parallel region. Effective only if set before the OpenMP
-# runtime loads (before torch is imported); an explicit user setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-from typing import Callable, Iterator  # noqa: E402
+from ..runtime import tune_malloc
 
-# glibc's malloc: keep freed blocks below 32 MiB in the heap and do not trim its top unless 1 GiB
-# is free there. With glibc's dynamic defaults the per-step tensors of a few MiB (torch asks for
-# 64-byte aligned blocks) kept being unmapped or trimmed and faulted in again, page by page:
-# ~1,250 faults a LightGCN step on synth-small (~5 MB, ~1.5 ms of a 9 ms step), ~4,400 on
-# synth-gowalla; with these settings 0-3. Tensors of 32 MiB and more still get their own mapping
-# (given back when freed); the footprint model already counts the heap's retention. An explicit
-# MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ in the environment wins.
-MALLOC_MMAP_THRESHOLD = 32 << 20
-MALLOC_TRIM_THRESHOLD = 1 << 30
+MALLOC_TUNED = tune_malloc()   # glibc's thresholds, before numpy and torch allocate (gnnrec_lab.runtime says why)
 
-
-def _tune_malloc() -> bool:
-    if not sys.platform.startswith("linux") or any(
-            k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt   # glibc's; other C libraries may not have it
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    m_trim_threshold, m_mmap_threshold = -1, -3   # glibc's malloc.h parameter numbers
-    return bool(mallopt(m_mmap_threshold, MALLOC_MMAP_THRESHOLD)) and bool(mallopt(m_trim_threshold,
-                                                                                   MALLOC_TRIM_THRESHOLD))
-
-
-MALLOC_TUNED = _tune_malloc()
-
-import numpy as np
-import torch
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 from ..errors import UserError
 from ..recorder import get_recorder
@@ -88,7 +56,7 @@ from .backends import BACKEND_CLASSES
 
 __all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "layer_mean", "sddmm", "lincomb", "bpr_loss", "sq_norm_rows",
            "bpr_l2_loss",
-           "spmm_edge", "gather", "gemm", "elementwise", "warmup", "SDDMM_OPS"]
+           "spmm_edge", "gather", "gemm", "elementwise", "warmup", "Span", "SDDMM_OPS"]
 
 SDDMM_OPS = ("dot", "mul")
 
@@ -150,12 +118,13 @@ def use_backend(name: str) -> Iterator[str]:
 
 
 # -- recording ---------------------------------------------------------------
-class _Span:
+class Span:
     """Times the pieces of one autograd Function body back to back: the first record starts
     when the body starts, each later one where the previous record's bookkeeping ended. The
     body's own Python (argument conversion, output allocation) is then inside a record, as it
     is inside torch.profiler's event for the Function; the recorder's bookkeeping (``cost()``,
-    the record itself) and compilation time are not."""
+    the record itself) and compilation time are not. Public for code outside the kernels that
+    records a piece of work the same way (train's optimizer-step hooks)."""
     __slots__ = ("rec", "t0", "jit0")
 
     def __init__(self):
@@ -184,23 +153,23 @@ def _apply(fn_cls, *args):
     """``fn_cls.apply(*args)`` with the forward's recording span started before torch's Function
     machinery runs (unpacking the arguments, building the graph node), so the forward's records
     cover the call as torch.profiler's event for it does."""
-    _pending.span = _Span()
+    _pending.span = Span()
     try:
         return fn_cls.apply(*args)
     finally:
         _pending.span = None
 
 
-def _forward_span() -> _Span:
+def _forward_span() -> Span:
     """The span :func:`_apply` started for this forward (a new one when called otherwise)."""
     span = getattr(_pending, "span", None)
     _pending.span = None
-    return span if span is not None else _Span()
+    return span if span is not None else Span()
 
 
 def _timed(name, layer, phase, backend_name, cost: Callable[[], dict], fn, *args):
     """Run ``fn(*args)``; when recording, record its time (minus JIT) and ``cost()``."""
-    return _Span().run(name, layer, phase, backend_name, cost, fn, *args)
+    return Span().run(name, layer, phase, backend_name, cost, fn, *args)
 
 
 def _elem(t: torch.Tensor) -> int:
@@ -225,7 +194,7 @@ class _SpMM(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        span = _Span()
+        span = Span()
         adj_t = ctx.adj.transpose()  # itself when symmetric
         be = _backend(ctx.bname)
         gx = span.run("spmm", ctx.layer, "backward", ctx.bname,
@@ -286,7 +255,7 @@ class _LayerMean(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        span = _Span()
+        span = Span()
         be, w, blocks = _backend(ctx.bname), ctx.weight, ctx.blocks
         g = g.contiguous()
         if ctx.local is not None:
@@ -363,7 +332,7 @@ class _SDDMM(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        span = _Span()
+        span = Span()
         u, v = ctx.saved_tensors
         need_u, need_v = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if not (need_u or need_v):
@@ -401,7 +370,7 @@ class _SpMMEdge(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        span = _Span()
+        span = Span()
         adj, be = ctx.adj, _backend(ctx.bname)
         gm = span.run("spmm_edge", ctx.layer, "backward", ctx.bname,
                       lambda: costs.edge_broadcast(adj, g.shape[1], _elem(g)), be.edge_broadcast, adj, g.contiguous())
@@ -431,7 +400,7 @@ class _Gather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        span = _Span()
+        span = Span()
         (idx,) = ctx.saved_tensors
         be = _backend(ctx.bname)
         gt = span.run("scatter_add", ctx.layer, "backward", ctx.bname,
@@ -514,7 +483,7 @@ class _RowsLoss(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g, _g_bpr):
-        span = _Span()
+        span = Span()
         out, table, u, p, n, off, coef, layers, bname, _, _ = ctx.args
         # hand the gradients over without keeping a reference (autograd may then adopt them as
         # .grad without a copy); a second backward through a retained graph recomputes them
@@ -588,7 +557,7 @@ class _GEMM(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        span = _Span()
+        span = Span()
         x, w = ctx.saved_tensors
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
 
@@ -629,7 +598,7 @@ class _Elementwise(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        span = _Span()
+        span = Span()
         ins, out = ctx.ins, ctx.out
         wanted = [t for t in ins if t.requires_grad]
         nbytes = lambda ts: sum(t.numel() * _elem(t) for t in ts)  # noqa: E731
@@ -685,7 +654,7 @@ class _LinComb(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        span = _Span()
+        span = Span()
         need = ctx.needs_input_grad[3:]
         nb = ctx.shape_bytes
         scaled = sum(1 for c, n in zip(ctx.coeffs, need) if n and c != 1)
@@ -719,7 +688,8 @@ class _Ctx:
 def warmup(dtype: torch.dtype = torch.float32) -> float:
     """Compile (or load from the disk cache) every native kernel for ``dtype`` on a
     tiny graph, so later calls are never slowed by the JIT. Returns the seconds
-    spent, also added to the active recorder's ``jit_seconds``."""
+    spent, also added to the active recorder's ``jit_seconds``. The optimizer's fused
+    kernel is warmed by :func:`gnnrec_lab.optim.warmup`."""
     from ..graph import BipartiteGraph
     rec = get_recorder()
     j0 = rec.jit_seconds
@@ -750,9 +720,5 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
             blk = CSR(np.array([0, 1, 2], dtype=np.int64), np.array([1, 2], dtype=np.int32), 2, 3, None,
                       np.ones(2, dtype=np.float32), np.ones(3, dtype=np.float32))
             layer_mean([blk], torch.ones((3, 2), dtype=dtype, requires_grad=True), 0.5).sum().backward()
-            from ..optim import FusedAdam
-            p = torch.nn.Parameter(torch.ones(3, 2, dtype=dtype))
-            p.grad = torch.ones_like(p)
-            FusedAdam([p]).step()
         rec.jit_seconds += scratch.jit_seconds
     return rec.jit_seconds - j0

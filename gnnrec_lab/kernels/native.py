@@ -634,8 +634,8 @@ def threads() -> int:
     return int(numba.get_num_threads())
 
 
-# The kernels a training run compiles (kernels.warmup() covers them); the bandwidth/latency
-# micro-kernels above are calibration's.
+# The kernels a training run compiles (kernels.warmup() and optim.warmup() cover them); the
+# bandwidth/latency micro-kernels above are calibration's.
 TRAINING_KERNELS = ("spmm", "edge_aggregate", "edge_broadcast", "sddmm_dot", "sddmm_mul", "bpr_rows",
                     "sq_norm_rows", "adam_update", "gather_rows", "permute_values", "scatter_add_rows")
 

@@ -1,4 +1,5 @@
-"""Kernel benchmark: every kernel x backend on synthetic power-law graphs.
+"""Kernel benchmark: every kernel x backend on synthetic power-law graphs (outside the kernels
+package: it drives the kernels, a model, the optimizer and the host calibration).
 
 Used by ``gnnrec-lab bench kernels`` and ``benchmarks/bench_kernels.py``. Each
 kernel runs through the public API under a recorder, forward and backward, so
@@ -21,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import UserError
-from ..graph import BipartiteGraph
-from ..recorder import Recorder, use_recorder
+from .errors import UserError
+from .graph import BipartiteGraph
+from .recorder import Recorder, use_recorder
 
 # name -> (users, items, interactions); nnz of the symmetric adjacency = 2 x interactions
 SIZES = {"small": (6_000, 4_000, 50_000), "medium": (30_000, 20_000, 500_000),
@@ -74,7 +75,7 @@ class Result:
 def _input(rows: int, dim: int, g) -> torch.Tensor:
     """A random input allocated as the lab allocates its tables (kernels.buffers: huge pages when
     32 MiB or more), the same tensor for every backend."""
-    from . import buffers
+    from .kernels import buffers
     t = buffers.empty((rows, dim))
     t.copy_(torch.randn(rows, dim, generator=g))
     return t.requires_grad_(True)
@@ -82,7 +83,7 @@ def _input(rows: int, dim: int, g) -> torch.Tensor:
 
 def _run_kernel(kernel, adj, dim, table_rows, rng_seed):
     """One forward + backward of ``kernel`` through the public API."""
-    from .. import kernels as K
+    from . import kernels as K
     g = torch.Generator().manual_seed(rng_seed)
     if kernel == "spmm":
         x = _input(adj.n_cols, dim, g)
@@ -129,8 +130,8 @@ def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=Non
     ``host`` is the calibration providing ``triad_GBps`` (default: the cached host
     profile, measured quickly if missing). ``progress`` is called with a line per result.
     """
-    from .. import kernels as K
-    from ..calibrate import host_profile
+    from . import kernels as K
+    from .calibrate import host_profile
     for s in sizes:
         if s not in SIZES:
             raise UserError(f"--sizes: got {s!r}, allowed: {', '.join(SIZES)}")
@@ -189,7 +190,7 @@ def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=Non
                     fw, bwd = _pyg_spmm(adj, dim, repeats, bw)
                 except ImportError:
                     continue
-                from .costs import spmm as spmm_cost
+                from .kernels.costs import spmm as spmm_cost
                 c = spmm_cost(adj, dim, 4)
                 nb = c["bytes_read"] + c["bytes_written"]
                 emit(_result("spmm", "forward", "pyg", dim, size, adj.nnz, fw, nb, bw))
@@ -200,7 +201,7 @@ def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=Non
 
 
 def _spmm_bytes(adj, dim: int) -> int:
-    from .costs import spmm as spmm_cost
+    from .kernels.costs import spmm as spmm_cost
     c = spmm_cost(adj, dim, 4)
     return c["bytes_read"] + c["bytes_written"]
 
@@ -209,7 +210,7 @@ def _dgl_raw_spmm(adj, dim, repeats):
     """DGL's own ``copy_u_sum`` (unweighted, no normalisation) on the same graph structure the
     ``dgl`` backend uses: the fastest DGL formulation of the product, timed with perf_counter
     (one warm-up), the reference for the backend's normalised SpMM."""
-    from . import _backend
+    from .kernels import _backend
     be = _backend("dgl")
     g = torch.Generator().manual_seed(0)
     x = _input(adj.n_cols, dim, g).detach()
@@ -280,11 +281,11 @@ def summary(results: list[Result]) -> list[str]:
 
 def dgl_note() -> str:
     """Which DGL formulation the ``dgl`` rows measure (or why there are none)."""
-    from . import available_backends
+    from .kernels import available_backends
     if "dgl" not in available_backends():
         return "dgl: not importable here (the DGL lane is `make dgl`, .venv-dgl), skipped"
     import dgl
-    from .backends import DglBackend
+    from .kernels.backends import DglBackend
     return (f"dgl {dgl.__version__}: spmm = {DglBackend.SPMM_FORMULATION}; "
             f"dgl-raw = dgl.ops.copy_u_sum on the same graph without the normalisation (forward only)")
 
@@ -315,13 +316,14 @@ def recording_overhead(size: str = "medium", dim: int = 64, layers: int = 3, rep
     scheduler noise) with the garbage collector paused. Returns per-step medians and ranges
     and ``overhead_pct`` = 100 * (median over pairs of recorded / unrecorded - 1), with the
     pairs' spread in ``overhead_range_pct`` (min, max) and ``overhead_iqr_pct`` (quartiles)."""
-    from .. import kernels as K
+    from . import kernels as K
     if size not in SIZES:
         raise UserError(f"--size: got {size!r}, allowed: {', '.join(SIZES)}")
     adj = power_law_graph(*SIZES[size]).adj
+    from .models.lightgcn import LightGCN, bpr_loss_rows
+    from .optim import FusedAdam, warmup as warm_optimizer
     K.warmup(torch.float32)
-    from ..models.lightgcn import LightGCN, bpr_loss_rows
-    from ..optim import FusedAdam
+    warm_optimizer(torch.float32)
     torch.manual_seed(0)
     model = LightGCN(adj.n_rows, 0, dim=dim, layers=layers)  # node ids 0..n-1; users/items split irrelevant here
     opt = FusedAdam(model.parameters(), lr=1e-3)
@@ -384,7 +386,7 @@ def _per_record_cost(layers: int, repeats: int, calls: int = 300) -> float:
     graph, where the kernel itself is negligible, recorded vs unrecorded in interleaved blocks of
     ``calls``; median over blocks of the per-record difference. Much less noisy than the step
     difference on a shared machine; ``derived_overhead_pct`` scales it by the step's record count."""
-    from .. import kernels as K
+    from . import kernels as K
     adj = BipartiteGraph(np.array([[0, 0], [1, 1], [1, 0]]), 2, 2).adj
     x = torch.ones((adj.n_cols, 4), requires_grad=True)
     g = torch.ones((adj.n_rows, 4))
