@@ -37,6 +37,9 @@ class CSR:
     row_scale: Optional[np.ndarray] = None  # float32 per row
     col_scale: Optional[np.ndarray] = None  # float32 per column
     symmetric: bool = False       # True when the weighted matrix equals its transpose
+    # a bipartite matrix's first side: rows < sides (users) hold only columns >= sides (items) and
+    # the other rows only columns < sides (0: not known to be bipartite)
+    sides: int = 0
     # a locality order of a square matrix's nodes (position -> node, see :func:`locality_order`);
     # the kernels then propagate on ``permuted(order)`` and map the rows back (same results up to
     # float summation order)
@@ -104,7 +107,9 @@ class CSR:
     def set_order(self, order: Optional[np.ndarray]) -> None:
         """Attach a locality order (position -> node; None detaches) and build ``permuted(order)``
         now, so the kernels' first propagation does not pay for it (the permuted structure costs
-        ``8 (n+1) + index_bytes * nnz`` bytes more)."""
+        ``8 (n+1) + index_bytes * nnz`` bytes more). A bipartite matrix (:attr:`sides`) keeps its
+        sides: :attr:`order` becomes the given order's users, then its items, each in that
+        order's sequence, so the permuted matrix is bipartite too (see ``native.spmm_sides``)."""
         if order is None:
             self.order, self._local = None, None
             return
@@ -114,6 +119,9 @@ class CSR:
             raise ValueError(f"set_order: needs {self.n_rows} positions of a square matrix, got {order.shape}")
         if not np.array_equal(np.sort(order), np.arange(self.n_rows)):
             raise ValueError("set_order: order is not a permutation of the nodes")
+        if self.sides:  # a bipartite matrix keeps its sides: the order's users first, then its items
+            first = order < self.sides
+            order = np.concatenate([order[first], order[~first]])
         inv = inverse_permutation(order)
         self.order = order
         self._local = (self.permuted(order), torch.from_numpy(order.astype(np.int64)), torch.from_numpy(inv))
@@ -139,7 +147,8 @@ class CSR:
         nk.permute_csr(self.indptr, self.indices, perm, inv.astype(self.indices.dtype, copy=False), indptr, indices)
         rs = None if self.row_scale is None else self.row_scale[perm]
         cs = rs if self.col_scale is self.row_scale else (None if self.col_scale is None else self.col_scale[perm])
-        return CSR(indptr, indices, self.n_rows, self.n_cols, None, rs, cs, symmetric=self.symmetric)
+        sides = self.sides if self.sides and bool((perm[:self.sides] < self.sides).all()) else 0
+        return CSR(indptr, indices, self.n_rows, self.n_cols, None, rs, cs, symmetric=self.symmetric, sides=sides)
 
     def to_torch_sparse(self):
         """A ``torch.sparse_csr_tensor`` with materialised weights (float32)."""
@@ -252,7 +261,8 @@ class BipartiteGraph:
         with np.errstate(divide="ignore"):
             d_inv_sqrt = np.where(deg > 0, 1.0 / np.sqrt(np.maximum(deg, 1)), 0.0).astype(np.float32)
         self.degree = deg
-        self.adj = CSR(indptr, indices, self.n_nodes, self.n_nodes, None, d_inv_sqrt, d_inv_sqrt, symmetric=True)
+        self.adj = CSR(indptr, indices, self.n_nodes, self.n_nodes, None, d_inv_sqrt, d_inv_sqrt, symmetric=True,
+                       sides=self.n_users)
         if node_order is not None:
             self.adj.set_order(node_order)
 

@@ -83,3 +83,22 @@ def test_permuted_csr_is_p_a_pt():
         adj.set_order(np.zeros(adj.n_rows, dtype=np.int64))
     g = BipartiteGraph(np.array([[0, 0], [1, 1]]), 2, 2, node_order=np.array([3, 2, 1, 0]))
     assert g.adj._local[0].n_rows == 4 and g.footprint()["adjacency"] > 2 * g.adj.footprint() - 64
+
+
+def test_a_bipartite_order_keeps_users_first_and_the_permuted_matrix_stays_bipartite():
+    """set_order on the user-item adjacency takes the order's users, then its items (each in the
+    order's sequence), so P A P^T is bipartite with the same sides (what native.spmm_sides needs);
+    an order that mixes the sides in a plain permutation loses the mark."""
+    from gnnrec_lab.graph import locality_order
+    g = _skewed_graph()
+    assert g.adj.sides == g.n_users
+    o = locality_order(g.adj, "community")
+    assert (o[:g.n_users] >= g.n_users).any()          # the community order mixes the sides
+    g.adj.set_order(o)
+    kept = g.adj.order
+    assert np.array_equal(kept[:g.n_users], o[o < g.n_users]) and np.array_equal(kept[g.n_users:], o[o >= g.n_users])
+    p = g.adj._local[0]
+    assert p.sides == g.n_users
+    rows = p.row_ids()
+    assert np.all((rows < p.sides) == (p.indices >= p.sides))   # users hold items only, items users only
+    assert g.adj.permuted(o).sides == 0

@@ -513,3 +513,64 @@ def test_cache_aware_spmm_bytes_count_distinct_rows_per_panel():
     assert one["bytes_read"] == naive["bytes_read"]
     big = costs.spmm_cached(adj, 16, 4, cache_bytes=1 << 30)   # everything fits: each row once
     assert big["random_bytes"] == len(np.unique(adj.indices)) * 64 < naive["random_bytes"]
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_side_by_side_spmm_matches_the_row_by_row_product(monkeypatch, ordered):
+    """Above native.SIDES_MIN_BYTES the user-item adjacency is multiplied side by side (users
+    gather their items' rows and scatter theirs into per-thread item accumulators): SpMM, LightGCN's
+    layer mean (its fused running mean and the backward's added gradient, the deferred L2 term
+    included) and NGCF's SpMM equal the row-by-row kernel's results up to float summation order,
+    and each product is still recorded as one ``spmm``."""
+    from gnnrec_lab.graph import locality_order
+    from tests._graphs import power_law_graph
+    g = power_law_graph(n_users=300, n_items=200, n_inter=4000, seed=5)
+    if ordered:
+        pairs = np.stack([g.user_items.row_ids(), g.user_items.indices], 1).astype(np.int32)
+        g = BipartiteGraph(pairs, 300, 200, node_order=locality_order(g.adj, "community"))
+        monkeypatch.setattr(kernels, "LOCALITY_MIN_BYTES", 0)
+    x0 = torch.randn(500, 8, dtype=torch.float64)
+    u, p, n = torch.tensor([0, 5, 299]), torch.tensor([1, 2, 199]), torch.tensor([3, 0, 7])
+    outs = []
+    for limit in (10**12, 0):
+        monkeypatch.setattr(native, "SIDES_MIN_BYTES", limit)
+        for a in (g.adj, g.adj._local[0] if ordered else g.adj):
+            a.__dict__.pop("_kern", None)
+        x = x0.clone().requires_grad_(True)
+        rec = Recorder()
+        rec.phase = "forward"
+        with kernels.use_backend("native"), use_recorder(rec):
+            s = kernels.spmm(g.adj, x0)
+            h = kernels.layer_mean([g.adj] * 3, x, 0.25)
+            loss, _ = kernels.bpr_l2_loss(h, x, u, p, n, 0.1, item_offset=300)
+            (loss + (h * h).sum()).backward()
+        used = (g.adj._local[0] if ordered else g.adj).__dict__.get("_kern", {})
+        outs.append((s, h.detach(), x.grad, sorted(r.name for r in rec.records if r.name == "spmm"),
+                     any(isinstance(k, tuple) and k[0] == "sides" for k in used)))
+    (s0, h0, g0, n0, side0), (s1, h1, g1, n1, side1) = outs
+    assert not side0 and side1                           # the limit decides which kernel runs
+    assert n0 == n1 == ["spmm"] * 7                      # 1 + 3 forward + 3 backward
+    torch.testing.assert_close(s1, s0, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(h1, h0, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g1, g0, rtol=1e-12, atol=1e-12)
+
+
+def test_side_by_side_spmm_is_only_for_a_symmetric_one_scale_bipartite_matrix(monkeypatch):
+    """A matrix without sides, with per-edge values or with two different scales takes the row
+    kernel whatever its size; float32 results agree with float64 ones."""
+    from tests._graphs import power_law_graph
+    monkeypatch.setattr(native, "SIDES_MIN_BYTES", 0)
+    g = power_law_graph(n_users=300, n_items=200, n_inter=4000, seed=6)
+    a = g.adj
+    x = torch.randn(500, 8, dtype=torch.float64)
+    for other in (CSR(a.indptr, a.indices, 500, 500, None, a.row_scale, a.col_scale, symmetric=True),
+                  CSR(a.indptr, a.indices, 500, 500, np.ones(a.nnz, np.float32), a.row_scale, a.col_scale,
+                      symmetric=True, sides=300),
+                  CSR(a.indptr, a.indices, 500, 500, None, a.row_scale, a.col_scale.copy(), symmetric=True,
+                      sides=300)):
+        with kernels.use_backend("native"):
+            r = kernels.spmm(other, x)
+        assert not any(isinstance(k, tuple) and k[0] == "sides" for k in other.__dict__.get("_kern", {}))
+        torch.testing.assert_close(r, kernels.spmm(a, x), rtol=1e-12, atol=1e-12)
+    with kernels.use_backend("native"):
+        torch.testing.assert_close(kernels.spmm(a, x.float()), kernels.spmm(a, x).float(), rtol=1e-5, atol=1e-6)

@@ -123,10 +123,34 @@ class NativeBackend(Backend):
         vals, rs, cs = self._weights(adj, xn.dtype)
         f = xn.dtype.type
         opt = lambda t: None if t is None else _np(t)  # noqa: E731
+        tail = (f(alpha), None if acc is None else acc.numpy(), opt(init), opt(addend), f(beta))
+        sides = self._sides(adj, xn)
+        if sides is not None:
+            self._call(nk.spmm_sides, adj.indptr, adj.indices, rs, cs, xn, adj.sides, out.numpy(), *sides, *tail)
+            return out
         pos, b2 = self._blocked(adj, xn.shape[1] * xn.itemsize)
-        self._call(nk.spmm, adj.indptr, pos, adj.indices, vals, None, rs, cs, xn, out.numpy(), b2,
-                   f(alpha), None if acc is None else acc.numpy(), opt(init), opt(addend), f(beta))
+        self._call(nk.spmm, adj.indptr, pos, adj.indices, vals, None, rs, cs, xn, out.numpy(), b2, *tail)
         return out
+
+    @staticmethod
+    def _sides(adj, xn: np.ndarray):
+        """``(part, bounds)`` for :func:`native.spmm_sides` when ``adj`` is a symmetric bipartite
+        matrix weighted by one degree scale whose gathered table exceeds
+        :data:`native.SIDES_MIN_BYTES`, else None. The parts (one per thread, each as large as
+        the item side's table) are kept with the matrix and reused by every product."""
+        if not (adj.sides and adj.symmetric and adj.values is None and adj.row_scale is adj.col_scale
+                and adj.n_cols * xn.shape[1] * xn.itemsize > nk.SIDES_MIN_BYTES):
+            return None
+        th, aux = nk.threads(), _aux(adj)
+        key = ("sides", th, xn.shape[1], xn.dtype)
+        lay = aux.get(key)
+        if lay is None:
+            for k in [k for k in aux if isinstance(k, tuple) and k[0] == "sides"]:
+                del aux[k]          # another width or thread count: one scratch at a time
+            part = buffers.empty((th, adj.n_rows - adj.sides, xn.shape[1]), torch.from_numpy(xn[:0]).dtype)
+            aux[("sides_part",)] = part     # the tensor owns the memory the kernel writes through
+            lay = aux[key] = (part.numpy(), nk.sides_bounds(adj.indptr, adj.sides, th))
+        return lay
 
     def _blocked(self, adj, row_bytes: int, transposed: bool = False):
         """``(pos, bounds)`` of the column blocks of ``adj`` (or of its transposed structure)

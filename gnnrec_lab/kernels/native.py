@@ -224,6 +224,98 @@ def col_blocks(indptr, indices, n_cols: int, nb: int, n_chunks: int):
     return pos, bounds
 
 
+# Above this table size (where column blocks stop, see col_block_count) a symmetric bipartite
+# matrix is multiplied side by side (spmm_sides): the random accesses then fall in the smaller
+# side's table only.
+SIDES_MIN_BYTES = MAX_COL_BLOCKS * COL_BLOCK_BYTES
+
+
+@njit(**_JIT)
+def spmm_sides(indptr, indices, row_scale, col_scale, x, n_first, out, part, bounds,
+               alpha, acc, init, addend, beta):
+    """:func:`spmm` for a symmetric bipartite matrix whose first ``n_first`` rows (users) hold
+    only columns ``>= n_first`` (items) and whose weights are ``row_scale[r] * col_scale[c]``
+    with ``row_scale`` = ``col_scale`` (the normalised adjacency), in one pass over the first
+    side's rows only:
+
+    * a user row gathers its items' rows of ``x`` (``out[u] = sum_c col_scale[c] x[c]``);
+    * the same entry scatters the user's row into its item's row of ``part[t]``, part ``t``'s
+      private accumulator (``part[t, c - n_first] += col_scale[u] x[u]``), so the item half
+      ``W[items, users] x[users]`` needs no pass over the item rows: the users' rows of ``x``
+      are read in order, once, and every random access (gather and scatter) falls in the item
+      side's rows, the smaller table, whose hot rows stay in cache;
+    * then each item row sums the parts (``part[0] + part[1] + ...``, in that order).
+
+    ``bounds``: ``len(part) + 1`` boundaries of nnz-balanced user-row ranges, one per part
+    (``part`` is scratch of shape ``(n_parts, n_rows - n_first, D)``, zeroed here). Every row
+    ends as in :func:`spmm` (``alpha``, the row scale, ``acc``/``init``/``addend``/``beta``
+    through the same per-row update). The order of every sum is fixed by the CSR and the parts,
+    so results repeat bit for bit for a given part count; they equal :func:`spmm`'s up to
+    float summation order."""
+    D = x.shape[1]
+    n_second = part.shape[1]
+    one = np.ones(1, dtype=out.dtype)[0]
+    for t in prange(part.shape[0]):
+        acc_t = part[t]
+        for i in range(n_second):
+            for d in range(D):
+                acc_t[i, d] = 0
+        for u in range(bounds[t], bounds[t + 1]):
+            su = one if col_scale is None else col_scale[u]
+            for d in range(D):
+                out[u, d] = 0
+            e = indptr[u]
+            end = indptr[u + 1]
+            while e + 4 <= end:
+                c0 = indices[e]
+                c1 = indices[e + 1]
+                c2 = indices[e + 2]
+                c3 = indices[e + 3]
+                w0 = _edge_weight(None, None, col_scale, e, c0, one)
+                w1 = _edge_weight(None, None, col_scale, e + 1, c1, one)
+                w2 = _edge_weight(None, None, col_scale, e + 2, c2, one)
+                w3 = _edge_weight(None, None, col_scale, e + 3, c3, one)
+                i0 = c0 - n_first
+                i1 = c1 - n_first
+                i2 = c2 - n_first
+                i3 = c3 - n_first
+                for d in range(D):
+                    xu = su * x[u, d]
+                    out[u, d] += (w0 * x[c0, d] + w1 * x[c1, d]) + (w2 * x[c2, d] + w3 * x[c3, d])
+                    acc_t[i0, d] += xu
+                    acc_t[i1, d] += xu
+                    acc_t[i2, d] += xu
+                    acc_t[i3, d] += xu
+                e += 4
+            while e < end:
+                c = indices[e]
+                w = _edge_weight(None, None, col_scale, e, c, one)
+                i = c - n_first
+                for d in range(D):
+                    out[u, d] += w * x[c, d]
+                    acc_t[i, d] += su * x[u, d]
+                e += 1
+            _finish_row(out, u, D, alpha, row_scale, acc, init, addend, beta, one)
+    for i in prange(n_second):
+        r = n_first + i
+        for d in range(D):
+            v = part[0, i, d]
+            for t in range(1, part.shape[0]):
+                v += part[t, i, d]
+            out[r, d] = v
+        _finish_row(out, r, D, alpha, row_scale, acc, init, addend, beta, one)
+    return out
+
+
+def sides_bounds(indptr, n_first: int, n_parts: int) -> np.ndarray:
+    """``n_parts + 1`` boundaries (int64, first 0, last ``n_first``) of user-row ranges holding
+    about equal shares of the first side's entries, for :func:`spmm_sides`."""
+    ip = indptr[: n_first + 1]
+    b = np.searchsorted(ip, np.linspace(0, int(ip[-1]), n_parts + 1), side="left").astype(np.int64)
+    b[0], b[-1] = 0, n_first
+    return np.maximum.accumulate(np.clip(b, 0, n_first))
+
+
 def rows_sorted(indptr, indices) -> bool:
     """Whether every CSR row lists its columns in ascending order (what column blocks need)."""
     if indices.shape[0] < 2:

@@ -205,6 +205,11 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     local = (config.model == "lightgcn" and n >= ORDER_MIN_NODES and F32 * n * d > LOCALITY_MIN_BYTES)
     if local:
         graph += idx * n + 8 * (n + 1) + idx * e + F32 * n + 16 * n
+    # a table above native.SIDES_MIN_BYTES is multiplied side by side (native.spmm_sides): one
+    # item-side accumulator per thread, kept with the adjacency
+    from ..kernels.native import SIDES_MIN_BYTES, threads
+    parts = threads() * F32 * ni * d if config.model != "mf" and F32 * n * d > SIDES_MIN_BYTES else 0
+    graph += parts
     params = F32 * n * d
     if config.model == "ngcf":
         params += L * (2 * d * d + 2 * d) * F32
