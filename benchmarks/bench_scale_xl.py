@@ -1,26 +1,37 @@
 """Scale: full-graph LightGCN training steps on a big graph (default synth-xl: 5M users, 1M items,
-100M interactions), before and after the locality order; peak RSS against the predicted footprint.
+100M interactions) for each way the lab can propagate it; peak RSS against the predicted footprint.
 
-For each variant (``none``: the dataset's node order dropped, the unreordered propagation;
-``community``: the order cached with the split, see gnnrec_lab.graph.locality_order) it trains
-``--steps`` steps through ``gnnrec_lab.train`` and reports, all measured on this machine:
-the step time (median and spread over the steps after the first), the per-kernel breakdown
-(median seconds per step), and the fraction of two bounds each step reaches:
+Variants (``--variants``, default all four) cross the node order with the SpMM kernel:
+
+* order ``ids`` (the dataset's node order dropped) or ``community`` (the locality order cached with
+  the split, see gnnrec_lab.graph.locality_order; users first, then items);
+* kernel ``rows`` (native.spmm row by row: every node row gathers its neighbours, so item rows
+  gather users from the whole node table) or ``sides`` (native.spmm_sides, what the lab uses above
+  native.SIDES_MIN_BYTES: user rows gather items and scatter into per-thread item accumulators,
+  every random access in the item table).
+
+``community+sides`` is what training uses; ``ids+rows`` is the propagation before either.
+For each variant it trains ``--steps`` steps through ``gnnrec_lab.train`` and reports, all measured
+on this machine: the step time (median and spread over the steps after the first), the
+per-kernel breakdown (median seconds per step), and the fraction of two bounds each step reaches:
 
 * naive bound: the step's ideal bytes (kernels.costs; every gathered row from DRAM) / triad;
 * cache-aware bound (*modeled*): the same with each SpMM's gathered rows counted once per
-  cache-sized panel of rows (costs.spmm_cached), re-reads from cache.
+  cache-sized panel of rows (costs.spmm_cached, a model of the row kernel), re-reads from cache.
 
 "% of bound" = 100 x bound / measured step. The predicted footprint is modeled
-(gnnrec_lab.memory.footprint). The machine's load is printed before and after: numbers taken
-while other processes run are noisy.
+(gnnrec_lab.memory.footprint). ``--ab-rounds`` then runs the propagation (layer mean forward +
+backward) of every variant alternately in one process, which spreads the machine's other load over
+all of them. The machine's load is printed before and after: numbers taken while other processes
+run are noisy.
 
-Usage: python benchmarks/bench_scale_xl.py [--dataset synth-xl] [--steps 4] [--layers 3] [--dim 64]
-       [--variants none,community] [--json]
+Usage: python benchmarks/bench_scale_xl.py [--dataset synth-xl] [--steps 3] [--layers 3] [--dim 64]
+       [--variants ids+rows,community+rows,ids+sides,community+sides] [--ab-rounds 2] [--json]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import json
@@ -36,7 +47,20 @@ from gnnrec_lab.benchmarking import runtime_summary
 from gnnrec_lab.reporting import Reporter
 from gnnrec_lab.train import train
 
-VARIANTS = ("none", "community")
+VARIANTS = ("ids+rows", "community+rows", "ids+sides", "community+sides")
+
+
+@contextlib.contextmanager
+def _kernel(variant: str):
+    """The SpMM kernel of ``variant``: ``rows`` raises native.SIDES_MIN_BYTES out of reach."""
+    from gnnrec_lab.kernels import native
+    keep = native.SIDES_MIN_BYTES
+    if variant.endswith("+rows"):
+        native.SIDES_MIN_BYTES = 1 << 62
+    try:
+        yield
+    finally:
+        native.SIDES_MIN_BYTES = keep
 
 
 class _Steps(Reporter):
@@ -62,7 +86,7 @@ def _spmm_savings(ds, dim: int, cache_bytes=None) -> dict:
     from gnnrec_lab.kernels import costs
     g = BipartiteGraph(ds.train, ds.n_users, ds.n_items, ds.node_order)
     out = {}
-    for name, adj in (("none", g.adj), ("community", None if g.adj._local is None else g.adj._local[0])):
+    for name, adj in (("ids", g.adj), ("community", None if g.adj._local is None else g.adj._local[0])):
         if adj is None:
             continue
         t0 = time.perf_counter()
@@ -75,41 +99,49 @@ def _spmm_savings(ds, dim: int, cache_bytes=None) -> dict:
     return out
 
 
-def propagation_ab(ds, a) -> dict:
-    """Both graphs in one process, LightGCN's propagation (layer mean forward + backward) run
-    alternately ``--ab-rounds`` times each: wall and process-CPU seconds per variant. Alternating
-    spreads the machine's other load over both, which separate runs do not."""
+def propagation_ab(ds, a, variants) -> dict:
+    """Every variant's graph in one process, LightGCN's propagation (layer mean forward + backward)
+    run alternately ``--ab-rounds`` times each: wall and process-CPU seconds per variant.
+    Alternating spreads the machine's other load over all of them, which separate runs do not."""
     import torch
 
     from gnnrec_lab import kernels
     from gnnrec_lab.graph import BipartiteGraph
-    graphs = {"none": BipartiteGraph(ds.train, ds.n_users, ds.n_items).adj,
-              "community": BipartiteGraph(ds.train, ds.n_users, ds.n_items, ds.node_order).adj}
+    by_order = {}
+    for v in variants:
+        order = v.split("+")[0]
+        if order not in by_order:
+            by_order[order] = BipartiteGraph(ds.train, ds.n_users, ds.n_items,
+                                             ds.node_order if order == "community" else None).adj
     kernels.warmup()
     x = torch.randn(ds.n_users + ds.n_items, a.dim, generator=torch.Generator().manual_seed(0)).requires_grad_(True)
-    out = {k: {"wall_s": [], "cpu_s": []} for k in graphs}
+    out = {k: {"wall_s": [], "cpu_s": []} for k in variants}
     for r in range(a.ab_rounds + 1):
-        for k, adj in graphs.items():
+        for k in variants:
+            adj = by_order[k.split("+")[0]]
             x.grad = None
-            t, c = time.perf_counter(), time.process_time()
-            h = kernels.layer_mean([adj] * a.layers, x, 1 / (a.layers + 1))
-            h.backward(torch.ones_like(h))
+            with _kernel(k):
+                t, c = time.perf_counter(), time.process_time()
+                h = kernels.layer_mean([adj] * a.layers, x, 1 / (a.layers + 1))
+                h.backward(torch.ones_like(h))
+                wall, cpu = time.perf_counter() - t, time.process_time() - c
             if r:  # round 0 warms up (first touch of the outputs)
-                out[k]["wall_s"].append(time.perf_counter() - t)
-                out[k]["cpu_s"].append(time.process_time() - c)
+                out[k]["wall_s"].append(wall)
+                out[k]["cpu_s"].append(cpu)
             del h
     return out
 
 
 def run_variant(ds, variant: str, a) -> dict:
-    if variant == "none":
+    if variant.startswith("ids+"):
         ds = dataclasses.replace(ds, node_order=None)
     elif ds.node_order is None:
         raise SystemExit(f"{a.dataset}: no locality order cached (below registry.ORDER_MIN_NODES nodes)")
     cfg = RunConfig(dataset=a.dataset, layers=a.layers, dim=a.dim, batch_size=a.batch_size, epochs=1,
                     max_steps_per_epoch=a.steps, eval_users=2000, patience=0)
     rep = _Steps()
-    r = train(cfg, reporter=rep, dataset=ds)
+    with _kernel(variant):
+        r = train(cfg, reporter=rep, dataset=ds)
     later = rep.steps[1:] or rep.steps  # the first step pays first-touch page faults
     secs = [s for s, _ in later]
     cpu = rep.cpu[1:] or rep.cpu
@@ -135,12 +167,12 @@ def run_variant(ds, variant: str, a) -> dict:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="synth-xl")
-    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=2048)
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--ab-rounds", type=int, default=3, help="alternating propagation rounds (0: skip)")
+    ap.add_argument("--ab-rounds", type=int, default=2, help="alternating propagation rounds (0: skip)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     variants = [v.strip() for v in a.variants.split(",") if v.strip()]
@@ -162,7 +194,7 @@ def main():
     for v in variants:
         res = run_variant(ds, v, a)
         b = res["step_bytes"]
-        saved = res["spmm_per_step"] * savings.get(v, {}).get("saving", 0)
+        saved = res["spmm_per_step"] * savings.get(v.split("+")[0], {}).get("saving", 0)
         res["naive_bound_s"] = b / triad
         res["cache_aware_bound_s (modeled)"] = (b - saved) / triad
         res["pct_of_naive_bound"] = 100 * res["naive_bound_s"] / res["step_s"]
@@ -170,8 +202,8 @@ def main():
         results.append(res)
         gc.collect()
     out["variants"] = results
-    if a.ab_rounds > 0 and ds.node_order is not None:
-        out["propagation_ab"] = propagation_ab(ds, a)
+    if a.ab_rounds > 0 and len(variants) > 1:
+        out["propagation_ab"] = propagation_ab(ds, a, variants)
     out["load_after"] = runtime_summary()
     if a.json:
         print(json.dumps(out, default=str))
@@ -192,17 +224,20 @@ def main():
         print(f"  peak RSS {r['peak_rss_GiB (measured)']:.2f} GiB vs predicted {r['predicted_footprint_GiB (modeled)']:.2f}"
               f" GiB (modeled): {r['ratio_peak_over_predicted']:.2f}x, target <= 1.3x "
               f"{'met' if r['ratio_peak_over_predicted'] <= 1.3 else 'NOT met'}")
-    if len(results) == 2:
-        print(f"\nspeedup none -> community: {results[0]['step_s'] / results[1]['step_s']:.2f}x (median steps, "
+    base = results[0]
+    for r in results[1:]:
+        print(f"\nspeedup {base['variant']} -> {r['variant']}: {base['step_s'] / r['step_s']:.2f}x (median steps, "
               f"separate runs)")
     ab = out.get("propagation_ab")
     if ab:
         print(f"propagation fwd+bwd, alternating ({a.ab_rounds} rounds each, {a.layers} layers, D={a.dim}):")
         for k, v in ab.items():
-            print(f"  {k:10s} wall median {statistics.median(v['wall_s']):.2f} s (min {min(v['wall_s']):.2f}, max "
+            print(f"  {k:16s} wall median {statistics.median(v['wall_s']):.2f} s (min {min(v['wall_s']):.2f}, max "
                   f"{max(v['wall_s']):.2f}); CPU median {statistics.median(v['cpu_s']):.2f} s")
-        print(f"  speedup none -> community: {statistics.median(ab['none']['wall_s']) / statistics.median(ab['community']['wall_s']):.2f}x"
-              f" wall, {statistics.median(ab['none']['cpu_s']) / statistics.median(ab['community']['cpu_s']):.2f}x CPU")
+        b = variants[0]
+        for k in variants[1:]:
+            print(f"  speedup {b} -> {k}: {statistics.median(ab[b]['wall_s']) / statistics.median(ab[k]['wall_s']):.2f}x"
+                  f" wall, {statistics.median(ab[b]['cpu_s']) / statistics.median(ab[k]['cpu_s']):.2f}x CPU")
     if a.dataset == "synth-xl":
         best = min(r["step_s"] for r in results)
         print(f"target: synth-xl step <= 15 s: {'met' if best <= 15 else 'NOT met'} ({best:.2f} s)")
