@@ -13,7 +13,7 @@ import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
-# (script, arguments); the heavy synth-xl run only with --with-xl
+# (script, arguments); the heavy synth-xl runs (about an hour together) only with --with-xl
 PLAN = [
     ("bench_kernels.py", ["--sizes", "small,large", "--dims", "64"]),
     ("bench_recording_overhead.py", ["--sizes", "small", "--dims", "64"]),
@@ -32,9 +32,9 @@ PLAN = [
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="")
-    ap.add_argument("--with-xl", action="store_true", help="also generate synth-xl and train on it (minutes, ~20 GB)")
+    ap.add_argument("--with-xl", action="store_true", help="also generate synth-xl and train on it (about an hour, ~20 GB)")
     a = ap.parse_args()
-    plan = PLAN + ([("bench_scale_xl.py", [])] if a.with_xl else [])
+    plan = PLAN + ([("bench_scale_xl.py", []), ("bench_scale_epoch.py", [])] if a.with_xl else [])
     only = {x.strip() for x in a.only.split(",") if x.strip()}
     out_dir = HERE.parent / "artifacts" / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
