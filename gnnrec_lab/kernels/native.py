@@ -266,27 +266,19 @@ def spmm_sides(indptr, indices, row_scale, col_scale, x, n_first, out, part, bou
                 out[u, d] = 0
             e = indptr[u]
             end = indptr[u + 1]
-            while e + 4 <= end:
+            while e + 2 <= end:  # two edges at a time (four: 1.3x slower, the scatter's stores pile up)
                 c0 = indices[e]
                 c1 = indices[e + 1]
-                c2 = indices[e + 2]
-                c3 = indices[e + 3]
                 w0 = _edge_weight(None, None, col_scale, e, c0, one)
                 w1 = _edge_weight(None, None, col_scale, e + 1, c1, one)
-                w2 = _edge_weight(None, None, col_scale, e + 2, c2, one)
-                w3 = _edge_weight(None, None, col_scale, e + 3, c3, one)
                 i0 = c0 - n_first
                 i1 = c1 - n_first
-                i2 = c2 - n_first
-                i3 = c3 - n_first
                 for d in range(D):
                     xu = su * x[u, d]
-                    out[u, d] += (w0 * x[c0, d] + w1 * x[c1, d]) + (w2 * x[c2, d] + w3 * x[c3, d])
+                    out[u, d] += w0 * x[c0, d] + w1 * x[c1, d]
                     acc_t[i0, d] += xu
                     acc_t[i1, d] += xu
-                    acc_t[i2, d] += xu
-                    acc_t[i3, d] += xu
-                e += 4
+                e += 2
             while e < end:
                 c = indices[e]
                 w = _edge_weight(None, None, col_scale, e, c, one)
