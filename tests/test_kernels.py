@@ -415,6 +415,42 @@ def test_large_outputs_get_their_own_zeroed_mapping_and_small_ones_torchs():
     assert small.shape == (3, 4) and small.dtype == torch.float64
 
 
+def test_a_released_large_buffer_is_reused_only_once_nothing_refers_to_its_memory(monkeypatch):
+    """empty() takes a released mapping of the same size (no new page faults) only after the
+    tensor and every view of it are gone; zeros() never takes one; at most POOL_MAX are kept."""
+    import gc
+
+    from gnnrec_lab.kernels import buffers
+    monkeypatch.setattr(buffers, "POOL_MIN_BYTES", buffers.HUGE_MIN_BYTES)
+    monkeypatch.setattr(buffers, "_pool", type(buffers._pool)())
+    shape = (buffers.HUGE_MIN_BYTES // 4 // 64 + 1, 64)
+    t = buffers.empty(shape)
+    ptr = t.data_ptr()
+    t.fill_(7.0)
+    view = t[:10]
+    arr = t[10:20].numpy()
+    del t
+    gc.collect()
+    u = buffers.empty(shape)                        # the views still use the first buffer
+    assert u.data_ptr() != ptr and len(buffers._pool) == 0
+    u.fill_(1.0)
+    assert float(view.sum()) == 7.0 * view.numel() and float(arr.sum()) == 7.0 * arr.size
+    del view
+    gc.collect()
+    assert len(buffers._pool) == 0                  # the numpy array still holds it
+    del arr
+    gc.collect()
+    assert [n for n, _ in buffers._pool] == [u.numel() * 4]
+    z = buffers.zeros(shape)                        # zeros: a fresh mapping, really zero
+    assert z.data_ptr() != ptr and not z.any()
+    w = buffers.empty(shape)                        # empty: the released one, faulted in already
+    assert w.data_ptr() == ptr and len(buffers._pool) == 0
+    assert buffers.empty((shape[0] + 1, 64)).data_ptr() != ptr   # another size never takes it
+    del u, w, z
+    gc.collect()
+    assert len(buffers._pool) <= buffers.POOL_MAX
+
+
 def test_column_blocked_spmm_and_sddmm_match_the_plain_kernels(monkeypatch):
     adj = _bipartite(n_users=40, n_items=30, n=400, seed=5)
     x = torch.randn(adj.n_cols, 8, dtype=torch.float64, requires_grad=True)

@@ -9,43 +9,82 @@ with ``MADV_HUGEPAGE`` (transparent huge pages, honoured where the kernel's THP 
 ``torch.empty``: glibc's heap reuses them once :mod:`gnnrec_lab.kernels` has fixed its mmap and
 trim thresholds (:mod:`gnnrec_lab.runtime` says why; with glibc's dynamic defaults blocks of a
 few MiB kept being faulted in again), so memory behaviour below the threshold matches the
-footprint model's allocator-retention term. The mapping is released when the tensor is freed.
+footprint model's allocator-retention term.
+
+A huge-page mapping still costs its faults once per allocation (a 1.5 GB synth-xl node table:
+0.13-0.15 s each, about ten per LightGCN training step). So when the memory of an :func:`empty`
+tensor is released (its storage and every view of it gone), the mapping is kept for reuse: the
+next :func:`empty` of exactly that many bytes takes it, already faulted in. At most
+:data:`POOL_MAX` mappings are kept (the most recently released), and only ones of at least
+:data:`POOL_MIN_BYTES`; :func:`zeros` always takes a fresh mapping (the OS zero-fills it).
 """
 from __future__ import annotations
 
+import collections
 import mmap
+import threading
+import weakref
 
 import numpy as np
 import torch
 
 HUGE_MIN_BYTES = 32 << 20
+# released mappings kept for reuse by the next empty() of the same size (see the module doc)
+POOL_MAX = 2
+POOL_MIN_BYTES = 256 << 20
+_pool: collections.deque = collections.deque()   # (nbytes, mmap), oldest first
+_pool_lock = threading.Lock()
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 _ADVICE = getattr(mmap, "MADV_HUGEPAGE", None)
 _PAGE = mmap.PAGESIZE
 
 
-def _mapped(shape: tuple, dtype: torch.dtype):
-    """A tensor on its own huge-page mapping (zero-filled by the OS), or None when small."""
+def _release(nbytes: int, m: mmap.mmap) -> None:
+    """Called when the array behind an :func:`empty` tensor is gone: keep its mapping for reuse."""
+    with _pool_lock:
+        _pool.append((nbytes, m))
+        while len(_pool) > POOL_MAX:
+            _pool.popleft()          # unmapped once nothing refers to it
+
+
+def _reused(nbytes: int):
+    with _pool_lock:
+        for k, (n, m) in enumerate(_pool):
+            if n == nbytes:
+                del _pool[k]
+                return m
+    return None
+
+
+def _mapped(shape: tuple, dtype: torch.dtype, reuse: bool = False):
+    """A tensor on its own huge-page mapping (zero-filled by the OS; with ``reuse``, possibly a
+    released one of the same size, holding old values), or None when small."""
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes < HUGE_MIN_BYTES or _ADVICE is None or dtype not in _NP:
         return None
-    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    try:
-        m.madvise(_ADVICE)
-    except OSError:  # THP not configured in this kernel: ordinary pages, same semantics
-        pass
-    a = np.frombuffer(m, dtype=_NP[dtype])
-    # fault the pages in here, from one thread (a zero into every 4 KiB page; a huge page takes the
-    # first): faults taken by a parallel kernel's threads at once were measured 10x slower on this
-    # VM once memory had been reclaimed (51 MB: 5 ms from one thread, 50 ms from two)
-    a.view(np.uint8)[::_PAGE] = 0
-    return torch.from_numpy(a.reshape(shape))
+    pooled = reuse and nbytes >= POOL_MIN_BYTES
+    m = _reused(nbytes) if pooled else None
+    if m is None:
+        m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            m.madvise(_ADVICE)
+        except OSError:  # THP not configured in this kernel: ordinary pages, same semantics
+            pass
+        # fault the pages in here, from one thread (a zero into every 4 KiB page; a huge page takes
+        # the first): faults taken by a parallel kernel's threads at once were measured 10x slower on
+        # this VM once memory had been reclaimed (51 MB: 5 ms from one thread, 50 ms from two)
+        np.frombuffer(m, dtype=np.uint8)[::_PAGE] = 0
+    a = np.frombuffer(m, dtype=_NP[dtype]).reshape(shape)
+    if pooled:
+        # the tensor's storage holds ``a`` until the tensor and all its views are freed
+        weakref.finalize(a, _release, nbytes, m)
+    return torch.from_numpy(a)
 
 
 def empty(shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """An uninitialised tensor; backed by huge pages when it is large (see the module doc)."""
     shape = tuple(int(s) for s in shape)
-    t = _mapped(shape, dtype)
+    t = _mapped(shape, dtype, reuse=True)
     return torch.empty(shape, dtype=dtype) if t is None else t
 
 

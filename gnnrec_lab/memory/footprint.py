@@ -235,7 +235,10 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     # and given back when freed
     # (fitted for LightGCN as (2L + 4) node tensors on ml-100k, synth-gowalla and synth-ml10m)
     heap_step = (2 * L + 4) * ndf if config.model == "lightgcn" else act_train
-    retained = heap_step if ndf < GLIBC_MMAP_THRESHOLD_MAX else 0
+    # node tensors of kernels.buffers.POOL_MIN_BYTES or more: up to POOL_MAX released mappings are
+    # kept for reuse (kernels.buffers)
+    from ..kernels.buffers import POOL_MAX, POOL_MIN_BYTES
+    retained = heap_step if ndf < GLIBC_MMAP_THRESHOLD_MAX else (POOL_MAX * ndf if ndf >= POOL_MIN_BYTES else 0)
     # edge form: one layer's per-edge message at a time (freed after aggregation; backward keeps none)
     edge = F32 * e * d if edge_form else 0
     b = min(config.batch_size, max(nt, 1))
