@@ -416,8 +416,8 @@ def test_large_outputs_get_their_own_zeroed_mapping_and_small_ones_torchs():
 
 
 def test_a_released_large_buffer_is_reused_only_once_nothing_refers_to_its_memory(monkeypatch):
-    """empty() takes a released mapping of the same size (no new page faults) only after the
-    tensor and every view of it are gone; zeros() never takes one; at most POOL_MAX are kept."""
+    """empty() and zeros() (zeroed) take a released mapping of the same size (no new page faults)
+    only after the tensor and every view of it are gone; at most POOL_MAX are kept."""
     import gc
 
     from gnnrec_lab.kernels import buffers
@@ -441,12 +441,14 @@ def test_a_released_large_buffer_is_reused_only_once_nothing_refers_to_its_memor
     del arr
     gc.collect()
     assert [n for n, _ in buffers._pool] == [u.numel() * 4]
-    z = buffers.zeros(shape)                        # zeros: a fresh mapping, really zero
-    assert z.data_ptr() != ptr and not z.any()
+    z = buffers.zeros(shape)                        # zeros: the released one, zeroed
+    assert z.data_ptr() == ptr and not z.any() and len(buffers._pool) == 0
+    del z
+    gc.collect()
     w = buffers.empty(shape)                        # empty: the released one, faulted in already
     assert w.data_ptr() == ptr and len(buffers._pool) == 0
     assert buffers.empty((shape[0] + 1, 64)).data_ptr() != ptr   # another size never takes it
-    del u, w, z
+    del u, w
     gc.collect()
     assert len(buffers._pool) <= buffers.POOL_MAX
 
