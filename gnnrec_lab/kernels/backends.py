@@ -124,7 +124,7 @@ class NativeBackend(Backend):
         f = xn.dtype.type
         opt = lambda t: None if t is None else _np(t)  # noqa: E731
         tail = (f(alpha), None if acc is None else acc.numpy(), opt(init), opt(addend), f(beta))
-        sides = self._sides(adj, xn)
+        sides = self._sides(adj, x)
         if sides is not None:
             self._call(nk.spmm_sides, adj.indptr, adj.indices, rs, cs, xn, adj.sides, out.numpy(), *sides, *tail)
             return out
@@ -133,24 +133,23 @@ class NativeBackend(Backend):
         return out
 
     @staticmethod
-    def _sides(adj, xn: np.ndarray):
+    def _sides(adj, x: torch.Tensor):
         """``(part, bounds)`` for :func:`native.spmm_sides` when ``adj`` is a symmetric bipartite
         matrix weighted by one degree scale whose gathered table exceeds
         :data:`native.SIDES_MIN_BYTES`, else None. The parts (one per thread, each as large as
-        the item side's table) are kept with the matrix and reused by every product."""
+        the item side's table) are kept with the matrix (``aux["sides"]``, one at a time) and
+        reused by every product of that width and thread count."""
         if not (adj.sides and adj.symmetric and adj.values is None and adj.row_scale is adj.col_scale
-                and adj.n_cols * xn.shape[1] * xn.itemsize > nk.SIDES_MIN_BYTES):
+                and adj.n_cols * x.shape[1] * x.element_size() > nk.SIDES_MIN_BYTES):
             return None
         th, aux = nk.threads(), _aux(adj)
-        key = ("sides", th, xn.shape[1], xn.dtype)
-        lay = aux.get(key)
-        if lay is None:
-            for k in [k for k in aux if isinstance(k, tuple) and k[0] == "sides"]:
-                del aux[k]          # another width or thread count: one scratch at a time
-            part = buffers.empty((th, adj.n_rows - adj.sides, xn.shape[1]), torch.from_numpy(xn[:0]).dtype)
-            aux[("sides_part",)] = part     # the tensor owns the memory the kernel writes through
-            lay = aux[key] = (part.numpy(), nk.sides_bounds(adj.indptr, adj.sides, th))
-        return lay
+        want = (th, x.shape[1], x.dtype)
+        lay = aux.get("sides")
+        if lay is None or lay[0] != want:
+            aux.pop("sides", None)      # released before the new one is taken
+            part = buffers.empty((th, adj.n_rows - adj.sides, x.shape[1]), x.dtype)
+            lay = aux["sides"] = (want, part, nk.sides_bounds(adj.indptr, adj.sides, th))
+        return lay[1].numpy(), lay[2]
 
     def _blocked(self, adj, row_bytes: int, transposed: bool = False):
         """``(pos, bounds)`` of the column blocks of ``adj`` (or of its transposed structure)

@@ -13,7 +13,7 @@ footprint model's allocator-retention term.
 
 A huge-page mapping still costs its faults once per allocation (a 1.5 GB synth-xl node table:
 0.13-0.15 s each, about ten per LightGCN training step). So when the memory of an :func:`empty`
-tensor is released (its storage and every view of it gone), the mapping is kept for reuse: the
+or :func:`zeros` tensor is released (its storage and every view of it gone), the mapping is kept for reuse: the
 next :func:`empty` or :func:`zeros` of exactly that many bytes takes it, already faulted in. At most
 :data:`POOL_MAX` mappings are kept (the most recently released), and only ones of at least
 :data:`POOL_MIN_BYTES`; :func:`zeros` zeroes one it takes (a fresh mapping is zero-filled by the OS).
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 HUGE_MIN_BYTES = 32 << 20
-# released mappings kept for reuse by the next empty() of the same size (see the module doc)
+# released mappings kept for reuse by the next empty()/zeros() of the same size (see the module doc)
 POOL_MAX = 2
 POOL_MIN_BYTES = 256 << 20
 _pool: collections.deque = collections.deque()   # (nbytes, mmap), oldest first
@@ -40,7 +40,8 @@ _PAGE = mmap.PAGESIZE
 
 
 def _release(nbytes: int, m: mmap.mmap) -> None:
-    """Called when the array behind an :func:`empty` tensor is gone: keep its mapping for reuse."""
+    """Called when the array behind a pooled tensor (:func:`empty` or :func:`zeros`) is gone: keep
+    its mapping for reuse."""
     with _pool_lock:
         _pool.append((nbytes, m))
         while len(_pool) > POOL_MAX:
