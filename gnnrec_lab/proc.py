@@ -59,3 +59,75 @@ def host_info() -> dict:
     if torch is not None:
         info |= {"torch_threads": torch.get_num_threads(), "torch": torch.__version__}
     return info
+
+
+# ---------------------------------------------------------------------------
+# how busy the machine was while a run was timed
+# ---------------------------------------------------------------------------
+# The points of a run at which the load is sampled (train.py: before the first step, after the
+# middle step, after the last).
+LOAD_POINTS = ("start", "middle", "end")
+
+
+def cpu_ticks() -> Optional[tuple]:
+    """``(steal, total)`` clock ticks of all CPUs since boot (``/proc/stat``'s ``cpu`` line), or None
+    where the kernel does not report steal time (not Linux, or a kernel older than 2.6.11)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    try:
+        vals = [int(x) for x in fields[1:9]]   # user nice system idle iowait irq softirq steal (guest is in user)
+    except ValueError:
+        return None
+    return vals[7], sum(vals)
+
+
+def load_sample(previous: Optional[dict] = None) -> dict:
+    """The machine's load now (measured): ``time`` (Unix s), ``load1``/``load5``/``load15`` (the
+    kernel's 1, 5 and 15 minute load averages: runnable tasks, this run's threads included),
+    ``cpus`` (cores), and ``steal_pct``: the share (%) of CPU time the hypervisor gave to other
+    guests since ``previous`` (None at the first sample or where the kernel does not report steal)."""
+    import time
+    try:
+        l1, l5, l15 = os.getloadavg()
+    except OSError:   # not available on this platform
+        l1 = l5 = l15 = None
+    ticks = cpu_ticks()
+    out = {"time": time.time(), "load1": l1, "load5": l5, "load15": l15, "cpus": os.cpu_count(),
+           "steal_ticks": ticks[0] if ticks else None, "total_ticks": ticks[1] if ticks else None,
+           "steal_pct": None}
+    if previous and ticks and previous.get("total_ticks") is not None:
+        d_total = ticks[1] - previous["total_ticks"]
+        if d_total > 0:
+            out["steal_pct"] = 100.0 * (ticks[0] - previous["steal_ticks"]) / d_total
+    return out
+
+
+def load_summary(load: Optional[dict]) -> Optional[dict]:
+    """What the stored samples of one run (``{point: load_sample()}``) say, or None when it has none:
+    ``max_load1``, ``cpus``, ``max_steal_pct`` (None when unknown), ``points`` sampled, and
+    ``overloaded``: the 1-minute load average exceeded the core count at some sample, so the run's
+    measured times (and every modeled time projected from them) include waiting for other work."""
+    if not isinstance(load, dict):
+        return None
+    samples = [load[p] for p in LOAD_POINTS if isinstance(load.get(p), dict) and load[p].get("load1") is not None]
+    if not samples:
+        return None
+    cpus = max((s.get("cpus") or 0) for s in samples) or None
+    top = max(float(s["load1"]) for s in samples)
+    steal = [float(s["steal_pct"]) for s in samples if s.get("steal_pct") is not None]
+    return {"max_load1": top, "cpus": cpus, "max_steal_pct": max(steal) if steal else None,
+            "points": [p for p in LOAD_POINTS if isinstance(load.get(p), dict)],
+            "overloaded": bool(cpus and top > cpus)}
+
+
+def load_warning(summary: Optional[dict]) -> str:
+    """The one line every view shows for an overloaded run ('' when it was not)."""
+    if not summary or not summary.get("overloaded"):
+        return ""
+    return (f"load average {summary['max_load1']:.1f} exceeded the {summary['cpus']} cores during this run: "
+            f"its measured times (and the modeled times projected from them) include waiting for other work")

@@ -26,6 +26,10 @@ class Reporter:
     def on_event(self, kind: str, message: str) -> None:
         """Anything worth a line: early stop, target reached, jit compile time, warnings."""
 
+    def on_load(self, load: dict) -> None:
+        """The machine's load so far: ``{point: proc.load_sample()}`` for the points sampled
+        (``start``, ``middle``, ``end``; measured)."""
+
     def on_finish(self, result) -> None:
         """Run finished; ``result`` is a :class:`~gnnrec_lab.train.RunResult`."""
 
@@ -47,6 +51,7 @@ class MultiReporter(Reporter):
     def on_epoch(self, *a): self._each("on_epoch", *a)
     def on_eval(self, *a): self._each("on_eval", *a)
     def on_event(self, *a): self._each("on_event", *a)
+    def on_load(self, *a): self._each("on_load", *a)
     def on_finish(self, *a): self._each("on_finish", *a)
 
     def should_stop(self) -> bool:

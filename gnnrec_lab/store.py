@@ -429,6 +429,14 @@ class Store:
             if predicted:
                 self._insert_footprint(con, run_id, predicted, "predicted")
 
+    def record_load(self, run_id: int, load: dict) -> None:
+        """Keep the run's load samples (``{point: proc.load_sample()}``, measured) in its info as ``load``."""
+        with self._write() as con:
+            row = con.execute("SELECT info FROM runs WHERE id=?", (int(run_id),)).fetchone()
+            info = (_json_or_none(row[0]) if row else None) or {}
+            info["load"] = dict(load)
+            con.execute("UPDATE runs SET info=? WHERE id=?", (json.dumps(info, default=str), int(run_id)))
+
     def add_step(self, run_id: int, step: int, epoch: int, loss: float, seconds: float,
                  records: Sequence = ()) -> None:
         """Persist one step and its kernel records (aggregated by name/phase/layer/pattern) in one transaction."""
@@ -507,7 +515,9 @@ class Store:
 
         ``best_valid_recall@20`` is the best validation Recall@20 seen;
         ``test_recall@20`` the last test Recall@20 recorded; ``duration_s`` and its parts
-        ``startup_s``, ``jit_s``, ``train_s``, ``other_s`` as in :func:`time_parts`.
+        ``startup_s``, ``jit_s``, ``train_s``, ``other_s`` as in :func:`time_parts`; ``load_max``
+        (the highest 1-minute load average sampled during the run), ``cpus`` and ``overloaded``
+        (that load exceeded the cores: :func:`~gnnrec_lab.proc.load_summary`).
         """
         import pandas as pd
         sql = """SELECT r.id, r.name, r.status, r.measured, r.created, r.started, r.finished,
@@ -525,17 +535,23 @@ class Store:
             params = (status,)
         df = self._frame(sql + " ORDER BY r.id", params)
         cfgs = [json.loads(c) for c in df["config"]] if len(df) else []
-        for key in ("dataset", "model", "layers", "dim", "batch_size", "memory_mode"):
+        for key in ("dataset", "model", "layers", "dim", "batch_size", "memory_mode", "ngcf_form", "mode",
+                    "backend"):
             df[key] = [c.get(key) for c in cfgs]
         from .memory.tiermodel import mode_device   # the profile a modeled memory mode uses
         df["device"] = [mode_device(c.get("memory_mode", "dram"), c.get("device_profile")) for c in cfgs]
         now = time.time()
         end = df["finished"].where(df["finished"].notna(),
                                    df["status"].map(lambda s: now if s == "running" else None))
-        parts = [time_parts(s, e, json.loads(i) if isinstance(i, str) and i else None, t) for s, e, i, t in
-                 zip(df["started"], end.astype(float), df["info"], df["train_s"])]
+        infos = [json.loads(i) if isinstance(i, str) and i else None for i in df["info"]]
+        parts = [time_parts(s, e, i, t) for s, e, i, t in zip(df["started"], end.astype(float), infos, df["train_s"])]
         for key in ("duration_s",) + TIME_PARTS:
             df[key] = pd.Series([p[key] for p in parts], index=df.index, dtype=float)
+        from .proc import load_summary
+        loads = [load_summary((i or {}).get("load")) or {} for i in infos]
+        df["load_max"] = pd.Series([s.get("max_load1") for s in loads], index=df.index, dtype=float)
+        df["cpus"] = [s.get("cpus") for s in loads]
+        df["overloaded"] = [s.get("overloaded") for s in loads]
         for col in ("created", "started", "finished"):
             df[col] = pd.to_datetime(df[col], unit="s", utc=True)
         return df.drop(columns=["config", "info"])
@@ -624,6 +640,9 @@ class StoreReporter(Reporter):
 
     def on_event(self, kind, message) -> None:
         self.store.add_event(self.run_id, kind, message)
+
+    def on_load(self, load) -> None:
+        self.store.record_load(self.run_id, load)
 
     def on_finish(self, result) -> None:
         self.store.record_result(self.run_id, result)

@@ -39,7 +39,7 @@ from .optim import warmup as warm_optimizer
 from .memory import footprint, peak_rss_bytes
 from .memory.footprint import Footprint
 from .memory.placement import allocate, place_array, place_of, place_tensor
-from .proc import host_info
+from .proc import host_info, load_sample
 from .recorder import Recorder, store_key, sum_records, use_recorder
 from .reporting import MultiReporter, ProgressReporter, Reporter
 from .rows import make_row_store
@@ -227,6 +227,7 @@ class _Run:
     best_state: Optional[dict] = None
     step: int = 0
     t_train: float = 0.0
+    load: dict = field(default_factory=dict)   # proc.load_sample() at "start", "middle", "end"
 
     @property
     def sampled(self) -> bool:
@@ -322,6 +323,10 @@ def _compile_kernels(run, rep) -> None:
         kernels.warmup()
         warm_optimizer()
         result.jit_seconds = run.rec.jit_seconds or (time.perf_counter() - t_jit)
+    # the machine's load is sampled before the first step, after the middle one and after the
+    # last: a run timed while other work held the cores is flagged wherever it is shown
+    run.load["start"] = load_sample()
+    result.info["load"] = run.load
     rep.on_start(run.config, result.info | {"footprint_predicted": result.footprint.predicted,
                                             "jit_s": result.jit_seconds})
     if run.eval_users is not None:
@@ -445,6 +450,9 @@ def _record_step(run, rep, epoch: int, loss, seconds: float) -> float:
     lv = float(loss.detach())
     run.step += 1
     rep.on_step(run.step, epoch, lv, seconds, records)
+    if run.step == max(1, run.total_steps // 2) and "middle" not in run.load:
+        run.load["middle"] = load_sample(run.load.get("start"))
+        rep.on_load(run.load)
     return lv
 
 
@@ -502,6 +510,8 @@ def _finish(run, rep, ended: Optional[str]) -> RunResult:
         rep.on_event("modeled", modeled_line(result.modeled))
     result.phases = run.phase_s
     result.footprint.measured["peak_rss"] = peak_rss_bytes()
+    run.load["end"] = load_sample(run.load.get("middle") or run.load.get("start"))
+    rep.on_load(run.load)
     rep.on_finish(result)
     return result
 

@@ -14,8 +14,10 @@ TABLE = (  # (header, column in runs_frame)
     ("device (modeled)", "device"), ("time", "measured"),
     ("started", "started"), ("train", "train_s"), ("duration", "duration_s"),
     ("best valid R@20", "best_valid_recall@20"),
-    ("test R@20", "test_recall@20"),
+    ("test R@20", "test_recall@20"), ("load", "load_max"),
 )
+# marks a run whose load average exceeded its cores (the table's footnote says what it means)
+OVERLOADED_MARK = "!"
 
 
 def register(subparsers) -> None:
@@ -54,7 +56,30 @@ def _fmt(v, col: str) -> str:
         return _duration(float(v))
     if col.endswith("recall@20"):
         return f"{float(v):.4f}"
+    if col == "load_max":
+        return f"{float(v):.1f}"
     return str(v)
+
+
+def _load_cell(rec: dict) -> str:
+    """The list's load column: the run's highest 1-minute load average, its cores, and the mark
+    when the load exceeded them."""
+    if rec.get("load_max") is None or rec["load_max"] != rec["load_max"]:
+        return "-"
+    cpus = rec.get("cpus")
+    cell = f"{rec['load_max']:.1f}/{int(cpus)}" if cpus and cpus == cpus else f"{rec['load_max']:.1f}"
+    return cell + (f" {OVERLOADED_MARK}" if rec.get("overloaded") else "")
+
+
+# Evaluation outputs that are counts, not metrics (printed as integers).
+COUNT_METRICS = ("users",)
+
+
+def _metric(name: str, value: float) -> str:
+    """A stored evaluation value as `runs show` prints it: counts as integers, metrics to 4 places."""
+    if name in COUNT_METRICS and float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:.4f}"
 
 
 def _parts(run: dict) -> str:
@@ -93,8 +118,12 @@ def _list(store, args) -> int:
     if df.empty:
         print(f"no runs{' with status ' + args.status if args.status else ''} in {store.path}")
         return 0
-    rows = [[_fmt(r[col], col) for _, col in TABLE] for r in df.to_dict(orient="records")]
+    recs = df.to_dict(orient="records")
+    rows = [[_load_cell(r) if col == "load_max" else _fmt(r[col], col) for _, col in TABLE] for r in recs]
     print(_table(rows, [h for h, _ in TABLE]))
+    if any(r.get("overloaded") for r in recs):
+        print(f"{OVERLOADED_MARK} load average (1 min) above the core count during the run: its measured times "
+              f"include waiting for other work")
     return 0
 
 
@@ -103,6 +132,9 @@ def _show(store, run_id: int, as_json: bool) -> int:
     steps = store.steps_frame(run_id)
     evals = store.evals_frame([run_id])
     fp = store.footprint_frame(run_id)
+    from ..proc import LOAD_POINTS, load_summary, load_warning
+    load = (run.get("info") or {}).get("load")
+    run["load"] = load_summary(load)
     if as_json:
         run["steps"] = len(steps)
         run["last_loss"] = None if steps.empty else float(steps.loss.iloc[-1])
@@ -138,7 +170,15 @@ def _show(store, run_id: int, as_json: bool) -> int:
     if not evals.empty:
         last = evals.groupby(["split", "metric"], sort=True)["value"].last()
         for (split, metric), v in last.items():
-            print(f"  {split:<6} {metric:<12} {v:.4f}  (last)")
+            print(f"  {split:<6} {metric:<12} {_metric(metric, v)}  (last)")
+    if run["load"]:
+        pts = ", ".join(f"{p} {load[p]['load1']:.2f}" for p in LOAD_POINTS
+                        if isinstance(load.get(p), dict) and load[p].get("load1") is not None)
+        steal = run["load"]["max_steal_pct"]
+        print(f"  load       {pts} (1-min load average, {run['load']['cpus']} cores; measured)"
+              + ("" if steal is None else f"; CPU steal up to {steal:.1f}%"))
+        if run["load"]["overloaded"]:
+            print(f"  warning    {load_warning(run['load'])}")
     if not fp.empty:
         for r in fp.itertuples():
             print(f"  footprint  {r.tensor_class:<18} {r.bytes / 2**20:10.2f} MiB  {r.kind}")

@@ -237,9 +237,14 @@ class Lab(param.Parameterized):
         self.runs_version += 1
 
 
+# How a selector marks a run whose load average exceeded its cores (``runs_frame``'s ``overloaded``).
+OVERLOADED_LABEL = "⚠ load > cores"
+
+
 def run_label(row: dict) -> str:
     """Short text naming a run in selectors: id, model, dataset, layers, dim, batch size, memory
-    mode (with the device profile a modeled mode uses), status."""
+    mode (with the device profile a modeled mode uses), status, and a mark when the machine's load
+    exceeded its cores during the run."""
     cfg = row.get("config") if isinstance(row.get("config"), dict) else row
 
     def get(key):
@@ -260,6 +265,8 @@ def run_label(row: dict) -> str:
         parts.append(str(mode) if mode == "dram" or dev is None else f"{mode}→{dev} (modeled)")
     if row.get("status"):
         parts.append(f"({row['status']})")
+    if row.get("overloaded") is True:   # proc.load_summary: its times include waiting for other work
+        parts.append(OVERLOADED_LABEL)
     return " ".join(parts)
 
 
