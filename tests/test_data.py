@@ -174,10 +174,13 @@ def test_tsv_without_header_and_explicit_columns(dd, tmp_path):
     f = _write(tmp_path / "edges.tsv", "7\t100\t1\n7\t101\t0\n8\t100\t1\n7\t102\t1\n")
     ds = load(prepare(str(f), data_dir=dd, progress=False), data_dir=dd)
     assert ds.meta["columns"] == {"user": 0, "item": 1, "rating": 2}
+    # ids are tokens unless integers are asked for
+    assert _pairs_as_ids(ds) == {("7", "100"), ("7", "101"), ("8", "100"), ("7", "102")}
+    ds = load(prepare(str(f), ids="int", name="edges-int", data_dir=dd, progress=False), data_dir=dd)
     assert _pairs_as_ids(ds) == {(7, 100), (7, 101), (8, 100), (7, 102)}
     # items first, ';' separated, columns given by position
     g = _write(tmp_path / "swapped.txt", "100;7;x\n101;7;y\n100;8;z\n102;7;z\n")
-    name = prepare(str(g), columns={"user": "1", "item": 0}, sep=";", data_dir=dd, progress=False)
+    name = prepare(str(g), columns={"user": "1", "item": 0}, sep=";", ids="int", data_dir=dd, progress=False)
     ds = load(name, data_dir=dd)
     assert _pairs_as_ids(ds) == {(7, 100), (7, 101), (8, 100), (7, 102)}
     # columns given by header name
@@ -299,7 +302,7 @@ def test_small_users_stay_in_train(dd, tmp_path):
     rows = [f"{u},{i}" for u in range(4) for i in range(10)] + ["9,1", "9,2"]
     ds = load(prepare(str(_write(tmp_path / "mix.csv", "\n".join(rows) + "\n")), data_dir=dd, progress=False),
               data_dir=dd)
-    kept = ds.user_ids.tolist().index(9)
+    kept = ds.user_ids.tolist().index("9")
     assert (ds.train[:, 0] == kept).sum() == 2
     assert (ds.test[:, 0] != kept).all() and (ds.valid[:, 0] != kept).all()
     assert ds.meta["counts"]["users_kept_in_train"] == 1

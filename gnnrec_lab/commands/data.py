@@ -20,10 +20,11 @@ def register(subparsers) -> None:
     pr = sub.add_parser("prepare", help="prepare a built-in dataset or a file once; prints the name to use",
                         description="Prepare a built-in dataset (ml-100k, synth-*, synth:users=..,items=..,"
                                     "interactions=..) or a file: u.data, ml-100k.zip, a LightGCN directory "
-                                    "(train.txt + test.txt), CSV/TSV or Parquet.")
+                                    "(train.txt + test.txt), CSV/TSV, Parquet or a RecBole atomic file (.inter). "
+                                    "Ids are tokens (007 and 7 are two users) unless --ids int.")
     pr.add_argument("source", metavar="NAME_OR_PATH",
                     help="a built-in dataset name, or the file or directory to read")
-    pr.add_argument("--format", default="auto", choices=("auto", "ml100k", "lightgcn", "csv", "parquet"),
+    pr.add_argument("--format", default="auto", choices=("auto", "ml100k", "lightgcn", "csv", "parquet", "recbole"),
                     help="how to read the source; auto tells from the file name and its first bytes "
                          "(default: %(default)s)")
     pr.add_argument("--name", help="name to load it by (default: from the file name)")
@@ -32,7 +33,12 @@ def register(subparsers) -> None:
     for pos, (flag, role, header) in enumerate((("user", "user", "user_id"), ("item", "item", "item_id"),
                                                 ("rating", "rating", "rating"), ("time", "timestamp", "timestamp"))):
         pr.add_argument(f"--{flag}-col", help=f"{role} column, by header name or 0-based position (default: found "
-                                              f"by its header name, e.g. {header}; without a header, column {pos})")
+                                              f"by its header name, e.g. {header}; without a header, column {pos}; "
+                                              f"RecBole files: its {role.upper()}{'_ID' if pos < 2 else ''}_FIELD)")
+    pr.add_argument("--ids", choices=("token", "int"), default="token",
+                    help="token: ids are the strings written (007 and 7 are two users); int: ids must be "
+                         "integers within int64 (007 is 7) (default: %(default)s; u.data and LightGCN files "
+                         "always hold integers)")
     pr.add_argument("--sep", help="field separator (default: detected; 'tab', 'whitespace', ',', '::', ...)")
     pr.add_argument("--seed", type=int, default=2020, help="seed of the default split made now (default 2020)")
     add_field_argument(pr, "data_dir")
@@ -78,7 +84,8 @@ def cmd_prepare(args) -> int:
     cols = {"user": args.user_col, "item": args.item_col, "rating": args.rating_col, "timestamp": args.time_col}
     cols = {k: v for k, v in cols.items() if v is not None} or None
     name = prepare(args.source, format=None if args.format == "auto" else args.format, name=args.name,
-                   min_rating=args.min_rating, columns=cols, sep=args.sep, seed=args.seed,
+                   min_rating=args.min_rating, columns=cols, sep=args.sep,
+                   ids=None if args.ids == "token" else args.ids, seed=args.seed,
                    data_dir=args.data_dir, progress=not args.quiet and sys.stderr.isatty())
     ds = load(name, seed=args.seed, data_dir=args.data_dir)
     out = _summary(ds)
@@ -88,8 +95,17 @@ def cmd_prepare(args) -> int:
         print(f"prepared {name}: {ds.n_users:,} users, {ds.n_items:,} items, "
               f"{out['interactions']:,} interactions (train {ds.train.shape[0]:,} / valid "
               f"{ds.valid.shape[0]:,} / test {ds.test.shape[0]:,}, seed {args.seed})")
+        if out["columns"]:
+            print(f"columns used: {_columns_used(out['columns'])}")
         print(f"use it as: --dataset {name}")
     return 0
+
+
+def _columns_used(columns: dict) -> str:
+    """``user=customer, item=sku`` (positions as ``column 0``), what the reader took for each role."""
+    order = ("user", "item", "rating", "timestamp")
+    return ", ".join(f"{role}={columns[role] if isinstance(columns[role], str) else f'column {columns[role]}'}"
+                     for role in order if role in columns)
 
 
 def _summary(ds) -> dict:
@@ -99,8 +115,16 @@ def _summary(ds) -> dict:
             "train": int(ds.train.shape[0]), "valid": int(ds.valid.shape[0]), "test": int(ds.test.shape[0]),
             "density": ds.density, "min_rating": m.get("min_rating"), "seed": m.get("seed"),
             "split": m.get("split"), "split_protocol": m.get("split_protocol"),
+            "columns": m.get("columns"), "ids": _ids_kind(ds),
             "duplicates_merged": m.get("duplicates_merged"), "generation": m.get("generation"),
             "cache_dir": m.get("cache_dir")}
+
+
+def _ids_kind(ds):
+    """``token`` / ``int`` as the prepared ids are stored; None where they are contiguous (synthetic)."""
+    if ds.user_ids is None:
+        return None
+    return "int" if ds.user_ids.dtype.kind in "iu" else "token"
 
 
 def cmd_info(args) -> int:
@@ -131,6 +155,8 @@ def cmd_info(args) -> int:
           f"(seed {out['seed']}; {out['split_protocol']})")
     if out["min_rating"] is not None:
         print(f"min rating:   {out['min_rating']:g}")
+    if out["columns"]:
+        print(f"columns:      {_columns_used(out['columns'])} (ids: {out['ids']})")
     if out["generation"]:
         g = out["generation"]
         print("generation:   " + ", ".join(f"{k}={g[k]}" for k in ("users", "items", "interactions", "seed",

@@ -11,6 +11,14 @@ Formats (``detect_format`` picks one from the path when ``format`` is ``auto``):
 * ``csv``: delimited edge lists (CSV, TSV, whitespace, ``::``) with columns
   user, item and optionally rating and timestamp; the header is detected.
 * ``parquet``: the same columns in a Parquet file (read with pyarrow).
+* ``recbole``: a RecBole atomic file (``NAME.inter``): a typed header such as
+  ``user_id:token<TAB>item_id:token<TAB>rating:float<TAB>timestamp:float``, tab-separated
+  fields. The user / item fields are RecBole's ``USER_ID_FIELD`` / ``ITEM_ID_FIELD``
+  (default ``user_id`` / ``item_id``; give others as columns) and must be ``:token``.
+
+Ids are tokens: ``007`` and ``7`` are two users. Integer ids are kept as integers only where
+the format defines them so (``u.data``, LightGCN files, integer Parquet columns) or when the
+caller asks (``ids="int"``).
 
 Every problem raises :class:`~gnnrec_lab.errors.DataError` naming the file and, for a
 malformed line, its 1-based line number.
@@ -30,7 +38,12 @@ import numpy as np
 
 from ..errors import DataError
 
-FORMATS = ("auto", "ml100k", "lightgcn", "csv", "parquet")
+FORMATS = ("auto", "ml100k", "lightgcn", "csv", "parquet", "recbole")
+ID_TYPES = ("token", "int")
+RECBOLE_TYPES = ("token", "token_seq", "float", "float_seq")
+# RecBole's defaults for USER_ID_FIELD, ITEM_ID_FIELD, RATING_FIELD, TIME_FIELD
+RECBOLE_FIELDS = {"user": "user_id", "item": "item_id", "rating": "rating", "timestamp": "timestamp"}
+_INT64_MAX = np.iinfo(np.int64).max
 ROLES = ("user", "item", "rating", "timestamp")
 RECBOLE_ML100K_MEMBER = "recbole/dataset_example/ml-100k/ml-100k.inter"
 _HEAD_BYTES = 1 << 16
@@ -103,6 +116,8 @@ def detect_format(path: Path, format: Optional[str] = None) -> str:
             return "ml100k"
         if suffix in (".parquet", ".pq") or magic == b"PAR1":
             return "parquet"
+        if suffix == ".inter":
+            return "recbole"
         if path.name == "train.txt" and (path.parent / "test.txt").is_file():
             return "lightgcn"
         return "csv"
@@ -110,13 +125,25 @@ def detect_format(path: Path, format: Optional[str] = None) -> str:
         raise DataError(f"{path}: this is a Parquet file, not CSV; use format 'parquet'")
     if fmt == "csv" and magic[:2] == b"PK":
         raise DataError(f"{path}: this is a zip archive, not CSV; use format 'ml100k' for ml-100k.zip")
+    if fmt in ("csv", "recbole") and magic == b"PAR1":
+        raise DataError(f"{path}: this is a Parquet file, not text; use format 'parquet'")
     if fmt == "parquet" and magic != b"PAR1":
         raise DataError(f"{path}: not a Parquet file (no PAR1 magic); use format 'csv' for text files")
     return fmt
 
 
-def read_source(path: Path, fmt: str, columns=None, sep: Optional[str] = None):
-    """Read ``path`` in format ``fmt`` (as returned by :func:`detect_format`)."""
+def check_ids(ids) -> str:
+    """``ids`` (how ids are read) checked: ``token`` (default) or ``int``."""
+    ids = "token" if ids is None else ids
+    if ids not in ID_TYPES:
+        raise DataError(f"ids: got {ids!r}, allowed: {', '.join(ID_TYPES)}")
+    return ids
+
+
+def read_source(path: Path, fmt: str, columns=None, sep: Optional[str] = None, ids: Optional[str] = None):
+    """Read ``path`` in format ``fmt`` (as returned by :func:`detect_format`); ``ids``: ``token``
+    (default: ids are strings, ``007`` is not ``7``) or ``int`` (ids must be integers within int64)."""
+    ids = check_ids(ids)
     if fmt == "lightgcn":
         return read_lightgcn(path if path.is_dir() else path.parent)
     if fmt == "ml100k":
@@ -126,8 +153,10 @@ def read_source(path: Path, fmt: str, columns=None, sep: Optional[str] = None):
     if fmt == "parquet":
         if sep is not None:
             raise DataError(f"{path}: sep does not apply to Parquet files")
-        return read_parquet(path, columns)
-    return read_delimited(path, str(path), sep=sep, columns=columns)
+        return read_parquet(path, columns, ids=ids)
+    if fmt == "recbole":
+        return read_recbole(path, columns, sep=sep, ids=ids)
+    return read_delimited(path, str(path), sep=sep, columns=columns, ids=ids)
 
 
 # ----------------------------------------------------------------------
@@ -150,10 +179,10 @@ def read_ml100k(path: Path) -> Interactions:
                     raise DataError(f"{path}: archive holds neither ml-100k/u.data nor {RECBOLE_ML100K_MEMBER}")
                 member = cands[0]
             data = zf.read(member)
-        return read_delimited(data, f"{path}!{member}", sep="\t", columns=(0, 1, 2, 3))
+        return read_delimited(data, f"{path}!{member}", sep="\t", columns=(0, 1, 2, 3), ids="int")
     if not path.is_file():
         raise DataError(f"{path}: no such file")
-    return read_delimited(path, str(path), sep="\t", columns=(0, 1, 2, 3))
+    return read_delimited(path, str(path), sep="\t", columns=(0, 1, 2, 3), ids="int")
 
 
 # ----------------------------------------------------------------------
@@ -232,6 +261,13 @@ def _resolve_columns(spec: dict, names: Optional[list], nfields: int, source: st
                     if n in SYNONYMS[role] and j not in pos.values():
                         pos[role] = j
                         break
+    missing = [r for r in ("user", "item") if r not in pos]
+    if names is not None and missing:
+        # a header that names no user or item column: guessing by position would make prices
+        # users without a word
+        flags = " and ".join(f"--{r}-col" for r in missing)
+        raise DataError(f"{source}: no column is named like a {' or '.join(f'{r} id' for r in missing)} "
+                        f"(header: {', '.join(names)}); name it with {flags} (by name or 0-based position)")
     used = set(pos.values())
     free = [j for j in range(nfields) if j not in used]
     for role in ("user", "item"):
@@ -251,8 +287,9 @@ def _resolve_columns(spec: dict, names: Optional[list], nfields: int, source: st
 
 
 def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = None, columns=None,
-                   header: Optional[bool] = None) -> Interactions:
-    """Read a delimited edge list from a path or bytes; ``source`` names it in messages."""
+                   header: Optional[bool] = None, ids: str = "token") -> Interactions:
+    """Read a delimited edge list from a path or bytes; ``source`` names it in messages.
+    ``ids``: ``token`` keeps ids as the strings written (``007`` is not ``7``), ``int`` parses them."""
     import pandas as pd
 
     # Only the head is decoded here (separator, header); pandas streams the whole file, and the
@@ -311,8 +348,9 @@ def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = No
     wanted = {r: p for r, p in pos.items() if r != "timestamp"}
     # all columns are read (no usecols) so that a line with extra fields is an error, as it
     # usually means a wrong separator or a broken line
+    # ids are read as the text written: pandas' number guessing would make "007" and "7" one user
     kw = dict(header=None, skiprows=header_line, skip_blank_lines=True,
-              keep_default_na=False, na_values=[""])
+              keep_default_na=False, na_values=[""], dtype={pos["user"]: str, pos["item"]: str})
     if sep == "whitespace":
         kw.update(sep=r"\s+", engine="c")
     elif len(sep) == 1:
@@ -338,8 +376,9 @@ def read_delimited(src: Union[Path, bytes], source: str, sep: Optional[str] = No
             ratings = pd.to_numeric(cols["rating"], errors="coerce").to_numpy(np.float64)
             problem = not bool(np.isfinite(ratings).all())
         if not problem:
-            return Interactions(_ids(cols["user"]), _ids(cols["item"]), ratings, source,
-                                {r: (names[p] if names else p) for r, p in pos.items()})
+            where = lambda row: f"{source}:{_line_of_row(src, header_line, row)}"  # noqa: E731
+            return Interactions(_ids(cols["user"], ids, "user", where), _ids(cols["item"], ids, "item", where),
+                                ratings, source, {r: (names[p] if names else p) for r, p in pos.items()})
     if data is not None:
         all_lines = io.StringIO(data.decode("utf-8-sig", errors="replace"))
     else:
@@ -381,7 +420,21 @@ def _looks_like_header(first: list, rest: list, spec: dict) -> bool:
     return False
 
 
-def _find_bad_line(lines, header_line, split, pos, nfields):
+def _line_of_row(src, header_line: int, row: int) -> int:
+    """1-based line of data row ``row`` (0-based, blank lines not counted) of a path or bytes."""
+    stream = io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else open(src, "rb")
+    k = -1
+    with stream:
+        for lineno, raw in enumerate(stream, 1):
+            if lineno <= header_line or not raw.strip():
+                continue
+            k += 1
+            if k == row:
+                return lineno
+    return 0
+
+
+def _find_bad_line(lines, header_line, split, pos, nfields, numeric=("rating",)):
     """First malformed line as ``(1-based line number, reason)``, or None."""
     need = max(pos.values()) + 1
     for k, ln in enumerate(lines):
@@ -396,29 +449,55 @@ def _find_bad_line(lines, header_line, split, pos, nfields):
         for role in ("user", "item"):
             if not f[pos[role]].strip():
                 return k + 1, f"empty {role} id"
-        if "rating" in pos and not _is_number(f[pos["rating"]]):
-            return k + 1, f"rating {f[pos['rating']]!r} is not a number"
+        for role in numeric:
+            if role in pos and not _is_number(f[pos[role]]):
+                return k + 1, f"{role} {f[pos[role]]!r} is not a number"
     return None
 
 
-def _ids(col) -> np.ndarray:
-    """A column of ids as int64 when every id is an integer, else as fixed-width unicode."""
+def _ids(col, ids: str, role: str, where) -> np.ndarray:
+    """A column of ids: int64 where the column is typed integer (or integral floats) or ``ids`` is
+    ``int``; else the stripped strings as fixed-width unicode. ``where(row)`` names a row in messages."""
     import pandas as pd
 
     arr = col.to_numpy()
     if arr.dtype.kind in "iu":
+        if arr.dtype.kind == "u" and arr.size and arr.max() > _INT64_MAX:
+            row = int(np.argmax(arr > _INT64_MAX))
+            raise DataError(f"{where(row)}: {role} id {arr[row]} is past int64 (at most {_INT64_MAX}); "
+                            f"store ids as strings")
         return arr.astype(np.int64, copy=False)
     if arr.dtype.kind == "f":
-        if np.all(arr == np.round(arr)):
+        if np.all(arr == np.round(arr)) and (arr.size == 0 or np.abs(arr).max() <= 2.0 ** 63):
             return arr.astype(np.int64)
+        if ids == "int":
+            row = int(np.argmax(arr != np.round(arr)))
+            raise DataError(f"{where(row)}: {role} id {arr[row]!r} is not an integer (ids='int')")
         return arr.astype(str)
-    s = pd.Series(arr).astype(str).str.strip()
-    return s.to_numpy().astype(str)
+    if arr.size and isinstance(arr[0], (bytes, bytearray)):   # str() of bytes would decode or garble
+        raise DataError(f"{where(0)}: {role} ids are binary values ({bytes(arr[0][:16])!r}); ids must be "
+                        f"strings or integers: store the column as a string or integer type")
+    s = pd.Series(arr).astype(str).str.strip().to_numpy().astype(str)
+    if ids == "token":
+        return s
+    try:
+        return s.astype(np.int64)
+    except (OverflowError, ValueError):
+        pass
+    for row, v in enumerate(s):       # name the first id that is not an int64
+        if not re.fullmatch(r"[+-]?\d+", v):
+            raise DataError(f"{where(row)}: {role} id {v[:40]!r} is not an integer (ids='int'; "
+                            f"leave ids as tokens to keep it)")
+        if not -_INT64_MAX - 1 <= int(v) <= _INT64_MAX:
+            raise DataError(f"{where(row)}: {role} id {v[:40]} is past int64 (at most {_INT64_MAX}); "
+                            f"leave ids as tokens (ids='token') to keep it")
+    raise DataError(f"{where(0)}: {role} ids are not integers")
 
 
 # ----------------------------------------------------------------------
-def read_parquet(path: Path, columns=None) -> Interactions:
-    """Read user/item[/rating] columns of a Parquet file (names or 0-based positions)."""
+def read_parquet(path: Path, columns=None, ids: str = "token") -> Interactions:
+    """Read user/item[/rating] columns of a Parquet file (names or 0-based positions); integer
+    columns keep integer ids, string columns keep them as tokens unless ``ids`` is ``int``."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -434,9 +513,12 @@ def read_parquet(path: Path, columns=None) -> Interactions:
     import pyarrow as pa
     for role, col in wanted.items():
         typ = pf.schema_arrow.field(col).type
-        if pa.types.is_nested(typ) or pa.types.is_dictionary(typ) and pa.types.is_nested(typ.value_type):
+        base = typ.value_type if pa.types.is_dictionary(typ) else typ
+        if pa.types.is_nested(base) or pa.types.is_binary(base) or pa.types.is_large_binary(base) \
+                or pa.types.is_fixed_size_binary(base):
             raise DataError(f"{path}: column {col!r} ({role}) holds {typ} values; {role} "
-                            f"{'ids' if role != 'rating' else 'values'} must be plain numbers or strings")
+                            f"{'ids' if role != 'rating' else 'values'} must be plain numbers or strings "
+                            f"(binary ids are not text: cast the column to string or integer)")
     table = pf.read(columns=sorted(set(wanted.values())))
     if table.num_rows == 0:
         raise DataError(f"{path}: no interactions (no rows)")
@@ -452,8 +534,121 @@ def read_parquet(path: Path, columns=None) -> Interactions:
         if not np.isfinite(ratings).all():
             r = int(np.argmax(~np.isfinite(ratings)))
             raise DataError(f"{path}: row {r + 1}: rating {df[wanted['rating']].iloc[r]!r} is not a number")
-    return Interactions(_ids(df[wanted["user"]]), _ids(df[wanted["item"]]), ratings, str(path),
-                        {r: raw_names[p] for r, p in pos.items()})
+    where = lambda row: f"{path}: row {row + 1}"  # noqa: E731
+    return Interactions(_ids(df[wanted["user"]], ids, "user", where), _ids(df[wanted["item"]], ids, "item", where),
+                        ratings, str(path), {r: raw_names[p] for r, p in pos.items()})
+
+
+# ----------------------------------------------------------------------
+def parse_recbole_header(line: str, source: str, sep: str = "\t") -> list:
+    """``[(name, type), ...]`` of a RecBole atomic-file header (``name:type`` fields)."""
+    fields = line.rstrip("\r\n").split(sep)
+    out = []
+    for k, f in enumerate(fields, 1):
+        parts = f.strip().split(":")
+        if len(parts) != 2 or not parts[0] or parts[1] not in RECBOLE_TYPES:
+            raise DataError(f"{source}:1: header field {k} {f[:40]!r}: expected name:type with type one of "
+                            f"{', '.join(RECBOLE_TYPES)} (a RecBole atomic file, fields separated by "
+                            f"{'tab' if sep == chr(9) else repr(sep)})")
+        out.append((parts[0], parts[1]))
+    names = [n for n, _ in out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise DataError(f"{source}:1: header names field {dup!r} twice")
+    return out
+
+
+def read_recbole(path: Path, columns=None, sep: Optional[str] = None, ids: str = "token") -> Interactions:
+    """Read a RecBole atomic ``.inter`` file. ``columns`` names RecBole's USER_ID_FIELD /
+    ITEM_ID_FIELD / RATING_FIELD / TIME_FIELD (``{"user": "reader_id", ...}``; default
+    ``user_id``, ``item_id``, ``rating``, ``timestamp``, else a field with a usual name of the
+    right type). ``:token`` ids stay strings (``ids="int"`` parses them); ratings are ``:float``."""
+    import pandas as pd
+
+    source = str(path)
+    sep = "\t" if sep in (None, "", "auto", "tab", "\\t") else sep
+    with open(path, "rb") as f:
+        first = f.readline()
+    try:
+        head = first.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise _not_utf8(source, first, e) from None
+    if not head.strip():
+        raise DataError(f"{source}:1: no header (expected name:type fields such as user_id:token)")
+    fields = parse_recbole_header(head, source, sep)
+    names = [n for n, _ in fields]
+    types = dict(fields)
+    spec = _columns_spec(columns)
+    pos = {}
+    for role, c in spec.items():
+        if isinstance(c, int):
+            if c >= len(fields):
+                raise DataError(f"{source}: {role} column {c} does not exist (the header has {len(fields)} "
+                                f"fields; positions are 0-based)")
+            pos[role] = c
+        else:
+            name = str(c).split(":")[0]
+            if name not in names:
+                raise DataError(f"{source}: {role} field {name!r} not found; header has: {', '.join(names)}")
+            pos[role] = names.index(name)
+    want = {"user": "token", "item": "token", "rating": "float", "timestamp": "float"}
+    for role in ROLES:
+        if role in pos:
+            continue
+        if RECBOLE_FIELDS[role] in names:
+            pos[role] = names.index(RECBOLE_FIELDS[role])
+            continue
+        for j, (n, t) in enumerate(fields):
+            if _norm(n) in SYNONYMS[role] and t == want[role] and j not in pos.values():
+                pos[role] = j
+                break
+    missing = [r for r in ("user", "item") if r not in pos]
+    if missing:
+        raise DataError(f"{source}: no {' or '.join(RECBOLE_FIELDS[r] for r in missing)} field (header: "
+                        f"{', '.join(f'{n}:{t}' for n, t in fields)}); name RecBole's "
+                        f"{' and '.join(r.upper() + '_ID_FIELD' for r in missing)} with "
+                        f"{' and '.join(f'--{r}-col' for r in missing)}")
+    for role, j in pos.items():
+        n, t = fields[j]
+        if t != want[role]:
+            raise DataError(f"{source}:1: {role} field {n!r} is :{t}; RecBole's "
+                            f"{'ids' if role in ('user', 'item') else role + 's'} are :{want[role]}")
+    if len(set(pos.values())) != len(pos):
+        raise DataError(f"{source}: two roles use the same field: {pos}")
+    kw = dict(sep=sep if len(sep) == 1 else re.escape(sep), engine="c" if len(sep) == 1 else "python",
+              header=None, skiprows=1, dtype=str, skip_blank_lines=True, keep_default_na=False, na_values=[""],
+              encoding="utf-8-sig", encoding_errors="strict", quoting=csv.QUOTE_NONE)
+    bad = None
+    try:
+        df = pd.read_csv(path, **kw)
+    except UnicodeDecodeError:
+        raise _not_utf8_anywhere(source, path) from None
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{source}: no interactions (only a header line)") from None
+    except (pd.errors.ParserError, ValueError) as e:
+        df, bad = None, str(e).strip().splitlines()[-1]
+    if df is not None and df.shape[0] == 0:
+        raise DataError(f"{source}: no interactions (only a header line)")
+    if df is not None and df.shape[1] == len(fields):
+        cols = {r: df[p] for r, p in pos.items()}
+        problem = any(cols[r].isna().any() for r in ("user", "item"))
+        num = {}
+        for role in ("rating", "timestamp"):
+            if role in cols and not problem:
+                num[role] = pd.to_numeric(cols[role], errors="coerce").to_numpy(np.float64)
+                problem = not bool(np.isfinite(num[role]).all())
+        if not problem:
+            where = lambda row: f"{source}:{_line_of_row(path, 1, row)}"  # noqa: E731
+            return Interactions(_ids(cols["user"], ids, "user", where), _ids(cols["item"], ids, "item", where),
+                                num.get("rating"), source, {r: names[p] for r, p in pos.items()})
+    with open(path, encoding="utf-8-sig", errors="replace") as lines:
+        found = _find_bad_line(lines, 1, lambda ln: ln.split(sep), pos, len(fields),
+                               numeric=("rating", "timestamp"))
+    if found:
+        raise DataError(f"{source}:{found[0]}: {found[1]} (header: {', '.join(f'{n}:{t}' for n, t in fields)})")
+    if df is not None and df.shape[1] != len(fields):
+        raise DataError(f"{source}: lines have {df.shape[1]} fields, the header {len(fields)}")
+    raise DataError(f"{source}: could not parse ({bad or 'missing values'})")
 
 
 # ----------------------------------------------------------------------
@@ -484,6 +679,10 @@ def _read_lightgcn_file(path: Path):
             except ValueError:
                 bad = next(t for t in tok if not re.fullmatch(r"[+-]?\d+", t))
                 raise DataError(f"{path}:{lineno}: expected integer ids, got {bad!r}") from None
+            if max(vals) > _INT64_MAX or min(vals) < -_INT64_MAX - 1:
+                bad = next(v for v in vals if not -_INT64_MAX - 1 <= v <= _INT64_MAX)
+                raise DataError(f"{path}:{lineno}: id {bad} is past int64 (at most {_INT64_MAX}); LightGCN "
+                                f"files hold integer ids")
             heads.append(vals[0])
             counts.append(len(vals) - 1)
             flat.extend(vals[1:])

@@ -228,7 +228,7 @@ def list_datasets(data_dir=None) -> list[dict]:
     return rows
 
 
-def prepare(source: str, *, format=None, name=None, min_rating=None, columns=None, sep=None,
+def prepare(source: str, *, format=None, name=None, min_rating=None, columns=None, sep=None, ids=None,
             seed: int = DEFAULT_SEED, data_dir=None, progress: bool = True) -> str:
     """Prepare a built-in dataset or a file/directory once; returns the name to load it by.
 
@@ -236,6 +236,8 @@ def prepare(source: str, *, format=None, name=None, min_rating=None, columns=Non
     LightGCN directory, CSV/TSV, Parquet). A file is always re-read (it may have
     changed); a built-in is prepared only if its cache is missing or damaged. The
     default split (``seed``, 8:1:1) is made too, so a later :func:`load` is instant.
+    ``ids``: ``"token"`` (default; ids are the strings written, ``007`` is not ``7``) or ``"int"``.
+    The columns used are in the prepared dataset's ``meta["columns"]``.
     """
     seed = _check_seed(seed)
     root = _root(data_dir)
@@ -251,7 +253,7 @@ def prepare(source: str, *, format=None, name=None, min_rating=None, columns=Non
         kind, params, cname = _resolve(src)
     if kind is not None:
         for opt, v in (("format", format if format not in (None, "auto") else None), ("columns", columns),
-                       ("sep", sep)):
+                       ("sep", sep), ("ids", ids)):
             if v is not None:
                 raise DataError(f"{opt} applies to files, not to the built-in dataset {src!r}")
         if min_rating is None:
@@ -273,7 +275,7 @@ def prepare(source: str, *, format=None, name=None, min_rating=None, columns=Non
         fmt = readers.detect_format(path, format)
         target = name or _default_name(path, fmt, min_rating)
         recipe = {"path": str(path.resolve()), "format": fmt, "min_rating": min_rating,
-                  "columns": readers._columns_spec(columns) or None, "sep": sep}
+                  "columns": readers._columns_spec(columns) or None, "sep": sep, "ids": readers.check_ids(ids)}
     if target in builtin_names() and not (target == ML100K and recipe.get("format") == "ml100k"
                                           and min_rating is None):
         raise DataError(f"name: {target!r} is a built-in dataset; choose another --name")
@@ -308,6 +310,8 @@ def _default_name(path: Path, fmt: str, min_rating) -> str:
     base = re.sub(r"[^A-Za-z0-9._+-]", "-", base).strip("-.") or "dataset"
     if base.startswith("synth"):
         base = "user-" + base
+    if base in builtin_names() and fmt != "ml100k":   # e.g. RecBole's ml-100k.inter
+        base = f"{base}-{fmt}"
     return base if min_rating is None else f"{base}-min{min_rating:g}"
 
 
@@ -433,7 +437,7 @@ def _build_user(target: str, recipe: dict, root: Path, replace: bool, source_roo
         fmt = recipe["format"]
         if not path.exists():
             raise DataError(f"dataset {target!r}: its source {path} no longer exists; prepare it again")
-        data = readers.read_source(path, fmt, recipe.get("columns"), recipe.get("sep"))
+        data = readers.read_source(path, fmt, recipe.get("columns"), recipe.get("sep"), recipe.get("ids"))
         source, kind = str(path), ("real" if fmt == "ml100k" else "user")
     meta = {"name": target, "kind": kind, "source": source, "format": fmt, "min_rating": min_rating,
             "generation": None}
