@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .errors import ConfigError
+from .errors import ConfigError, UserError
 
 MODELS = ("lightgcn", "ngcf", "mf")
 NGCF_FORMS = ("edge", "node")
@@ -363,3 +363,118 @@ def field_help(name: str, default: Any = dataclasses.MISSING) -> str:
     """What field ``name`` does, with its default (RunConfig's unless ``default`` is given):
     the text of its ``--help`` and of its tooltip on the dashboard."""
     return f"{FIELD_DOCS[name].help} (default: {default_text(name, default)})"
+
+
+# ----------------------------------------------------------------------
+# Run files: RunConfig's fields as YAML (``gnnrec-lab run --config run.yaml``), as RecBole and
+# Hydra users keep their runs. The file is only a mapping of field -> value; RunConfig validates it.
+_FLOAT_FIELDS = ("lr", "l2", "momentum", "weight_decay", "warmup_epochs", "target_recall")
+_TUPLE_FIELDS = ("fanouts", "topk")
+
+
+class ConfigFileError(ConfigError):
+    """A field of a run file is invalid: names the file, the field's line and the field."""
+
+    def __init__(self, path, line: Optional[int], param: str, message: str):
+        self.param = param
+        where = f"{path}:{line}" if line else str(path)
+        UserError.__init__(self, f"{where}: {param}: {message}")
+
+
+def _coerce(name: str, value):
+    """A YAML value as RunConfig takes it: lists as tuples where the field is a tuple, and the
+    exponent floats YAML 1.1 reads as strings (``1e-3``) as floats; anything else is left for
+    RunConfig to judge."""
+    if name in _TUPLE_FIELDS:
+        if isinstance(value, list):
+            return tuple(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return (value,)
+    if name in _FLOAT_FIELDS and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def read_config_file(path, multi: bool = False) -> tuple[dict, dict]:
+    """``(fields, lines)`` of YAML run file ``path``: field -> value (``multi``: field -> list of
+    values, a list value being the values a sweep takes) and field -> its 1-based line.
+    Unknown fields, duplicate keys and YAML errors name the file and line."""
+    import yaml
+
+    p = str(path)
+    try:
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise UserError(f"--config: {p}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"--config: {p}: is a directory; give a YAML file") from None
+    except UnicodeDecodeError:
+        raise UserError(f"--config: {p}: not UTF-8 text") from None
+    except OSError as e:
+        raise UserError(f"--config: {p}: {e.strerror}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        raise UserError(f"{p}:{mark.line + 1 if mark else '?'}: not valid YAML ({e.problem or e.context})") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
+        raise UserError(f"{p}:1: expected a mapping of RunConfig fields (dim: 64, layers: 3, ...), "
+                        f"got {type(data).__name__}")
+    lines: dict = {}
+    for key_node, _ in node.value:
+        key = key_node.value
+        if key in lines:
+            raise UserError(f"{p}:{key_node.start_mark.line + 1}: {key}: given twice "
+                            f"(first on line {lines[key]})")
+        lines[key] = key_node.start_mark.line + 1
+    known = [f.name for f in dataclasses.fields(RunConfig)]
+    for key in data:
+        if not isinstance(key, str) or key not in known:
+            raise ConfigFileError(p, lines.get(str(key)), str(key),
+                                  f"unknown field; allowed: {', '.join(sorted(known))}")
+    if not multi:
+        return {k: _coerce(k, v) for k, v in data.items()}, lines
+    out = {}
+    for k, v in data.items():
+        # a sweep axis: a list for a scalar field, a list of lists for fanouts/topk, a list of mappings
+        # for placement
+        if k in _TUPLE_FIELDS:
+            axis = isinstance(v, list) and bool(v) and all(isinstance(x, list) for x in v)
+            out[k] = [_coerce(k, x) for x in v] if axis else _coerce(k, v)
+        else:
+            out[k] = [_coerce(k, x) for x in v] if isinstance(v, list) else [_coerce(k, v)]
+    return out, lines
+
+
+def file_error(e: ConfigError, path, lines: dict, from_file) -> ConfigError:
+    """``e`` with the run file's name and the field's line when the field came from the file."""
+    if isinstance(e, ConfigFileError) or path is None:
+        return e
+    message = str(e)[len(e.param) + 2:] if str(e).startswith(f"{e.param}: ") else str(e)
+    if e.param in from_file:
+        return ConfigFileError(path, lines.get(e.param), e.param, message)
+    return e
+
+
+def save_config_file(config: RunConfig, path) -> None:
+    """Write ``config`` as a YAML run file (every field, RunConfig's order); read back by
+    :func:`read_config_file` it gives the same config."""
+    import yaml
+    d = config.to_dict()
+    head = ("# gnnrec-lab run configuration: every RunConfig field (gnnrec-lab run --config FILE;\n"
+            "# flags given with --config override the file)\n")
+    body = yaml.safe_dump(d, sort_keys=False, default_flow_style=None, allow_unicode=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(head + body)
+    import os
+    os.replace(tmp, path)

@@ -59,7 +59,10 @@ def expand(base: "RunConfig | dict | None", grid: dict) -> list[RunConfig]:
             raise UserError(f"sweep: unknown config field {key!r}")
         if key in _NOT_SWEPT and isinstance(values, (list, tuple)) and len(values) > 1:
             raise UserError(f"sweep: {key} cannot be swept; use the sweep's own name")
-        if isinstance(values, (list, tuple)) and key not in ("fanouts", "topk"):
+        # fanouts/topk are tuples themselves: a list of them (from a run file) is an axis
+        tuple_axis = key in ("fanouts", "topk") and isinstance(values, list) and bool(values) and all(
+            isinstance(v, (list, tuple)) for v in values)
+        if isinstance(values, (list, tuple)) and (key not in ("fanouts", "topk") or tuple_axis):
             if not values:
                 raise UserError(f"sweep: --{key.replace('_', '-')} has no values")
             axes.append((key, list(values)))

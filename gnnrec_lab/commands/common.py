@@ -139,12 +139,31 @@ def config_overrides(args) -> dict:
             if getattr(args, f.name, None) is not None}
 
 
+def add_config_file_argument(parser, multi: bool = False) -> None:
+    """``--config FILE``: RunConfig fields from a YAML run file; flags override it."""
+    parser.add_argument("--config", metavar="FILE",
+                        help="YAML file of RunConfig fields (dim: 64, layers: 3, ...), validated as flags are; "
+                             "flags given as well override the file" +
+                             ("; a list value (layers: [1, 2, 3]) is swept like a comma-separated flag"
+                              if multi else " (write one with --save-config)"))
+
+
 def config_from_args(args, base: RunConfig | None = None) -> RunConfig:
+    """The RunConfig of ``args``: ``base`` (RunConfig's defaults), then ``--config FILE``, then the
+    flags; an invalid field from the file is named with the file and its line."""
+    from ..config import file_error, read_config_file
+    path = getattr(args, "config", None)
+    from_file, lines = read_config_file(path) if path else ({}, {})
+    flags = config_overrides(args)
     d = (base or RunConfig()).to_dict()
-    d.update(config_overrides(args))
-    if d.get("model") == "mf" and "layers" not in config_overrides(args):
+    d.update(from_file)
+    d.update(flags)
+    if d.get("model") == "mf" and "layers" not in flags and "layers" not in from_file:
         d["layers"] = 0
-    return RunConfig.from_dict(d)
+    try:
+        return RunConfig.from_dict(d)
+    except ConfigError as e:
+        raise file_error(e, path, lines, set(from_file) - set(flags)) from None
 
 
-__all__ = ["argparse_help", "add_field_argument", "finite_float", "positive_float", "run_id", "add_config_arguments", "config_from_args", "config_overrides", "ConfigError"]
+__all__ = ["add_config_file_argument", "argparse_help", "add_field_argument", "finite_float", "positive_float", "run_id", "add_config_arguments", "config_from_args", "config_overrides", "ConfigError"]

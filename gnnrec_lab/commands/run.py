@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import add_config_arguments, config_from_args
+from .common import add_config_arguments, add_config_file_argument, config_from_args
 
 
 def register(sub):
@@ -12,6 +12,10 @@ def register(sub):
                        description="Train a GNN recommender on one dataset; prints progress, validation "
                                    "metrics, test metrics and the per-kernel time table (measured).")
     add_config_arguments(p)
+    add_config_file_argument(p)
+    p.add_argument("--save-config", metavar="FILE",
+                   help="write the run's configuration (the file, the flags and every default) to FILE as "
+                        "YAML and exit without training; run it later with --config FILE")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end (for scripts)")
     p.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace (JSON) of one step's kernels to "
                                                   "PATH (default: no trace)")
@@ -67,10 +71,29 @@ def _check_trace_path(path: str) -> None:
         raise UserError(f"--trace: directory {parent} is not writable")
 
 
+def _save_config(config, path: str) -> int:
+    import os
+    from ..config import save_config_file
+    from ..errors import UserError
+    parent = os.path.dirname(os.path.abspath(path))
+    if not path or os.path.isdir(path):
+        raise UserError(f"--save-config: {path!r} is a directory; give a file path such as run.yaml")
+    if not os.path.isdir(parent):
+        raise UserError(f"--save-config: directory {parent} does not exist")
+    try:
+        save_config_file(config, path)
+    except OSError as e:
+        raise UserError(f"--save-config: {path}: {e.strerror}") from None
+    print(f"wrote {path}; run it with `gnnrec-lab run --config {path}` (flags given then override it)")
+    return 0
+
+
 def main(args) -> int:
     from ..errors import UserError
     from ..preflight import check_launch
     config = config_from_args(args)
+    if args.save_config:
+        return _save_config(config, args.save_config)
     if args.memory_limit is not None and not args.detach:
         raise UserError("--memory-limit needs --detach (the limit applies to the run's worker process)")
     if args.trace:

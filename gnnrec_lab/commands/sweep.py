@@ -5,7 +5,7 @@ import json
 import statistics
 import sys
 
-from .common import add_config_arguments, config_overrides
+from .common import add_config_arguments, add_config_file_argument, config_overrides
 
 
 def register(sub):
@@ -17,6 +17,7 @@ def register(sub):
                     "steps per epoch, epoch time and time to target (measured), final metrics, peak RSS "
                     "(measured) and the predicted footprint (modeled). Ctrl-C cancels the rest.")
     add_config_arguments(p, multi=True, skip=("name",))
+    add_config_file_argument(p, multi=True)
     p.add_argument("--name", metavar="NAME", help="sweep id stored with every run (default: a hash of the points)")
     p.add_argument("--max-concurrent", type=int, default=1, metavar="N",
                    help="runs at a time (default 1; with more, runs share the CPU and their times are not comparable)")
@@ -27,11 +28,18 @@ def register(sub):
     p.set_defaults(func=main)
 
 
-def _grid(args) -> dict:
-    grid = {}
-    for k, v in config_overrides(args).items():
-        grid[k] = v
-    return grid
+def _grid(args) -> tuple[dict, tuple]:
+    """Field -> values of the sweep: ``--config FILE``'s, then the flags' (which replace a field's
+    values from the file); with the file's path and lines, to name them in errors."""
+    from ..config import read_config_file
+    grid, lines = read_config_file(args.config, multi=True) if args.config else ({}, {})
+    flags = config_overrides(args)
+    from_file = set(grid) - set(flags)
+    grid.update(flags)
+    if "name" in from_file:
+        from ..errors import UserError
+        raise UserError(f"{args.config}:{lines['name']}: name: a sweep names its runs with --name, not the file")
+    return grid, (args.config, lines, from_file)
 
 
 def main(args) -> int:
@@ -39,7 +47,13 @@ def main(args) -> int:
     from ..sweep import Sweep, SweepInterrupted, expand, format_table, progress_line
     if args.max_concurrent < 1:
         raise UserError(f"--max-concurrent must be >= 1, got {args.max_concurrent}")
-    points = expand(None, _grid(args))
+    from ..config import file_error
+    from ..errors import ConfigError
+    grid, (path, lines, from_file) = _grid(args)
+    try:
+        points = expand(None, grid)
+    except ConfigError as e:
+        raise file_error(e, path, lines, from_file) from None
     sw = Sweep(points, name=args.name, max_concurrent=args.max_concurrent)
     out = sys.stderr if args.json else sys.stdout
     sw.check_datasets()  # an unknown dataset is one error line, before any header
