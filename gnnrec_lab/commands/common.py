@@ -145,7 +145,7 @@ def add_config_file_argument(parser, multi: bool = False) -> None:
                         help="YAML file of RunConfig fields (dim: 64, layers: 3, ...), validated as flags are; "
                              "flags given as well override the file" +
                              ("; a list value (layers: [1, 2, 3]) is swept like a comma-separated flag"
-                              if multi else " (write one with --save-config)"))
+                              if multi else " (write one with --save-config)") + " (default: flags only)")
 
 
 def config_from_args(args, base: RunConfig | None = None) -> RunConfig:

@@ -15,7 +15,7 @@ def register(sub):
     add_config_file_argument(p)
     p.add_argument("--save-config", metavar="FILE",
                    help="write the run's configuration (the file, the flags and every default) to FILE as "
-                        "YAML and exit without training; run it later with --config FILE")
+                        "YAML and exit without training; run it later with --config FILE (default: train, write no file)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end (for scripts)")
     p.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace (JSON) of one step's kernels to "
                                                   "PATH (default: no trace)")
