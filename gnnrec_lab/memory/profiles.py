@@ -26,12 +26,9 @@ import yaml
 
 from ..errors import UserError
 
-KINDS = ("dram", "pmem", "pmem_memory_mode", "cxl", "dram_remote", "host")
+KINDS = ("dram", "pmem", "pmem_memory_mode", "cxl", "dram_remote", "file", "host")
 ENV_VAR = "GNNREC_LAB_DEVICES"
-# Outstanding cache-line misses one core keeps in flight (line-fill buffers on Skylake/Cascade Lake
-# class cores). With few threads a random-row kernel is bound by latency / (threads * MLP) rather
-# than by bandwidth.
-MISSES_IN_FLIGHT_PER_THREAD = 10
+STORES = ("clwb", "ntstore")   # write columns: store+clwb (what the lab's kernels do) / non-temporal
 _SHIPPED = Path(__file__).with_name("devices.yaml")
 
 
@@ -51,7 +48,12 @@ class DeviceProfile:
     write_threads_saturate: Optional[int] = None
     write_bw_many_threads_GBps: Optional[float] = None
     many_threads: Optional[int] = None
-    remote_socket_factor: dict = field(default_factory=dict)  # {"read": f, "write": f}
+    remote_socket_factor: dict = field(default_factory=dict)  # {"read": f, "write": f, "mixed_1to1": f}
+    write_bw_ntstore_GBps: Optional[float] = None             # non-temporal stores (shown, not projected)
+    random_write_ntstore_GBps: dict = field(default_factory=dict)
+    mixed: dict = field(default_factory=dict)                 # {threads, read_GBps, write_GBps, points}
+    dimms: Optional[int] = None
+    platform: str = ""
     baseline: Optional[str] = None
     hit_profile: Optional["DeviceProfile"] = None             # memory mode: the DRAM cache
     miss: Optional["DeviceProfile"] = None                    # memory mode: the path to Optane
@@ -93,36 +95,47 @@ class DeviceProfile:
             return 1.0 / (self.write_bw_at(threads) * self._remote("write", remote))
         return 1.0 / (self.read_bw_GBps * self._remote("read", remote))
 
-    def _anchors(self, write: bool) -> list[tuple[int, float]]:
-        """(row width, ns per row) points measured or derived for random rows."""
+    def _anchors(self, write: bool, store: str = "clwb") -> list[tuple[int, float]]:
+        """(row width, ns per row) points measured or derived for random rows (``store``: the write
+        column, store+clwb by default; ntstore only where the profile publishes it)."""
         g = int(self.access_granularity_bytes)
-        pts = {int(w): float(bw) for w, bw in (self.random_write_GBps if write else self.random_read_GBps).items()}
+        if not write:
+            table = self.random_read_GBps
+        elif store == "ntstore":
+            table = self.random_write_ntstore_GBps
+        else:
+            table = self.random_write_GBps
+        pts = {int(w): float(bw) for w, bw in table.items()}
         if g not in pts:
             if write:
                 # a granule-sized random write is bounded by both the write bandwidth and what random
                 # reads of that size reach (min keeps the model monotone in every profile number)
+                wbw = self.write_bw_ntstore_GBps if store == "ntstore" and self.write_bw_ntstore_GBps \
+                    else self.write_bw_GBps
                 rd = dict(self._anchors(False))
-                pts[g] = min(self.write_bw_GBps, g / rd[g])
+                pts[g] = min(wbw, g / rd[g])
             else:
                 # a granule-sized random read is assumed to reach sequential bandwidth
                 pts[g] = self.read_bw_GBps
+        # a row narrower than the granule still moves a whole granule (Optane's XPLine: a 64 B or
+        # 128 B write costs a 256 B media write): same time per row as a full granule
         if g > 64 and 64 not in pts:
-            # a 64 B row still moves a whole granule: same time per row as a full granule
             pts[64] = pts[g] * 64 / g
         return sorted((w, w / bw) for w, bw in pts.items())
 
     def random_ns_per_row(self, row_bytes: int, write: bool = False, threads: Optional[int] = None,
-                          remote: bool = False) -> float:
+                          remote: bool = False, mlp: Optional[float] = None, store: str = "clwb") -> float:
         """Nanoseconds per randomly placed row of ``row_bytes`` bytes (throughput, all threads).
 
         Piecewise-linear in width between the profile's measured points; narrower than the
         smallest point costs that point (the media moves at least that much); wider than the
         largest costs whole granules (``row_bytes`` rounded up to ``access_granularity_bytes``).
-        With ``threads`` given (and a profile that is not the measured host), the row also costs
-        at least ``latency / (threads * MISSES_IN_FLIGHT_PER_THREAD)``.
+        With ``threads`` and ``mlp`` (misses one thread keeps in flight, :func:`misses_in_flight`
+        of the host calibration) given, and a profile that is not the measured host, the row also
+        costs at least ``latency / (threads * mlp)`` (Little's law).
         """
         w = max(1, int(row_bytes))
-        pts = self._anchors(write)
+        pts = self._anchors(write, store)
         if w <= pts[0][0]:
             t = pts[0][1]
         elif w >= pts[-1][0]:
@@ -136,14 +149,60 @@ class DeviceProfile:
         if write:
             t *= self.write_bw_GBps / self.write_bw_at(threads)
         t /= self._remote("write" if write else "read", remote)
-        if threads and not self.measured:
+        if threads and mlp and not self.measured:
             lat = self.write_latency_ns if write else self.read_latency_ns
-            t = max(t, lat / (threads * MISSES_IN_FLIGHT_PER_THREAD))
+            t = max(t, lat / (threads * mlp))
         return t
 
+    # ------------------------------------------------------------------
+    def mixed_bw_GBps(self, write_share: float, remote: bool = False) -> Optional[float]:
+        """Bandwidth (GB/s) of a read/write mix with ``write_share`` of its bytes written, on the
+        device's measured mixed series (``mixed``): piecewise-linear in the write share through the
+        series' pure read (share 0), its mixed points and its pure write (share 1). Remote: each
+        point times its ``remote_socket_factor`` (read, mixed_1to1, write). None without a series."""
+        m = self.mixed
+        if not m:
+            return None
+        x = min(1.0, max(0.0, float(write_share)))
+        rf = self._remote("read", remote)
+        wf = self._remote("write", remote)
+        mf = self._remote("mixed_1to1", remote) if remote and "mixed_1to1" in self.remote_socket_factor else None
+        pts = [(0.0, float(m["read_GBps"]) * rf)]
+        for share, bw in sorted((float(k), float(v)) for k, v in m["points"].items()):
+            # only the 1:1 point has a published remote factor; others scale with the pure ones
+            f = mf if (mf is not None and abs(share - 0.5) < 1e-9) else (1 - share) * rf + share * wf
+            pts.append((share, bw * f))
+        pts.append((1.0, float(m["write_GBps"]) * wf))
+        for (x0, b0), (x1, b1) in zip(pts, pts[1:]):
+            if x0 <= x <= x1:
+                return b0 + (b1 - b0) * ((x - x0) / (x1 - x0) if x1 > x0 else 0.0)
+        return pts[-1][1]
+
+    def mix_factor(self, write_share: float, remote: bool = False) -> float:
+        """How much longer a read/write mix takes on the device than its reads and writes apart
+        (>= 1; 1 without a measured series or for a pure read or pure write): the mixed series'
+        time per byte over the time its own pure read and pure write bandwidths predict,
+        ``I(x) = (1 / B_mix(x)) / ((1 - x) / B_read + x / B_write)``."""
+        m = self.mixed
+        x = min(1.0, max(0.0, float(write_share)))
+        if not m or x <= 0.0 or x >= 1.0:
+            return 1.0
+        r = float(m["read_GBps"]) * self._remote("read", remote)
+        w = float(m["write_GBps"]) * self._remote("write", remote)
+        pure = (1 - x) / r + x / w
+        return max(1.0, (1.0 / self.mixed_bw_GBps(x, remote)) / pure)
+
+    def stream_write_ns_per_byte(self, store: str = "clwb", threads: Optional[int] = None) -> float:
+        """ns per byte of sequential writes in the ``store`` column (ntstore where published)."""
+        if store == "ntstore" and self.write_bw_ntstore_GBps:
+            return 1.0 / self.write_bw_ntstore_GBps
+        return self.stream_ns_per_byte(write=True, threads=threads)
+
     def summary(self) -> dict:
-        d = {k: getattr(self, k) for k in ("name", "kind", "read_bw_GBps", "write_bw_GBps", "read_latency_ns",
-                                           "write_latency_ns", "access_granularity_bytes", "conf")}
+        d = {k: getattr(self, k) for k in ("name", "kind", "platform", "read_bw_GBps", "write_bw_GBps",
+                                           "read_latency_ns", "write_latency_ns", "access_granularity_bytes",
+                                           "baseline", "conf")}
+        d["sources"] = list(self.sources)
         d["measured"] = self.measured
         return d
 
@@ -163,10 +222,10 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 _NUMBERS = ("read_bw_GBps", "write_bw_GBps", "read_latency_ns", "write_latency_ns")
 _OPTIONAL_NUMBERS = ("access_granularity_bytes", "write_threads_saturate", "write_bw_many_threads_GBps",
-                     "many_threads", "dram_cache_bytes", "gemm_GFLOPs", "threads")
+                     "many_threads", "dram_cache_bytes", "gemm_GFLOPs", "threads", "write_bw_ntstore_GBps", "dimms")
 _KNOWN = set(_NUMBERS) | set(_OPTIONAL_NUMBERS) | {
-    "name", "kind", "random_read_GBps", "random_write_GBps", "remote_socket_factor", "baseline",
-    "hit_profile", "miss", "conf", "sources", "notes", "measured", "__line__"}
+    "name", "kind", "random_read_GBps", "random_write_GBps", "random_write_ntstore_GBps", "remote_socket_factor",
+    "mixed", "baseline", "platform", "hit_profile", "miss", "conf", "sources", "notes", "measured", "__line__"}
 
 
 def _positive(v) -> bool:
@@ -198,7 +257,7 @@ def _parse_profile(d, where: str) -> DeviceProfile:
             kw[f] = d[f]
         elif f in required:
             raise UserError(f"{loc}: field {f!r} is required for kind {kind!r}")
-    for f in ("random_read_GBps", "random_write_GBps", "remote_socket_factor"):
+    for f in ("random_read_GBps", "random_write_GBps", "random_write_ntstore_GBps", "remote_socket_factor"):
         if f in d:
             m = {k: v for k, v in (d[f] or {}).items() if k != "__line__"} if isinstance(d[f], dict) else None
             if m is None or not all(_positive(v) for v in m.values()):
@@ -209,9 +268,11 @@ def _parse_profile(d, where: str) -> DeviceProfile:
             elif not set(m) <= {"read", "write", "mixed_1to1"} or any(v > 1 for v in m.values()):
                 raise UserError(f"{loc}: field 'remote_socket_factor' takes read/write fractions in (0, 1]")
             kw[f] = m
-    for f in ("baseline", "conf", "notes"):
+    for f in ("baseline", "conf", "notes", "platform"):
         if f in d:
             kw[f] = str(d[f])
+    if "mixed" in d:
+        kw["mixed"] = _parse_mixed(d["mixed"], loc)
     if "sources" in d:
         kw["sources"] = list(d["sources"]) if isinstance(d["sources"], list) else [str(d["sources"])]
     if kind == "pmem_memory_mode":
@@ -222,6 +283,44 @@ def _parse_profile(d, where: str) -> DeviceProfile:
         kw["miss"] = _parse_profile(d["miss"], where)
         kw["hit_profile"] = d["hit_profile"]     # resolved to a profile after all files are read
     return DeviceProfile(**kw, origin=where)
+
+
+def _parse_mixed(m, loc: str) -> dict:
+    """``mixed: {threads, read_GBps, write_GBps, points: {write share: GB/s}}`` validated."""
+    if not isinstance(m, dict):
+        raise UserError(f"{loc}: field 'mixed' must be a mapping with read_GBps, write_GBps and points")
+    out = {}
+    for k in ("read_GBps", "write_GBps"):
+        if not _positive(m.get(k)):
+            raise UserError(f"{loc}: field 'mixed.{k}' must be a positive number, got {m.get(k)!r}")
+        out[k] = float(m[k])
+    if "threads" in m:
+        if not _positive(m["threads"]):
+            raise UserError(f"{loc}: field 'mixed.threads' must be a positive number, got {m['threads']!r}")
+        out["threads"] = int(m["threads"])
+    pts = m.get("points")
+    pts = {k: v for k, v in pts.items() if k != "__line__"} if isinstance(pts, dict) else None
+    if not pts or not all(isinstance(k, (int, float)) and not isinstance(k, bool) and 0 < k < 1 and _positive(v)
+                          for k, v in pts.items()):
+        raise UserError(f"{loc}: field 'mixed.points' must map write shares in (0, 1) to GB/s, got "
+                        f"{m.get('points')!r}")
+    out["points"] = {float(k): float(v) for k, v in pts.items()}
+    return out
+
+
+def misses_in_flight(host: Optional[dict]) -> Optional[float]:
+    """Cache-line misses one thread of this host keeps in flight, from its calibration by Little's
+    law: ``gather64_GBps * latency_ns / (64 B * threads)`` (bytes/ns x ns / bytes per miss / threads).
+    None when the calibration lacks a number (no latency floor is applied then)."""
+    if isinstance(host, DeviceProfile):    # the host as a measured profile (host_device)
+        host = {"gather64_GBps": host.random_read_GBps.get(64), "latency_ns": host.read_latency_ns,
+                "threads": host.threads}
+    if not isinstance(host, dict):
+        return None
+    g, lat, th = host.get("gather64_GBps"), host.get("latency_ns"), host.get("threads")
+    if not (_positive(g) and _positive(lat) and _positive(th)):
+        return None
+    return float(g) * float(lat) / (64.0 * float(th))
 
 
 def _read_file(path: Path) -> list[DeviceProfile]:

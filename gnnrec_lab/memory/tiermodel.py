@@ -11,8 +11,10 @@ only ``measured_s`` (the input) is measured. Equations and assumptions are in
 3. on the target it takes ``h_kc * cost_dev_k / cost_base_k`` when class ``c`` is placed on
    the device, ``h_kc`` when it stays in DRAM; ``cost_base`` is the device's own platform DRAM
    (``baseline`` in its profile) or, with ``baseline="host"``, the host itself;
-4. memory time ``M = sum h``, device memory time ``M' = sum h * ratio``, compute time
-   ``C = flops / host GEMM rate``; ``f = max(M', C) / max(M, C)`` and
+4. memory time ``M = sum h``; device memory time ``M' = sum_off h + I(x) * sum_on h * ratio``,
+   where ``I(x)`` is the device's read/write interference at the write share ``x`` of the bytes
+   the group moves on the device (:meth:`DeviceProfile.mix_factor`, 1 for a pure read or write);
+   compute time ``C = flops / host GEMM rate``; ``f = max(M', C) / max(M, C)`` and
    ``modeled_s = measured_s * f``.
 
 Memory Mode: ``cost_dev = h cost_hit + (1 - h) cost_miss`` with the hit rate of a
@@ -28,7 +30,7 @@ import pandas as pd
 
 from ..errors import UserError
 from ..recorder import RECORD_FIELDS
-from .profiles import DeviceProfile, get_profile, host_device, load_profiles
+from .profiles import DeviceProfile, get_profile, host_device, load_profiles, misses_in_flight
 
 COMPONENTS = ("stream_read", "stream_write", "random_read", "random_write")
 OPTIMIZER_KERNELS = ("adam", "adamw", "lamb", "sgd", "optimizer")
@@ -125,17 +127,19 @@ def mm_hit_rate(footprint_bytes: float, cache_bytes: float) -> float:
 
 
 # ----------------------------------------------------------------------
-def _cost(p: DeviceProfile, comp: str, row_bytes: int, threads, remote: bool, hit: Optional[float]) -> float:
-    """ns per byte of component ``comp`` on profile ``p`` (memory mode mixes hit and miss)."""
+def _cost(p: DeviceProfile, comp: str, row_bytes: int, threads, remote: bool, hit: Optional[float],
+          mlp: Optional[float] = None) -> float:
+    """ns per byte of component ``comp`` on profile ``p`` (memory mode mixes hit and miss);
+    ``mlp``: misses in flight per thread for the latency floor of random rows."""
     if p.is_memory_mode:
         h = 1.0 if hit is None else hit
-        return (h * _cost(p.hit_profile, comp, row_bytes, threads, remote, None)
-                + (1 - h) * _cost(p.miss, comp, row_bytes, threads, remote, None))
+        return (h * _cost(p.hit_profile, comp, row_bytes, threads, remote, None, mlp)
+                + (1 - h) * _cost(p.miss, comp, row_bytes, threads, remote, None, mlp))
     write = comp.endswith("write")
     if comp.startswith("stream"):
         return p.stream_ns_per_byte(write=write, threads=threads, remote=remote)
     w = row_bytes if row_bytes > 0 else 64
-    return p.random_ns_per_row(w, write=write, threads=threads, remote=remote) / w
+    return p.random_ns_per_row(w, write=write, threads=threads, remote=remote, mlp=mlp) / w
 
 
 def _frame(records) -> pd.DataFrame:
@@ -192,20 +196,31 @@ class Projection:
     """
 
     def __init__(self, groups: pd.DataFrame, terms: list, device: DeviceProfile, base: DeviceProfile,
-                 threads, hit):
+                 threads, hit, remote: bool = False, mlp: Optional[float] = None):
         self.groups, self.terms, self.device, self.base, self.threads, self.hit = \
             groups, terms, device, base, threads, hit
+        self.remote, self.mlp = remote, mlp
+
+    def mix(self, rd_bytes: dict, wr_bytes: dict, on_dev) -> float:
+        """The device's interference factor ``I(x)`` for the bytes a group reads and writes on the
+        device (classes ``on_dev``); the platform DRAM's reads and writes are taken as independent."""
+        r = sum(v for k, v in rd_bytes.items() if on_dev(k))
+        w = sum(v for k, v in wr_bytes.items() if on_dev(k))
+        if r <= 0 or w <= 0:
+            return 1.0
+        return self.device.mix_factor(w / (r + w), remote=self.remote)
 
     def modeled_ns(self, placement: Optional[dict] = None) -> list:
         """Modeled ns per group with ``placement`` (see :func:`project`)."""
         on_dev = _placement_on_device(None if self.device.is_memory_mode else placement)
         out = []
-        for ns, c, pattern, host_by_cls, dev_by_cls in self.terms:
+        for ns, c, pattern, host_by_cls, dev_by_cls, rd_by_cls, wr_by_cls in self.terms:
             if pattern == "compute" and c == 0:
                 f = 1.0      # compute-bound by declaration and no GEMM rate to weigh it: unchanged
             else:
                 m_host = sum(host_by_cls.values())
-                m_dev = sum(dev_by_cls[k] if on_dev(k) else v for k, v in host_by_cls.items())
+                mix = self.mix(rd_by_cls, wr_by_cls, on_dev)
+                m_dev = sum(dev_by_cls[k] * mix if on_dev(k) else v for k, v in host_by_cls.items())
                 denom = max(m_host, c)
                 f = max(m_dev, c) / denom if denom > 0 else 1.0
             out.append(ns * f)
@@ -234,24 +249,27 @@ def prepare(records, host, device, footprint=None, *, baseline: Optional[str] = 
             raise UserError(f"device {dev.name}: dram_cache_bytes is not set")
         hit = mm_hit_rate(fp, cache)
     gemm_ns_per_flop = 1.0 / hostp.gemm_GFLOPs if hostp.gemm_GFLOPs else 0.0
+    mlp = misses_in_flight(host if isinstance(host, dict) else hostp)
     keys = ["name", "phase", "layer", "pattern", "row_bytes"]
     g = df.groupby(keys, dropna=False, sort=False)[list(_NUM)].sum().reset_index()
     terms = []
     for r in g.itertuples(index=False):
         parts = split_bytes(r.bytes_read, r.bytes_written, r.random_bytes, r.pattern)
         owners = attribute(r.name, r.phase, r.layer, r.pattern)
-        host_by, dev_by = {}, {}
+        host_by, dev_by, rd_by, wr_by = {}, {}, {}, {}
         for comp, nbytes in parts.items():
             if nbytes <= 0:
                 continue
             h_ns = nbytes * _cost(hostp, comp, r.row_bytes, threads, False, None)
-            ratio = _cost(dev, comp, r.row_bytes, threads, remote, hit) / _cost(base, comp, r.row_bytes, threads,
-                                                                                False, None)
+            ratio = _cost(dev, comp, r.row_bytes, threads, remote, hit, mlp) / _cost(base, comp, r.row_bytes,
+                                                                                     threads, False, None, mlp)
+            moved = wr_by if comp.endswith("write") else rd_by
             for cls, frac in owners[comp].items():
                 host_by[cls] = host_by.get(cls, 0.0) + frac * h_ns
                 dev_by[cls] = dev_by.get(cls, 0.0) + frac * h_ns * ratio
-        terms.append((r.ns, r.flops * gemm_ns_per_flop, r.pattern, host_by, dev_by))
-    return Projection(g, terms, dev, base, threads, hit)
+                moved[cls] = moved.get(cls, 0.0) + frac * nbytes
+        terms.append((r.ns, r.flops * gemm_ns_per_flop, r.pattern, host_by, dev_by, rd_by, wr_by))
+    return Projection(g, terms, dev, base, threads, hit, remote=remote, mlp=mlp)
 
 
 def project(records, host, device, placement: Optional[dict] = None, footprint=None, *,
