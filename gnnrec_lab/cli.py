@@ -12,12 +12,12 @@ import argparse
 import sqlite3
 import sys
 
-from .commands import (advise, bench, cache, calibrate, dashboard, data, distributed, run, runs, sweep, warmup,
-                       whatif)
+from .commands import (advise, bench, cache, calibrate, dashboard, data, devices, distributed, run, runs, sweep,
+                       warmup, whatif)
 from .errors import UserError
 
 # Order is the order shown in --help.
-COMMANDS = (data, run, runs, sweep, bench, calibrate, whatif, advise, cache, distributed, dashboard, warmup)
+COMMANDS = (data, run, runs, sweep, bench, calibrate, devices, whatif, advise, cache, distributed, dashboard, warmup)
 
 
 class _Parser(argparse.ArgumentParser):

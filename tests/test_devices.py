@@ -1,0 +1,191 @@
+"""Device profiles against published measurements: fitted points reproduced, held-out points within
+the target (and the misses named), the mixed read/write term, each profile on its own platform's
+DRAM, and the `gnnrec-lab devices` command."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from gnnrec_lab.cli import main
+from gnnrec_lab.errors import UserError
+from gnnrec_lab.memory.profiles import load_profiles, misses_in_flight
+from gnnrec_lab.memory.tiermodel import project
+from gnnrec_lab.memory.validation import FIT_TOLERANCE, HELD_OUT_TARGET, load_points, validate
+from gnnrec_lab.recorder import KernelRecord
+
+HOST = dict(copy_GBps=9.0, triad_GBps=8.0, gather64_GBps=3.0, gather256_GBps=6.0, latency_ns=90.0,
+            gemm_GFLOPs=50.0, threads=2, cpu="fixed test host", measured_at="fixed", kind="host", measured=True)
+OPTANE = "optane_pmem100_appdirect_6x"
+# Held-out points the model misses, and why (README "Measured vs modeled"): FAST20's remote 2:1 mix
+# is slower than its remote 1:1 mix, which no curve through the pure points and the 1:1 point gives;
+# Pond's remote/local latency ratio is larger than FAST20's, on which the profile is built.
+KNOWN_MISSES = {(OPTANE, "mixed_GBps", True), ("remote_numa_ddr4", "latency_ratio", False)}
+
+
+def test_fitted_points_are_reproduced_to_one_percent():
+    rows = validate()
+    fitted = [r for r in rows if not r["held_out"]]
+    assert len(fitted) >= 20
+    for r in fitted:
+        assert abs(r["error"]) <= FIT_TOLERANCE, r
+
+
+def test_held_out_points_are_within_the_target_except_the_named_misses():
+    held = [r for r in validate() if r["held_out"]]
+    assert len(held) >= 10
+    misses = {(r["device"], r["quantity"], bool(r["params"].get("remote"))) for r in held
+              if abs(r["error"]) > HELD_OUT_TARGET}
+    assert misses == KNOWN_MISSES
+    # the points the issue names are there, each with its own source
+    two_five_six = [r for r in validate() if r["quantity"] == "random_write_GBps" and r["params"]["row_bytes"] == 256]
+    assert {r["params"]["store"] for r in two_five_six} == {"clwb", "ntstore"}
+    assert all("05-bandwidth_accesssize_optane.csv" in r["source"] for r in two_five_six)
+    local_2to1 = [r for r in held if r["quantity"] == "mixed_GBps" and not r["params"].get("remote")]
+    assert local_2to1 and abs(local_2to1[0]["error"]) <= HELD_OUT_TARGET
+
+
+def test_no_held_out_point_is_an_input_of_its_profile():
+    """A held-out value must not appear among its profile's numbers (else it was fitted)."""
+    profiles = load_profiles()
+
+    def numbers(obj):
+        if isinstance(obj, dict):
+            for v in obj.values():
+                yield from numbers(v)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                yield from numbers(v)
+        elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+            yield float(obj)
+
+    for pt in load_points():
+        if pt["held_out"]:
+            p = profiles[pt["device"]]
+            vals = list(numbers({f.name: getattr(p, f.name) for f in dataclasses.fields(p)
+                                 if f.name not in ("hit_profile", "miss")}))
+            assert all(abs(v - pt["published"]) > 1e-6 for v in vals), pt
+
+
+def _rw(read_bytes, write_bytes, name="add"):
+    host_ns = read_bytes / HOST["triad_GBps"] + write_bytes / HOST["triad_GBps"]
+    return KernelRecord(name, "forward", 1, 0, int(host_ns), read_bytes, write_bytes, 0, "stream", 0, 0, "native")
+
+
+def test_a_one_to_one_group_on_optane_costs_about_twice_its_parts():
+    b = 512 * 2**20
+    parts = project([_rw(b, 0)], HOST, OPTANE)["modeled_s"].iloc[0] \
+        + project([_rw(0, b)], HOST, OPTANE)["modeled_s"].iloc[0]
+    mixed = project([_rw(b, b)], HOST, OPTANE)["modeled_s"].iloc[0]
+    # FAST20 17-numa.csv: 6.90 GB/s for 1:1 against 14.62 read / 13.51 write in the same series
+    expected = (1 / 6.90) / (0.5 / 14.62 + 0.5 / 13.51)
+    assert mixed / parts == pytest.approx(expected, rel=1e-6)
+    assert 1.9 < mixed / parts < 2.1
+    # on the other socket the measured 1:1 mix is worse still
+    remote = project([_rw(b, b)], HOST, OPTANE, remote=True)["modeled_s"].iloc[0]
+    remote_parts = project([_rw(b, 0)], HOST, OPTANE, remote=True)["modeled_s"].iloc[0] \
+        + project([_rw(0, b)], HOST, OPTANE, remote=True)["modeled_s"].iloc[0]
+    assert remote / remote_parts > 3.5
+    # the DRAM side does not interfere: with the written class kept in DRAM the parts just add
+    spmm = KernelRecord("spmm", "forward", 1, 0, 10**8, b, b, 0, "gather", 256, b, "native")
+    kept = project([spmm], HOST, OPTANE, {"activations": "dram"})["modeled_s"].iloc[0]
+    opt = load_profiles()[OPTANE]
+    plain = project([spmm], HOST, dataclasses.replace(opt, mixed={}), {"activations": "dram"})["modeled_s"].iloc[0]
+    assert kept == pytest.approx(plain, rel=1e-9)
+    # a profile without a measured series adds its parts as before
+    assert project([_rw(b, b)], HOST, dataclasses.replace(opt, mixed={}))["modeled_s"].iloc[0] \
+        == pytest.approx(parts, rel=1e-6)
+
+
+def test_every_profile_is_projected_against_its_own_platforms_dram():
+    profiles = load_profiles()
+    expected = {"optane_pmem100_appdirect_6x": "ddr4_2666_6ch", "optane_pmem100_memory_mode": "ddr4_2666_6ch",
+                "remote_numa_ddr4": "ddr4_2666_6ch", "optane_pmem200_appdirect_8x": "ddr4_3200_8ch",
+                "cxl_type3_ddr5_x8": "ddr5_4800_8ch", "cxl_type3_slow": "ddr5_4800_8ch"}
+    for name, p in profiles.items():
+        if p.kind == "dram":
+            assert p.baseline == name, name          # a DRAM profile is its own platform's DRAM
+            continue
+        base = profiles[p.baseline]
+        assert base.kind == "dram", name
+        assert expected[name] == p.baseline, name
+        # the platform generation in the baseline's description is the device's
+        generation = base.platform.split(" (")[0].split(",")[0].split(" / ")[0]
+        assert generation in p.platform, (name, generation, p.platform)
+        assert p.platform and p.sources and p.conf in ("high", "med", "low"), name
+
+
+def test_write_bandwidths_are_one_store_type_on_both_sides():
+    p = load_profiles()
+    dram, optane = p["ddr4_2666_6ch"], p[OPTANE]
+    # store+clwb on both sides (FAST20): the like-for-like ratio of 0.35, not ntstore's DRAM 76.8
+    assert optane.write_bw_GBps / dram.write_bw_GBps == pytest.approx(0.35, abs=0.01)
+    assert dram.write_bw_ntstore_GBps == 76.8
+
+
+def test_latency_floor_comes_from_the_host_calibration():
+    assert misses_in_flight(HOST) == pytest.approx(3.0 * 90.0 / (64 * 2))
+    assert misses_in_flight({"gather64_GBps": 3.0}) is None
+    opt = load_profiles()[OPTANE]
+    # with few threads, 64 B rows are latency-bound: latency / (threads * misses in flight)
+    assert opt.random_ns_per_row(64, threads=1, mlp=2.0) == pytest.approx(305 / 2.0)
+    assert opt.random_ns_per_row(64, threads=1) == pytest.approx(64 / 9.67)   # no floor without one
+
+
+def _modeled_unlabelled(obj, labelled=False):
+    bad = []
+    if isinstance(obj, dict):
+        here = labelled or obj.get("kind") == "modeled"
+        for k, v in obj.items():
+            if "modeled" in str(k) and not here and not isinstance(v, str):
+                bad.append(k)
+            bad += _modeled_unlabelled(v, here)
+    elif isinstance(obj, list):
+        for v in obj:
+            bad += _modeled_unlabelled(v, labelled)
+    return bad
+
+
+def test_devices_validate_json(capsys):
+    assert main(["devices", "validate", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    for r in rows:
+        assert {"device", "quantity", "published", "modeled", "error", "held_out", "source"} <= set(r)
+        assert r["kind"] == "modeled" and r["source"]
+    assert any(r["quantity"] == "mixed_GBps" for r in rows)
+    assert not _modeled_unlabelled(rows)
+    assert main(["devices", "validate", "--strict"]) == 1        # the named misses
+    text = capsys.readouterr().out
+    assert "MISS" in text and "held out" in text
+
+
+def test_devices_list_and_show(capsys):
+    assert main(["devices", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    names = {r["name"] for r in rows}
+    assert {"cxl_type3_slow", "ddr5_4800_8ch", "ddr4_3200_8ch", OPTANE} <= names
+    assert all(r["platform"] and "conf" in r and "sources" in r for r in rows)
+    assert main(["devices", "show", OPTANE, "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)
+    assert c["kind"] == "modeled" and c["mixed"] and c["access_size"] and c["threads"]
+    half = [m for m in c["mixed"] if m["write_share"] == 0.5][0]
+    assert half["GBps"] == pytest.approx(6.90) and half["interference"] > 1.9
+    assert main(["devices", "show", OPTANE]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    numeric = [ln for ln in lines if ln.strip() and ln.strip()[0].isdigit()]
+    assert numeric and all(ln.rstrip().endswith("modeled") for ln in numeric)
+    assert main(["devices", "show", "optane_pmem100_memory_mode"]) == 0
+    capsys.readouterr()
+    assert main(["devices", "show", "nope"]) == 2
+    assert "unknown profile 'nope'" in capsys.readouterr().err
+
+
+def test_bad_points_file_names_the_point(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("points:\n  - {device: x, quantity: read_GBps, published: 3, held_out: true}\n")
+    with pytest.raises(UserError, match=r"p\.yaml: point 1: 'source' is required"):
+        load_points(bad)
+    bad.write_text("points:\n  - {device: x, quantity: speed, published: 3, held_out: true, source: s}\n")
+    with pytest.raises(UserError, match="point 1: quantity must be one of"):
+        load_points(bad)
