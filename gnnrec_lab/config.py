@@ -300,7 +300,8 @@ FIELD_DOCS: dict[str, FieldDoc] = {
                                       f"step, sampled over a sub-graph sampled around each batch with the fan-outs"),
     "fanouts": FieldDoc("Fan-outs per layer (neighbours)", "neighbours sampled per node at each layer, first hop "
                                                            "first, comma-separated, one per layer; sampled mode only"),
-    "topk": FieldDoc("Top-K cut-offs", "list lengths K at which Recall@K and NDCG@K are reported, comma-separated"),
+    "topk": FieldDoc("Top-K cut-offs", "list lengths K at which Recall, MRR, NDCG, Hit and Precision@K are reported, "
+                                                "comma-separated"),
     "eval_every": FieldDoc("Evaluate every (epochs)", "epochs between validation evaluations; the last epoch is "
                                                       "always evaluated"),
     "patience": FieldDoc("Early-stopping patience (epochs)", "epochs without a new best validation Recall@20 "

@@ -1,4 +1,4 @@
-"""Full-ranking evaluation: Recall@K and NDCG@K with known items masked.
+"""Full-ranking evaluation: Recall, MRR, NDCG, Hit and Precision at every K, known items masked.
 
 For every evaluated user, all items are scored (``u · i``), items the user
 interacted with in the masked splits (training, and validation when testing)
@@ -7,12 +7,31 @@ processed in chunks so memory stays at ``chunk * n_items`` scores.
 
 Recall@K = |top-K ∩ held-out| / |held-out|;
 NDCG@K = DCG@K / IDCG@K with binary relevance and log2(rank + 1) discounts,
-IDCG over min(|held-out|, K) items. Users with no held-out items are skipped.
+IDCG over min(|held-out|, K) items; MRR@K = 1 / rank of the first held-out item in
+the top K (0 when none is); Hit@K = 1 when any is; Precision@K = |top-K ∩ held-out| / K.
+These are RecBole's default metric set and PyG's ``LinkPred*`` metrics, with the same
+definitions (tests/test_evaluate.py checks them against PyG). Users with no held-out items are
+skipped; each metric is the mean over evaluated users (a fraction in [0, 1]).
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+# the metrics at every K, in RecBole's order (its default metric set)
+METRICS = ("recall", "mrr", "ndcg", "hit", "precision")
+
+
+def format_metrics(metrics: dict) -> str:
+    """``recall@10/20 0.1234/0.2345  mrr@10/20 ...``: every metric at every K on one line, grouped
+    by metric (what the CLI prints per evaluation and for the test split)."""
+    groups: dict = {}
+    for key, v in metrics.items():
+        if "@" in key and isinstance(v, (int, float)):
+            name, k = key.split("@", 1)
+            groups.setdefault(name, []).append((k, v))
+    return "  ".join(f"{name}@{'/'.join(k for k, _ in kv)} {'/'.join(f'{v:.4f}' for _, v in kv)}"
+                     for name, kv in groups.items())
 
 
 def _csr_from_pairs(pairs: np.ndarray, n_users: int):
@@ -29,7 +48,7 @@ def _csr_from_pairs(pairs: np.ndarray, n_users: int):
 def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.ndarray,
                  masked: list[np.ndarray], topk=(10, 20), users: np.ndarray | None = None,
                  chunk: int | None = None) -> dict:
-    """Recall@K and NDCG@K averaged over evaluated users.
+    """Recall, MRR, NDCG, Hit and Precision at each K, averaged over evaluated users.
 
     Args:
         user_emb: (n_users, D) final user representations.
@@ -40,7 +59,8 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
         users: evaluate only these users (a sample); default all with held-out items.
         chunk: users per scoring block (memory: chunk * n_items * 4 bytes); default
             keeps a block's scores under 256 MiB (at most 1024 users).
-    Returns ``{"recall@K": float, "ndcg@K": float, ..., "users": int}``.
+    Returns ``{"recall@K": float, "mrr@K": ..., "ndcg@K": ..., "hit@K": ..., "precision@K": ...,
+    "users": int}`` (metric-major, K ascending within a metric).
     """
     n_users, n_items = user_emb.shape[0], item_emb.shape[0]
     kmax = min(max(topk), n_items)
@@ -52,7 +72,7 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
     cand = np.nonzero(n_held > 0)[0]
     if users is not None:
         cand = np.intersect1d(cand, np.asarray(users, dtype=np.int64))
-    sums = {f"recall@{k}": 0.0 for k in topk} | {f"ndcg@{k}": 0.0 for k in topk}
+    sums = {f"{m}@{k}": 0.0 for m in METRICS for k in topk}
     discounts = 1.0 / np.log2(np.arange(2, kmax + 2))
     idcg_cum = np.cumsum(discounts)
     with torch.no_grad():
@@ -75,10 +95,15 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
             for k in topk:
                 kk = min(k, kmax)
                 hk = hits[:, :kk]
-                sums[f"recall@{k}"] += float((hk.sum(1) / cnt).sum())
+                n_hit = hk.sum(1)
+                sums[f"recall@{k}"] += float((n_hit / cnt).sum())
+                first = np.argmax(hk, axis=1)          # rank - 1 of the first hit (0 when none: masked below)
+                sums[f"mrr@{k}"] += float(np.where(n_hit > 0, 1.0 / (first + 1), 0.0).sum())
                 dcg = (hk * discounts[:kk]).sum(1)
                 idcg = idcg_cum[np.minimum(cnt, kk) - 1]
                 sums[f"ndcg@{k}"] += float((dcg / idcg).sum())
+                sums[f"hit@{k}"] += float((n_hit > 0).sum())
+                sums[f"precision@{k}"] += float(n_hit.sum() / k)
     n = max(len(cand), 1)
     out = {key: v / n for key, v in sums.items()}
     out["users"] = int(len(cand))

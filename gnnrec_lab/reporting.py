@@ -87,7 +87,8 @@ class ProgressReporter(Reporter):
         self._last = (epoch, seconds, loss)
 
     def on_eval(self, epoch, step, split, metrics, elapsed_s):
-        ms = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if "@" in k)
+        from .evaluate import format_metrics
+        ms = format_metrics(metrics)
         if split == "valid":
             e, s, l = self._last
             _say(f"epoch {e:3d}  loss {l:.4f}  {s:6.2f} s  valid {ms}")

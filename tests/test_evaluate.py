@@ -59,3 +59,42 @@ def test_perfect_and_user_sample():
     held_bad = np.array([[0, 1], [1, 2]])
     got = rank_metrics(ue, ie, held_bad, [], topk=(1,), users=np.array([0]))
     assert got["recall@1"] == 0.0 and got["users"] == 1
+
+
+def test_matches_pyg_linkpred_metrics_with_masked_training_items():
+    """An outside oracle: PyG's LinkPred metrics on the top-K that a dense ranking with the training
+    (and validation) items masked gives, against the lab's chunked full ranking."""
+    import pytest
+    pm = pytest.importorskip("torch_geometric.metrics")
+    classes = {"recall": pm.LinkPredRecall, "mrr": pm.LinkPredMRR, "ndcg": pm.LinkPredNDCG,
+               "hit": pm.LinkPredHitRatio, "precision": pm.LinkPredPrecision}
+    ks = (1, 3, 10, 20)
+    for seed in range(4):
+        ue, ie, train, valid, test = _random_case(seed, n_users=61, n_items=97)
+        got = rank_metrics(ue, ie, test, [train, valid], topk=ks, chunk=5)
+        scores = ue @ ie.T
+        for m in (train, valid):
+            scores[torch.from_numpy(m[:, 0]), torch.from_numpy(m[:, 1])] = -torch.inf
+        pred = torch.topk(scores, max(ks), dim=1).indices
+        truth = torch.from_numpy(test.T.astype(np.int64))
+        assert got["users"] == len(np.unique(test[:, 0]))
+        for k in ks:
+            for name, cls in classes.items():
+                metric = cls(k)
+                metric.update(pred[:, :k], truth)
+                want = float(metric.compute())
+                assert abs(got[f"{name}@{k}"] - want) < 1e-5, (seed, name, k, got[f"{name}@{k}"], want)
+        # the case is not degenerate: some hits, not all
+        assert 0 < got["hit@3"] < 1 and 0 < got["mrr@10"] < got["hit@10"]
+
+
+def test_metric_keys_are_every_metric_at_every_k():
+    ue, ie, train, valid, test = _random_case(0)
+    got = rank_metrics(ue, ie, test, [train], topk=(2, 7))
+    assert list(got) == [f"{m}@{k}" for m in ("recall", "mrr", "ndcg", "hit", "precision") for k in (2, 7)] + ["users"]
+    for key, v in got.items():
+        if key != "users":
+            assert 0 <= v <= 1, key
+    # precision@K * K * users = hits = recall numerators: at K=1 hit, precision and mrr agree
+    one = rank_metrics(ue, ie, test, [train], topk=(1,))
+    assert one["hit@1"] == one["precision@1"] == one["mrr@1"]

@@ -34,7 +34,8 @@ def register(sub):
 def _print_summary(result, out=None):
     out = out or sys.stdout   # looked up per call: a default bound at import keeps a stream that may be closed
     t = result.test
-    ms = "  ".join(f"{k} {v:.4f}" for k, v in t.items() if "@" in k)
+    from ..evaluate import format_metrics
+    ms = format_metrics(t)
     print(f"test metrics (best valid epoch {result.best_epoch}): {ms}", file=out)
     n = max(result.steps, 1)
     print(f"{result.steps} steps in {result.train_seconds:.2f} s measured "
