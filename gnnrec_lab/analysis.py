@@ -86,6 +86,17 @@ def breakdown(records_or_df, host: Optional[dict] = None) -> pd.DataFrame:
     return g[list(BREAKDOWN_COLUMNS)]
 
 
+# What "% bound" and the roofline mean, shown wherever either is (CLI tables, the Breakdown page).
+BOUND_NOTE = ("% bound = the kernel's roofline time (its bytes at this host's calibrated DRAM triad bandwidth, or its "
+              "flops at the calibrated GEMM rate, whichever is longer) / its measured time. Above 100% the kernel "
+              "ran faster than DRAM alone allows: rows it gathers again came from the CPU caches, which the roofline "
+              "charges to DRAM")
+ROOFLINE_NOTE = ("Roofline: each kernel's measured GFLOP/s against its arithmetic intensity (flop per byte moved); "
+                 "the dashed roof is min(GEMM peak, triad bandwidth x intensity) from this host's calibration "
+                 "(measured). A point above the roof reused rows from the CPU caches (the roof charges every byte "
+                 "to DRAM).")
+
+
 def _fmt(v, spec: str) -> str:
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
 
@@ -102,7 +113,7 @@ def format_breakdown(df: pd.DataFrame) -> str:
                      f" {r.bytes / 1e9:>8.3f} {_fmt(r.GBps, '7.2f')} {_fmt(r.GFLOPs, '8.2f')}"
                      f" {_fmt(r.intensity, '7.2f')} {_fmt(r.pct_of_bound, '7.1f')}%")
     lines.append(f"{'total':<14} {'':<10} {int(df['calls'].sum()):>6d} {df['seconds'].sum():>9.4f}")
-    lines.append("time: measured; % bound: roofline bound from the host calibration (measured) / measured time")
+    lines.append("time: measured; " + BOUND_NOTE)
     return "\n".join(lines)
 
 

@@ -47,16 +47,63 @@ def dram_footprint(config, counts: dict) -> tuple[int, dict]:
     return sum(v for k, v in fp.items() if k not in off), fp
 
 
+def batch_size_error(batch_size: int, counts: dict, dataset: str) -> Optional[ConfigError]:
+    """Why ``batch_size`` cannot train ``dataset`` (a batch larger than its training interactions),
+    or None. The one check the run itself (with exact counts), the CLI's pre-flight and the Launch
+    form make; where the split is not cached yet (``n_train_exact`` false) only a batch larger than
+    every interaction is refused before the run, the run refuses the rest."""
+    n_train = counts.get("n_train")
+    exact = counts.get("n_train_exact", True)
+    bound = n_train if exact else counts.get("n_interactions")
+    if bound is None or batch_size <= bound:
+        return None
+    what = "training interactions" if exact else "interactions (the training split holds about 80% of them)"
+    return ConfigError("batch_size", f"must be at most the number of {what} ({bound:,}) of {dataset!r}, "
+                                     f"got {batch_size:,}")
+
+
+def memory_verdict(config, counts: dict, *, memory_limit_bytes: Optional[int] = None,
+                   available: Optional[int] = None) -> dict:
+    """The one predicted-memory number of a launch and the limit it is held against.
+
+    ``dram_bytes``: predicted bytes that stay in DRAM (modeled; interpreter and ``file:`` classes
+    left out, :func:`dram_footprint`); ``footprint``: predicted bytes by class; ``limit_bytes`` and
+    ``limit_name``: the smaller of the memory available now (measured) and the run's memory limit;
+    ``fits``; ``largest``: the biggest class and the setting that drives it. The CLI's refusal and
+    the Launch page's chart both show these numbers.
+    """
+    dram, fp = dram_footprint(config, counts)
+    avail = available_bytes() if available is None else int(available)
+    where = "memory available now"
+    if memory_limit_bytes is not None and memory_limit_bytes < avail:
+        avail, where = int(memory_limit_bytes), "run's memory limit"
+    big = max((k for k in fp if k != "runtime"), key=lambda k: fp[k])
+    return {"dram_bytes": int(dram), "footprint": fp, "limit_bytes": int(avail), "limit_name": where,
+            "fits": dram <= avail, "largest": big, "largest_bytes": int(fp[big]),
+            "driver": DRIVERS.get(big, big), "kind": "modeled"}
+
+
+def memory_refusal(v: dict) -> str:
+    """The refusal of a launch whose predicted DRAM bytes exceed the limit (:func:`memory_verdict`)."""
+    return (f"footprint: predicted {_fmt(v['dram_bytes'])} in DRAM (modeled; largest: {v['largest']} "
+            f"{_fmt(v['largest_bytes'])}, set by {v['driver']}) exceeds the {_fmt(v['limit_bytes'])} of "
+            f"{v['limit_name']}; lower it or place classes on file:DIR")
+
+
 def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[int] = None,
-                 available: Optional[int] = None) -> Optional[int]:
+                 available: Optional[int] = None, cli: bool = True) -> Optional[int]:
     """Raise UserError (naming the parameter) when ``config`` cannot run here; return the
-    predicted DRAM bytes (modeled) when the footprint could be predicted."""
+    predicted DRAM bytes (modeled) when the footprint could be predicted. ``cli``: the footprint
+    refusal names the CLI's ``--force`` (the dashboard has no such override)."""
     from .data import describe
     try:
         counts = describe(config.dataset, data_dir=config.data_dir)
     except UserError as e:
         msg = str(e)
         raise ConfigError("dataset", msg) if not msg.startswith(("dataset", "data_dir")) else UserError(msg)
+    err = batch_size_error(config.batch_size, counts, config.dataset)
+    if err is not None:
+        raise err
     if not counts.get("prepared", True):
         # the run will build the dataset: its directory must take files
         import tempfile
@@ -84,25 +131,18 @@ def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[in
         names = sorted(load_profiles())
         if config.device_profile not in names:
             raise ConfigError("device_profile", f"unknown {config.device_profile!r}; known: {', '.join(names)}")
-    dram, fp = dram_footprint(config, counts)
     if force:
-        return dram
-    avail = available_bytes() if available is None else int(available)
-    where = "memory available now"
-    if memory_limit_bytes is not None and memory_limit_bytes < avail:
-        avail, where = int(memory_limit_bytes), "run's memory limit"
-    if dram > avail:
-        big = max((k for k in fp if k != "runtime"), key=lambda k: fp[k])
-        raise UserError(f"footprint: predicted {_fmt(dram)} in DRAM (modeled; largest: {big} {_fmt(fp[big])}, "
-                        f"set by {DRIVERS.get(big, big)}) exceeds the {_fmt(avail)} of {where}; lower it, "
-                        f"place classes on file:DIR, or pass --force to start anyway")
-    return dram
+        return dram_footprint(config, counts)[0]
+    v = memory_verdict(config, counts, memory_limit_bytes=memory_limit_bytes, available=available)
+    if not v["fits"]:
+        raise UserError(memory_refusal(v) + (", or pass --force to start anyway" if cli else ""))
+    return v["dram_bytes"]
 
 
 def footprint_error(config, *, memory_limit_bytes: Optional[int] = None) -> Optional[str]:
     """:func:`check_launch`'s refusal as one line, or None when the run may start (dashboard use)."""
     try:
-        check_launch(config, memory_limit_bytes=memory_limit_bytes)
+        check_launch(config, memory_limit_bytes=memory_limit_bytes, cli=False)
     except UserError as e:
         return str(e)
     return None

@@ -30,7 +30,7 @@ import torch
 
 from . import kernels
 from .config import RunConfig
-from .errors import ConfigError, UserError
+from .errors import UserError
 from .evaluate import evaluate
 from .graph import BipartiteGraph
 from .models import bpr_loss, bpr_loss_rows, build_model
@@ -39,6 +39,7 @@ from .optim import warmup as warm_optimizer
 from .memory import footprint, peak_rss_bytes
 from .memory.footprint import Footprint
 from .memory.placement import allocate, place_array, place_of, place_tensor
+from .preflight import batch_size_error
 from .proc import host_info, load_sample
 from .recorder import Recorder, store_key, sum_records, use_recorder
 from .reporting import MultiReporter, ProgressReporter, Reporter
@@ -259,9 +260,9 @@ def _prepare(config, dataset, progress) -> _Run:
     n_train = len(dataset.train)
     if n_train == 0:
         raise UserError(f"dataset {config.dataset!r} has no training interactions")
-    if config.batch_size > n_train:
-        raise ConfigError("batch_size", f"must be at most the number of training interactions "
-                                        f"({n_train:,}) of {config.dataset!r}, got {config.batch_size:,}")
+    err = batch_size_error(config.batch_size, {"n_train": n_train}, config.dataset)
+    if err is not None:
+        raise err
     graph = BipartiteGraph(dataset.train, dataset.n_users, dataset.n_items, getattr(dataset, "node_order", None))
     _place_graph(graph, config)
     kernels.set_backend(config.backend)
@@ -566,8 +567,10 @@ def modeled_line(modeled: dict) -> str:
     """The run summary's line for a modeled memory mode (CLI, the run's events)."""
     mod, meas = modeled["modeled_s_per_step"], modeled["measured_s_per_step"]
     ratio = f"{mod / meas:.2f}x " if meas else ""
+    where = modeled.get("placement_assumption")
     return (f"{modeled['memory_mode']}: step time {mod * 1e3:.1f} ms modeled on {modeled['device']} "
-            f"({ratio}the kernel time measured on DRAM, {meas * 1e3:.1f} ms per step)")
+            f"({ratio}the kernel time measured on DRAM, {meas * 1e3:.1f} ms per step)"
+            + (f"; placement: {where}" if where else ""))
 
 
 def _place_graph(graph, config) -> None:

@@ -1,8 +1,9 @@
 """``gnnrec-lab advise``: footprint by class, whether it fits, and each memory mode's cost.
 
-Footprint bytes are predicted (modeled); step times come from a kernel-count
-model of one training step at the calibrated host's rates, projected by the
-tier model, so every time printed is modeled and says so.
+Footprint bytes are predicted (modeled). The DRAM step is the fastest stored DRAM run of the
+same shape (measured; the run is named) when the run store holds one, else a kernel-count model
+of one training step at the calibrated host's rates; the tier model projects it onto each memory
+mode, so every other time printed is modeled and says so, with the placement it assumes.
 """
 from __future__ import annotations
 
@@ -27,8 +28,25 @@ def register(subparsers):
     p.add_argument("--counts", help="dataset counts to use instead of looking the dataset up, e.g. "
                                     "n_users=943,n_items=1682,n_train=80000 (default: the prepared dataset's)")
     p.add_argument("--host-profile", help="host calibration JSON (default: gnnrec-lab calibrate's)")
+    p.add_argument("--ignore-runs", action="store_true",
+                   help="model the DRAM step from kernel counts even when the run store holds a finished DRAM "
+                        "run of this shape (default: start from the fastest such run, measured)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
+
+
+def _reference(cfg, host):
+    """The stored DRAM measurement of ``cfg``'s shape with its kernel records, or None."""
+    from ..memory.advise import dram_reference, reference_records
+    from ..store import Store
+    try:
+        store = Store()
+    except UserError:   # no readable store: the kernel-count model, as with --ignore-runs
+        return None
+    ref = dram_reference(store, cfg, host)
+    if ref is None:
+        return None
+    return dict(ref, records=reference_records(store, ref["run_id"]))
 
 
 def _counts(args) -> dict:
@@ -59,7 +77,8 @@ def run(args) -> int:
                     dim=args.dim, batch_size=args.batch_size, optimizer=args.optimizer)
     counts = _counts(args)
     host = load_host_profile(args.host_profile)
-    a = advise(cfg, counts, host, args.dram_gb)
+    ref = None if args.ignore_runs else _reference(cfg, host)
+    a = advise(cfg, counts, host, args.dram_gb, reference=ref)
     if args.json:
         print(json.dumps(a, indent=2, default=str))
         return 0
@@ -73,12 +92,21 @@ def run(args) -> int:
     print(f"  {'total':<20} {a['footprint_total'] / GiB:>10.3f} GiB  modeled")
     fits = "fits" if a["fits_in_dram"] else "does NOT fit"
     print(f"DRAM {args.dram_gb:g} GiB: the run {fits} in DRAM (modeled)")
-    print("memory modes (step times modeled from the calibrated host and the tier model):")
-    print(f"  {'mode':<20} {'device':<30} {'modeled step s':>15} {'vs dram':>8}  placement / note")
+    src = a["step_source"]
+    print(f"DRAM step: {src['text']}")
+    if ref is not None:
+        spread = ", ".join(f"#{x['run_id']} {x['measured_s'] * 1e3:.1f} ms" + (" (load > cores)" if x["overloaded"]
+                                                                              else "") for x in ref["runs"])
+        print(f"  stored DRAM runs of this shape (measured step): {spread}")
+    print("memory modes (step times modeled from the DRAM step and the tier model; App Direct, CXL and remote "
+          "NUMA keep the advised split in DRAM, 'all on device' puts every tensor class on the device, as "
+          "whatif and the Launch page do):")
+    print(f"  {'mode':<20} {'device':<30} {'step s':>10} {'vs dram':>8} {'all on device':>14}  placement / note")
     for mode, r in a["modes"].items():
         t = r.get("modeled_step_s")
         ts = f"{t:.4f}" if t else "-"
         rr = f"{r['ratio_to_dram']:.2f}x" if r.get("ratio_to_dram") else "-"
+        aod = f"{r['all_on_device_ratio']:.2f}x" if r.get("all_on_device_ratio") else "-"
         if "keep_in_dram" in r:
             how = f"keep in DRAM: {', '.join(r['keep_in_dram']) or 'nothing'}"
             if r.get("note"):
@@ -87,7 +115,8 @@ def run(args) -> int:
             how = r.get("note", "")
         if mode == "dram" and not r.get("fits"):
             how = r.get("note", "")
-        print(f"  {mode:<20} {r['device']:<30} {ts:>15} {rr:>8}  {how}  [modeled]")
+        print(f"  {mode:<20} {r['device']:<30} {ts:>10} {rr:>8} {aod:>14}  {how}  "
+              f"[{r['kind']}; placement: {r['placement_assumption']}]")
     if a["recommended_mode"]:
         print(f"recommended (modeled): {a['recommended_mode']}: {a['recommended_reason']}")
     return 0

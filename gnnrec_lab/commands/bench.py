@@ -81,6 +81,8 @@ def run(args) -> int:
         print(bench.machine_line(host))
         print(bench.pyg_note())
         print(bench.dgl_note())
+        from ..analysis import BOUND_NOTE
+        print(BOUND_NOTE)
         print(bench.HEADER)
         progress = print
     results = bench.run_kernel_bench(sizes=args.sizes, dims=args.dims, backends=args.backends,

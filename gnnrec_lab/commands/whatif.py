@@ -102,5 +102,6 @@ def run(args) -> int:
         ratio = "" if r.ratio is None or (isinstance(r.ratio, float) and math.isnan(r.ratio)) else f"{r.ratio:.2f}x"
         print(f"{r.name:<16} {r.phase:<11} {r.measured_s:>12.6f} {r.modeled_s:>12.6f} {ratio:>7}  modeled")
     print(f"per step ({step['steps']} steps): measured {step['measured_s']:.6f} s, "
-          f"modeled {step['modeled_s']:.6f} s on {step['device']} ({step['ratio']:.2f}x, modeled)")
+          f"modeled {step['modeled_s']:.6f} s on {step['device']} ({step['ratio']:.2f}x, modeled); "
+          f"placement: {step['placement_assumption']}")
     return 0

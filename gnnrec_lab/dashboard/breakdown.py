@@ -18,11 +18,12 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..analysis import breakdown, roofline_points
+from ..analysis import ROOFLINE_NOTE, breakdown, roofline_points
 from ..calibrate import host_profile
 from ..memory.footprint import Footprint
 from ..memory.tiermodel import mode_device
-from .common import MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_by, not_available, run_options, safe_call
+from .common import (MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_all, hatch_by, not_available, run_options,
+                     safe_call)
 from .launch import modeled_bars, run_modeled_step, tier_projection
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -51,17 +52,6 @@ def modeled_kernel_phase_ms(step: Optional[dict]) -> pd.DataFrame:
     order = g.groupby("name")["measured_s"].sum().sort_values(ascending=False).index
     g["name"] = pd.Categorical(g["name"], categories=list(order), ordered=True)
     return g.sort_values(["name", "phase"])[["name", "phase", "ms"]].assign(name=lambda d: d["name"].astype(str))
-
-
-def hatch_all(pattern: str = "/"):
-    """A HoloViews hook that hatches every bar of a plot (a modeled chart)."""
-    def hook(plot, element):
-        glyph = plot.handles.get("glyph")
-        if glyph is not None:
-            glyph.hatch_pattern = pattern
-            glyph.hatch_color = "white"
-            glyph.hatch_alpha = 0.9
-    return hook
 
 
 def mode_header(rec: dict) -> str:
@@ -193,7 +183,8 @@ class BreakdownPage(pn.viewable.Viewer):
         step, why = run_modeled_step(self.lab, run_id)
         if step is None:
             return not_available("Kernel time by phase on the run's device (memory tier model)", why)
-        return pn.Column(pn.pane.Markdown(f"{MODELED_NOTE} The measured chart above is the same step on DRAM."),
+        return pn.Column(pn.pane.Markdown(f"{MODELED_NOTE} The measured chart above is the same step on DRAM. "
+                                          f"Placement: {step.get('placement_assumption', '?')}."),
                          pn.pane.HoloViews(self.modeled_kernel_bars(step), sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
 
@@ -214,14 +205,16 @@ class BreakdownPage(pn.viewable.Viewer):
                                                      ylabel="GFLOP/s (measured)",
                                                      title="Roofline: kernels vs this host's calibrated ceilings")
         bw, peak = ceil.get("triad_GBps"), ceil.get("gemm_GFLOPs")
+        note = pn.pane.Markdown(ROOFLINE_NOTE, sizing_mode="stretch_width", css_classes=["roofline-note"])
         if not bw or not peak or pts.empty:
-            return pn.pane.HoloViews(scatter, sizing_mode="stretch_width")
+            return pn.Column(note, pn.pane.HoloViews(scatter, sizing_mode="stretch_width"), sizing_mode="stretch_width")
         lo = min(pts[x].min(), peak / bw) / 10
         hi = max(pts[x].max(), peak / bw) * 10
         xs = [lo * (hi / lo) ** (i / 50) for i in range(51)]
         roof = hv.Curve((xs, [min(peak, bw * v) for v in xs]), x, y, label="roof").opts(
             color="black", line_dash="dashed")
-        return pn.pane.HoloViews(scatter * roof, sizing_mode="stretch_width")
+        return pn.Column(note, pn.pane.HoloViews(scatter * roof, sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
 
     def _footprint_section(self, fp: Optional[pd.DataFrame], rec: dict):
         import holoviews as hv
@@ -249,7 +242,7 @@ class BreakdownPage(pn.viewable.Viewer):
         if df is None:
             return not_available("Measured DRAM vs modeled Optane/CXL (memory tier model)", why)
         chosen = df[df["chosen"]] if "chosen" in df.columns else df.iloc[0:0]
-        note = MODELED_NOTE
+        note = f"{MODELED_NOTE} Placement: {df.attrs.get('placement_assumption', '?')}."
         if not chosen.empty and chosen["kind"].iloc[0] == "modeled":
             note += (f" This run's memory mode uses **{chosen['device'].iloc[0]}**: "
                      f"{chosen['seconds'].iloc[0] * 1e3:.1f} ms per step (modeled).")

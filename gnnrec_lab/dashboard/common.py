@@ -59,6 +59,17 @@ def hatch_by(column: str = "hatch"):
     return hook
 
 
+def hatch_all(pattern: str = "/"):
+    """A HoloViews hook that hatches every bar of a plot (a modeled chart)."""
+    def hook(plot, element):
+        glyph = plot.handles.get("glyph")
+        if glyph is not None:
+            glyph.hatch_pattern = pattern
+            glyph.hatch_color = "white"
+            glyph.hatch_alpha = 0.9
+    return hook
+
+
 def not_available(what: str, reason: Optional[str] = None) -> pn.pane.Alert:
     """The note a page shows where a piece of the lab is missing."""
     text = f"**{what}** is not available yet"

@@ -4,9 +4,12 @@ The form's state is a :class:`LaunchForm` (one ``param`` per RunConfig field a
 person usually changes). ``RunConfig`` itself validates; its ``ConfigError``
 names the field, and the message is shown under that widget while the Launch
 button stays disabled. Before launching, the page shows the predicted footprint
-per tensor class against this machine's DRAM and, where a DRAM run of the same
-shape exists in the store, its measured step time next to the step time the
-tier model projects for each other memory device (marked *modeled*).
+the run will hold in DRAM (modeled, the number the pre-flight check holds against
+the limit that applies: the memory available now or the run's memory limit) and,
+where finished DRAM runs of the same shape exist in the store, the fastest one's
+measured step time next to the step time the tier model projects for each other
+memory device (marked *modeled*), with the spread of those runs and the placement
+the projection assumes.
 """
 from __future__ import annotations
 
@@ -16,21 +19,51 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..config import (BACKENDS, LR_RULES, MEMORY_MODES, MODELS, NGCF_FORMS, OPTIMIZERS,
+from ..config import (BACKENDS, CACHE_POLICIES, LR_RULES, MEMORY_MODES, MODELS, MODES, NGCF_FORMS, OPTIMIZERS,
                       TENSOR_CLASSES, RunConfig, field_help, field_label)
 from ..errors import ConfigError, UserError
 from ..calibrate import host_profile
 from ..data import describe, list_datasets
-from ..memory import footprint
-from ..memory.tiermodel import mode_label, step_time_projection, stored_run_step_time
-from .common import MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_by, not_available, safe_call
+from ..memory.advise import dram_reference
+from ..memory.profiles import load_profiles
+from ..memory.tiermodel import mode_device, mode_label, step_time_projection, stored_run_step_time
+from .common import MODELED_NOTE, OVERLOADED_LABEL, Lab, fmt_bytes, hatch_all, hatch_by, not_available, safe_call
 
 # The one-click example offered on a fresh install (small enough for two cores).
 EXAMPLE_CONFIG = dict(dataset="ml-100k", model="lightgcn", layers=3, dim=64, batch_size=2048,
                       epochs=3, eval_users=500)
 # Form fields shown as widgets, in order; placement gets one text box per tensor class.
 FORM_FIELDS = ("dataset", "model", "ngcf_form", "layers", "dim", "batch_size", "epochs", "lr",
-               "lr_rule", "optimizer", "memory_mode", "backend", "max_steps_per_epoch")
+               "lr_rule", "optimizer", "memory_mode", "device_profile", "backend", "max_steps_per_epoch",
+               "eval_users", "patience", "seed", "mode", "fanouts", "cache_policy", "cache_size")
+# The error pane at the Launch button, for what is not one field's mistake.
+FORM = "form"
+
+
+def error_text(err) -> str:
+    """How a form error reads on the page: a field's error names its field; one that is not tied to a
+    field (shown at the button) reads as its message alone."""
+    text = str(err)
+    if getattr(err, "param", None) == FORM and text.startswith(f"{FORM}: "):
+        return text[len(FORM) + 2:]
+    return text
+
+
+def profile_names() -> list[str]:
+    """Device profiles a modeled memory mode may use instead of its default (the tier model's)."""
+    names, _ = safe_call(lambda: sorted(n for n, p in load_profiles().items()
+                                        if getattr(p, "kind", None) not in ("dram", "host")), default=[])
+    return names or []
+
+
+def parse_fanouts(text) -> tuple:
+    """The fan-outs box ("10,10,10", first hop first) as a tuple; ConfigError naming fanouts."""
+    if isinstance(text, (tuple, list)):
+        return tuple(text)
+    try:
+        return tuple(int(p) for p in str(text).replace(" ", "").split(",") if p)
+    except ValueError:
+        raise ConfigError("fanouts", f"expected comma-separated integers such as 10,10,10, got {text!r}") from None
 
 
 def dataset_names() -> tuple[list[str], Optional[str]]:
@@ -70,21 +103,37 @@ class LaunchForm(param.Parameterized):
     backend = param.Selector(default="native", objects=list(BACKENDS))
     max_steps_per_epoch = param.Integer(default=None, allow_None=True,
                                         doc="cap steps per epoch for quick runs (empty = no cap)")
+    device_profile = param.String(default="", doc="device profile of a modeled memory mode ('' = the mode's default)")
+    eval_users = param.Integer(default=None, allow_None=True, doc="evaluate a seeded sample of users (empty = all)")
+    patience = param.Integer(default=RunConfig.patience)
+    seed = param.Integer(default=RunConfig.seed)
+    mode = param.Selector(default="full", objects=list(MODES))
+    fanouts = param.String(default=",".join(str(f) for f in RunConfig.fanouts))
+    cache_policy = param.Selector(default="none", objects=list(CACHE_POLICIES))
+    cache_size = param.String(default=RunConfig.cache_size)
     placement = param.Dict(default={}, doc="tensor class -> 'dram' | 'file:DIR' | 'numa:POLICY:NODES'")
 
     def values(self) -> dict:
+        """The form as RunConfig field values (ConfigError when the fan-outs box does not parse)."""
         d = {k: getattr(self, k) for k in FORM_FIELDS}
         d["placement"] = {k: v for k, v in (self.placement or {}).items() if v}
+        d["device_profile"] = d["device_profile"] or None
+        d["fanouts"] = parse_fanouts(d["fanouts"])
         return d
 
     @param.depends(*FORM_FIELDS, "placement")
     def result(self) -> tuple[Optional[RunConfig], Optional[ConfigError]]:
         """``(config, None)`` when the form is valid, else ``(None, error)``."""
-        return config_from_values(self.values())
+        try:
+            values = self.values()
+        except ConfigError as e:
+            return None, e
+        return config_from_values(values)
 
     def set_from(self, config: RunConfig) -> None:
-        self.param.update(**{k: getattr(config, k) for k in FORM_FIELDS},
-                          placement=dict(config.placement))
+        values = {k: getattr(config, k) for k in FORM_FIELDS}
+        values.update(device_profile=config.device_profile or "", fanouts=",".join(str(f) for f in config.fanouts))
+        self.param.update(**values, placement=dict(config.placement))
 
 
 def config_from_values(values: dict) -> tuple[Optional[RunConfig], Optional[ConfigError]]:
@@ -94,36 +143,63 @@ def config_from_values(values: dict) -> tuple[Optional[RunConfig], Optional[Conf
     except ConfigError as e:
         return None, e
     except UserError as e:  # not tied to a field: show it at the button
-        return None, ConfigError("form", str(e))
+        return None, ConfigError(FORM, str(e))
     except (TypeError, ValueError) as e:
-        return None, ConfigError("form", str(e))
+        return None, ConfigError(FORM, str(e))
 
 
-def footprint_frame(config: RunConfig) -> tuple[Optional[pd.DataFrame], Optional[str]]:
-    """Predicted bytes per tensor class for ``config`` (modeled from shapes), or ``(None, reason)``."""
-    counts, _ = safe_call(describe, config.dataset)
-    fp, why = safe_call(footprint, config, counts=counts)
-    if fp is None:
+def memory_prediction(config: RunConfig) -> tuple[Optional[dict], Optional[str]]:
+    """:func:`~gnnrec_lab.preflight.memory_verdict` of ``config`` under this dashboard's launch
+    policy: the predicted DRAM bytes (modeled), by class, and the limit that applies (the same
+    numbers the Launch button's pre-flight check uses), or ``(None, reason)``."""
+    from ..data import describe
+    from ..preflight import memory_verdict
+    from .security import launch_policy
+    counts, why = safe_call(describe, config.dataset, data_dir=config.data_dir)
+    if counts is None:
         return None, why
-    df = pd.DataFrame({"tensor_class": list(fp), "bytes": [float(v) for v in fp.values()]})
-    return df, None
+    return safe_call(memory_verdict, config, counts, memory_limit_bytes=launch_policy().memory_limit_bytes)
 
 
-def reference_dram_run(lab: Lab, config: RunConfig) -> Optional[int]:
-    """Newest finished DRAM run in the store with the same dataset, model, depth, width and batch."""
-    runs = lab.runs()
-    if runs.empty or "status" not in runs.columns:
-        return None
-    m = runs["status"].eq("finished")
-    for key in ("dataset", "model", "layers", "dim", "batch_size"):
-        if key in runs.columns:
-            m &= runs[key].eq(getattr(config, key))
-    if "memory_mode" in runs.columns:
-        m &= runs["memory_mode"].eq("dram")
-    hit = runs[m]
-    if hit.empty:
-        return None
-    return int(hit["id" if "id" in hit.columns else "run_id"].max())
+def memory_chart(v: dict):
+    """The predicted DRAM bytes stacked by tensor class in one bar, with the limit that applies as a
+    red dashed line, both on one GiB axis that holds them (modeled bars are hatched)."""
+    import holoviews as hv
+    from ..memory.placement import file_placed
+    off = set(file_placed(getattr(v.get("config"), "placement", {}) or {}))
+    fp = {k: b for k, b in v["footprint"].items() if k != "runtime" and k not in off and b > 0}
+    df = pd.DataFrame({"what": "predicted in DRAM (modeled)", "tensor_class": list(fp),
+                       "GiB": [b / 2**30 for b in fp.values()]})
+    limit = v["limit_bytes"] / 2**30
+    top = max(v["dram_bytes"] / 2**30, limit) * 1.1
+    bars = hv.Bars(df, ["what", "tensor_class"], "GiB").opts(
+        stacked=True, responsive=True, height=300, tools=["hover"], hooks=[hatch_all("/")],
+        ylim=(0, top), ylabel="GiB", xlabel="", legend_position="right",
+        title=f"Predicted DRAM use (modeled) vs the {v['limit_name']}")
+    line = hv.HLine(limit).opts(color="red", line_dash="dashed", line_width=2)
+    return bars * line
+
+
+def reference_runs(lab: Lab, config: RunConfig) -> tuple[Optional[dict], Optional[str]]:
+    """:func:`~gnnrec_lab.memory.advise.dram_reference` for ``config`` (the fastest stored DRAM run of
+    its shape and the spread of them all), or ``(None, reason)``; ``(None, None)`` when there is none."""
+    host, why = host_calibration()
+    if host is None:
+        return None, why
+    return safe_call(dram_reference, lab.store, config, host)
+
+
+def spread_text(ref: dict) -> str:
+    """Which stored DRAM runs of the shape there are, how far apart they measured, which one predicts."""
+    ms = lambda s: f"{s * 1e3:.1f} ms"  # noqa: E731
+    runs = ", ".join(f"#{r['run_id']} {ms(r['measured_s'])}" + (f" ({OVERLOADED_LABEL})" if r["overloaded"] else "")
+                     for r in ref["runs"])
+    n = len(ref["runs"])
+    spread = (f"they measured {ms(ref['min_s'])} to {ms(ref['max_s'])} per step (median {ms(ref['median_s'])}): "
+              if n > 1 else "")
+    return (f"{n} stored DRAM run{'s' if n > 1 else ''} of this shape ({runs}); {spread}predicted from the "
+            f"**fastest**, run **#{ref['run_id']}** ({ms(ref['measured_s'])} per step, measured), because load "
+            f"from other work only ever adds time.")
 
 
 def mode_note(memory_mode: str) -> str:
@@ -182,8 +258,13 @@ class LaunchPage(pn.viewable.Viewer):
         self.widgets = {"dataset": ds}
         for k in FORM_FIELDS[1:]:
             p = self.form.param[k]
-            if isinstance(p, param.Selector):
+            if k == "device_profile":
+                w = pn.widgets.Select.from_param(
+                    p, options={"the memory mode's default": "", **{n: n for n in profile_names()}}, **widget_words(k))
+            elif isinstance(p, param.Selector):
                 w = pn.widgets.Select.from_param(p, **widget_words(k))
+            elif isinstance(p, param.String):
+                w = pn.widgets.TextInput.from_param(p, **widget_words(k))
             elif k == "lr":
                 w = pn.widgets.FloatInput.from_param(p, step=1e-4, format="0.[00000]", **widget_words(k))
             else:
@@ -200,8 +281,9 @@ class LaunchPage(pn.viewable.Viewer):
             for cls in TENSOR_CLASSES}
         for cls, w in self.placement_inputs.items():
             w.param.watch(self._placement_changed, "value")
-        self.errors = {k: pn.pane.Markdown("", styles={"color": "#c62828"}, margin=(0, 10), visible=False, width=250)
-                       for k in list(FORM_FIELDS) + ["placement", "form"]}
+        self.errors = {k: pn.pane.Markdown("", styles={"color": "#c62828"}, margin=(0, 10), visible=False, width=250,
+                                           css_classes=[f"launch-error-{k}"])
+                       for k in list(FORM_FIELDS) + ["placement", FORM]}
         self.button = pn.widgets.Button(name="Launch run", button_type="primary", disabled=True,
                                         css_classes=["launch-button"])
         self.button.on_click(self._on_launch)
@@ -227,12 +309,18 @@ class LaunchPage(pn.viewable.Viewer):
             why = why or failed
             if why:
                 param, _, rest = why.partition(": ")
-                cfg, err = None, (ConfigError(param, rest) if param in self.errors else ConfigError("form", why))
+                cfg, err = None, (ConfigError(param, rest) if param in self.errors else ConfigError(FORM, why))
         for k, pane in self.errors.items():
-            hit = err is not None and (err.param == k or (k == "form" and err.param not in self.errors))
-            pane.object = f"⚠ {err}" if hit else ""
+            hit = err is not None and (err.param == k or (k == FORM and err.param not in self.errors))
+            pane.object = f"⚠ {error_text(err)}" if hit else ""
             pane.visible = hit
-        self.widgets["ngcf_form"].visible = self.form.model == "ngcf"
+        # fields that mean something only with another's value are shown with it
+        sampled = self.form.mode == "sampled"
+        shown = {"ngcf_form": self.form.model == "ngcf", "device_profile": self.form.memory_mode != "dram",
+                 "fanouts": sampled, "cache_policy": sampled,
+                 "cache_size": sampled and self.form.cache_policy not in ("none", "stream")}
+        for k, visible in shown.items():
+            self.widgets[k].visible = visible or self.errors[k].visible
         self.button.disabled = cfg is None or self.lab.runner is None
 
     def launch(self, config: Optional[RunConfig] = None):
@@ -240,7 +328,7 @@ class LaunchPage(pn.viewable.Viewer):
         if config is None:
             config, err = self.form.result()
             if config is None:
-                self.message = f"Not launched: {err}"
+                self.message = f"Not launched: {error_text(err)}"
                 self.status_md.object = self.message
                 return None
         try:
@@ -263,14 +351,13 @@ class LaunchPage(pn.viewable.Viewer):
     def _on_example(self, _event):
         cfg, err = config_from_values(EXAMPLE_CONFIG)
         if cfg is None:
-            self.status_md.object = f"Example not launched: {err}"
+            self.status_md.object = f"Example not launched: {error_text(err)}"
             return
         self.form.set_from(cfg)
         self.launch(cfg)
 
     # -- views ------------------------------------------------------------------
-    @param.depends("form.dataset", "form.model", "form.ngcf_form", "form.layers", "form.dim",
-                   "form.batch_size", "form.memory_mode", "form.placement", "form.backend")
+    @param.depends(*[f"form.{k}" for k in FORM_FIELDS], "form.placement")
     def predictions(self):
         cfg, err = self.form.result()
         if cfg is None:
@@ -278,40 +365,46 @@ class LaunchPage(pn.viewable.Viewer):
         return pn.Column(self._footprint_view(cfg), self._step_time_view(cfg), sizing_mode="stretch_width")
 
     def _footprint_view(self, cfg: RunConfig):
-        import holoviews as hv
-        df, why = footprint_frame(cfg)
-        if df is None:
-            return not_available("Predicted footprint (memory package)", why)
-        dram = dram_bytes()
-        total = float(df["bytes"].sum())
-        df = df.assign(GiB=df["bytes"] / 2**30, hatch="/")
-        bars = hv.Bars(df, "tensor_class", ["GiB", "hatch"]).opts(
-            color="#ff7f0e", hooks=[hatch_by("hatch")], responsive=True, height=260, xrotation=30,
-            title="Predicted footprint by tensor class (modeled)", ylabel="GiB (modeled)",
-            tools=["hover"])
-        line = hv.HLine(dram / 2**30).opts(color="red", line_dash="dashed")
-        fits = "fits in" if total <= dram else "**exceeds**"
+        v, why = memory_prediction(cfg)
+        if v is None:
+            return not_available("Predicted memory (memory package)", why)
+        v["config"] = cfg
+        fits = "fits within" if v["fits"] else "**exceeds**"
         note = pn.pane.Markdown(
-            f"Predicted total **{fmt_bytes(total)}** (modeled) {fits} this machine's DRAM "
-            f"({fmt_bytes(dram)}, red dashed line).")
-        return pn.Column(note, pn.pane.HoloViews(bars * line, sizing_mode="stretch_width"),
+            f"Predicted **{fmt_bytes(v['dram_bytes'])}** in DRAM (modeled: every tensor class not placed on "
+            f"`file:`, the interpreter left out) {fits} the **{fmt_bytes(v['limit_bytes'])}** of the "
+            f"{v['limit_name']} (red dashed line), the limit the Launch button checks."
+            + ("" if v["fits"] else f" Largest: {v['largest']} ({fmt_bytes(v['largest_bytes'])}, set by "
+                                    f"{v['driver']}): lower it or place classes on `file:DIR`."),
+            css_classes=["launch-memory-note"], sizing_mode="stretch_width")
+        return pn.Column(note, pn.pane.HoloViews(memory_chart(v), sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
 
     def _step_time_view(self, cfg: RunConfig):
-        import holoviews as hv
         if self.lab.store is None:
             return not_available("Step-time prediction (run store)", self.lab.store_reason)
-        ref = reference_dram_run(self.lab, cfg)
+        ref, why = reference_runs(self.lab, cfg)
+        if why:
+            return not_available("Step-time prediction (stored DRAM runs)", why)
         if ref is None:
             return pn.pane.Markdown(
                 "*Predicted step time per memory mode*: no finished DRAM run with this dataset, model, "
-                "depth, dim and batch size yet — launch one on `dram`; the tier model then projects its "
-                "measured kernels onto Optane, CXL and remote NUMA (modeled).")
-        df, why = tier_projection(self.lab, ref)
+                "depth, dim, batch size, mode and backend yet — launch one on `dram`; the tier model then "
+                "projects its measured kernels onto Optane, CXL and remote NUMA (modeled).")
+        df, why = safe_call(step_time_projection, self.lab.store, ref["run_id"], host_calibration()[0],
+                            placement=dict(cfg.placement))
         if df is None:
             return not_available("Step-time prediction (memory tier model)", why)
+        own = mode_device(cfg.memory_mode, cfg.device_profile)
+        lines = [spread_text(ref), f"The modeled bars assume **{df.attrs.get('placement_assumption')}** (the "
+                                   f"form's placement; `gnnrec-lab advise` also shows the advised split).",
+                 MODELED_NOTE]
+        row = df[df["device"] == own] if own else df[df["kind"] == "measured"]
+        if not row.empty:
+            lines.append(f"This run ({mode_label(cfg.memory_mode, cfg.device_profile)}): "
+                         f"**{row['seconds'].iloc[0] * 1e3:.1f} ms per step ({row['kind'].iloc[0]})**.")
         return pn.Column(
-            pn.pane.Markdown(f"Step time per memory device from run **#{ref}**. {MODELED_NOTE}"),
+            pn.pane.Markdown("\n\n".join(lines), css_classes=["launch-step-note"], sizing_mode="stretch_width"),
             pn.pane.HoloViews(modeled_bars(df, "device", "seconds", "s per step"), sizing_mode="stretch_width"),
             sizing_mode="stretch_width")
 

@@ -194,7 +194,8 @@ def modeled_text(m: "LiveMonitor") -> str:
         why = f": {m.modeled_reason}" if m.modeled_reason else " after the first step"
         return f"{head} · **modeled step time** –{why}"
     return (f"{head} · **step time {st['modeled_s'] * 1e3:.1f} ms modeled** on {st['device']} "
-            f"({st['ratio']:.2f}x the {st['measured_s'] * 1e3:.1f} ms measured on DRAM, {st['steps']} steps)")
+            f"({st['ratio']:.2f}x the {st['measured_s'] * 1e3:.1f} ms measured on DRAM, {st['steps']} steps; "
+            f"placement: {st.get('placement_assumption', '?')})")
 
 
 def _compiling(store, run_id) -> bool:

@@ -19,7 +19,7 @@ from ..recorder import KernelRecord
 from .footprint import F32, footprint as predict_footprint, optimizer_states, total
 from .profiles import host_device
 from . import tiermodel
-from .tiermodel import TRAIN_PHASES, _cost, prepare, project_step, split_bytes
+from .tiermodel import ALL_ON_DEVICE, TRAIN_PHASES, _cost, prepare, project_step, split_bytes
 
 # Memory mode -> the device profile it is modeled with by default.
 MODE_DEVICES = {"dram": "host", **tiermodel.MODE_DEVICES}
@@ -129,6 +129,81 @@ def recommend_placement(records, host: dict, device: str, fp: dict, dram_bytes: 
             "modeled_step_s": t, "kind": "modeled"}
 
 
+# ---------------------------------------------------------------------------
+# a stored DRAM measurement of the same shape
+# ---------------------------------------------------------------------------
+# What makes two runs' training steps the same work: a stored DRAM run with these equal measures
+# the step another configuration of that shape would take.
+SHAPE_KEYS = ("dataset", "model", "layers", "dim", "batch_size", "mode", "backend")
+# How many of the newest same-shape DRAM runs are compared.
+REFERENCE_CANDIDATES = 20
+
+
+def _same_shape(row: dict, config) -> bool:
+    keys = SHAPE_KEYS + (("ngcf_form",) if getattr(config, "model", None) == "ngcf" else ())
+    return all(row.get(k) == getattr(config, k, None) for k in keys)
+
+
+def dram_reference(store, config, host) -> Optional[dict]:
+    """The stored DRAM measurement modeled step times for ``config`` start from, or None.
+
+    Candidates: the newest :data:`REFERENCE_CANDIDATES` finished runs in ``store`` with
+    ``config``'s shape (:data:`SHAPE_KEYS`, and the NGCF form), memory mode ``dram`` with every
+    tensor class in DRAM, and kernel records. Their measured step times (training kernels per step
+    on this host) differ by the load the machine had while they ran; load only ever adds time, so
+    the **fastest** is the reference. Returns ``{"run_id", "measured_s", "rule": "fastest",
+    "runs": [{"run_id", "measured_s", "load_max", "overloaded"}], "min_s", "median_s", "max_s",
+    "kind": "measured"}`` (seconds per step).
+    """
+    from .tiermodel import stored_run_step_time
+    runs = store.runs_frame(status="finished")
+    if runs.empty:
+        return None
+    rows = [r for r in runs.to_dict("records") if r.get("memory_mode") == "dram" and _same_shape(r, config)]
+    out = []
+    for r in sorted(rows, key=lambda r: -int(r["id"]))[:REFERENCE_CANDIDATES]:
+        placement = (store.get_run(int(r["id"])).get("config") or {}).get("placement") or {}
+        if any(where != "dram" for where in placement.values()):
+            continue   # part of it ran on a file or another node: not a DRAM measurement
+        try:
+            st = stored_run_step_time(store, int(r["id"]), host, device="host")
+        except (ValueError, KeyError):   # UserError (no kernel records) included
+            continue
+        if st["measured_s"] > 0:
+            out.append({"run_id": int(r["id"]), "measured_s": float(st["measured_s"]),
+                        "load_max": None if r.get("load_max") != r.get("load_max") else r.get("load_max"),
+                        "overloaded": r.get("overloaded") is True})
+    if not out:
+        return None
+    times = sorted(x["measured_s"] for x in out)
+    best = min(out, key=lambda x: (x["measured_s"], -x["run_id"]))
+    n = len(times)
+    median = times[n // 2] if n % 2 else (times[n // 2 - 1] + times[n // 2]) / 2
+    return {"run_id": best["run_id"], "measured_s": best["measured_s"], "rule": "fastest",
+            "runs": sorted(out, key=lambda x: x["run_id"]), "min_s": times[0], "median_s": median,
+            "max_s": times[-1], "kind": "measured"}
+
+
+def reference_records(store, run_id: int) -> list:
+    """A stored run's training kernels as one step of KernelRecords (each kernel's mean per step,
+    measured): the input :func:`advise` models instead of :func:`step_records`."""
+    totals = store.kernel_totals_frame(run_id)
+    steps = max(1, store.kernel_step_count(run_id))
+    recs = []
+    for r in totals.itertuples():
+        if r.phase not in TRAIN_PHASES:
+            continue
+        recs.append(KernelRecord(r.name, r.phase, int(r.layer), 0, int(round(r.ns / steps)),
+                                 int(round(r.bytes_read / steps)), int(round(r.bytes_written / steps)),
+                                 int(round(r.flops / steps)), r.pattern, int(r.row_bytes or 0),
+                                 int(round((r.random_bytes or 0) / steps)), "measured"))
+    return recs
+
+
+# The placement each advise row assumes, in the words every view uses.
+ADVISED_SPLIT = "the advised split"
+
+
 # Step times within this relative difference are a tie (sums in another order differ in the last bits).
 TIE = 1e-9
 
@@ -149,39 +224,62 @@ def recommend(modes: dict, fits_in_dram: bool) -> tuple:
     return best, f"{why}lowest modeled step time among the modes that fit ({others or 'none other'})"
 
 
-def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Optional[int] = None) -> dict:
+def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Optional[int] = None,
+           reference: Optional[dict] = None) -> dict:
     """Guidance for ``config`` on a machine with ``dram_gb`` GiB of DRAM (one JSON-ready dict).
 
     ``footprint`` (modeled bytes by class), ``fits_in_dram``, and per memory mode the modeled
     step time, its ratio to DRAM, the Memory Mode hit rate and the recommended placement.
+    The DRAM step is the stored measurement ``reference`` (:func:`dram_reference` plus its
+    ``records``, :func:`reference_records`) when one is given, else modeled from the kernel
+    counts (:func:`step_records`); ``step_source`` says which. Each mode names its
+    ``placement_assumption``: App Direct, CXL and remote NUMA use the advised split (their
+    ``modeled_step_s``) and also give ``all_on_device_step_s``, the step with every tensor
+    class on the device (what ``whatif`` and the Launch page show for a run without placement).
     """
     fp = predict_footprint(config, counts=counts, runtime_bytes=runtime_bytes)
     need = total(fp)
     dram_bytes = int(dram_gb * GiB)
-    recs = step_records(config, counts, host)
+    if reference is not None:
+        recs = reference["records"]
+        source = {"kind": "measured", "run_id": reference["run_id"], "rule": reference.get("rule", "fastest"),
+                  "text": f"measured in run #{reference['run_id']} (the {reference.get('rule', 'fastest')} of "
+                          f"{len(reference.get('runs') or [1])} stored DRAM run(s) of this shape)"}
+    else:
+        recs = step_records(config, counts, host)
+        source = {"kind": "modeled", "run_id": None,
+                  "text": "modeled from the configuration's kernel counts at the calibrated host's rates "
+                          "(no stored DRAM run of this shape)"}
     base = project_step(recs, host, "host")
+    base_s = base["measured_s"] if reference is not None else base["modeled_s"]
     modes = {}
     for mode, dev in MODE_DEVICES.items():
         row = {"device": dev, "kind": "modeled"}
         if mode == "dram":
-            row.update(modeled_step_s=base["modeled_s"], fits=need <= dram_bytes,
-                       placement={c: "dram" for c in TENSOR_CLASSES})
+            row.update(modeled_step_s=base_s, fits=need <= dram_bytes, kind=source["kind"],
+                       placement={c: "dram" for c in TENSOR_CLASSES},
+                       placement_assumption="all tensor classes in DRAM")
             if need > dram_bytes:
                 row["note"] = f"needs {need / GiB:.2f} GiB, DRAM has {dram_gb:g} GiB: will not fit"
         elif mode == "optane_memory_mode":
             st = project_step(recs, host, dev, footprint=need, dram_cache_bytes=dram_bytes)
             row.update(modeled_step_s=st["modeled_s"], hit_rate=st["hit_rate"], fits=True,
                        placement={c: "memory_mode" for c in TENSOR_CLASSES},
+                       placement_assumption=f"{ALL_ON_DEVICE} (DRAM caches Optane)",
                        note=f"DRAM ({dram_gb:g} GiB) caches Optane; modeled hit rate {st['hit_rate']:.3f}")
         else:
             rec = recommend_placement(recs, host, dev, fp, dram_bytes)
             row.update(modeled_step_s=rec["modeled_step_s"], fits=rec["modeled_step_s"] is not None,
                        keep_in_dram=rec["dram"], on_device=rec["device"],
-                       placement={c: ("dram" if c in rec["dram"] else "device") for c in TENSOR_CLASSES})
+                       placement={c: ("dram" if c in rec["dram"] else "device") for c in TENSOR_CLASSES},
+                       placement_assumption=ADVISED_SPLIT,
+                       all_on_device_step_s=project_step(recs, host, dev)["modeled_s"])
             if rec.get("note"):
                 row["note"] = rec["note"]
         t = row.get("modeled_step_s")
-        row["ratio_to_dram"] = t / base["modeled_s"] if t and base["modeled_s"] else None
+        row["ratio_to_dram"] = t / base_s if t and base_s else None
+        if row.get("all_on_device_step_s") and base_s:
+            row["all_on_device_ratio"] = row["all_on_device_step_s"] / base_s
         if "keep_in_dram" in row and row["ratio_to_dram"] and row["ratio_to_dram"] <= 1 + TIE and not row.get("note"):
             row["note"] = (f"as fast as dram only because the classes left on the device "
                            f"({', '.join(row['on_device']) or 'none'}) carry no modeled step traffic")
@@ -192,5 +290,5 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
             "counts": dict(counts), "dram_bytes": dram_bytes,
             "footprint": fp, "footprint_total": need, "footprint_kind": "modeled",
             "fits_in_dram": need <= dram_bytes, "modes": modes, "recommended_mode": best,
-            "recommended_reason": reason, "kind": "modeled",
+            "recommended_reason": reason, "kind": "modeled", "step_source": source,
             "host": {k: host.get(k) for k in ("cpu", "threads", "triad_GBps", "gather64_GBps", "measured_at")}}

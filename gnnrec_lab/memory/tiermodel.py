@@ -363,6 +363,18 @@ def _get(config, key, default=None):
     return config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
 
 
+ALL_ON_DEVICE = "all tensor classes on the device"
+
+
+def placement_assumption(placement: Optional[dict]) -> str:
+    """How every view names the placement a modeled step time assumes: classes placed ``dram``
+    stay in DRAM, every other class sits on the device (``run_step_time``'s rule)."""
+    keep = sorted(c for c, where in (placement or {}).items() if where == "dram")
+    if not keep:
+        return ALL_ON_DEVICE
+    return f"{', '.join(keep)} kept in DRAM, the other tensor classes on the device"
+
+
 def run_step_time(records, host, config, *, device: Optional[str] = None, placement: Optional[dict] = None,
                   footprint=None, steps: Optional[int] = None, **kw) -> dict:
     """**The** modeled step time of a run: the run summary, the stored result, ``whatif``, the Live
@@ -376,7 +388,8 @@ def run_step_time(records, host, config, *, device: Optional[str] = None, placem
     records cover. The baseline is the device's own platform DRAM (docs/tier_model.md), so a device
     no faster than that DRAM in every profile number is never modeled faster than measured.
 
-    Returns :func:`project_step`'s dict plus ``memory_mode`` and ``device``.
+    Returns :func:`project_step`'s dict plus ``memory_mode``, ``device`` and
+    ``placement_assumption`` (:func:`placement_assumption`, the words every view shows with it).
     """
     mode = _get(config, "memory_mode", "dram")
     dev = device or mode_device(mode, _get(config, "device_profile")) or "host"
@@ -386,6 +399,7 @@ def run_step_time(records, host, config, *, device: Optional[str] = None, placem
         footprint = sum(v for v in footprint.values() if isinstance(v, (int, float))) or None
     out = project_step(records, host, dev, placement, footprint, steps=steps, **kw)
     out["memory_mode"] = mode
+    out["placement_assumption"] = placement_assumption(placement)
     return out
 
 
@@ -404,6 +418,7 @@ class RunProjection:
     hit_rate: Optional[float] = None
     host_calibrated_at: Optional[str] = None
     kernels: list = field(default_factory=list)
+    placement_assumption: Optional[str] = None
     KINDS: ClassVar[dict] = {"measured_s_per_step": "measured", "modeled_s_per_step": "modeled",
                              "kernels": "modeled"}
 
@@ -414,13 +429,15 @@ class RunProjection:
         return cls(device=st["device"], memory_mode=st["memory_mode"], measured_s_per_step=st["measured_s"],
                    modeled_s_per_step=st["modeled_s"], ratio=st["ratio"], steps=st["steps"],
                    hit_rate=st["hit_rate"], host_calibrated_at=host.get("measured_at"),
-                   kernels=[dict(k, kind="modeled") for k in st["kernels"]])
+                   kernels=[dict(k, kind="modeled") for k in st["kernels"]],
+                   placement_assumption=st["placement_assumption"])
 
     def to_dict(self) -> dict:
         return {"device": self.device, "kind": "modeled", "kinds": dict(self.KINDS), "memory_mode": self.memory_mode,
                 "measured_s_per_step": self.measured_s_per_step, "modeled_s_per_step": self.modeled_s_per_step,
                 "ratio": self.ratio, "steps": self.steps, "hit_rate": self.hit_rate,
-                "host_calibrated_at": self.host_calibrated_at, "kernels": self.kernels}
+                "host_calibrated_at": self.host_calibrated_at, "kernels": self.kernels,
+                "placement_assumption": self.placement_assumption}
 
 
 def stored_run_records(store, run_id) -> tuple:
@@ -444,13 +461,15 @@ def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
     return run_step_time(totals, host, cfg, device=device, placement=placement, footprint=fp, steps=steps, **kw)
 
 
-def step_time_projection(store, run_id, host) -> pd.DataFrame:
+def step_time_projection(store, run_id, host, placement: Optional[dict] = None) -> pd.DataFrame:
     """Step time (s) of a stored run measured here and projected onto each slower device profile.
 
     A frame ``device, seconds, kind, chosen``: one 'measured' row (the run's own training-step
     kernel time on this host's DRAM) and one 'modeled' row per non-DRAM device profile
     (:func:`run_step_time`, the run's placement), ``chosen`` marking the device of the run's own
-    memory mode. Raises UserError when the run has no kernel records or no profile projects.
+    memory mode. ``placement`` replaces the run's own (the Launch page projects the form's).
+    The frame's ``attrs["placement_assumption"]`` names the placement in words.
+    Raises UserError when the run has no kernel records or no profile projects.
     """
     records, steps, footprint, cfg = stored_run_records(store, run_id)
     if records is None or records.empty:
@@ -464,7 +483,8 @@ def step_time_projection(store, run_id, host) -> pd.DataFrame:
         if getattr(prof, "kind", None) in ("dram", "host"):
             continue
         try:
-            res = run_step_time(records, host, cfg, device=name, footprint=footprint, steps=steps)
+            res = run_step_time(records, host, cfg, device=name, placement=placement, footprint=footprint,
+                                steps=steps)
         except (UserError, ValueError, KeyError) as e:  # one profile that cannot project: say which
             reasons.append(f"{name}: {type(e).__name__}: {e}")
             continue
@@ -473,4 +493,7 @@ def step_time_projection(store, run_id, host) -> pd.DataFrame:
     if measured is None:
         raise UserError("; ".join(reasons) or "no projection")
     rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind="measured", chosen=own is None))
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    out.attrs["placement_assumption"] = placement_assumption(placement if placement is not None
+                                                             else dict(cfg.get("placement") or {}))
+    return out

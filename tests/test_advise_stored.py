@@ -1,0 +1,80 @@
+"""`advise` starts from a stored DRAM measurement of the same shape, names it, and every mode names
+the placement it assumes."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gnnrec_lab.cli import main
+from gnnrec_lab.store import Store
+
+from test_dashboard_components import _calibrate
+from test_launch_page import SHAPE, _dram_run
+
+ARGS = ["advise", "--dataset", "synth-tiny", "--model", "lightgcn", "--layers", "1", "--dim", "8",
+        "--batch-size", "512", "--dram-gb", "16"]
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    _calibrate()
+    s = Store()
+    yield s
+    s.close()
+
+
+def test_advise_uses_the_fastest_stored_dram_run_of_the_shape_and_names_it(store, capsys):
+    from gnnrec_lab.calibrate import host_profile
+    from gnnrec_lab.memory.tiermodel import run_step_time, stored_run_records, stored_run_step_time
+    slow = _dram_run(store, 5.0)
+    fast = _dram_run(store, 1.0)
+    _dram_run(store, 0.1, dim=16)       # another shape
+    assert main(ARGS + ["--json"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    host = host_profile(measure_if_missing=False)
+    measured = stored_run_step_time(store, fast, host, device="host")["measured_s"]
+    src = a["step_source"]
+    assert src["kind"] == "measured" and src["run_id"] == fast and f"run #{fast}" in src["text"]
+    dram = a["modes"]["dram"]
+    assert dram["kind"] == "measured" and dram["modeled_step_s"] == pytest.approx(measured)
+    # with every class on the device, advise gives the step whatif and the Launch page give
+    totals, steps, fp, cfg = stored_run_records(store, fast)
+    ad = a["modes"]["optane_app_direct"]
+    whatif = run_step_time(totals, host, cfg, device=ad["device"], steps=steps)["modeled_s"]
+    assert ad["all_on_device_step_s"] == pytest.approx(whatif, rel=1e-6)
+    for mode, r in a["modes"].items():
+        assert r["placement_assumption"], mode
+    assert ad["placement_assumption"] == "the advised split"
+    assert "all tensor classes on the device" in a["modes"]["optane_memory_mode"]["placement_assumption"]
+    assert main(ARGS) == 0
+    out = capsys.readouterr().out
+    assert f"DRAM step: measured in run #{fast}" in out and f"#{slow} " in out
+    mode_rows = [ln for ln in out.splitlines() if ln.strip().startswith(("dram ", "optane", "cxl", "remote"))]
+    assert len(mode_rows) == 5 and all("placement: " in ln for ln in mode_rows)
+
+
+def test_advise_without_a_stored_run_says_it_is_modeled(store, capsys):
+    _dram_run(store, 1.0, dim=16)        # not this shape
+    assert main(ARGS + ["--json"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert a["step_source"]["kind"] == "modeled" and a["step_source"]["run_id"] is None
+    assert a["modes"]["dram"]["kind"] == "modeled"
+    fast = _dram_run(store, 1.0)
+    assert main(ARGS + ["--json", "--ignore-runs"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_source"]["kind"] == "modeled"
+    assert main(ARGS + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_source"]["run_id"] == fast
+
+
+def test_whatif_and_the_run_summary_name_their_placement(store, capsys):
+    from gnnrec_lab.train import modeled_line
+    rid = _dram_run(store, 1.0)
+    assert main(["whatif", str(rid), "--device", "cxl_type3_ddr5_x8"]) == 0
+    assert "placement: all tensor classes on the device" in capsys.readouterr().out
+    assert main(["whatif", str(rid), "--device", "cxl_type3_ddr5_x8", "--placement", "graph=dram"]) == 0
+    assert "placement: graph kept in DRAM" in capsys.readouterr().out
+    line = modeled_line({"memory_mode": "cxl", "device": "cxl_type3_ddr5_x8", "modeled_s_per_step": 0.02,
+                         "measured_s_per_step": 0.01, "placement_assumption": "all tensor classes on the device"})
+    assert line.endswith("placement: all tensor classes on the device")

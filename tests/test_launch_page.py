@@ -1,0 +1,160 @@
+"""The Launch page in-process: one predicted-memory number against the limit that applies, the
+step-time prediction from the fastest stored DRAM run of the shape, and the form's fields."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import panel as pn
+import pytest
+
+from gnnrec_lab.config import RunConfig
+from gnnrec_lab.dashboard.common import OVERLOADED_LABEL, Lab, fmt_bytes
+from gnnrec_lab.dashboard.fake import fake_records
+from gnnrec_lab.dashboard.security import LaunchPolicy, set_launch_policy
+from gnnrec_lab.store import Store
+
+from test_dashboard_components import RecordingRunner, _calibrate, texts
+
+pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+SHAPE = dict(dataset="synth-tiny", model="lightgcn", layers=1, dim=8, batch_size=512)
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    s = Store()
+    yield s
+    s.close()
+    set_launch_policy(None)
+
+
+def page_for(store, **form):
+    from gnnrec_lab.dashboard.launch import LaunchPage
+    page = LaunchPage(Lab(store=store, runner=RecordingRunner(store)))
+    page.form.param.update(**form)
+    return page
+
+
+def all_text(page) -> str:
+    """Every visible text of the page: its Markdown and Alerts, the predictions and the error panes."""
+    return "\n".join([texts(page), texts(page.predictions())]
+                     + [str(e.object) for e in page.errors.values() if e.visible])
+
+
+def test_memory_is_one_number_against_the_limit_that_applies_drawn_on_scale(store):
+    import holoviews as hv
+    from bokeh.models import Span
+    from gnnrec_lab.dashboard.launch import memory_chart, memory_prediction
+    set_launch_policy(LaunchPolicy(memory_limit_bytes=1 << 20))   # 1 MiB: this run cannot fit
+    page = page_for(store, **SHAPE)
+    cfg = RunConfig(**SHAPE, epochs=page.form.epochs)
+    v, why = memory_prediction(cfg)
+    assert why is None and not v["fits"] and v["limit_name"] == "run's memory limit" and v["limit_bytes"] == 1 << 20
+    assert page.button.disabled
+    text = all_text(page)
+    # one number: the note and the refusal at the button both give the pre-flight's figure
+    note = texts(page.predictions())
+    assert f"Predicted **{fmt_bytes(v['dram_bytes'])}** in DRAM" in note and "**exceeds**" in note
+    assert "run's memory limit" in note and "fits in this machine's DRAM" not in note
+    assert page.errors["form"].visible and fmt_bytes(v["dram_bytes"]) in page.errors["form"].object
+    assert "--force" not in text and "form:" not in text        # no CLI advice in the browser
+    # the limit is drawn on the chart, inside its y range
+    fig = hv.render(memory_chart(v))
+    spans = fig.select({"type": Span})
+    assert [s.location for s in spans] == [pytest.approx(v["limit_bytes"] / 2**30)]
+    assert fig.y_range.start == 0 and fig.y_range.end >= v["limit_bytes"] / 2**30
+    assert fig.y_range.end >= v["dram_bytes"] / 2**30
+    # without a limit, the memory available now applies, and the page says which
+    set_launch_policy(None)
+    v, _ = memory_prediction(cfg)
+    assert v["limit_name"] == "memory available now"
+
+
+def _dram_run(store, scale: float, load1: float = 0.5, steps: int = 3, **over) -> int:
+    rid = store.add_run(RunConfig(**(SHAPE | over), epochs=1), status="running")
+    store.record_start(rid, {"steps_per_epoch": steps,
+                             "load": {"start": {"load1": load1, "cpus": 2, "steal_pct": None}}})
+    rng = np.random.default_rng(1)
+    for s in range(1, steps + 1):
+        recs = [dataclasses.replace(r, ns=int(r.ns * scale)) for r in fake_records(s, SHAPE["layers"], SHAPE["dim"], rng)]
+        store.add_step(rid, s, 1, 1.0 / s, 0.01, recs)
+    store.set_status(rid, "finished")
+    return rid
+
+
+def test_step_time_predicts_from_the_fastest_same_shape_dram_run_and_shows_the_spread(store):
+    from gnnrec_lab.calibrate import host_profile
+    from gnnrec_lab.memory.advise import dram_reference
+    from gnnrec_lab.memory.tiermodel import stored_run_step_time
+    _calibrate()
+    slow = _dram_run(store, 6.0, load1=5.0)       # the same shape measured under load
+    fast = _dram_run(store, 1.0)
+    mid = _dram_run(store, 2.0)
+    other = _dram_run(store, 0.1, batch_size=1024)   # another shape: never the reference
+    ref = dram_reference(store, RunConfig(**SHAPE), host_profile(measure_if_missing=False))
+    assert ref["run_id"] == fast and ref["rule"] == "fastest"
+    assert [r["run_id"] for r in ref["runs"]] == [slow, fast, mid] and other not in [r["run_id"] for r in ref["runs"]]
+    host = host_profile(measure_if_missing=False)
+    times = {r: stored_run_step_time(store, r, host, device="host")["measured_s"] for r in (slow, fast, mid)}
+    assert ref["min_s"] == pytest.approx(times[fast]) and ref["max_s"] == pytest.approx(times[slow])
+    assert ref["median_s"] == pytest.approx(times[mid])
+    page = page_for(store, **SHAPE, memory_mode="optane_app_direct")
+    note = texts(page.predictions())
+    assert f"run **#{fast}**" in note and "**fastest**" in note and "3 stored DRAM runs" in note
+    assert f"#{slow} " in note and OVERLOADED_LABEL in note            # the loaded run is marked
+    assert "all tensor classes on the device" in note                  # the placement it assumes
+    assert "ms per step (modeled)" in note
+    page.form.placement = {"embeddings": "dram"}
+    assert "embeddings kept in DRAM" in texts(page.predictions())
+
+
+def test_form_has_eval_users_patience_seed_sampled_mode_cache_policy_and_device_profile(store):
+    page = page_for(store, **SHAPE)
+    for k in ("eval_users", "patience", "seed", "mode", "fanouts", "cache_policy", "cache_size", "device_profile"):
+        assert k in page.widgets, k
+    assert "optane_pmem200_appdirect_8x" in page.widgets["device_profile"].options.values()
+    assert not page.widgets["device_profile"].visible and not page.widgets["cache_policy"].visible
+    page.form.memory_mode = "optane_app_direct"
+    assert page.widgets["device_profile"].visible
+    page.widgets["device_profile"].value = "optane_pmem200_appdirect_8x"
+    page.form.param.update(eval_users=200, patience=2, seed=7, mode="sampled", fanouts="5", cache_policy="oracle",
+                           cache_size="10%")
+    assert page.widgets["cache_policy"].visible and page.widgets["cache_size"].visible
+    assert not page.button.disabled, [e.object for e in page.errors.values() if e.visible]
+    rid = page.launch()
+    cfg = page.lab.runner.launched[-1]
+    assert rid is not None and (cfg.eval_users, cfg.patience, cfg.seed, cfg.mode, cfg.fanouts) == (200, 2, 7, "sampled", (5,))
+    assert (cfg.cache_policy, cfg.cache_size, cfg.device_profile) == ("oracle", "10%", "optane_pmem200_appdirect_8x")
+    page.form.fanouts = "5,x"
+    assert page.button.disabled and page.errors["fanouts"].visible and "fanouts" in page.errors["fanouts"].object
+
+
+def test_form_refuses_a_batch_larger_than_the_training_set_inline(store):
+    from gnnrec_lab.data import describe
+    from gnnrec_lab.preflight import batch_size_error
+    page = page_for(store, **SHAPE)
+    assert not page.button.disabled
+    page.form.batch_size = 10_000_000
+    assert page.button.disabled and page.errors["batch_size"].visible
+    expected = batch_size_error(10_000_000, describe("synth-tiny"), "synth-tiny")
+    assert str(expected) in page.errors["batch_size"].object and "10,000,000" in str(expected)
+    assert not page.errors["form"].visible
+    page.form.batch_size = 512
+    assert not page.button.disabled and not page.errors["batch_size"].visible
+
+
+def test_errors_not_tied_to_a_field_carry_no_form_prefix(store):
+    from gnnrec_lab.dashboard.launch import error_text
+    from gnnrec_lab.errors import ConfigError
+    assert error_text(ConfigError("form", "the runner is busy")) == "the runner is busy"
+    assert error_text(ConfigError("dim", "must be positive")) == "dim: must be positive"   # a field keeps its name
+
+    class Refusing(RecordingRunner):
+        def launch(self, config):
+            from gnnrec_lab.errors import UserError
+            raise UserError("the runner is busy")
+    from gnnrec_lab.dashboard.launch import LaunchPage
+    page = LaunchPage(Lab(store=store, runner=Refusing(store)))
+    page.form.param.update(**SHAPE)
+    assert page.launch() is None and page.status_md.object == "Not launched: the runner is busy"
