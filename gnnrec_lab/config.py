@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .bounds import integer, integers, number
 from .errors import ConfigError, UserError
 
 MODELS = ("lightgcn", "ngcf", "mf")
@@ -50,6 +51,41 @@ MAXIMA = {"layers": 64, "dim": 65_536, "batch_size": 1 << 27, "epochs": 1_000_00
           "max_steps_per_epoch": 1 << 40, "lookahead": 1_000_000, "threads": 1024, "fanouts": 1_000_000,
           "topk": 100_000, "cache_size": 1 << 40}
 MAX_SEED = 2**32 - 1     # numpy/numba seed range
+
+# Every numeric field and what it accepts: the checker of gnnrec_lab.bounds and its bounds. RunConfig
+# validates with these, and the CLI's --field flags parse with the same ones (commands/common.py).
+NUMERIC_FIELDS: dict[str, tuple] = {
+    "layers": (integer, dict(lo=0, hi=MAXIMA["layers"])),   # 0 only for mf (checked with the model)
+    "dim": (integer, dict(lo=1, hi=MAXIMA["dim"])),
+    "batch_size": (integer, dict(lo=1, hi=MAXIMA["batch_size"])),
+    "epochs": (integer, dict(lo=1, hi=MAXIMA["epochs"])),
+    "lr": (number, dict(lo=0, lo_open=True)),
+    "l2": (number, dict(lo=0)),
+    "momentum": (number, dict(lo=0, hi=1)),
+    "weight_decay": (number, dict(lo=0)),
+    "ref_batch_size": (integer, dict(lo=1, hi=MAXIMA["ref_batch_size"])),
+    "warmup_steps": (integer, dict(lo=0, hi=MAXIMA["warmup_steps"])),
+    "warmup_epochs": (number, dict(lo=0, hi=float(MAXIMA["epochs"]))),
+    "seed": (integer, dict(lo=0, hi=MAX_SEED)),
+    "fanouts": (integers, dict(lo=1, hi=MAXIMA["fanouts"], max_len=MAXIMA["layers"])),
+    "topk": (integers, dict(lo=1, hi=MAXIMA["topk"], max_len=MAXIMA["layers"])),
+    "eval_every": (integer, dict(lo=1, hi=MAXIMA["eval_every"])),
+    "patience": (integer, dict(lo=0, hi=MAXIMA["patience"])),
+    "target_recall": (number, dict(lo=0, hi=1, lo_open=True)),
+    "eval_users": (integer, dict(lo=1, hi=MAXIMA["eval_users"])),
+    "max_steps_per_epoch": (integer, dict(lo=1, hi=MAXIMA["max_steps_per_epoch"])),
+    "lookahead": (integer, dict(lo=1, hi=MAXIMA["lookahead"])),
+    "threads": (integer, dict(lo=1, hi=MAXIMA["threads"])),
+}
+# numeric fields whose None means "unset" (see FIELD_DOCS' unset words)
+OPTIONAL_FIELDS = ("target_recall", "eval_users", "max_steps_per_epoch", "threads")
+
+
+def check_field(name: str, value, text: bool = True):
+    """``value`` for numeric RunConfig field ``name``, checked against its bounds (ConfigError naming
+    the field otherwise); ``text``: the value may be what a user typed."""
+    check, bounds = NUMERIC_FIELDS[name]
+    return check(name, value, text=text, **bounds)
 
 
 @dataclass
@@ -104,73 +140,30 @@ class RunConfig:
             if v not in allowed:
                 raise ConfigError(param, f"got {v!r}, allowed: {', '.join(allowed)}")
 
-        def pos_int(param, minimum=1, maximum=None):
-            v = getattr(self, param)
-            maximum = MAXIMA.get(param) if maximum is None else maximum
-            if isinstance(v, bool) or not isinstance(v, int) or v < minimum or (maximum is not None and v > maximum):
-                bound = f">= {minimum}" + (f" and <= {maximum:,}" if maximum is not None else "")
-                raise ConfigError(param, f"must be an integer {bound}, got {v!r}")
-
-        def pos_float(param, allow_zero=False, maximum=None):
-            v = getattr(self, param)
-            ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                  and (v > 0 or (allow_zero and v == 0)) and (maximum is None or v <= maximum))
-            if not ok:
-                what = f"a finite {'non-negative' if allow_zero else 'positive'} number"
-                if maximum is not None:
-                    what += f" <= {maximum:g}"
-                raise ConfigError(param, f"must be {what}, got {v!r}")
-
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError("dataset", f"must be a dataset name, got {self.dataset!r}")
         choice("model", MODELS)
         choice("ngcf_form", NGCF_FORMS)
-        if self.model == "mf":
-            pos_int("layers", 0)
-            if self.layers != 0:
-                raise ConfigError("layers", f"model 'mf' has no propagation layers; use 0, got {self.layers}")
-        else:
-            if isinstance(self.layers, bool) or not isinstance(self.layers, int) or not 1 <= self.layers <= 64:
-                raise ConfigError("layers", f"must be an integer from 1 to 64 for {self.model} "
-                                            f"(model 'mf' has 0 layers), got {self.layers!r}")
-        pos_int("dim")
-        pos_int("batch_size")
-        pos_int("epochs")
-        pos_float("lr")
-        pos_float("l2", allow_zero=True)
-        pos_float("momentum", allow_zero=True, maximum=1.0)
-        pos_float("weight_decay", allow_zero=True)
+        if self.model != "mf":   # 0 layers is mf's alone: say so in the range
+            integer("layers", self.layers, 1, MAXIMA["layers"], text=False)
+        # every number through the shared bounded checkers (the CLI's flags use the same ones)
+        for name in NUMERIC_FIELDS:
+            v = getattr(self, name)
+            if v is None and name in OPTIONAL_FIELDS:
+                continue
+            checked = check_field(name, v, text=False)
+            if not isinstance(checked, float):   # ints and tuples normalised (numpy ints, lists)
+                setattr(self, name, checked)
+        if self.model == "mf" and self.layers != 0:
+            raise ConfigError("layers", f"model 'mf' has no propagation layers; use 0, got {self.layers}")
         choice("optimizer", OPTIMIZERS)
         choice("lr_rule", LR_RULES)
-        pos_int("ref_batch_size")
-        pos_int("warmup_steps", 0)
-        pos_float("warmup_epochs", allow_zero=True, maximum=float(MAXIMA["epochs"]))
         choice("schedule", SCHEDULES)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
-            raise ConfigError("seed", f"must be an integer from 0 to {MAX_SEED} (2**32 - 1), got {self.seed!r}")
         choice("backend", BACKENDS)
         choice("mode", MODES)
-        self.fanouts = tuple(self.fanouts)
-        if not self.fanouts or len(self.fanouts) > 64 or any(
-                isinstance(f, bool) or not isinstance(f, int) or not 1 <= f <= MAXIMA["fanouts"] for f in self.fanouts):
-            raise ConfigError("fanouts", f"must be 1 to 64 integers from 1 to {MAXIMA['fanouts']:,}, "
-                                         f"got {self.fanouts!r}")
         if self.mode == "sampled" and self.model != "mf" and len(self.fanouts) != self.layers:
             raise ConfigError("fanouts", f"needs one fan-out per layer ({self.layers}), got {len(self.fanouts)}")
         self.topk = tuple(sorted(set(self.topk)))
-        if not self.topk or any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAXIMA["topk"]
-                                for k in self.topk):
-            raise ConfigError("topk", f"must be integers from 1 to {MAXIMA['topk']:,}, got {self.topk!r}")
-        pos_int("eval_every")
-        pos_int("patience", 0)
-        if self.target_recall is not None and (isinstance(self.target_recall, bool)
-                                               or not isinstance(self.target_recall, (int, float))
-                                               or not 0 < self.target_recall <= 1):
-            raise ConfigError("target_recall", f"must be in (0, 1], got {self.target_recall!r}")
-        if self.eval_users is not None:
-            pos_int("eval_users")
-        if self.max_steps_per_epoch is not None:
-            pos_int("max_steps_per_epoch")
         choice("cache_policy", CACHE_POLICIES)
         if self.cache_policy != "none" and self.mode != "sampled":
             raise ConfigError("cache_policy", f"an embedding cache needs mode='sampled', got mode={self.mode!r}")
@@ -183,12 +176,9 @@ class RunConfig:
             raise ConfigError("cache_size", f"must be a row count from 1 to {MAXIMA['cache_size']:,} (e.g. 50000) "
                                             f"or a share of rows in (0, 100]% (e.g. 5%), got {self.cache_size!r}")
         self.cache_size = cs
-        pos_int("lookahead")
         choice("memory_mode", MEMORY_MODES)
         from .memory.placement import parse_placement
         parse_placement(self.placement)
-        if self.threads is not None:
-            pos_int("threads")
         if self.data_dir is not None and (not isinstance(self.data_dir, str) or not self.data_dir.strip()
                                           or "\0" in self.data_dir):
             raise ConfigError("data_dir", f"must be a directory path (or unset for the default), got {self.data_dir!r}")
@@ -226,6 +216,8 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        if not isinstance(d, dict):
+            raise ConfigError("config", f"expected a dict of RunConfig fields, got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

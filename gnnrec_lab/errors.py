@@ -16,6 +16,7 @@ class ConfigError(UserError):
 
     def __init__(self, param: str, message: str):
         self.param = param
+        self.reason = message   # the message without the field's name (argparse names the flag itself)
         super().__init__(f"{param}: {message}")
 
 

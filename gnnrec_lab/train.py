@@ -167,6 +167,13 @@ def _record_steps(opt, config) -> None:
     opt.register_step_post_hook(post)
 
 
+def expect_config(config, where: str) -> None:
+    """Refuse anything but a RunConfig, naming what was given and how to build one."""
+    if not isinstance(config, RunConfig):
+        hint = " (RunConfig.from_dict(d) builds one from a dict)" if isinstance(config, dict) else ""
+        raise UserError(f"{where}: config: expected a gnnrec_lab.RunConfig, got {type(config).__name__}{hint}")
+
+
 def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: bool = False,
           dataset=None) -> RunResult:
     """Train ``config`` in this process; return the measured :class:`RunResult`.
@@ -185,6 +192,7 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
 
 
 def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
+    expect_config(config, "train")
     config.validate()
     rep = MultiReporter(reporter, ProgressReporter() if progress else None)
     _set_threads(config)

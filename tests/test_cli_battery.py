@@ -234,3 +234,205 @@ def test_run_and_sweep_help_is_the_field_help():
         assert set(helps) == {f.name for f in dataclasses.fields(RunConfig)} - ({"name"} if command == "sweep" else set())
         for name, text in helps.items():
             assert text == field_help(name), name
+
+
+# ---------------------------------------------------------------------------
+# numbers at the door (issue 23 class 5): every numeric option of every command goes through the
+# shared bounded parsers (gnnrec_lab.bounds), the same ones RunConfig validates with
+# ---------------------------------------------------------------------------
+import math  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from gnnrec_lab.bounds import integer, integers, number  # noqa: E402
+from gnnrec_lab.commands.common import field_type  # noqa: E402
+from gnnrec_lab.config import NUMERIC_FIELDS, OPTIONAL_FIELDS, check_field  # noqa: E402
+
+_PARSER = cli.build_parser()
+# text no numeric option accepts: not finite, not a number, an empty list item, an empty value
+NEVER_A_NUMBER = ("nan", "inf", "-inf", "1e400", "abc", "", "10,,10", "0x10", "1_0_", "5;")
+# argparse types that take words, not numbers
+_WORD_TYPES = (str,)
+
+
+def _numeric_options():
+    """(argv prefix, flag or None for a positional, action) for every option whose value is a number."""
+    out = []
+    for prog, parser in _parsers(_PARSER):
+        path = prog.split()[1:]
+        for a in parser._actions:
+            if getattr(a.type, "bounded", False):
+                out.append((path, a.option_strings[-1] if a.option_strings else None, a))
+    return out
+
+
+NUMERIC_OPTIONS = _numeric_options()
+
+
+def test_every_numeric_option_is_bounded():
+    """No option parses with bare int/float (unbounded, 'invalid int value'), and every option that sets
+    a numeric RunConfig field, or that a command reads as a number, uses the bounded parsers."""
+    bad = []
+    for prog, parser in _parsers(_PARSER):
+        for a in parser._actions:
+            flag = a.option_strings[-1] if a.option_strings else a.dest
+            if a.type in (int, float):
+                bad.append(f"{prog} {flag}: type {a.type.__name__} is not bounded")
+            elif a.dest in NUMERIC_FIELDS and not getattr(a.type, "bounded", False):
+                bad.append(f"{prog} {flag}: RunConfig field {a.dest} parsed without its bounds")
+            elif (a.type not in (None,) + _WORD_TYPES and not getattr(a.type, "bounded", False)
+                  and not getattr(a.type, "words", False)
+                  and a.dest not in ("placement", "sizes", "backends", "kernels")):
+                bad.append(f"{prog} {flag}: type {a.type!r} is not one of the bounded parsers")
+    assert not bad, "\n".join(bad)
+    commands = {tuple(p[:1]) for p, _, _ in NUMERIC_OPTIONS}
+    assert len(NUMERIC_OPTIONS) > 60 and len(commands) >= 10, (len(NUMERIC_OPTIONS), commands)
+
+
+def _parse(argv, capsys) -> tuple:
+    try:
+        _PARSER.parse_args(argv)
+        rc = 0
+    except SystemExit as e:
+        rc = e.code
+    return rc, capsys.readouterr().err.strip()
+
+
+@pytest.mark.parametrize("path, flag, action", NUMERIC_OPTIONS,
+                         ids=[" ".join(p) + " " + (f or a.dest) for p, f, a in NUMERIC_OPTIONS])
+def test_numeric_option_refuses_what_is_not_a_number(path, flag, action, capsys):
+    """Generated over every numeric option: each value that is no number is one line naming the
+    option, exit 2, in words (never the name of a function: 'invalid _ints value')."""
+    for value in NEVER_A_NUMBER:
+        argv = path + ([f"{flag}={value}"] if flag else ["--", value])
+        rc, err = _parse(argv, capsys)
+        assert rc == 2, (argv, err)
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, (argv, err)
+        assert err.startswith(f"gnnrec-lab: error: argument {flag or action.dest}"), (argv, err)
+        assert "invalid " not in err and "<lambda>" not in err and "parse" not in err.split(":")[3], (argv, err)
+
+
+_ANY_TEXT = st.one_of(
+    st.integers(min_value=-10**30, max_value=10**30).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.lists(st.integers(min_value=-3, max_value=2**40), min_size=0, max_size=70).map(lambda xs: ",".join(map(str, xs))),
+    st.text(alphabet="0123456789-+.,e _x", max_size=12))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(NUMERIC_OPTIONS), _ANY_TEXT)
+def test_numeric_option_accepts_only_finite_bounded_values(option, text):
+    """Whatever text arrives, a numeric option's parser returns a finite number (or a tuple of
+    integers) or refuses in words; it never raises anything else."""
+    import argparse as ap
+    _, _, action = option
+    try:
+        v = action.type(text)
+    except ap.ArgumentTypeError as e:
+        assert "\n" not in str(e) and str(e)
+        return
+    for x in (v if isinstance(v, (list, tuple)) else [v]):
+        assert isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x), (text, v)
+
+
+_FIELD_VALUES = st.one_of(
+    st.integers(min_value=-2**70, max_value=2**70), st.floats(allow_nan=True, allow_infinity=True),
+    st.none(), st.booleans(), st.text(max_size=5),
+    st.lists(st.integers(min_value=-5, max_value=2**30), max_size=70), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(sorted(NUMERIC_FIELDS)), _FIELD_VALUES)
+def test_run_config_numeric_fields_refuse_by_name_or_hold_in_bounds(name, value):
+    """Generated over RunConfig's numeric fields (the Python API): a value is kept in bounds or
+    refused by a ConfigError naming the field, never TypeError/OverflowError."""
+    kw = {name: value}
+    if name == "layers" and value == 0:
+        kw["model"] = "mf"
+    try:
+        cfg = RunConfig(**kw)
+    except ConfigError as e:
+        assert e.param in (name, "fanouts") and "\n" not in str(e), (name, value, e)   # layers -> fan-out count
+        return
+    kept = getattr(cfg, name)
+    if kept is None:
+        assert name in OPTIONAL_FIELDS
+        return
+    assert check_field(name, kept, text=False) == kept
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(NUMERIC_FIELDS)), st.one_of(st.integers(min_value=-2**40, max_value=2**40),
+                                                          st.floats(allow_nan=False, allow_infinity=False)))
+def test_cli_flag_and_run_config_agree(name, value):
+    """The flag and the field refuse the same numbers: one set of bounds."""
+    import argparse as ap
+    text = repr(value) if isinstance(value, float) else str(value)
+    try:
+        field_type(name)(text)
+        cli_ok = True
+    except ap.ArgumentTypeError:
+        cli_ok = False
+    try:
+        check_field(name, (value,) if name in ("fanouts", "topk") else value, text=False)
+        api_ok = True
+    except ConfigError:
+        api_ok = False
+    # an integer field given a float is refused by both; text of an int is what the CLI gets
+    assert cli_ok == api_ok or (isinstance(value, float) and not cli_ok), (name, value, cli_ok, api_ok)
+
+
+@pytest.mark.parametrize("check, args, value, needle", [
+    (integer, ("n", "12", 1, 10), None, "from 1 to 10"), (integer, ("n", "1e3"), None, "integer"),
+    (integer, ("n", True), None, "integer"), (number, ("x", "nan"), None, "finite"),
+    (number, ("x", 10**400), None, "finite"), (integers, ("f", "10,,10"), None, "item 2"),
+    (integers, ("f", None), None, "comma-separated"), (integers, ("f", "1," * 70), None, "1 to 64"),
+])
+def test_bounded_checkers_say_what_is_allowed(check, args, value, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)) as e:
+        check(*args)
+    assert e.value.param == args[0]
+
+
+# the examples the issue found, now refused at the door (each one of its class above)
+NUMBERS_AT_THE_DOOR = [
+    ("advise --dataset ml-100k --dram-gb 1e308", "--dram-gb"),
+    ("whatif 1 --device cxl --dram-gb 1e308", "--dram-gb"),
+    ("advise --dataset ml-100k --dram-gb 4 --counts n_users=1e21,n_items=10,n_train=10", "n_users"),
+    ("advise --dataset ml-100k --dram-gb 4 --counts n_users=10,n_items=10,n_train=1000", "n_users x n_items"),
+    ("advise --dataset ml-100k --dram-gb 4 --counts n_users=10,n_items=10", "n_train is missing"),
+    ("bench kernels --dims 100000000", "--dims"), ("bench recording --dims 0", "--dims"),
+    ("bench kernels --dims=-5", "--dims"), ("bench kernels --repeats 0", "--repeats"),
+    ("bench recording --repeats 2", "--repeats"), ("bench kernels --sizes large --dims 65536", "available"),
+    ("sweep --timeout=-5", "--timeout"), ("sweep --timeout nan", "--timeout"), ("sweep --max-concurrent 0", "--max-concurrent"),
+    ("runs cancel 1 --grace=-1", "--grace"), ("runs wait 1 --timeout 0", "--timeout"),
+    ("dashboard --port 70000", "--port"), ("dashboard --max-runs 0", "--max-runs"),
+    ("run --mode sampled --fanouts 10,,10", "--fanouts"), ("distributed --fanouts 10,,10", "--fanouts"),
+    ("cache sim --dataset ml-100k --model lightgcn --fanouts 10,,10", "--fanouts"),
+    ("cache sim --dataset ml-100k --cache-size 99999999999", "more than the embedding table"),
+    ("run --placement embeddings=dram,embeddings=file:/tmp", "two placements"),
+    ("run --no-store --detach", "--no-store"), ("run --trace ''", "--trace: empty path"),
+    ("data prepare x --seed=-3", "--seed"), ("data prepare x --min-rating nan", "--min-rating"),
+    ("bench kernels --sizes ,", "--sizes"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", NUMBERS_AT_THE_DOOR, ids=[b[0][:60] for b in NUMBERS_AT_THE_DOOR])
+def test_numbers_at_the_door(argv, needle, home, capsys):
+    import shlex
+    rc, err = run_cli(shlex.split(argv), capsys)
+    assert_one_line(rc, err, needle)
+    assert "invalid " not in err, err
+
+
+def test_python_api_names_what_it_expects():
+    import gnnrec_lab
+    with pytest.raises(UserError, match="expected a gnnrec_lab.RunConfig, got dict.*from_dict"):
+        gnnrec_lab.run({"dim": 3})
+    with pytest.raises(ConfigError, match="fanouts"):
+        RunConfig(fanouts=None)
+    with pytest.raises(ConfigError, match="topk"):
+        RunConfig(topk=None)
+    with pytest.raises(ConfigError, match="expected a dict"):
+        RunConfig.from_dict([("dim", 3)])

@@ -7,13 +7,13 @@ from gnnrec_lab.optim import lr_at
 
 
 @pytest.mark.parametrize("field,value,needle", [
-    ("layers", 0, "layers"), ("layers", 65, "1 to 64"), ("dim", 0, "dim"), ("dim", -3, ">= 1"),
+    ("layers", 0, "layers"), ("layers", 65, "1 to 64"), ("dim", 0, "dim"), ("dim", -3, "from 1 to"),
     ("batch_size", 0, "batch_size"), ("model", "gat", "lightgcn"), ("backend", "cuda", "native"),
-    ("optimizer", "rmsprop", "lamb"), ("lr", 0, "positive"), ("memory_mode", "hbm", "optane_app_direct"),
+    ("optimizer", "rmsprop", "lamb"), ("lr", 0, "> 0"), ("memory_mode", "hbm", "optane_app_direct"),
     ("placement", {"weights": "dram"}, "tensor class"), ("placement", {"embeddings": "ssd"}, "file:DIR"),
     ("placement", {"embeddings": ""}, "file:DIR"), ("placement", {"embeddings": "numa:membind: 1"}, "NODES"),
     ("placement", {"graph": "numa:interleave:2-1"}, "NODES"), ("placement", {"graph": "file: "}, "directory"),
-    ("fanouts", (0, 1), "fanouts"), ("target_recall", 1.5, "(0, 1]"), ("layers", True, "layers"),
+    ("fanouts", (0, 1), "fanouts"), ("target_recall", 1.5, "> 0 and <= 1"), ("layers", True, "layers"),
 ])
 def test_bad_values_name_the_field(field, value, needle):
     with pytest.raises(ConfigError) as e:

@@ -318,7 +318,9 @@ def test_app_builds_launch_first_and_follows_page_requests(store):
 
 def test_dashboard_command_rejects_bad_port(capsys):
     from gnnrec_lab.cli import main
-    assert main(["dashboard", "--port", "70000"]) == 2
+    with pytest.raises(SystemExit) as e:   # refused by the option's bounded parser, inside argparse
+        main(["dashboard", "--port", "70000"])
+    assert e.value.code == 2
     assert "--port" in capsys.readouterr().err
 
 

@@ -193,7 +193,7 @@ def test_cli_bad_input_one_line(home):
     r = _cli("--dataset", "synth-tiny", "--layers", "1,x")
     assert r.returncode == 2 and "--layers" in r.stderr and "Traceback" not in r.stderr
     r = _cli("--dataset", "synth-tiny", "--batch-size", "512,-1")
-    assert r.returncode == 2 and "batch_size" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.returncode == 2 and "--batch-size" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_cli_real_tiny_sweep_summary_and_resume(home):

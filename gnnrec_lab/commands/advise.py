@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 
 from ..errors import UserError
-from .common import add_field_argument, positive_float
+from ..bounds import MAX_DRAM_GIB, number
+from .common import add_field_argument, bounded
 
 
 def register(subparsers):
@@ -19,12 +20,12 @@ def register(subparsers):
     add_field_argument(p, "dataset", required=True)
     add_field_argument(p, "model")
     add_field_argument(p, "ngcf_form")
-    add_field_argument(p, "layers", type=int)
-    add_field_argument(p, "dim", type=int)
-    add_field_argument(p, "batch_size", type=int)
+    add_field_argument(p, "layers")
+    add_field_argument(p, "dim")
+    add_field_argument(p, "batch_size")
     add_field_argument(p, "optimizer")
-    p.add_argument("--dram-gb", type=positive_float, required=True,
-                   help="DRAM available to the run, in GiB (2**30 bytes)")
+    p.add_argument("--dram-gb", type=bounded(number, "--dram-gb", 0, MAX_DRAM_GIB, lo_open=True), required=True,
+                   help=f"DRAM available to the run, in GiB (2**30 bytes), > 0 and at most {MAX_DRAM_GIB:,}")
     p.add_argument("--counts", help="dataset counts to use instead of looking the dataset up, e.g. "
                                     "n_users=943,n_items=1682,n_train=80000 (default: the prepared dataset's)")
     p.add_argument("--host-profile", help="host calibration JSON (default: gnnrec-lab calibrate's)")
@@ -51,14 +52,14 @@ def _reference(cfg, host):
 
 def _counts(args) -> dict:
     if args.counts:
+        from ..memory.footprint import check_counts
         out = {}
         for part in args.counts.split(","):
-            k, _, v = part.partition("=")
-            try:
-                out[k.strip()] = int(v)
-            except ValueError:
-                raise UserError(f"--counts: expected NAME=INTEGER pairs, got {part!r}") from None
-        return out
+            k, eq, v = part.partition("=")
+            if not eq or not k.strip():
+                raise UserError(f"--counts: expected NAME=INTEGER pairs, got {part!r}")
+            out[k.strip()] = v
+        return check_counts(out, "--counts", strict=True)
     try:
         from ..data import describe
     except ImportError:
@@ -70,8 +71,6 @@ def run(args) -> int:
     from ..config import RunConfig
     from ..memory.advise import GiB, advise
     from ..memory.profiles import load_host_profile
-    if args.dram_gb <= 0:
-        raise UserError(f"--dram-gb: must be a positive number of GiB, got {args.dram_gb}")
     layers = 0 if args.model == "mf" else args.layers
     cfg = RunConfig(dataset=args.dataset, model=args.model, ngcf_form=args.ngcf_form, layers=layers,
                     dim=args.dim, batch_size=args.batch_size, optimizer=args.optimizer)

@@ -8,26 +8,44 @@ recording on a LightGCN-like step.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
+from ..bounds import MAX_REPEATS, integer, integers
+from ..config import MAXIMA
 from ..errors import UserError
+from .common import bounded
 
 
 def _csv(kind):
     def parse(text):
         items = [t.strip() for t in text.split(",") if t.strip()]
         if not items:
-            raise UserError(f"--{kind}: empty list")
+            raise argparse.ArgumentTypeError("empty list")
         return items
     return parse
 
 
-def _ints(text):
-    try:
-        return [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise UserError(f"--dims: expected comma-separated integers, got {text!r}") from None
+def _check_memory(args) -> None:
+    """Refuse sizes x dims whose operands do not fit in the memory available now, before allocating:
+    a kernel's inputs and outputs are node rows (n_nodes x dim) and, for the edge kernels, edge
+    rows (nnz x dim), float32 (~4 node-row and 2 edge-row tensors alive at once, forward and backward)."""
+    from ..benchmarking import SIZES
+    from ..preflight import _fmt, available_bytes
+    sizes = [s for s in (args.sizes if args.target == "kernels" else args.sizes[:1]) if s in SIZES]
+    dims = args.dims if args.target == "kernels" else args.dims[:1]
+    if not sizes:
+        return
+    users, items, nnz = max((SIZES[s] for s in sizes), key=lambda t: t[0] + t[1] + 2 * t[2])
+    need = 4 * max(dims) * (4 * (users + items) + 2 * 2 * nnz)
+    free = available_bytes()
+    if need > free:
+        raise UserError(f"--dims: {max(dims):,} on graph {sizes[-1]} needs about {_fmt(need)} of operands, more than "
+                        f"the {_fmt(free)} available now; use smaller --dims or --sizes")
+
+
+MIN_RECORDING_REPEATS = 3   # paired A/B ratios the recording overhead's median and quartiles need
 
 
 def register(subparsers):
@@ -39,15 +57,17 @@ def register(subparsers):
     p.add_argument("--sizes", type=_csv("sizes"), default=["small", "medium"],
                    help="synthetic graphs to run on, comma-separated: small, medium, large (~200k nodes, 5M "
                         "non-zeros) (default: small,medium)")
-    p.add_argument("--dims", type=_ints, default=[16, 64, 256],
-                   help="embedding dimensions to run at, comma-separated (default: 16,64,256)")
+    p.add_argument("--dims", type=bounded(integers, "--dims", 1, MAXIMA["dim"]), default=[16, 64, 256],
+                   help="embedding dimensions to run at, comma-separated, each from 1 to the largest a run "
+                        "accepts (default: 16,64,256)")
     p.add_argument("--backends", type=_csv("backends"), default=None,
                    help="kernel backends to compare, comma-separated (default: every backend installed here)")
     p.add_argument("--kernels", type=_csv("kernels"), default=None,
                    help="kernels to time, a comma-separated subset of spmm, sddmm_dot, sddmm_mul, spmm_edge, "
                         "gather (default: all)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="timed repeats after one warm-up (default: 5 for kernels, 30 A/B pairs for recording)")
+    p.add_argument("--repeats", type=bounded(integer, "--repeats", 1, MAX_REPEATS), default=None,
+                   help=f"timed repeats after one warm-up, 1 to {MAX_REPEATS:,} (recording: at least "
+                        f"{MIN_RECORDING_REPEATS} A/B pairs) (default: 5 for kernels, 30 A/B pairs for recording)")
     p.add_argument("--no-pyg", action="store_true", help="skip PyG's SpMM")
     p.add_argument("--json", action="store_true", help="print a JSON list of results")
     p.set_defaults(func=run)
@@ -56,9 +76,13 @@ def register(subparsers):
 def run(args) -> int:
     from ..calibrate import host_profile
     from .. import benchmarking as bench
+    _check_memory(args)
     if args.target == "recording":
+        if args.repeats is not None and args.repeats < MIN_RECORDING_REPEATS:
+            raise UserError(f"--repeats: bench recording needs at least {MIN_RECORDING_REPEATS} A/B pairs, "
+                            f"got {args.repeats}")
         res = bench.recording_overhead(size=args.sizes[0], dim=args.dims[0],
-                                       repeats=30 if args.repeats is None else max(args.repeats, 3))
+                                       repeats=30 if args.repeats is None else args.repeats)
         if args.json:
             print(json.dumps(res, indent=2))
         else:
@@ -86,7 +110,7 @@ def run(args) -> int:
         print(bench.HEADER)
         progress = print
     results = bench.run_kernel_bench(sizes=args.sizes, dims=args.dims, backends=args.backends,
-                                     kernels=args.kernels or bench.KERNELS, repeats=args.repeats or 5, host=host,
+                                     kernels=args.kernels or bench.KERNELS, repeats=5 if args.repeats is None else args.repeats, host=host,
                                      include_pyg=not args.no_pyg, progress=progress)
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))

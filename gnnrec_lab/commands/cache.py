@@ -10,8 +10,10 @@ import argparse
 import json
 import sys
 
-from ..config import SIMULATED_CACHE_POLICIES
+from ..bounds import integers
+from ..config import MAXIMA, NUMERIC_FIELDS, SIMULATED_CACHE_POLICIES
 from ..errors import UserError
+from .common import bounded, field_type
 
 
 def _add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -20,15 +22,16 @@ def _add_trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="mf", help="what the trace's batches read: mf reads the batch's own rows "
                                                  "(BPR batches, 0 layers), lightgcn and ngcf read a sampled "
                                                  "sub-graph around them (default: %(default)s)")
-    p.add_argument("--layers", default=None, help="graph layers (hops) of the sampled sub-graphs for lightgcn "
+    p.add_argument("--layers", type=field_type("layers"), default=None, help="graph layers (hops) of the sampled sub-graphs for lightgcn "
                                                   "and ngcf (default: one per fan-out, else 2)")
-    p.add_argument("--fanouts", default=None, help="neighbours sampled per node at each layer, first hop first, "
+    p.add_argument("--fanouts", type=bounded(integers, "--fanouts", -1, MAXIMA["fanouts"], max_len=MAXIMA["layers"]),
+                   default=None, help="neighbours sampled per node at each layer, first hop first, "
                                                    "comma-separated, -1 = all neighbours (default: 10 per layer)")
-    p.add_argument("--batch-size", default="1024", help="training triples (user, positive item, sampled negative "
+    p.add_argument("--batch-size", type=field_type("batch_size"), default="1024", help="training triples (user, positive item, sampled negative "
                                                         "item) per batch (default: %(default)s)")
-    p.add_argument("--epochs", default="1", help="passes over the training interactions in the trace "
+    p.add_argument("--epochs", type=field_type("epochs"), default="1", help="passes over the training interactions in the trace "
                                                  "(default: %(default)s)")
-    p.add_argument("--seed", default="0", help="seed of batch order, negative items and neighbour sampling "
+    p.add_argument("--seed", type=field_type("seed"), default="0", help="seed of batch order, negative items and neighbour sampling "
                                                "(default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -41,12 +44,12 @@ def register(subparsers) -> None:
     _add_trace_args(sim)
     sim.add_argument("--cache-size", default="5%", help="cache capacity: a row count (50000) or a share of "
                                                         "the table's rows (5%%) (default: %(default)s)")
-    sim.add_argument("--lookahead", default="200", help="upcoming batches the oracle policy sees when it chooses "
+    sim.add_argument("--lookahead", type=field_type("lookahead"), default="200", help="upcoming batches the oracle policy sees when it chooses "
                                                         "what to evict (default: %(default)s)")
     sim.add_argument("--policies", default=",".join(SIMULATED_CACHE_POLICIES),
                      help="replacement policies to simulate, a comma-separated subset of "
                           + ", ".join(SIMULATED_CACHE_POLICIES) + " (default: all)")
-    sim.add_argument("--dim", default="64", help="embedding dimension, which sets the bytes a row moves: dim x 4 "
+    sim.add_argument("--dim", type=field_type("dim"), default="64", help="embedding dimension, which sets the bytes a row moves: dim x 4 "
                                                  "x (1 + optimizer states) (default: %(default)s)")
     sim.add_argument("--optimizer", default="adam", help="optimizer whose per-row state moves with the row: sgd "
                                                          "(none), adagrad (1 state), adam (2) (default: %(default)s)")
@@ -57,39 +60,24 @@ def register(subparsers) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
-def _pos_int(name: str, text) -> int:
-    try:
-        v = int(str(text))
-    except ValueError:
-        raise UserError(f"{name} must be a positive integer, got {text!r}") from None
-    if v < 1:
-        raise UserError(f"{name} must be a positive integer, got {text!r}")
-    return v
-
-
-def _nonneg_int(name: str, text) -> int:
-    try:
-        v = int(str(text))
-    except ValueError:
-        raise UserError(f"{name} must be a non-negative integer, got {text!r}") from None
-    if v < 0:
-        raise UserError(f"{name} must be a non-negative integer, got {text!r}")
-    return v
+def _field(flag: str, name: str, value) -> int:
+    """``value`` checked with RunConfig field ``name``'s bounds, the error naming ``flag`` (the parser
+    has checked what the CLI gives; callers that build ``args`` themselves get the same check)."""
+    check, bounds = NUMERIC_FIELDS[name]
+    return check(flag, value, **bounds)
 
 
 def _fanouts(args) -> list[int]:
-    layers = None if args.layers is None else _pos_int("--layers", args.layers)
+    layers = None if args.layers is None else _field("--layers", "layers", args.layers)
+    if layers == 0:
+        raise UserError("--layers: must be at least 1 for sampled sub-graphs (--model mf reads no neighbours)")
     if args.fanouts is None:
         return [10] * (layers or 2)
-    out = []
-    for part in str(args.fanouts).split(","):
-        try:
-            f = int(part)
-        except ValueError:
-            raise UserError(f"--fanouts must be comma-separated integers, got {args.fanouts!r}") from None
-        if f == 0 or f < -1:
-            raise UserError(f"--fanouts entries must be positive or -1 (all neighbours), got {f}")
-        out.append(f)
+    # -1 (every neighbour) is this command's own value, else a run's fan-out bounds
+    out = list(integers("--fanouts", args.fanouts, -1, MAXIMA["fanouts"], max_len=MAXIMA["layers"]))
+    if 0 in out or any(f < -1 for f in out):
+        raise UserError(f"--fanouts: entries must be from 1 to {MAXIMA['fanouts']:,} or -1 (all neighbours), "
+                        f"got {args.fanouts!r}")
     if layers is not None and layers != len(out):
         raise UserError(f"--layers {layers} does not match --fanouts {args.fanouts!r} ({len(out)} layers)")
     return out
@@ -103,9 +91,9 @@ def _trace_request(args):
     model = str(args.model).lower()
     if model not in ("mf", "lightgcn", "ngcf"):
         raise UserError(f"--model must be one of mf, lightgcn, ngcf, got {args.model!r}")
-    batch_size = _pos_int("--batch-size", args.batch_size)
-    epochs = _pos_int("--epochs", args.epochs)
-    seed = _nonneg_int("--seed", args.seed)
+    batch_size = _field("--batch-size", "batch_size", args.batch_size)
+    epochs = _field("--epochs", "epochs", args.epochs)
+    seed = _field("--seed", "seed", args.seed)
     fanouts = _fanouts(args) if model != "mf" else []
     if model == "mf" and args.fanouts is not None:
         raise UserError("--fanouts applies to sampled models (lightgcn, ngcf), not --model mf")
@@ -128,8 +116,8 @@ def _sim(args) -> int:
     from .. import cache
     from ..cache.study import run_study
 
-    lookahead = _pos_int("--lookahead", args.lookahead)
-    dim = _pos_int("--dim", args.dim)
+    lookahead = _field("--lookahead", "lookahead", args.lookahead)
+    dim = _field("--dim", "dim", args.dim)
     names = [s.strip() for s in str(args.policies).split(",") if s.strip()]
     bad = [n for n in names if n not in SIMULATED_CACHE_POLICIES]
     if bad or not names:
@@ -143,6 +131,9 @@ def _sim(args) -> int:
     cache.parse_capacity(args.cache_size, 100)
     graph, opts = _trace_request(args)
     capacity = cache.parse_capacity(args.cache_size, graph.n_nodes)
+    if capacity > graph.n_nodes:   # the whole table fits: nothing to simulate, and a buffer that size may not
+        raise UserError(f"--cache-size: {capacity:,} rows is more than the embedding table's {graph.n_nodes:,} "
+                        f"rows; give at most {graph.n_nodes:,} (or 100%)")
     study = run_study(graph, **opts, capacities=[capacity], lookaheads=[lookahead], policies=names, row_bytes=rb)
     trace = study.trace
     # a policy the cache is too small for has no hit rate (null in JSON, not NaN)

@@ -9,90 +9,95 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import typing
 
+from ..bounds import INT64_MAX, integer, number
 from ..config import FIELD_DOCS, RunConfig, field_help
 from ..errors import ConfigError
 
 _TUPLE_FIELDS = ("fanouts", "topk")
 
 
-def _base_type(tp):
-    if typing.get_origin(tp) is typing.Union:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return args[0]
-    return tp
-
-
 def _parse_placement(text: str) -> dict:
-    """``CLASS=PLACE[,CLASS=PLACE...]``; a comma inside PLACE (``numa:interleave:0,1``) stays."""
+    """``CLASS=PLACE[,CLASS=PLACE...]``; a comma inside PLACE (``numa:interleave:0,1``) stays. A class
+    given twice is refused (the last would silently win)."""
     import re
     out = {}
     for part in filter(None, re.split(r",(?=\s*[A-Za-z_]+=)", text)):
         if "=" not in part:
             raise argparse.ArgumentTypeError(f"expected CLASS=PLACE, got {part!r}")
         k, v = part.split("=", 1)
-        out[k.strip()] = v.strip()
+        k = k.strip()
+        if k in out:
+            raise argparse.ArgumentTypeError(f"{k} is given two placements ({out[k]!r} and {v.strip()!r}); "
+                                             f"give each tensor class once")
+        out[k] = v.strip()
     return out
 
 
-def _int_tuple(text: str) -> tuple:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+def bounded(check, *args, **kw):
+    """An argparse ``type`` from a :mod:`gnnrec_lab.bounds` checker: ``bounded(integer, "--dims",
+    lo=1)`` parses the text with the same bounds and words as RunConfig; a refusal is an
+    ``ArgumentTypeError``, so argparse prints "argument --flag: must be ..." (never the name of a
+    function)."""
+    param = args[0] if args else "value"
+
+    def parse(text):
+        try:
+            return check(param, text, *args[1:], **kw)
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(e.reason) from None
+    parse.__name__ = getattr(check, "__name__", "value")
+    parse.bounded = True   # tests/test_cli_battery.py finds every numeric option by this mark
+    return parse
 
 
+def field_type(name: str):
+    """argparse ``type`` of RunConfig field ``name``: its bounded checker for a numeric field."""
+    from ..config import NUMERIC_FIELDS, check_field
+    if name == "placement":
+        return _parse_placement
+    if name not in NUMERIC_FIELDS:
+        return str
+
+    def parse(text):
+        try:
+            return check_field(name, text)
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(e.reason) from None
+    parse.__name__ = name
+    parse.bounded = True
+    return parse
+
+
+# the shared checkers as argparse types for options that are not RunConfig fields
 def finite_float(text: str) -> float:
     """argparse type: a finite number (``inf``/``nan`` refused, so the parser names the flag)."""
-    import math
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return v
+    return bounded(number)(text)
 
 
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
-    v = finite_float(text)
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return v
-
-
-def _int_1_to_2_63(text: str, expected: str, range_name: str) -> int:
-    """``text`` as an integer from 1 to 2**63-1 (what SQLite and int64 hold); the errors say
-    ``expected`` ("a positive integer") or, out of range, ``range_name`` ("an integer")."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-    if not 1 <= v < 2**63:
-        raise argparse.ArgumentTypeError(f"expected {range_name} from 1 to 2**63-1, got {text!r}")
-    return v
+    return bounded(number, "value", lo=0, lo_open=True)(text)
 
 
 def positive_int(text: str) -> int:
     """argparse type: an integer from 1 to 2**63-1."""
-    return _int_1_to_2_63(text, "a positive integer", "an integer")
+    return bounded(integer, "value", lo=1, hi=INT64_MAX)(text)
 
 
 def run_id(text: str) -> int:
     """argparse type: a run id (a positive integer that SQLite can hold)."""
-    return _int_1_to_2_63(text, "a run id (a positive integer)", "a run id")
+    try:
+        return integer("id", text, 1, INT64_MAX)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"expected a run id (an integer from 1 to 2**63-1), got {text!r}") from None
+
+
+run_id.bounded = True
 
 
 def _parser_for(f: dataclasses.Field):
-    hints = typing.get_type_hints(RunConfig)
-    tp = _base_type(hints[f.name])
-    if f.name in _TUPLE_FIELDS:
-        return _int_tuple
-    if f.name == "placement":
-        return _parse_placement
-    return {int: int, float: finite_float, str: str}.get(tp, str)
+    return field_type(f.name)
 
 
 def argparse_help(text: str) -> str:
@@ -102,7 +107,9 @@ def argparse_help(text: str) -> str:
 
 def add_field_argument(parser, name: str, **kw) -> None:
     """``--name`` for RunConfig field ``name`` on a command with its own default (``kw["default"]``,
-    RunConfig's when not given): the help text is the field's, with that default."""
+    RunConfig's when not given): the help text is the field's, with that default, and the value is
+    parsed by the field's bounded checker (whatever ``type`` a caller passes)."""
+    kw["type"] = field_type(name)
     if kw.get("required"):
         kw.setdefault("help", argparse_help(FIELD_DOCS[name].help))
     else:
@@ -125,11 +132,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, multi: bool = False, s
         if multi and f.name not in _TUPLE_FIELDS and f.name != "placement":
             base = conv
 
-            def conv(text, base=base, name=f.name):
-                try:
-                    return [base(x) for x in text.split(",")]
-                except ValueError:
-                    raise argparse.ArgumentTypeError(f"expected comma-separated values for --{name.replace('_', '-')}, got {text!r}")
+            def conv(text, base=base):
+                return [base(x) for x in text.split(",")]
+            conv.__name__, conv.bounded, conv.words = f.name, getattr(base, "bounded", False), base is str
         g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=conv, metavar=f.name.upper(), **kw)
 
 
@@ -166,4 +171,6 @@ def config_from_args(args, base: RunConfig | None = None) -> RunConfig:
         raise file_error(e, path, lines, set(from_file) - set(flags)) from None
 
 
-__all__ = ["add_config_file_argument", "argparse_help", "add_field_argument", "finite_float", "positive_float", "run_id", "add_config_arguments", "config_from_args", "config_overrides", "ConfigError"]
+__all__ = ["add_config_file_argument", "argparse_help", "add_field_argument", "bounded", "field_type", "finite_float",
+           "positive_float", "positive_int", "run_id", "add_config_arguments", "config_from_args", "config_overrides",
+           "ConfigError"]

@@ -13,13 +13,17 @@ import argparse
 import secrets
 import socket
 
+from ..bounds import integer
 from ..errors import UserError
+from .common import bounded
+
+MAX_RUNS = 64   # --max-runs' largest value
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("dashboard", help="serve the dashboards (Launch, Live, Breakdown, Compare, Cache)",
                               description=__doc__)
-    p.add_argument("--port", type=int, default=5006, help="TCP port (default 5006; 0 picks a free one)")
+    p.add_argument("--port", type=bounded(integer, "--port", 0, 65535), default=5006, help="TCP port (default 5006; 0 picks a free one)")
     p.add_argument("--address", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only); another address "
                         "needs --allow-remote")
@@ -35,8 +39,9 @@ def register(subparsers) -> None:
     p.add_argument("--allow-placement-dir", action="append", default=[], metavar="DIR",
                    help="directory under which browser-launched runs may place tensors (file:DIR); "
                         "repeatable (default: none, so file: placements are refused from the browser)")
-    p.add_argument("--max-runs", type=int, default=2,
-                   help="runs launched from this dashboard that may be queued or running at once (default 2)")
+    p.add_argument("--max-runs", type=bounded(integer, "--max-runs", 1, MAX_RUNS), default=2,
+                   help=f"runs launched from this dashboard that may be queued or running at once, 1 to {MAX_RUNS} "
+                        f"(default 2)")
     p.add_argument("--run-memory-limit", default="auto", metavar="SIZE|auto|none",
                    help="memory limit (cgroup) of each browser-launched run (default auto: 3/4 of this "
                         "machine's memory where memory cgroups can be used)")
@@ -56,8 +61,7 @@ def _check_address(address: str) -> str:
 def launch_policy_from_args(args):
     """The :class:`~gnnrec_lab.dashboard.security.LaunchPolicy` the flags ask for."""
     from ..dashboard.security import LaunchPolicy, allowed_dirs, default_memory_limit
-    if isinstance(args.max_runs, bool) or not 1 <= args.max_runs <= 64:
-        raise UserError(f"--max-runs: must be 1..64, got {args.max_runs}")
+    integer("--max-runs", args.max_runs, 1, MAX_RUNS)   # callers that build args themselves
     dirs = allowed_dirs(args.allow_placement_dir)
     text = str(args.run_memory_limit).strip().lower()
     limit, note = None, None
@@ -85,8 +89,7 @@ def make_server(args):
     Raises UserError for a bad address/port, a remote address without
     ``--allow-remote`` or a port that cannot be bound.
     """
-    if not 0 <= args.port <= 65535:
-        raise UserError(f"--port: must be 0..65535, got {args.port}")
+    integer("--port", args.port, 0, 65535)
     from ..dashboard.security import RequestGuard, install_guard, is_loopback, local_names, set_launch_policy
     address = _check_address(args.address)
     remote = not is_loopback(address)

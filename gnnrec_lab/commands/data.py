@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import add_field_argument
+from ..bounds import number
+from .common import add_field_argument, bounded, field_type
 
 
 def register(subparsers) -> None:
@@ -28,7 +29,7 @@ def register(subparsers) -> None:
                     help="how to read the source; auto tells from the file name and its first bytes "
                          "(default: %(default)s)")
     pr.add_argument("--name", help="name to load it by (default: from the file name)")
-    pr.add_argument("--min-rating", type=float, help="keep only interactions rated at least this value, turning "
+    pr.add_argument("--min-rating", type=bounded(number, "--min-rating"), help="keep only interactions rated at least this value, turning "
                                                      "explicit ratings into implicit feedback (default: keep all)")
     for pos, (flag, role, header) in enumerate((("user", "user", "user_id"), ("item", "item", "item_id"),
                                                 ("rating", "rating", "rating"), ("time", "timestamp", "timestamp"))):
@@ -40,7 +41,8 @@ def register(subparsers) -> None:
                          "integers within int64 (007 is 7) (default: %(default)s; u.data and LightGCN files "
                          "always hold integers)")
     pr.add_argument("--sep", help="field separator (default: detected; 'tab', 'whitespace', ',', '::', ...)")
-    pr.add_argument("--seed", type=int, default=2020, help="seed of the default split made now (default 2020)")
+    pr.add_argument("--seed", type=field_type("seed"), default=2020,
+                    help="seed of the default split made now, 0 to 2**32-1 (default 2020)")
     add_field_argument(pr, "data_dir")
     pr.add_argument("--json", action="store_true", help="print JSON instead of text")
     pr.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -15,17 +15,11 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from .common import add_field_argument
+from ..bounds import integer
+from .common import add_field_argument, bounded, field_type
 
 
-def _fanouts(text):
-    try:
-        f = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise UserError(f"--fanouts: expected comma-separated positive integers, got {text!r}") from None
-    if not f or any(x < 1 for x in f):
-        raise UserError(f"--fanouts: expected comma-separated positive integers, got {text!r}")
-    return f
+MAX_PARTITIONS = 64   # simulated machines on one host
 
 
 def register(sub):
@@ -34,25 +28,20 @@ def register(sub):
     add_field_argument(p, "dataset", default="synth-gowalla")
     p.add_argument("--model", default="lightgcn",
                    help="recommender to train, lightgcn or ngcf (default: %(default)s)")
-    add_field_argument(p, "layers", type=int, default=2)
-    add_field_argument(p, "dim", type=int)
-    p.add_argument("--partitions", type=int, default=2,
+    add_field_argument(p, "layers", default=2)
+    add_field_argument(p, "dim")
+    p.add_argument("--partitions", type=bounded(integer, "--partitions", 1, MAX_PARTITIONS), default=2,
                    help="graph partitions, one simulated machine (a server and a trainer) each (default: %(default)s)")
-    p.add_argument("--fanouts", type=_fanouts, default=None,
+    p.add_argument("--fanouts", type=field_type("fanouts"), default=None,
                    help="neighbours sampled per node at each layer, first hop first, comma-separated, one per "
                         "layer (default: 10 per layer)")
-    p.add_argument("--batch-size", type=int, default=2048,
+    p.add_argument("--batch-size", type=field_type("batch_size"), default=2048,
                    help="training triples (user, positive item, sampled negative item) per step over all trainers; "
                         "each trainer takes batch size / partitions (default: %(default)s)")
-    p.add_argument("--epochs", type=int, default=1,
+    p.add_argument("--epochs", type=field_type("epochs"), default=1,
                    help="passes over the training interactions; no early stopping here (default: %(default)s)")
-    add_field_argument(p, "lr", type=float)
-    add_field_argument(p, "l2", type=float)
-    add_field_argument(p, "seed", type=int)
-    add_field_argument(p, "eval_every", type=int)
-    add_field_argument(p, "eval_users", type=int)
-    add_field_argument(p, "target_recall", type=float)
-    add_field_argument(p, "max_steps_per_epoch", type=int)
+    for name in ("lr", "l2", "seed", "eval_every", "eval_users", "target_recall", "max_steps_per_epoch"):
+        add_field_argument(p, name)
     p.add_argument("--part-method", default="metis", choices=("metis", "random"),
                    help="how DGL splits the graph: metis (few edges cut) or random (default: %(default)s)")
     p.add_argument("--ip-config", default=None,

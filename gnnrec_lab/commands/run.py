@@ -64,7 +64,9 @@ def _check_trace_path(path: str) -> None:
     import os
     from ..errors import UserError
     parent = os.path.dirname(os.path.abspath(path)) or "."
-    if not path or os.path.isdir(path):
+    if not path.strip():
+        raise UserError("--trace: empty path; give a file path such as trace.json (or leave --trace out)")
+    if os.path.isdir(path):
         raise UserError(f"--trace: {path!r} is a directory; give a file path such as trace.json")
     if not os.path.isdir(parent):
         raise UserError(f"--trace: directory {parent} does not exist")
@@ -97,7 +99,10 @@ def main(args) -> int:
         return _save_config(config, args.save_config)
     if args.memory_limit is not None and not args.detach:
         raise UserError("--memory-limit needs --detach (the limit applies to the run's worker process)")
-    if args.trace:
+    if args.no_store and args.detach:
+        raise UserError("--no-store: a detached run is launched, watched and reported through the run store; "
+                        "drop --no-store, or --detach to train in this terminal without storing")
+    if args.trace is not None:   # '' is a path given empty, not "no trace"
         if args.detach:
             raise UserError("--trace: not available with --detach (the trace is written by this process)")
         _check_trace_path(args.trace)
@@ -119,7 +124,7 @@ def main(args) -> int:
         return 0
     result, run_id = _train_stored(config, progress=not args.no_progress and not args.json,
                                    store_it=not args.no_store)
-    if args.trace:
+    if args.trace is not None:
         from ..analysis import export_chrome_trace
         export_chrome_trace(result.step_records, args.trace)
     if args.json:

@@ -6,7 +6,8 @@ import math
 import sys
 import time
 
-from .common import finite_float, positive_float, run_id
+from ..bounds import MAX_SECONDS, number
+from .common import bounded, run_id
 
 TABLE = (  # (header, column in runs_frame)
     ("id", "id"), ("name", "name"), ("status", "status"), ("dataset", "dataset"), ("model", "model"),
@@ -34,10 +35,11 @@ def register(subparsers) -> None:
     s.add_argument("--json", action="store_true", dest="show_json", help="print one JSON object")
     c = sub.add_parser("cancel", help="ask a run to stop; SIGTERM/SIGKILL after the grace period")
     c.add_argument("id", type=run_id, help="run id, as `gnnrec-lab runs` lists it")
-    c.add_argument("--grace", type=finite_float, default=5.0, help="seconds to wait before each escalation (default 5)")
+    c.add_argument("--grace", type=bounded(number, "--grace", 0, MAX_SECONDS), default=5.0,
+                   help="seconds to wait before each escalation, 0 or more (default 5)")
     w = sub.add_parser("wait", help="block until a run ends; exit 0 only when it finished")
     w.add_argument("id", type=run_id, help="run id, as `gnnrec-lab runs` lists it")
-    w.add_argument("--timeout", type=positive_float, default=None,
+    w.add_argument("--timeout", type=bounded(number, "--timeout", 0, MAX_SECONDS, lo_open=True), default=None,
                    help="give up after this many seconds (default: wait as long as the run takes)")
     p.set_defaults(func=main)
 

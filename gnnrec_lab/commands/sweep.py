@@ -5,7 +5,10 @@ import json
 import statistics
 import sys
 
-from .common import add_config_arguments, add_config_file_argument, config_overrides
+from ..bounds import MAX_SECONDS, integer, number
+from .common import add_config_arguments, add_config_file_argument, bounded, config_overrides
+
+MAX_CONCURRENT = 64   # runs a sweep starts at once
 
 
 def register(sub):
@@ -19,9 +22,11 @@ def register(sub):
     add_config_arguments(p, multi=True, skip=("name",))
     add_config_file_argument(p, multi=True)
     p.add_argument("--name", metavar="NAME", help="sweep id stored with every run (default: a hash of the points)")
-    p.add_argument("--max-concurrent", type=int, default=1, metavar="N",
-                   help="runs at a time (default 1; with more, runs share the CPU and their times are not comparable)")
-    p.add_argument("--timeout", type=float, default=None, metavar="S", help="cancel what is left after S seconds (default: no limit)")
+    p.add_argument("--max-concurrent", type=bounded(integer, "--max-concurrent", 1, MAX_CONCURRENT), default=1,
+                   metavar="N", help=f"runs at a time, 1 to {MAX_CONCURRENT} (default 1; with more, runs share the "
+                                     f"CPU and their times are not comparable)")
+    p.add_argument("--timeout", type=bounded(number, "--timeout", 0, MAX_SECONDS, lo_open=True), default=None,
+                   metavar="S", help="cancel what is left after S seconds, > 0 (default: no limit)")
     p.add_argument("--dry-run", action="store_true", help="list the points (and which are already finished); run nothing")
     p.add_argument("--markdown", action="store_true", help="print the summary as a Markdown table")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")

@@ -111,6 +111,36 @@ def optimizer_states(optimizer: str, momentum: float = 0.9) -> int:
     raise UserError(f"optimizer: unknown {optimizer!r}")
 
 
+COUNT_NAMES = ("n_users", "n_items", "n_train")
+
+
+def check_counts(counts: dict, param: str = "counts", strict: bool = False) -> dict:
+    """Dataset counts (``n_users``, ``n_items``, ``n_train``; numbers or their text) checked with the
+    shared bounded parsers and against each other: a user-item graph holds at most n_users x n_items
+    distinct interactions. Returns a copy with the counts as ints; ConfigError names ``param``.
+    ``strict``: other keys are refused (what a user typed), else kept (a dataset's description)."""
+    from ..bounds import MAX_INTERACTIONS, MAX_ROWS, integer
+    from ..errors import ConfigError
+    if not isinstance(counts, dict):
+        raise ConfigError(param, f"expected a dict of {', '.join(COUNT_NAMES)}, got {type(counts).__name__}")
+    unknown = sorted(set(counts) - set(COUNT_NAMES) - {"n_valid", "n_test", "n_interactions"})
+    if unknown and strict:
+        raise ConfigError(param, f"unknown count {unknown[0]!r}; expected {', '.join(COUNT_NAMES)}")
+    c = dict(counts)
+    for k in COUNT_NAMES:
+        if k not in c:
+            raise ConfigError(param, f"{k} is missing; give {', '.join(f'{n}=N' for n in COUNT_NAMES)}")
+        c[k] = integer(f"{param}: {k}", c[k], 0 if k == "n_train" else 1,
+                       MAX_INTERACTIONS if k == "n_train" else MAX_ROWS)
+    for k in ("n_valid", "n_test", "n_interactions"):
+        if k in c:
+            c[k] = integer(f"{param}: {k}", c[k], 0, MAX_INTERACTIONS)
+    if c["n_train"] > c["n_users"] * c["n_items"]:
+        raise ConfigError(param, f"n_train {c['n_train']:,} is more than n_users x n_items "
+                                 f"({c['n_users']:,} x {c['n_items']:,}), the most distinct interactions there can be")
+    return c
+
+
 def _counts(config, counts: Optional[dict]) -> dict:
     if counts is None:
         try:
@@ -119,11 +149,7 @@ def _counts(config, counts: Optional[dict]) -> dict:
             raise UserError("footprint: dataset counts are needed; pass counts=dict(n_users=..., n_items=..., "
                             "n_train=...) (gnnrec_lab.data.describe is not available)") from None
         counts = describe(config.dataset)
-    c = dict(counts)
-    for k in ("n_users", "n_items", "n_train"):
-        v = c.get(k)
-        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "n_train" else 1):
-            raise UserError(f"footprint: counts[{k!r}] must be a positive integer, got {v!r}")
+    c = check_counts(counts)
     if "n_interactions" not in c:
         c["n_interactions"] = c["n_train"] + int(c.get("n_valid", 0)) + int(c.get("n_test", 0))
     return c
