@@ -69,11 +69,11 @@ def test_flags_override_the_file_and_the_file_overrides_defaults(tmp_path):
 
 
 @pytest.mark.parametrize("text, line, words", [
-    ("dataset: synth-tiny\ndim: 0\n", 2, "dim: must be an integer >= 1"),
+    ("dataset: synth-tiny\ndim: 0\n", 2, "dim: must be an integer from 1 to"),
     ("layers: 2\nbatchsize: 10\n", 2, "batchsize: unknown field; allowed:"),
     ("layers: 2\n\nlayers: 3\n", 3, "layers: given twice (first on line 1)"),
-    ("dim: 8\nlr: fast\n", 2, "lr: must be a finite positive number"),
-    ("dim: 8\ntopk: [10, -1]\n", 2, "topk: must be integers"),
+    ("dim: 8\nlr: fast\n", 2, "lr: must be a finite number > 0"),
+    ("dim: 8\ntopk: [10, -1]\n", 2, "topk: must be 1 to 64 comma-separated integers"),
     ("dim: 8\nmodel: gcn\n", 2, "model: got 'gcn', allowed:"),
     ("dim: 8\nplacement: {embeddings: tape}\n", 2, "placement"),
     ("dim: [8\nlayers: 2\n", 2, "not valid YAML"),
