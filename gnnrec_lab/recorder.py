@@ -8,10 +8,16 @@ breakdown tables) read :attr:`Recorder.records` or :meth:`Recorder.frame`.
 
 Recording costs one small tuple append per call; when ``enabled`` is False
 nothing is appended (the benchmark compares the two).
+
+While a ``torch.profiler`` (or ``torch.autograd.profiler``) session is active, every recorded
+piece of work also runs inside ``torch.profiler.record_function("gnnrec_lab.<kernel>.<phase>")``
+(:func:`profiler_range`), so a trace opened in TensorBoard or Perfetto carries the lab's kernel
+names; without a profiler that costs one flag check.
 """
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from dataclasses import dataclass, fields
 from typing import Iterator, Optional
@@ -77,7 +83,8 @@ class Recorder:
         jit0 = self.jit_seconds
         t0 = time.perf_counter_ns()
         try:
-            yield
+            with profiler_range(name, kw.get("phase") or self.phase):
+                yield
         finally:
             self.record(name, self.ns_since(t0, jit0), **kw)
 
@@ -102,6 +109,25 @@ class Recorder:
         recs = self.records if records is None else records
         return pd.DataFrame([tuple(r.__dict__.values()) if hasattr(r, "__dict__") else tuple(r)
                              for r in recs], columns=list(RECORD_FIELDS))
+
+
+_NO_RANGE = contextlib.nullcontext()
+
+
+def profiler_active() -> bool:
+    """Whether a torch profiler session is recording in this process (False when torch is not
+    imported: then none can be)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.autograd._profiler_enabled()
+
+
+def profiler_range(name: str, phase: str):
+    """``torch.profiler.record_function("gnnrec_lab.<name>.<phase>")`` while a profiler is active,
+    else a shared no-op context (the recording overhead without a profiler stays one flag check)."""
+    if not profiler_active():
+        return _NO_RANGE
+    import torch
+    return torch.profiler.record_function(f"gnnrec_lab.{name}.{phase}")
 
 
 def store_key(r) -> tuple:

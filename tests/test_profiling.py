@@ -122,3 +122,39 @@ def test_malloc_tuning_applies_unless_the_environment_sets_it():
     mine = subprocess.run([sys.executable, "-c", code], env=env | {"MALLOC_TRIM_THRESHOLD_": "1000000"},
                           capture_output=True, text=True, check=True)
     assert mine.stdout.strip() == "False"
+
+
+# ----------------------------------------------------------------------
+# torch.profiler sees the lab's kernel names
+AFTER_THE_FACT = {"sample_subgraph", "row_fetch", "row_writeback"}   # timed on other threads or I/O
+
+
+@pytest.mark.parametrize("extra", [{"model": "lightgcn"}, {"model": "ngcf"},
+                                   {"model": "lightgcn", "mode": "sampled", "fanouts": (5, 5)}])
+def test_every_recorded_kernel_is_a_named_profiler_range(extra):
+    prof = P._profiler()
+    win = P._run_window(RunConfig(**TINY | extra), warmup=1, steps=1, profiler=prof)
+    records = [r for step in win.records for r in step]
+    names = [e.name for e in prof.events() if e.name.startswith("gnnrec_lab.")]
+    want = {f"gnnrec_lab.{r.name}.{r.phase}" for r in records if r.name not in AFTER_THE_FACT}
+    assert want and want <= set(names), sorted(want - set(names))
+    # one range per recorded call (a kernel's range is not opened twice)
+    from collections import Counter
+    calls = Counter(f"gnnrec_lab.{r.name}.{r.phase}" for r in records if r.name not in AFTER_THE_FACT)
+    got = Counter(names)
+    assert all(got[k] == n for k, n in calls.items()), (calls, got)
+    assert {"gnnrec_lab.spmm.forward", "gnnrec_lab.spmm.backward"} <= set(names)
+    if extra.get("mode") != "sampled":   # sampled mode updates rows with sparse_adam instead
+        assert "gnnrec_lab.adam.optimizer" in names
+
+
+def test_no_profiler_range_without_a_profiler():
+    from gnnrec_lab.recorder import profiler_active, profiler_range
+    import contextlib
+    assert not profiler_active()
+    assert isinstance(profiler_range("spmm", "forward"), contextlib.nullcontext)
+    import torch
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        assert profiler_active()
+        assert not isinstance(profiler_range("spmm", "forward"), contextlib.nullcontext)
+    assert not profiler_active()

@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ..errors import UserError
-from ..recorder import get_recorder
+from ..recorder import get_recorder, profiler_active, profiler_range
 from . import buffers, costs
 from .backends import BACKEND_CLASSES
 
@@ -133,10 +133,16 @@ class Span:
             self.jit0 = rec.jit_seconds
             self.t0 = time.perf_counter_ns()
 
-    def run(self, name, layer, phase, backend_name, cost: Callable[[], dict], fn, *args):
+    def run(self, name, layer, phase, backend_name, cost: Callable[[], dict], fn, *args, profile: bool = True):
         """Run ``fn(*args)``; when recording, record the time since the span's last mark under
-        ``name`` with ``cost()``'s bytes and flops, and set the mark after the bookkeeping."""
-        out = fn(*args)
+        ``name`` with ``cost()``'s bytes and flops, and set the mark after the bookkeeping. Under
+        an active torch profiler ``fn`` runs inside ``record_function("gnnrec_lab.<name>.<phase>")``
+        (``profile=False``: the caller holds that range itself)."""
+        if profile and profiler_active():
+            with profiler_range(name, phase or self.rec.phase):
+                out = fn(*args)
+        else:
+            out = fn(*args)
         rec = self.rec
         if rec.enabled:
             rec.record(name, rec.ns_since(self.t0, self.jit0), layer=layer, phase=phase, backend=backend_name,
