@@ -74,9 +74,16 @@ def main(argv=None) -> int:
             return _broken_pipe()
         print(f"gnnrec-lab: error: {describe_os_error(e)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("gnnrec-lab: interrupted", file=sys.stderr)
-        return 130
+    except BaseException as e:
+        # Ctrl-C / SIGTERM outside a training loop (or a second one inside it), also when a
+        # compiled kernel wrapped it in a SystemError
+        from .signals import EXIT_INTERRUPTED, EXIT_TERMINATED, signal_cause
+        sig = signal_cause(e)
+        if sig is None:
+            raise
+        print(f"gnnrec-lab: {'interrupted' if isinstance(sig, KeyboardInterrupt) else 'terminated (SIGTERM)'}",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED if isinstance(sig, KeyboardInterrupt) else EXIT_TERMINATED
 
 
 if __name__ == "__main__":

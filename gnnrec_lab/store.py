@@ -29,9 +29,10 @@ from .errors import UserError
 from .recorder import store_key, sum_records
 from .reporting import Reporter
 
-# diverged: training ended on a non-finite loss (a failure the run itself detected)
-STATUSES = ("queued", "running", "finished", "failed", "cancelled", "oom", "diverged")
-TERMINAL = ("finished", "failed", "cancelled", "oom", "diverged")
+# diverged: the loss left the divergence bound (train.DivergenceBound; a failure the run itself detected);
+# interrupted: Ctrl-C (SIGINT); cancelled: a cancel request or SIGTERM (the error names which)
+STATUSES = ("queued", "running", "finished", "failed", "cancelled", "interrupted", "oom", "diverged")
+TERMINAL = ("finished", "failed", "cancelled", "interrupted", "oom", "diverged")
 FOOTPRINT_KINDS = ("predicted", "measured")
 # Each SQLite call waits this long for another writer before giving up (ms).
 BUSY_TIMEOUT_MS = 30_000

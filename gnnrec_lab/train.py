@@ -45,6 +45,7 @@ from .recorder import Recorder, store_key, sum_records, use_recorder
 from .reporting import MultiReporter, ProgressReporter, Reporter
 from .rows import make_row_store
 from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
+from .signals import StopSignals
 
 # Rank every user unless that means scoring more than this many (user, item) pairs.
 FULL_RANKING_MAX_PAIRS = 5e10
@@ -60,7 +61,7 @@ class RunResult:
     """What a finished run returns (and the CLI prints with ``--json``)."""
 
     config: RunConfig
-    status: str = "finished"                 # finished | cancelled | diverged (non-finite loss)
+    status: str = "finished"                 # finished | cancelled | interrupted | diverged (DivergenceBound)
     epochs: int = 0
     steps: int = 0
     train_seconds: float = 0.0               # measured wall time in training steps
@@ -205,19 +206,28 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
     rep = MultiReporter(reporter, ProgressReporter() if progress else None)
     _set_threads(config)
     torch.manual_seed(config.seed)
-    run = _prepare(config, dataset, progress)
-    _compile_kernels(run, rep)
-    ended = None   # "diverged" or "cancelled" when an epoch ends the run early
-    # sampled mode: one sampler thread for all epochs (closed when training ends, however it ends)
-    sampler = _sampled_batches(run.graph, config, run.steps_per_epoch) if run.sampled else None
-    with use_recorder(run.rec), (sampler or contextlib.nullcontext()):
-        for epoch in range(1, config.epochs + 1):
-            ended = _train_epoch(run, rep, epoch, sampler)
-            if ended or _evaluate_and_check_stop(run, rep, epoch):
-                break
-        if ended != "diverged":   # a diverged model's test metrics would look like a result; there are none
-            _test(run)
-    return _finish(run, rep, ended)
+    # SIGINT/SIGTERM only raise a flag while the run is in this process's hands: the loop reads it
+    # between steps (a signal handled inside a numba kernel would end the run with a SystemError)
+    with StopSignals() as signals:
+        run = _prepare(config, dataset, progress)
+        run.signals = signals
+        _compile_kernels(run, rep)
+        ended = None   # "diverged", "cancelled" or "interrupted" when the run ends early
+        # sampled mode: one sampler thread for all epochs (closed when training ends, however it ends)
+        sampler = _sampled_batches(run.graph, config, run.steps_per_epoch) if run.sampled else None
+        with use_recorder(run.rec), (sampler or contextlib.nullcontext()):
+            for epoch in range(1, config.epochs + 1):
+                if signals.signum is not None:   # arrived while preparing, compiling or evaluating
+                    ended = _note_stop(run, rep, signals.status, epoch - 1)
+                    break
+                ended = _train_epoch(run, rep, epoch, sampler)
+                if ended or _evaluate_and_check_stop(run, rep, epoch):
+                    break
+            # no test metrics for a diverged model (they would look like a result), nor after a signal
+            # (whoever sent it wants the run to end now)
+            if ended != "diverged" and signals.signum is None:
+                _test(run)
+        return _finish(run, rep, ended)
 
 
 @dataclass
@@ -241,6 +251,8 @@ class _Run:
     sampled_stats: dict = field(default_factory=lambda: {"redundancy": [], "batches": 0, "nodes_per_layer": None,
                                                          "edges_per_layer": None, "build_seconds": 0.0})
     stopper: Optional[EarlyStopping] = None
+    divergence: "DivergenceBound" = field(default_factory=lambda: DivergenceBound())
+    signals: StopSignals = field(default_factory=StopSignals)   # train() installs the live one
     best_state: Optional[dict] = None
     step: int = 0
     t_train: float = 0.0
@@ -353,7 +365,7 @@ def _compile_kernels(run, rep) -> None:
 
 
 def _train_epoch(run, rep, epoch: int, sampler) -> Optional[str]:
-    """One epoch of training steps; returns "diverged" or "cancelled" when it ends the run."""
+    """One epoch of training steps; returns "diverged", "cancelled" or "interrupted" when it ends the run."""
     config = run.config
     run.model.train()
     # one generator per epoch (seeded (seed, epoch); the sampled mode's sampler does the same);
@@ -362,7 +374,7 @@ def _train_epoch(run, rep, epoch: int, sampler) -> Optional[str]:
                else bpr_batches(run.graph, config.batch_size, np.random.default_rng((config.seed, epoch)),
                                 max_batches=run.steps_per_epoch))
     cover = _Coverage(run.graph.n_nodes) if run.sampled else None
-    t_epoch, loss_sum, ended = 0.0, 0.0, None
+    t_epoch, loss_sum, ended, why = 0.0, 0.0, None, None
     for i in range(run.steps_per_epoch):
         lr = _start_step(run)
         t0 = time.perf_counter()
@@ -371,8 +383,12 @@ def _train_epoch(run, rep, epoch: int, sampler) -> Optional[str]:
         lv = _record_step(run, rep, epoch, loss, dt)
         loss_sum += lv
         t_epoch += dt
-        if not math.isfinite(lv):   # nothing after a nan/inf loss means anything
+        why = run.divergence.update(lv)
+        if why:   # nothing after a blown-up loss means anything
             ended = "diverged"
+            break
+        if run.signals.signum is not None:   # between kernels: the step is complete
+            ended = run.signals.status
             break
         if rep.should_stop():
             ended = "cancelled"
@@ -389,12 +405,20 @@ def _train_epoch(run, rep, epoch: int, sampler) -> Optional[str]:
     rep.on_epoch(epoch, t_epoch, i + 1, loss_sum / (i + 1))
     if ended == "diverged":
         result.status = "diverged"
-        result.info["diverged"] = diverged_message(lv, run.step, epoch, config)
+        result.info["diverged"] = diverged_message(why, run.step, epoch, config)
         rep.on_event("diverged", result.info["diverged"])
-    elif ended == "cancelled":
-        result.status = "cancelled"
-        rep.on_event("cancelled", f"stopped at step {run.step} on request")
+    elif ended:
+        _note_stop(run, rep, ended, epoch)
     return ended
+
+
+def _note_stop(run, rep, status: str, epoch: int) -> str:
+    """Record that a signal or a cancel request ended the run (``status`` cancelled or interrupted)."""
+    how = run.signals.words or "a cancel request"
+    run.result.status = status
+    run.result.info["stopped"] = f"{status}: stopped by {how} at step {run.step} (epoch {epoch})"
+    rep.on_event(status, run.result.info["stopped"])
+    return status
 
 
 def _start_step(run) -> float:
@@ -515,7 +539,7 @@ def _finish(run, rep, ended: Optional[str]) -> RunResult:
     """Complete the result (times, kernels, sampled-mode stats, modeled projection, peak RSS)
     and report it once."""
     config, result = run.config, run.result
-    if ended != "diverged":
+    if result.test:
         rep.on_eval(result.best_epoch, run.step, "test", result.test, run.t_train)
     result.train_seconds = run.t_train
     result.kernels = run.totals.rows()
@@ -558,9 +582,43 @@ class _Coverage:
         return self.sampled / max(int(self.seen.sum()), 1)
 
 
-def diverged_message(loss: float, step: int, epoch: int, config) -> str:
-    """One line for a run ended by a non-finite loss: where, and what to change."""
-    return (f"training diverged: loss {loss} at step {step} (epoch {epoch}); no test metrics. "
+class DivergenceBound:
+    """When a run has diverged: its loss is not finite, or it stayed above ``factor`` x the first
+    step's loss for ``window`` consecutive steps (epochs do not reset the count).
+
+    BPR's loss starts near ln 2 = 0.693 (plus the L2 term) and falls as a model learns; a model
+    whose loss sits at 100x that for 5 steps in a row has left any useful region (an lr of 1e6
+    takes the loss from 0.693 to ~1e12 in a few steps) and its metrics would only look like a
+    result. A single spike that comes back under the bound is not divergence.
+    """
+
+    FACTOR = 100.0
+    WINDOW = 5
+
+    def __init__(self, factor: float = FACTOR, window: int = WINDOW):
+        self.factor, self.window = float(factor), int(window)
+        self.first: Optional[float] = None
+        self.above = 0
+
+    def update(self, loss: float) -> Optional[str]:
+        """Take one step's loss; return why the run diverged (words), or None."""
+        if not math.isfinite(loss):
+            return f"loss {loss} is not finite"
+        if self.first is None:
+            self.first = loss
+            return None
+        bound = self.factor * abs(self.first)
+        self.above = self.above + 1 if loss > bound else 0
+        if self.above >= self.window:
+            return (f"loss {loss:.4g} stayed above {self.factor:g}x the first step's loss ({self.first:.4g}) "
+                    f"for {self.window} steps")
+        return None
+
+
+def diverged_message(why: str, step: int, epoch: int, config) -> str:
+    """One line for a run ended by its divergence bound (:class:`DivergenceBound`): why, where, and
+    what to change."""
+    return (f"training diverged: {why}, at step {step} (epoch {epoch}); no test metrics. "
             f"Lower --lr (was {config.lr:g}), --l2 (was {config.l2:g}) or --weight-decay (was "
             f"{config.weight_decay:g}).")
 

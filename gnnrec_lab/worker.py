@@ -4,18 +4,19 @@ The worker loads the run's config from the store (``$GNNREC_LAB_HOME``), marks
 it running with its pid, trains with a :class:`~gnnrec_lab.store.StoreReporter`
 and writes the final status itself:
 
-* ``finished`` / ``cancelled`` / ``diverged``: what the training function's result says
-  (``diverged``: a non-finite loss ended training);
+* ``finished`` / ``cancelled`` / ``interrupted`` / ``diverged``: what the training function's
+  result says (``diverged``: the loss left :class:`~gnnrec_lab.train.DivergenceBound`; cancelled /
+  interrupted: a cancel request, SIGTERM or SIGINT seen between steps, see :mod:`gnnrec_lab.signals`);
 * ``oom``: a ``MemoryError`` (or torch's "can't allocate memory") escaped training;
 * ``failed``: a :class:`~gnnrec_lab.errors.UserError` (its one-line message) or
   any other exception (the traceback);
-* SIGTERM (sent by ``Runner.cancel`` after the grace period) ends it as
-  ``cancelled`` when a cancel was requested.
+* SIGTERM (sent by ``Runner.cancel`` after the grace period) ends it as ``cancelled``, the error
+  naming the signal (outside the training loop, or a second SIGTERM, it stops the worker at once).
 
 The training callable is ``gnnrec_lab.train:train`` unless
 ``GNNREC_LAB_TRAIN_FN=module:attr`` names another (tests use fakes).
 
-Exit status: 0 finished/cancelled, 1 failed, 3 oom, 4 diverged.
+Exit status: 0 finished/cancelled, 1 failed, 3 oom, 4 diverged, 130 interrupted.
 
 :func:`finish_run` and :func:`failure` are shared with ``gnnrec-lab run`` in a terminal, which
 records its in-process run in the store the same way.
@@ -30,16 +31,13 @@ import sys
 import traceback
 
 from .errors import UserError
+from .signals import EXIT_INTERRUPTED, Terminated, signal_cause
 
 TRAIN_FN_ENV = "GNNREC_LAB_TRAIN_FN"
 DEFAULT_TRAIN_FN = "gnnrec_lab.train:train"
 EXIT_OK, EXIT_FAILED, EXIT_OOM, EXIT_DIVERGED = 0, 1, 3, 4
-RESULT_STATUSES = ("finished", "cancelled", "diverged")
+RESULT_STATUSES = ("finished", "cancelled", "interrupted", "diverged")
 STDERR_TAIL_LINES = 50
-
-
-class Terminated(BaseException):
-    """Raised in the worker when SIGTERM arrives (BaseException so training code cannot swallow it)."""
 
 
 def resolve_train_fn(spec: str | None = None):
@@ -86,13 +84,19 @@ def finish_run(store, run_id: int, result, reporter=None) -> str:
     if not getattr(reporter, "recorded", False):
         store.record_result(run_id, result)
     info = getattr(result, "info", None) or {}
-    error = info.get("diverged") if status == "diverged" else None
+    error = info.get("diverged") if status == "diverged" else info.get("stopped")
     store.set_status(run_id, status, error=error, only_if=("running",))
     return status
 
 
 def failure(exc: BaseException) -> tuple:
-    """``(status, error, exit status)`` for an exception that escaped training."""
+    """``(status, error, exit status)`` for an exception that escaped training (a signal behind it,
+    even wrapped in a compiled kernel's SystemError, is the signal's ending, not a failure)."""
+    sig = signal_cause(exc)
+    if isinstance(sig, KeyboardInterrupt):
+        return "interrupted", "interrupted: stopped at once by a second SIGINT (Ctrl-C)", EXIT_INTERRUPTED
+    if isinstance(sig, Terminated):
+        return "cancelled", "cancelled: stopped at once by SIGTERM (outside the training loop, or a second one)", EXIT_OK
     if isinstance(exc, UserError):
         return "failed", str(exc), EXIT_FAILED
     if is_out_of_memory(exc):
@@ -104,6 +108,11 @@ def failure(exc: BaseException) -> tuple:
 
 def _on_sigterm(signum, frame):
     raise Terminated()
+
+
+def exit_status(status: str) -> int:
+    """The worker's exit status for a run's final ``status``."""
+    return {"diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}.get(status, EXIT_OK)
 
 
 def run_worker(run_id: int, store=None) -> int:
@@ -133,18 +142,13 @@ def run_worker(run_id: int, store=None) -> int:
         reporter = store.reporter(run_id)
         result = train_fn(config, reporter=reporter, progress=False)
         status = finish_run(store, run_id, result, reporter)
-        return EXIT_DIVERGED if status == "diverged" else EXIT_OK
-    except Terminated:
-        if store.cancel_requested(run_id):
-            store.set_status(run_id, "cancelled", error="cancelled: worker stopped by SIGTERM after the grace period",
-                             only_if=("running",))
-            return EXIT_OK
-        return fail("failed", "worker terminated by SIGTERM without a cancel request", EXIT_FAILED)
+        return exit_status(status)
     except UserError as e:
         print(f"gnnrec-lab: error: {e}", file=sys.stderr)
         return fail(*failure(e))
     except BaseException as e:  # noqa: BLE001 - every other ending is recorded, then reported
-        print(traceback.format_exc(), file=sys.stderr)
+        if signal_cause(e) is None:
+            print(traceback.format_exc(), file=sys.stderr)
         return fail(*failure(e))
 
 

@@ -129,7 +129,7 @@ def main(args) -> int:
         export_chrome_trace(result.step_records, args.trace)
     if args.json:
         print(json.dumps(result.to_dict() | {"run_id": run_id}, default=str))
-    elif result.status != "diverged":
+    elif result.status == "finished" or (result.status == "cancelled" and result.test):
         _print_summary(result)
     if run_id is not None and not args.json:
         print(f"stored as run {run_id} (`gnnrec-lab runs show {run_id}`)")
@@ -138,6 +138,12 @@ def main(args) -> int:
         red = ("\033[31m", "\033[0m") if sys.stderr.isatty() else ("", "")
         print(f"{red[0]}gnnrec-lab: error: {result.info['diverged']}{red[1]}", file=sys.stderr)
         return EXIT_DIVERGED
+    if result.status in ("interrupted", "cancelled"):
+        from ..signals import EXIT_INTERRUPTED, EXIT_TERMINATED
+        print(f"gnnrec-lab: {result.info.get('stopped', result.status)}", file=sys.stderr)
+        if result.status == "interrupted":
+            return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if "SIGTERM" in result.info.get("stopped", "") else 1
     return 0 if result.status == "finished" else 1
 
 
@@ -145,7 +151,16 @@ def _train_stored(config, progress: bool, store_it: bool = True):
     """Train in this process; unless ``store_it`` is False, record the run in the run store as a
     worker would (status running with this pid, every step, the result once, the final status).
     Returns ``(result, run_id or None)``."""
+    import signal
+    import threading
+    from ..signals import Terminated
     from ..train import train
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM outside the training loop (which turns it into a flag) still ends the run with a
+        # status: the default action would kill the process and leave the run "running"
+        def terminated(signum, frame):
+            raise Terminated()
+        signal.signal(signal.SIGTERM, terminated)
     if not store_it:
         return train(config, progress=progress), None
     import os
@@ -158,9 +173,6 @@ def _train_stored(config, progress: bool, store_it: bool = True):
     reporter = store.reporter(run_id)
     try:
         result = train(config, reporter=reporter, progress=progress)
-    except KeyboardInterrupt:
-        store.set_status(run_id, "cancelled", error="cancelled: interrupted in the terminal", only_if=("running",))
-        raise
     except BaseException as e:
         status, error, _ = failure(e)
         store.set_status(run_id, status, error=error, only_if=("running",))
