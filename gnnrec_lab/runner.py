@@ -11,8 +11,8 @@ runs and starts the next queued run. Claiming a queued run is one store
 transaction, so several runners (a dashboard, a detached supervisor, a CLI
 ``wait``) can share a store without starting a run twice.
 
-``launch(config, memory_limit_bytes=N)`` runs the worker in its own cgroup v1
-memory cgroup (``<memory mount>/<our cgroup>/gnnrec-lab/run-<id>-<tag>``) with a
+``launch(config, memory_limit_bytes=N)`` runs the worker in its own memory cgroup
+(v1, or v2 where only the unified hierarchy has the memory controller) (``<memory mount>/<our cgroup>/gnnrec-lab/run-<id>-<tag>``) with a
 hard limit of N bytes; it joins the cgroup from a one-line ``sh`` wrapper before it
 execs, so nothing it allocates escapes the limit. After the worker exits the
 cgroup's ``oom_kill`` counter tells a kill by the limit (status ``oom``, "killed
@@ -156,7 +156,8 @@ class Runner:
             if rec is not None:
                 cg = MemoryCgroup.create(f"run-{run_id}-{uuid.uuid4().hex[:8]}", rec["limit_bytes"])
                 self._cgroups[run_id] = cg
-                write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path)})
+                write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
+                                       "cgroup_version": cg.version})
                 argv = cg.wrap(argv)
             env = dict(os.environ, GNNREC_LAB_HOME=str(self.store.home), PYTHONUNBUFFERED="1")
             with open(run_dir / "stdout.log", "ab") as out, open(run_dir / "stderr.log", "ab") as err:
@@ -221,7 +222,7 @@ class Runner:
             verdict = oom_verdict(rec, rc)
             use = cg.usage()
             write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
-                                   "max_usage_bytes": use["max_usage_bytes"], "failcnt": use["failcnt"],
+                                   "cgroup_version": cg.version, "max_usage_bytes": use["max_usage_bytes"], "failcnt": use["failcnt"],
                                    "oom_kills": cg.oom_kills()})
             self.store.add_event(run_id, "memory_limit",
                                  f"cgroup limit {cg.limit_bytes:,} bytes; peak charge {use['max_usage_bytes']:,} "

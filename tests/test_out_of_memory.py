@@ -53,9 +53,10 @@ def test_parse_size_and_clear_errors(monkeypatch, tmp_path):
         with pytest.raises(UserError, match="memory limit"):
             parse_size(bad)
     mounts = tmp_path / "mounts"
-    mounts.write_text("cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid 0 0\n")
+    # a cgroup2 mount without the memory controller (here a directory that is no cgroupfs at all)
+    mounts.write_text(f"cgroup2 {tmp_path} cgroup2 rw,nosuid 0 0\n")
     monkeypatch.setattr(cgroup_mod, "CGROUP_MOUNTS", mounts)
-    with pytest.raises(UserError, match="only cgroup v2 is mounted"):
+    with pytest.raises(UserError, match="cgroup v2 is mounted at .*, but its memory controller is not available"):
         memory_cgroup_root()
     mounts.write_text("proc /proc proc rw 0 0\n")
     with pytest.raises(UserError, match="no cgroup filesystem"):
