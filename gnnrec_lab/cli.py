@@ -62,8 +62,9 @@ def main(argv=None) -> int:
         print(f"gnnrec-lab: error: {e}", file=sys.stderr)
         return 2
     except sqlite3.DatabaseError as e:
-        print(f"gnnrec-lab: error: run store: {e} (the file was kept as it is; see `gnnrec-lab runs --help`)",
-              file=sys.stderr)
+        from .store import _damaged, describe_store_error, lab_home
+        path = lab_home() / "lab.sqlite"
+        print(f"gnnrec-lab: error: {describe_store_error(e, path) or _damaged(path, str(e))}", file=sys.stderr)
         return 2
     except MemoryError as e:
         print(f"gnnrec-lab: error: out of memory ({e or 'an allocation failed'}); the configuration needs more "
@@ -72,7 +73,9 @@ def main(argv=None) -> int:
     except OSError as e:
         if isinstance(e, BrokenPipeError):
             return _broken_pipe()
-        print(f"gnnrec-lab: error: {describe_os_error(e)}", file=sys.stderr)
+        import errno
+        full = " (the disk is full)" if e.errno == errno.ENOSPC else ""
+        print(f"gnnrec-lab: error: {describe_os_error(e)}{full}", file=sys.stderr)
         return 2
     except BaseException as e:
         # Ctrl-C / SIGTERM outside a training loop (or a second one inside it), also when a

@@ -150,8 +150,46 @@ def connect(path: "str | os.PathLike", create: bool = True) -> sqlite3.Connectio
     return con
 
 
-def _json_or_none(text):
-    return json.loads(text) if text else None
+JSON_FIELDS = ("config", "host", "info", "result")   # runs columns that hold JSON objects
+
+
+def parse_json_field(text, run_id, field: str) -> tuple:
+    """``(value, damage)`` of run ``run_id``'s JSON column ``field``: the parsed object (None when
+    empty) and None, or None and one line saying what is wrong ("config: not valid JSON (...)").
+    One damaged row never takes the store down: readers list the run as damaged and go on."""
+    if text is None or text == "":
+        return None, None
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError) as e:   # JSONDecodeError, bytes that are not text
+        return None, f"{field}: not valid JSON ({str(e).split(':')[0]})"
+    if not isinstance(value, dict):
+        return None, f"{field}: not a JSON object (a {type(value).__name__})"
+    return value, None
+
+
+def describe_store_error(e: BaseException, path) -> Optional[str]:
+    """One line for a store failure that is not damage: a read-only file, directory or mount, or a
+    full disk (None for anything else). SQLite says "attempt to write a readonly database" or "disk
+    is full"; the OS says EROFS/EACCES/ENOSPC."""
+    import errno
+    path = Path(path)
+    text = str(e).lower()
+    code = getattr(e, "errno", None)
+    if "disk is full" in text or code == errno.ENOSPC:
+        import shutil
+        try:
+            free = f"{shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free"
+        except OSError:
+            free = "free space unknown"
+        return (f"run store {path}: the disk is full ({free}); free space on it, or set GNNREC_LAB_HOME to "
+                f"a directory on another disk (the store was kept as it is)")
+    if ("readonly" in text or "read-only" in text or code in (errno.EROFS, errno.EACCES, errno.EPERM)
+            or ("unable to open" in text and not os.access(path.parent, os.W_OK))):
+        where = path if path.exists() and not os.access(path, os.W_OK) else path.parent
+        return (f"run store {path}: {where} is read-only (no write permission, or a read-only mount); the "
+                f"store needs to write (its WAL and lock files); set GNNREC_LAB_HOME to a writable directory")
+    return None
 
 
 TIME_PARTS = ("startup_s", "jit_s", "train_s", "other_s")
@@ -239,9 +277,10 @@ class Store:
         try:
             self._local.con = connect(self.path, create=create)
             self.schema_version = migrate(self._local.con)
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, OSError) as e:
             self.close()
-            raise _damaged(self.path, str(e)) from None
+            # a read-only home or a full disk is not damage: say which, and do not advise recovery
+            raise UserError(describe_store_error(e, self.path) or str(_damaged(self.path, str(e)))) from None
 
     # -- connections ------------------------------------------------------
     def _con(self) -> sqlite3.Connection:
@@ -299,17 +338,26 @@ class Store:
                  "measured" if config.measured else "modeled", sweep))
             return int(cur.lastrowid)
 
-    def get_run(self, run_id: int) -> dict:
-        """One run as a dict; ``config``/``host``/``info``/``result`` parsed from JSON; ``duration_s``
-        and its parts (:func:`time_parts`: ``startup_s``, ``jit_s``, ``train_s``, ``other_s``) added."""
+    def get_run(self, run_id: int, need: Sequence[str] = ()) -> dict:
+        """One run as a dict; ``config``/``host``/``info``/``result`` parsed from JSON (a damaged one is
+        None and named in ``damaged``, a list of one-line reasons); ``duration_s`` and its parts
+        (:func:`time_parts`: ``startup_s``, ``jit_s``, ``train_s``, ``other_s``) added. ``need``: JSON
+        columns the caller cannot do without; one of them damaged raises UserError naming it."""
         con = self._con()
         cur = con.execute("SELECT * FROM runs WHERE id=?", (int(run_id),))
         row = cur.fetchone()
         if row is None:
             raise UserError(f"run {run_id}: no such run in {self.path}")
         d = dict(zip([c[0] for c in cur.description], row))
-        for k in ("config", "host", "info", "result"):
-            d[k] = _json_or_none(d[k])
+        d["damaged"] = []   # one line per damaged JSON column (that column is None)
+        for k in JSON_FIELDS:
+            d[k], why = parse_json_field(d[k], run_id, k)
+            if why:
+                d["damaged"].append(why)
+        bad = [w for w in d["damaged"] if w.split(":")[0] in need]
+        if bad:
+            raise UserError(f"run {run_id} is damaged: {bad[0]}; the row was kept as it is "
+                            f"(`gnnrec-lab runs show {run_id}` shows what is readable)")
         d["cancel_requested"] = bool(d["cancel_requested"])
         end = d["finished"] or (time.time() if d["status"] == "running" else None)
         train_s = con.execute("SELECT SUM(seconds) FROM steps WHERE run_id=?", (int(run_id),)).fetchone()[0]
@@ -434,7 +482,10 @@ class Store:
         """Keep the run's load samples (``{point: proc.load_sample()}``, measured) in its info as ``load``."""
         with self._write() as con:
             row = con.execute("SELECT info FROM runs WHERE id=?", (int(run_id),)).fetchone()
-            info = (_json_or_none(row[0]) if row else None) or {}
+            info, damage = parse_json_field(row[0] if row else None, run_id, "info")
+            if damage:   # keep a damaged row as it is rather than overwrite what it holds
+                return
+            info = info or {}
             info["load"] = dict(load)
             con.execute("UPDATE runs SET info=? WHERE id=?", (json.dumps(info, default=str), int(run_id)))
 
@@ -535,7 +586,13 @@ class Store:
             sql += " WHERE r.status=?"
             params = (status,)
         df = self._frame(sql + " ORDER BY r.id", params)
-        cfgs = [json.loads(c) for c in df["config"]] if len(df) else []
+        # a damaged JSON column leaves its run listed, with ``damaged`` saying which column and why
+        parsed = [(parse_json_field(c, r, "config"), parse_json_field(i, r, "info"))
+                  for r, c, i in zip(df["id"], df["config"], df["info"])]
+        cfgs = [c[0] or {} for c, _ in parsed]
+        infos = [i[0] for _, i in parsed]
+        df["damaged"] = pd.Series(["; ".join(w for w in (c[1], i[1]) if w) or None for c, i in parsed],
+                                  index=df.index, dtype=object)
         for key in ("dataset", "model", "layers", "dim", "batch_size", "memory_mode", "ngcf_form", "mode",
                     "backend"):
             df[key] = [c.get(key) for c in cfgs]
@@ -544,7 +601,6 @@ class Store:
         now = time.time()
         end = df["finished"].where(df["finished"].notna(),
                                    df["status"].map(lambda s: now if s == "running" else None))
-        infos = [json.loads(i) if isinstance(i, str) and i else None for i in df["info"]]
         parts = [time_parts(s, e, i, t) for s, e, i, t in zip(df["started"], end.astype(float), infos, df["train_s"])]
         for key in ("duration_s",) + TIME_PARTS:
             df[key] = pd.Series([p[key] for p in parts], index=df.index, dtype=float)

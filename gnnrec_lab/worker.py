@@ -23,6 +23,7 @@ records its in-process run in the store the same way.
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import os
@@ -99,6 +100,8 @@ def failure(exc: BaseException) -> tuple:
         return "cancelled", "cancelled: stopped at once by SIGTERM (outside the training loop, or a second one)", EXIT_OK
     if isinstance(exc, UserError):
         return "failed", str(exc), EXIT_FAILED
+    if "disk is full" in str(exc).lower() or getattr(exc, "errno", None) == errno.ENOSPC:
+        return "failed", f"failed: the disk is full ({type(exc).__name__}: {exc})", EXIT_FAILED
     if is_out_of_memory(exc):
         return "oom", (f"out of memory: {type(exc).__name__}: {exc}".rstrip(": ")
                        + " (an allocation failed inside the run: lower batch_size or dim, or place "
@@ -133,7 +136,7 @@ def run_worker(run_id: int, store=None) -> int:
 
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        run = store.get_run(run_id)
+        run = store.get_run(run_id, need=("config",))
         config = RunConfig.from_dict(run["config"])
         if not store.set_status(run_id, "running", pid=os.getpid(), pid_start=proc_start_ticks(os.getpid()),
                                 host=json.dumps(host_info()), only_if=("queued", "running")):

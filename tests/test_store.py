@@ -314,3 +314,98 @@ def test_footprint_has_one_stored_shape_and_old_results_stay_readable(tmp_path):
     fpf = s.footprint_frame(rid)
     assert set(zip(fpf.tensor_class, fpf.bytes, fpf.kind)) == {("graph", 100, "predicted"),
                                                              ("peak_rss", 999, "measured")}
+
+
+# ---------------------------------------------------------------------------
+# one damaged row never takes the store down (issue 23 class 4)
+# ---------------------------------------------------------------------------
+DAMAGE = {"truncated": '{"dataset": "ml-1', "garbage": "\x00\xff not json", "a list": "[1, 2]",
+          "a number": "5", "a string": '"x"'}
+
+
+def _cli(argv, capsys):
+    from gnnrec_lab import cli
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:
+        rc = e.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.mark.parametrize("field", ["config", "info", "result", "host"])
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_json_column_names_its_run_and_the_others_still_open(tmp_path, monkeypatch, capsys, field, damage):
+    """Generated over every JSON column x kinds of damage: `runs`, `runs --json`, `runs show` of every
+    run, `whatif` and the dashboards' table reader answer; the damaged run is named with its column."""
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    s = Store(tmp_path)
+    good = s.add_run(RunConfig(dataset="ml-100k", name="good"))
+    bad = s.add_run(RunConfig(dataset="ml-100k", name="bad"))
+    s.record_start(good, {"host": {"hostname": "h"}})
+    s.record_start(bad, {"host": {"hostname": "h"}})
+    with s._write() as con:
+        con.execute(f"UPDATE runs SET {field}=? WHERE id=?", (DAMAGE[damage], bad))
+    s.record_load(bad, {"start": {}})                            # never overwrites what a damaged row holds
+    if field == "info":
+        assert s._query("SELECT info FROM runs WHERE id=?", (bad,))[0][0] == DAMAGE[damage]
+    frame = s.runs_frame()
+    assert list(frame.id) == [good, bad]
+    damaged = dict(zip(frame.id, frame.damaged))
+    assert damaged[good] is None and (damaged[bad] or "").startswith(field) == (field in ("config", "info"))
+    run = s.get_run(bad)
+    assert any(w.startswith(f"{field}: not") for w in run["damaged"]) and run[field] is None
+    assert s.get_run(good)["damaged"] == [] and s.get_run(good)["config"]["name"] == "good"
+
+    rc, out, err = _cli(["runs"], capsys)
+    assert rc == 0 and "Traceback" not in err and "good" in out, err
+    if field in ("config", "info"):
+        assert f"run {bad} is damaged: {field}: not" in out
+    rc, out, err = _cli(["runs", "--json"], capsys)
+    assert rc == 0 and '"good"' in out, err
+    for rid in (good, bad):
+        rc, out, err = _cli(["runs", "show", str(rid)], capsys)
+        assert rc == 0 and "Traceback" not in err, err
+    assert f"damaged    {field}: not" in out
+    rc, out, err = _cli(["whatif", str(bad), "--device", "cxl"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    if field == "config":
+        assert f"run {bad} is damaged: config: not" in err
+    pytest.importorskip("panel")
+    from gnnrec_lab.dashboard.cache import cached_runs   # the Cache dashboard's table reader
+    cached_runs(s)
+
+
+@pytest.mark.parametrize("error, needle, not_needle", [
+    (sqlite3.OperationalError("attempt to write a readonly database"), "read-only", "damaged"),
+    (sqlite3.OperationalError("database or disk is full"), "the disk is full", "damaged"),
+    (OSError(30, "Read-only file system"), "read-only", "recover"),
+    (OSError(28, "No space left on device"), "the disk is full", "recover"),
+    (sqlite3.DatabaseError("file is not a database"), "damaged", "read-only"),
+])
+def test_a_read_only_home_or_a_full_disk_is_named_not_called_damage(tmp_path, monkeypatch, capsys, error, needle,
+                                                                    not_needle):
+    """Opening a store, and the CLI's handler for a store error mid-command, say what is wrong."""
+    import gnnrec_lab.store as store_mod
+    Store(tmp_path)   # a sound store is there
+
+    def refuse(*a, **k):
+        raise error
+    monkeypatch.setattr(store_mod, "migrate", refuse)
+    with pytest.raises(UserError) as e:
+        Store(tmp_path)
+    assert needle in str(e.value) and not_needle not in str(e.value), str(e.value)
+    monkeypatch.undo()
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    from gnnrec_lab.commands import runs as runs_cmd
+    monkeypatch.setattr(runs_cmd, "_list", refuse)
+    rc, out, err = _cli(["runs"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and needle.split()[-1] in err.lower(), err
+
+
+def test_a_worker_that_hits_a_full_disk_records_it(tmp_path):
+    from gnnrec_lab.worker import failure
+    status, error, code = failure(sqlite3.OperationalError("database or disk is full"))
+    assert status == "failed" and "disk is full" in error and code == 1
+    status, error, _ = failure(OSError(28, "No space left on device", "/data/x.npy"))
+    assert "disk is full" in error and "/data/x.npy" in error

@@ -126,6 +126,9 @@ def _list(store, args) -> int:
     if any(r.get("overloaded") for r in recs):
         print(f"{OVERLOADED_MARK} load average (1 min) above the core count during the run: its measured times "
               f"include waiting for other work")
+    for r in recs:   # a damaged row is listed above with what is readable, and named here
+        if isinstance(r.get("damaged"), str):
+            print(f"run {r['id']} is damaged: {r['damaged']} (kept as it is)")
     return 0
 
 
@@ -147,6 +150,8 @@ def _show(store, run_id: int, as_json: bool) -> int:
     ts = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"  # noqa: E731
     cfg = run["config"] or {}
     print(f"run {run['id']}  {run['name'] or ''}".rstrip())
+    for why in run["damaged"]:
+        print(f"  damaged    {why} (kept as it is; shown as missing below)")
     print(f"  status     {run['status']}" + ("  (cancel requested)" if run["cancel_requested"] and
                                             run["status"] == "running" else ""))
     print(f"  time       {run['measured']}")

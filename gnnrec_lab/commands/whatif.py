@@ -60,7 +60,9 @@ def _records(args):
     except ImportError:
         raise UserError("whatif: the run store is not available; use --records FILE") from None
     from ..memory.tiermodel import stored_run_records
-    frame, steps, fp, cfg = stored_run_records(Store(), args.run_id)   # what every view projects
+    store = Store()
+    store.get_run(args.run_id, need=("config",))   # a damaged config is named, not projected as defaults
+    frame, steps, fp, cfg = stored_run_records(store, args.run_id)   # what every view projects
     if frame is None or len(frame) == 0:
         raise UserError(f"whatif: run {args.run_id!r} has no kernel records")
     return frame, fp, steps, cfg

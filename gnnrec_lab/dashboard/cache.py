@@ -282,8 +282,10 @@ def cached_runs(store, status: Optional[str] = None, limit: int = 200) -> pd.Dat
     Counter columns are NaN until the run finishes (they are written with its result).
     """
     import json
-    sql = ("SELECT id, name, status, config, json_extract(result, '$.info.sampled.row_store') AS row_store "
-           "FROM runs WHERE json_extract(config, '$.cache_policy') IS NOT NULL "
+    # json_valid first: one damaged row's JSON must not fail the whole query (SQLite raises on it)
+    sql = ("SELECT id, name, status, config, CASE WHEN json_valid(result) THEN "
+           "json_extract(result, '$.info.sampled.row_store') END AS row_store "
+           "FROM runs WHERE json_valid(config) AND json_extract(config, '$.cache_policy') IS NOT NULL "
            "AND json_extract(config, '$.cache_policy') != 'none'")
     params: tuple = ()
     if status is not None:
@@ -292,8 +294,9 @@ def cached_runs(store, status: Optional[str] = None, limit: int = 200) -> pd.Dat
     if hasattr(store, "_frame"):
         # one query instead of parsing every run's result (store.py has no public reader for this yet)
         raw = store._frame(sql + " ORDER BY id DESC LIMIT ?", params + (int(limit),))
-        recs = [(r.id, r.name, r.status, json.loads(r.config),
-                 json.loads(r.row_store) if r.row_store else {}) for r in raw.itertuples()]
+        from ..store import parse_json_field   # a damaged row is skipped, not the table
+        recs = [(r.id, r.name, r.status, cfg, json.loads(r.row_store) if r.row_store else {})
+                for r in raw.itertuples() for cfg in [parse_json_field(r.config, r.id, "config")[0]] if cfg]
     else:
         recs = []
         for rid in sorted(store.run_ids(status), reverse=True):
