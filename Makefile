@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[parquet,dash,test,peers]"
+	$(PIP) install -q -e ".[parquet,dash,test,peers,tracking]"
 	@echo "compiling the numba kernels into their disk cache (once, ~1.5 min; the first run then starts at once)"
 	$(VENV)/bin/gnnrec-lab warmup || echo "kernel warm-up failed; the first run compiles them instead"
 	touch $@

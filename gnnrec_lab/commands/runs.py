@@ -41,7 +41,45 @@ def register(subparsers) -> None:
     w.add_argument("id", type=run_id, help="run id, as `gnnrec-lab runs` lists it")
     w.add_argument("--timeout", type=bounded(number, "--timeout", 0, MAX_SECONDS, lo_open=True), default=None,
                    help="give up after this many seconds (default: wait as long as the run takes)")
+    x = sub.add_parser("export", help="copy runs into MLflow or TensorBoard",
+                       description="Copy stored runs into MLflow (params, per-epoch loss and validation metrics, "
+                                   "test metrics, measured and modeled step times, the kernel table, footprint "
+                                   "and Perfetto trace as artifacts, the host as tags) or TensorBoard (scalars and "
+                                   "hparams). The run store keeps everything; the export is a copy.")
+    x.add_argument("ids", nargs="+", type=run_id, metavar="ID", help="run ids, as `gnnrec-lab runs` lists them")
+    x.add_argument("--to", nargs="+", required=True, metavar="TARGET",
+                   help="'mlflow', or 'tensorboard DIR' (event files under DIR, one directory per run)")
+    x.add_argument("--tracking-uri", metavar="URI",
+                   help="MLflow tracking URI, e.g. sqlite:///mlflow.db or http://127.0.0.1:5000 "
+                        "(default: MLflow's own, $MLFLOW_TRACKING_URI)")
+    x.add_argument("--experiment", default="gnnrec-lab",
+                   help="MLflow experiment the runs go into, created when missing (default: %(default)s)")
     p.set_defaults(func=main)
+
+
+def _export(store, args) -> int:
+    from ..errors import UserError
+    from ..export import export_mlflow, export_tensorboard
+    target = args.to[0]
+    if target == "mlflow":
+        if len(args.to) > 1:
+            raise UserError(f"--to mlflow takes no directory (got {' '.join(args.to[1:])!r}); "
+                            f"use --tracking-uri URI")
+        done = export_mlflow(store, args.ids, tracking_uri=args.tracking_uri, experiment=args.experiment)
+        for d in done:
+            print(f"run {d['run_id']} -> MLflow run {d['mlflow_run_id']}"
+                  + ("" if d["new"] else " (exported before; left as it is)"))
+        return 0
+    if target == "tensorboard":
+        if len(args.to) != 2:
+            raise UserError("--to tensorboard needs one directory: --to tensorboard DIR")
+        if args.tracking_uri:
+            raise UserError("--tracking-uri applies to --to mlflow, not tensorboard")
+        for d in export_tensorboard(store, args.ids, args.to[1]):
+            print(f"run {d['run_id']} -> {d['dir']}")
+        print(f"view with: tensorboard --logdir {args.to[1]}")
+        return 0
+    raise UserError(f"--to: got {target!r}, allowed: mlflow, tensorboard DIR")
 
 
 def _fmt(v, col: str) -> str:
@@ -207,6 +245,9 @@ def main(args) -> int:
     if action is None:
         recover_dead(store)  # so a vanished worker shows as failed, not running forever
         return _list(store, args)
+    if action == "export":
+        recover_dead(store)
+        return _export(store, args)
     store.get_run(args.id)  # unknown id -> UserError, one line
     if action == "show":
         recover_dead(store)
