@@ -116,7 +116,7 @@ def test_tensorboard_export_scalars_and_hparams(store, tmp_path, capsys):
     (["runs", "export", 1, "--to", "mlflow", "x"], "--to mlflow takes no directory"),
     (["runs", "export", 99, "--to", "tensorboard", "tb"], "run 99: no such run"),
     (["runs", "export", 1, "--to", "tensorboard", "tb", "--tracking-uri", "x"], "--tracking-uri applies to"),
-    (["runs", "export", "--to", "mlflow"], "ID"),
+    (["runs", "export", "--to", "mlflow"], "ids"),
 ])
 def test_export_mistakes_are_one_line(store, tmp_path, monkeypatch, capsys, argv, words):
     monkeypatch.chdir(tmp_path)

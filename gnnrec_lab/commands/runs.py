@@ -46,7 +46,7 @@ def register(subparsers) -> None:
                                    "test metrics, measured and modeled step times, the kernel table, footprint "
                                    "and Perfetto trace as artifacts, the host as tags) or TensorBoard (scalars and "
                                    "hparams). The run store keeps everything; the export is a copy.")
-    x.add_argument("ids", nargs="+", type=run_id, metavar="ID", help="run ids, as `gnnrec-lab runs` lists them")
+    x.add_argument("ids", nargs="+", type=run_id, help="run ids, as `gnnrec-lab runs` lists them")
     x.add_argument("--to", nargs="+", required=True, metavar="TARGET",
                    help="'mlflow', or 'tensorboard DIR' (event files under DIR, one directory per run)")
     x.add_argument("--tracking-uri", metavar="URI",
