@@ -254,3 +254,106 @@ def test_launch_button_disabled_with_the_reason(tmp_path, monkeypatch):
     assert "--allow-placement-dir" in page.errors["placement"].object
     page.placement_inputs["embeddings"].value = ""
     assert not page.button.disabled
+
+
+# ---------------------------------------------------------------------------
+# issue 23 class 1: what a page on another site can make the server do with one GET
+# ---------------------------------------------------------------------------
+import sys  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from gnnrec_lab.dashboard.security import component_allowed  # noqa: E402
+
+# modules a hostile URL may name; none of them is imported by the dashboard (checked below)
+NOT_SERVED = ["this", "antigravity", "turtle", "idlelib.idle", "http.server", "xmlrpc.server", "pydoc",
+              "webbrowser", "tkinter", "lib2to3", "panel.tests.util", "gnnrec_lab.no_such_module",
+              "..%2f..%2f..%2fetc%2fpasswd", "%2e%2e", "os", "subprocess", "builtins"]
+
+
+@pytest.mark.parametrize("module", NOT_SERVED)
+def test_component_route_imports_nothing_it_does_not_serve(served, module):
+    """What a cross-site <img src> sends (no Origin, no token): refused with 404 before any handler,
+    and the module it names is not imported (this process runs the server)."""
+    name = module.replace("%2f", "/").replace("%2e", ".")
+    before = name in sys.modules
+    status, body = served.raw(f"/components/{module}/X/_css/a.css", {"Origin": None})
+    assert status == 404 and "not a component resource" in body, body[:300]
+    assert (name in sys.modules) == before, f"{name} was imported by the request"
+
+
+def test_component_route_still_serves_the_app_s_own_components(served):
+    from panel.io.resources import component_resource_path
+    from panel.template import FastListTemplate
+    url = "/" + component_resource_path(FastListTemplate, "_css", FastListTemplate._css[0])
+    assert component_allowed(url)
+    status, body = served.raw(url)
+    assert status == 200 and "text/css" in body.split("\r\n\r\n")[0], body[:300]
+
+
+_SEGMENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz._%2f0123456789", min_size=1, max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_SEGMENT, min_size=1, max_size=6))
+def test_component_allow_list_never_imports(parts):
+    """Generated paths: deciding never imports a module, and allows only loaded components of the
+    dashboard's own packages."""
+    loaded = set(sys.modules)
+    path = "/components/" + "/".join(parts)
+    ok = component_allowed(path)
+    assert set(sys.modules) == loaded
+    if ok:
+        from urllib.parse import unquote
+        mod = unquote(path[len("/components/"):]).split("/")[0]
+        assert mod in sys.modules and mod.split(".")[0] in ("panel", "bokeh", "holoviews", "gnnrec_lab")
+
+
+def test_ipv6_loopback_host_is_served_not_500(served):
+    status, body = served.raw("/", {"Host": f"[::1]:{served.port}"})
+    assert status == 200, body[:500]
+
+
+def test_refused_requests_are_logged_without_the_token(served):
+    import logging
+
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+    keep = Keep()
+    log = logging.getLogger("tornado.access")
+    log.addHandler(keep)
+    old = log.level
+    log.setLevel(logging.INFO)
+    try:
+        status, _ = served.raw("/?token=s3cret-token-value", {"Host": f"evil.example.com:{served.port}"})
+        assert status == 403
+        served.raw("/liveness?token=s3cret-token-value")
+    finally:
+        log.removeHandler(keep)
+        log.setLevel(old)
+    assert any("403 GET / (" in line for line in keep.lines), keep.lines
+    assert not any("s3cret" in line for line in keep.lines), keep.lines
+
+
+@pytest.mark.parametrize("address, loopback", [
+    ("127.1", True), ("127.0.0.1", True), ("127.255.255.254", True), ("::1", True), ("[::1]", True),
+    ("localhost", True), ("0x7f.1", True), ("2130706433", True),
+    ("0.0.0.0", False), ("::", False), ("192.168.1.1", False), ("10.0.0.1", False), ("", False)])
+def test_loopback_in_every_spelling(address, loopback):
+    assert is_loopback(address) is loopback
+
+
+def test_short_loopback_address_needs_no_allow_remote():
+    s = Served(address="127.1")
+    try:
+        assert s.guard.token is None
+        status, _ = s.raw("/liveness")
+        assert status == 200
+    finally:
+        s.stop()

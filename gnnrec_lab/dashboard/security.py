@@ -9,6 +9,13 @@ Two parts, both set up by ``gnnrec-lab dashboard`` (:mod:`gnnrec_lab.commands.da
   ``Origin`` is refused: browsers always send one, scripts that omit it are not
   the dashboard); with a login token, every request but ``/liveness`` needs the
   token, given once as ``?token=...`` (then kept in an HttpOnly cookie named per port).
+* :func:`component_allowed` is Panel's component resource route
+  (``/components/<module>/<class>/<attribute>/<file>``) limited to what this app serves: Panel would
+  import the module the URL names (any installed module, chosen by any page that can make the
+  browser send a GET) before it looks for the resource. The guard answers 404 unless the module
+  is one already loaded from the packages the dashboards are built of and the class is a component
+  defined there, so the route never imports anything.
+* Access-log lines name the path without its query (the login token travels as ``?token=``).
 * :class:`LaunchPolicy` is what runs a browser may start: ``file:`` placements
   only under directories the operator allowed at start, at most ``max_active``
   runs queued or running from this dashboard at once, and a memory limit
@@ -34,7 +41,8 @@ OPEN_PATHS = ("/liveness",)
 
 
 def is_loopback(address: Optional[str]) -> bool:
-    """Whether ``address`` (an IP or ``localhost``) only accepts connections from this machine."""
+    """Whether ``address`` (an IP in any form the resolver takes, ``127.1`` included, or a name)
+    only accepts connections from this machine: every address it resolves to is loopback."""
     if not address:
         return False  # None/'' means every interface to Tornado
     if address.lower() == "localhost":
@@ -42,6 +50,44 @@ def is_loopback(address: Optional[str]) -> bool:
     try:
         return ipaddress.ip_address(address.strip("[]")).is_loopback
     except ValueError:
+        pass
+    try:   # 127.1, 0x7f.1, a name in /etc/hosts: what the socket will bind to
+        infos = socket.getaddrinfo(address.strip("[]"), None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False
+    addrs = {ai[4][0].split("%")[0] for ai in infos}
+    return bool(addrs) and all(ipaddress.ip_address(a).is_loopback for a in addrs)
+
+
+# packages the dashboards are built of: the only modules whose components the resource route serves
+COMPONENT_PACKAGES = ("panel", "bokeh", "holoviews", "gnnrec_lab")
+COMPONENT_PREFIX = "/components/"
+
+
+def component_allowed(path: str) -> bool:
+    """Whether ``path`` (the request path, percent-encoded as it arrived) names a resource of a
+    component this app serves: ``/components/MODULE/CLASS/ATTRIBUTE/...`` where MODULE is already
+    imported (nothing is imported to answer), lies in :data:`COMPONENT_PACKAGES`, and CLASS is a
+    Parameterized class defined in it. Decided from ``sys.modules`` alone, before any handler runs."""
+    import sys
+    from urllib.parse import unquote
+    if not path.startswith(COMPONENT_PREFIX):
+        return True
+    parts = unquote(path[len(COMPONENT_PREFIX):]).split("/")
+    if len(parts) < 4:
+        return False
+    mod, cls = parts[0], parts[1]
+    if not all(p.isidentifier() for p in mod.split(".")) or mod.split(".")[0] not in COMPONENT_PACKAGES:
+        return False
+    module = sys.modules.get(mod)
+    if module is None or not cls.isidentifier():
+        return False
+    component = module.__dict__.get(cls)
+    try:
+        import param
+        return (isinstance(component, type) and issubclass(component, param.Parameterized)
+                and component.__module__ == mod)
+    except ImportError:
         return False
 
 
@@ -150,13 +196,32 @@ def install_guard(tornado_app, guard: RequestGuard) -> None:
         qt = request.query_arguments.get("token", [b""])[0].decode("utf-8", "replace") or None
         cookie = request.cookies.get(guard.cookie_name)
         verdict = guard.check(request.method, request.path, request.headers, qt, cookie.value if cookie else None)
+        if verdict is None and not component_allowed(request.path):
+            verdict = (404, "not a component resource this dashboard serves")
         if verdict is not None:
             return tornado_app.get_handler_delegate(request, Refused, {"status": verdict[0], "reason": verdict[1]})
+        host, port = _host_port(request.host or "")
+        if ":" in host:
+            # an IPv6 literal ([::1]:PORT, allowed above): Panel's location parsing splits the Host on
+            # ':' and fails (500); the same loopback by name reaches the same server
+            request.host = f"localhost:{port}" if port else "localhost"
+            request.host_name = "localhost"
         if qt and guard.token and request.method == "GET" and request.headers.get("Upgrade", "").lower() != "websocket":
             return tornado_app.get_handler_delegate(request, SetTokenCookie)
         return original(request, **kwargs)
 
     tornado_app.find_handler = find_handler
+    tornado_app.settings["log_function"] = log_request
+
+
+def log_request(handler) -> None:
+    """Tornado's access-log line (status, method, path, client, time) with the path in place of the
+    URI: a query may carry the login token (``?token=...``), which must not land in a log."""
+    from tornado.log import access_log
+    status = handler.get_status()
+    log = access_log.info if status < 400 else access_log.warning if status < 500 else access_log.error
+    r = handler.request
+    log("%d %s %s (%s) %.2fms", status, r.method, r.path, r.remote_ip, 1000.0 * r.request_time())
 
 
 # ---------------------------------------------------------------------------
@@ -243,5 +308,5 @@ def default_memory_limit() -> int:
     return int(psutil.virtual_memory().total * 3 // 4)
 
 
-__all__ = ["RequestGuard", "install_guard", "LaunchPolicy", "launch_policy", "set_launch_policy",
+__all__ = ["RequestGuard", "install_guard", "component_allowed", "log_request", "LaunchPolicy", "launch_policy", "set_launch_policy",
            "allowed_dirs", "is_loopback", "local_names", "default_memory_limit"]
