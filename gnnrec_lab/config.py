@@ -36,6 +36,9 @@ CACHE_POLICIES = ("none", "stream") + tuple(p for p in TIER_CACHE_POLICIES if p 
 # How a cache study's access trace is made (gnnrec_lab.cache.study): "mf" BPR batches of a 0-layer
 # model, "sampled" k-hop sub-graph batches.
 CACHE_TRACE_KINDS = ("mf", "sampled")
+# Training triples per batch of a cache study's trace when none is asked for: `gnnrec-lab cache` and
+# the Cache page both start here, so the same dataset's skew reads the same in both.
+CACHE_TRACE_BATCH = 1024
 # Memory modes a run can be launched in. "dram" is measured here; the others are
 # measured where the hardware exists and modeled (labelled so) elsewhere.
 MEMORY_MODES = ("dram", "optane_memory_mode", "optane_app_direct", "cxl", "remote_numa")

@@ -225,7 +225,7 @@ def test_cache_page_simulates_and_plots(tmp_path, browser):
     try:
         page, errors = open_page(browser, url)
         page.get_by_text("Cache", exact=True).first.click()
-        page.get_by_text("Embedding cache").wait_for(timeout=15_000)
+        page.get_by_role("heading", name=re.compile(r"^Embedding cache")).wait_for(timeout=15_000)
         # a small trace: synth-tiny (generated into this test's data directory), 25 rows per batch
         page.locator(".cache-dataset select").select_option("synth-tiny")
         for name, value in (("batch_size", "16"), ("cache_sizes", "10%,30%,60%"), ("lookaheads", "1,10")):

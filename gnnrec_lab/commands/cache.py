@@ -11,7 +11,7 @@ import json
 import sys
 
 from ..bounds import integers
-from ..config import MAXIMA, NUMERIC_FIELDS, SIMULATED_CACHE_POLICIES
+from ..config import CACHE_TRACE_BATCH, MAXIMA, NUMERIC_FIELDS, SIMULATED_CACHE_POLICIES
 from ..errors import UserError
 from .common import bounded, field_type
 
@@ -27,7 +27,7 @@ def _add_trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fanouts", type=bounded(integers, "--fanouts", -1, MAXIMA["fanouts"], max_len=MAXIMA["layers"]),
                    default=None, help="neighbours sampled per node at each layer, first hop first, "
                                                    "comma-separated, -1 = all neighbours (default: 10 per layer)")
-    p.add_argument("--batch-size", type=field_type("batch_size"), default="1024", help="training triples (user, positive item, sampled negative "
+    p.add_argument("--batch-size", type=field_type("batch_size"), default=str(CACHE_TRACE_BATCH), help="training triples (user, positive item, sampled negative "
                                                         "item) per batch (default: %(default)s)")
     p.add_argument("--epochs", type=field_type("epochs"), default="1", help="passes over the training interactions in the trace "
                                                  "(default: %(default)s)")

@@ -74,10 +74,19 @@ class LazyTabs:
             self.lab.page = ""  # a later request for the same page fires again
 
 
-def build_app(lab: Optional[Lab] = None) -> pn.template.FastListTemplate:
-    """The whole app for one session (a new :class:`Lab` unless one is given)."""
+# Why ``panel serve dashboards/app.py`` serves the pages read-only: Panel's own server has none
+# of the protections ``gnnrec-lab dashboard`` installs (commands/dashboard.py).
+PANEL_SERVE_READ_ONLY = (
+    "read-only: served by `panel serve`, which has none of `gnnrec-lab dashboard`'s protections (its Host and "
+    "Origin guard, the cap on runs, the memory limit of each run), so this page cannot launch or cancel runs; "
+    "serve it with `gnnrec-lab dashboard`, or launch with `gnnrec-lab run`")
+
+
+def build_app(lab: Optional[Lab] = None, read_only: Optional[str] = None) -> pn.template.FastListTemplate:
+    """The whole app for one session (a new :class:`Lab` unless one is given; ``read_only``: why the
+    new Lab may not launch runs, shown on every page's sidebar and at the Launch button)."""
     load_extensions()
-    lab = lab or Lab()
+    lab = lab or Lab(read_only=read_only)
     lazy = LazyTabs(lab)
     tabs = lazy.tabs
     about = pn.pane.Markdown(
@@ -86,7 +95,11 @@ def build_app(lab: Optional[Lab] = None) -> pn.template.FastListTemplate:
         "(hatched orange in plots).", sizing_mode="stretch_width")
     store = lab.store
     where = f"Store: `{store.path}`" if store is not None and hasattr(store, "path") else ""
-    template = pn.template.FastListTemplate(title=TITLE, sidebar=[about, pn.pane.Markdown(where)],
+    sidebar = [about, pn.pane.Markdown(where)]
+    if lab.read_only:
+        sidebar.insert(0, pn.pane.Alert(f"**Read-only.** {lab.read_only[len('read-only: '):].capitalize()}.",
+                                        alert_type="warning", css_classes=["read-only-note"]))
+    template = pn.template.FastListTemplate(title=TITLE, sidebar=sidebar,
                                             main=[tabs], sidebar_width=260, accent="#1f77b4",
                                             font_url="", design=Fast)  # no web fonts: offline
     template.lab = lab  # for tests and notebooks

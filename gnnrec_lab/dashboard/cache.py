@@ -31,7 +31,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..config import CACHE_TRACE_KINDS, SIMULATED_CACHE_POLICIES, field_label
+from ..config import CACHE_TRACE_BATCH, CACHE_TRACE_KINDS, SIMULATED_CACHE_POLICIES, field_label
 from ..errors import UserError
 from ..data import list_datasets
 from .common import Lab, error_note, fmt_bytes, not_available, safe_call
@@ -90,7 +90,7 @@ class SimRequest:
 
     dataset: str = "synth-small"
     trace: str = "mf"                 # "mf" (BPR batches, 0 layers) or "sampled" (k-hop sub-graphs)
-    batch_size: int = 128             # BPR triples per batch
+    batch_size: int = CACHE_TRACE_BATCH   # BPR triples per batch (the CLI's default too)
     fanouts: tuple = (10, 10)         # sampled only, first hop first
     cache_sizes: tuple = ("5%", "10%", "20%", "40%")
     lookaheads: tuple = (1, 10, 50, 200)   # oracle look-ahead, batches
@@ -380,6 +380,10 @@ def default_dataset(names: list[str], prepared: set = frozenset()) -> str:
     return names[0] if names else "synth-small"
 
 
+# The plot area before any simulation was asked for.
+IDLE_TEXT = "*Press Simulate.*"
+
+
 class CachePage(pn.viewable.Viewer):
     """Simulated hit rate and slow-tier bytes per policy; measured counters of cached runs."""
 
@@ -419,7 +423,7 @@ class CachePage(pn.viewable.Viewer):
         self.button.on_click(lambda _e: self.start())
         self.form_error = pn.pane.Markdown("", styles={"color": "#c62828"}, visible=False, width=240)
         self.status_md = pn.pane.Markdown("", sizing_mode="stretch_width")
-        self.results = pn.Column(pn.pane.Markdown("*Press Simulate.*"), sizing_mode="stretch_width",
+        self.results = pn.Column(pn.pane.Markdown(IDLE_TEXT), sizing_mode="stretch_width",
                                  min_height=300, css_classes=["cache-results"])
         self.runs_pane = pn.Column(sizing_mode="stretch_width")
         self.live_md = pn.pane.Markdown("", sizing_mode="stretch_width")
@@ -464,6 +468,9 @@ class CachePage(pn.viewable.Viewer):
         self.button.disabled = True
         self.results.loading = True
         self.status_md.object = f"Simulating {req.dataset} ({req.trace} trace)…"
+        # what the plot area says matches the button: no "Press Simulate" while it is disabled
+        self.results.objects = [pn.pane.Markdown(f"*Simulating {req.dataset}: the plots appear here when it "
+                                                 f"ends.*", css_classes=["cache-pending"])]
         fut = EXECUTOR.submit(simulate_cached, req, self.graph_loader)
         self._future = fut
         doc = self._doc

@@ -159,21 +159,26 @@ class Lab(param.Parameterized):
     """Session state every page reads: the store, the runner and the chosen run.
 
     Pass ``store``/``runner`` to drive the pages from a notebook or a test; by
-    default the process-wide ones are used.
+    default the process-wide ones are used. ``read_only`` (a reason) serves the pages without a
+    runner: nothing can be launched or cancelled (``panel serve dashboards/app.py``).
     """
 
     run_id = param.Parameter(default=None, doc="run shown on the Live and Breakdown pages")
     runs_version = param.Integer(default=0, doc="bumped whenever the set of runs changes")
     page = param.String(default="", doc="page the app should show (Launch, Live, Breakdown, Compare, Cache)")
 
-    def __init__(self, store=None, runner=None, **params):
+    def __init__(self, store=None, runner=None, read_only: Optional[str] = None, **params):
         super().__init__(**params)
         load_extensions()
         self.store_reason = self.runner_reason = None
+        # read_only: why this server may not launch or cancel runs (the pages say so); no runner then
+        self.read_only = read_only
         if store is None:
             store, self.store_reason = shared_store()
         self.store = store
-        if runner is None and store is not None:
+        if read_only:
+            runner, self.runner_reason = None, read_only
+        elif runner is None and store is not None:
             runner, self.runner_reason = shared_runner(store)
         elif runner is None:
             self.runner_reason = "needs the run store"

@@ -415,7 +415,8 @@ class LaunchPage(pn.viewable.Viewer):
         if self.lab.store is None or ids:
             return pn.Spacer(height=0)
         if self.lab.runner is None:
-            return not_available("The example run (runner)", self.lab.runner_reason)
+            return pn.Spacer(height=0) if self.lab.read_only else not_available("The example run (runner)",
+                                                                                 self.lab.runner_reason)
         return pn.Column(pn.pane.Markdown("### No runs yet\nStart with a small example run "
                                           "(about a minute on two cores), then watch it on the Live page."),
                          self.example_button, sizing_mode="stretch_width")
@@ -436,6 +437,9 @@ class LaunchPage(pn.viewable.Viewer):
             notes.append(not_available("Dataset list (data registry)", self._datasets_reason))
         if self.lab.store is None:
             notes.append(not_available("Run store", self.lab.store_reason))
+        elif self.lab.read_only:
+            notes.append(pn.pane.Alert(f"**Launching is off here** ({self.lab.read_only}).", alert_type="warning",
+                                       sizing_mode="stretch_width", css_classes=["launch-read-only"]))
         elif self.lab.runner is None:
             notes.append(not_available("Runner (launching runs)", self.lab.runner_reason))
         form = pn.Column("## Launch a run", *notes, pn.GridBox(*fields, ncols=2), placement,

@@ -424,7 +424,7 @@ class LivePage(pn.viewable.Viewer):
         if pct is None:  # unknown total: busy stripes while active, else full or empty
             pct = -1 if m.status in ACTIVE else (100 if m.status == "finished" else 0)
         self.progress.value = int(pct)
-        self.cancel_button.disabled = m.status not in ACTIVE
+        self.cancel_button.disabled = m.status not in ACTIVE or self.lab.runner is None
         total = f"{m.total:,}" if m.total else "?"
         rss = fmt_bytes(m.rss_bytes) + " (measured now)" if m.rss_bytes else "–"
         _, eta_note = m.eta_note()

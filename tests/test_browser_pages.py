@@ -1,0 +1,150 @@
+"""Launch, Cache and the `panel serve` app in a real browser (chromium via Playwright).
+
+Uses the servers and helpers of tests/test_browser.py; each test has its own store and data dir.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")]
+
+from test_browser import ARTIFACTS, CHROMIUM, browser, fill_form, free_port, get, open_page, serve, stop  # noqa: E402,F401
+
+sync_api = pytest.importorskip("playwright.sync_api")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def page_text(page) -> str:
+    return page.locator("body").inner_text()
+
+
+def seed_store(home: Path) -> dict:
+    """Three finished DRAM runs of one shape (one measured under load) and a host calibration."""
+    os.environ["GNNREC_LAB_HOME"] = str(home)   # the helpers write where the server will read
+    from test_dashboard_components import _calibrate
+    from test_launch_page import _dram_run
+    from gnnrec_lab.store import Store
+    home.mkdir(parents=True, exist_ok=True)
+    _calibrate()
+    store = Store(home)
+    ids = {"slow": _dram_run(store, 6.0, load1=5.0), "fast": _dram_run(store, 1.0), "mid": _dram_run(store, 2.0)}
+    store.close()
+    return ids
+
+
+def test_launch_page_memory_step_time_spread_and_form(tmp_path, browser, monkeypatch):
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path / "home"))
+    ids = seed_store(tmp_path / "home")
+    ARTIFACTS.mkdir(exist_ok=True)
+    proc, url = serve(tmp_path)
+    try:
+        page, errors = open_page(browser, url)
+        fill_form(page, dataset="synth-tiny", layers=1, dim=8, batch_size=512)
+        page.locator(".launch-memory_mode select").select_option("optane_app_direct")
+        note = page.locator(".launch-step-note")
+        note.wait_for(timeout=30_000)
+        text = note.inner_text()
+        assert f"run #{ids['fast']}" in text and "fastest" in text and "3 stored DRAM runs" in text, text
+        assert f"#{ids['slow']} " in text and "load > cores" in text
+        assert "all tensor classes on the device" in text
+        # Optane 200 can be chosen; the prediction follows it
+        profile = page.locator(".launch-device_profile select")
+        profile.select_option("optane_pmem200_appdirect_8x")
+        page.get_by_text(re.compile(r"modeled on optane_pmem200_appdirect_8x\): [0-9.]+ ms per step")).wait_for(
+            timeout=30_000)
+        memory = page.locator(".launch-memory-note").inner_text()
+        assert len(re.findall(r"Predicted [0-9.]+ [KMG]iB in DRAM", memory)) == 1, memory
+        assert "memory available now" in memory
+        for name in ("eval_users", "patience", "seed"):
+            sync_api.expect(page.locator(f".launch-{name} input")).to_be_visible()
+        page.locator(".launch-mode select").select_option("sampled")
+        sync_api.expect(page.locator(".launch-cache_policy select")).to_be_visible()
+        page.locator(".launch-mode select").select_option("full")
+        page.screenshot(path=str(ARTIFACTS / "launch-prediction.png"), full_page=True)
+        # an impossible batch: refused inline, under its field, with the run's own words
+        box = page.locator(".launch-batch_size input")
+        box.fill("10000000")
+        box.press("Enter")
+        box.press("Tab")
+        err = page.locator(".launch-error-batch_size")
+        sync_api.expect(err).to_contain_text("must be at most the number of", timeout=10_000)
+        sync_api.expect(err).to_contain_text("10,000,000")
+        sync_api.expect(page.locator(".launch-button button")).to_be_disabled()
+        body = page_text(page)
+        assert "--force" not in body and "form:" not in body
+        assert page.errors() == [], page.errors()
+    finally:
+        stop(proc)
+
+
+def test_cache_page_says_simulating_while_it_does_and_uses_the_cli_batch(tmp_path, browser):
+    from gnnrec_lab import data
+    from gnnrec_lab.cli import build_parser
+    data.load("synth-tiny", data_dir=tmp_path / "data")   # prepared: the page simulates it at once
+    cli_default = build_parser().parse_args(["cache", "skew", "--dataset", "x"]).batch_size
+    proc, url = serve(tmp_path)
+    try:
+        page, errors = open_page(browser, url)
+        page.get_by_text("Cache", exact=True).first.click()
+        page.get_by_role("heading", name=re.compile(r"^Embedding cache")).wait_for(timeout=15_000)
+        sync_api.expect(page.locator(".cache-batch_size input")).to_have_value(str(cli_default))
+        # from the first moment to the end: a disabled button never sits beside "Press Simulate"
+        deadline = time.monotonic() + 300     # the first simulation compiles its numba kernels
+        seen_pending = False
+        button = page.locator(".cache-simulate button")
+        while time.monotonic() < deadline:
+            disabled = button.is_disabled()
+            press = page.get_by_text("Press Simulate").count()
+            assert not (disabled and press), "the button is disabled while the plot area says Press Simulate"
+            seen_pending |= disabled and page.locator(".cache-pending").count() > 0
+            if not disabled and page.get_by_text(re.compile(r"top 1% of rows take")).count():
+                break
+            time.sleep(0.1)
+        else:
+            page.screenshot(path=str(ARTIFACTS / "cache-pending-failed.png"), full_page=True)
+            raise AssertionError(f"the simulation did not end: button disabled {disabled}")
+        assert seen_pending
+        assert page.errors() == [], page.errors()
+    finally:
+        stop(proc)
+
+
+def test_panel_serve_app_is_read_only_and_says_so(tmp_path, browser):
+    port = free_port()
+    env = dict(os.environ, GNNREC_LAB_HOME=str(tmp_path / "home"), GNNREC_LAB_DATA=str(tmp_path / "data"),
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    log = open(tmp_path / "panel.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "panel", "serve", str(REPO / "dashboards" / "app.py"),
+                             "--port", str(port), "--address", "127.0.0.1"], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True, cwd=str(tmp_path))
+    url = f"http://127.0.0.1:{port}/app"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if get(url, timeout=30) == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"panel serve did not start: {(tmp_path / 'panel.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        page, errors = open_page(browser, url)
+        page.locator(".launch-read-only").wait_for(timeout=30_000)
+        assert "cannot launch or cancel runs" in page.locator(".launch-read-only").inner_text()
+        assert "Read-only" in page.locator(".read-only-note").inner_text()
+        fill = page.locator(".launch-dataset select")
+        fill.select_option("synth-tiny")
+        sync_api.expect(page.locator(".launch-button button")).to_be_disabled()
+        assert "Run an example" not in page_text(page)
+        from gnnrec_lab.store import Store
+        assert Store(tmp_path / "home").run_ids() == []
+    finally:
+        stop(proc)

@@ -1,0 +1,77 @@
+"""Smaller page fixes, in-process: the Cache page's busy state and batch size, the read-only
+`panel serve` app, the roofline and `% bound` explained where shown."""
+from __future__ import annotations
+
+import threading
+
+import panel as pn
+import pytest
+
+from gnnrec_lab.dashboard.common import Lab
+from gnnrec_lab.store import Store
+
+from test_dashboard_components import RecordingRunner, _calibrate, texts, tiny_graph
+
+pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    s = Store()
+    yield s
+    s.close()
+
+
+def test_cache_page_says_simulating_while_busy_and_uses_the_cli_batch(store):
+    from gnnrec_lab.cli import build_parser
+    from gnnrec_lab.dashboard.cache import CachePage
+    release = threading.Event()
+
+    def held_graph(name):
+        release.wait(30)
+        return tiny_graph(name)
+    page = CachePage(Lab(store=store, runner=RecordingRunner(store)), graph_loader=held_graph, autostart=False)
+    cli = build_parser().parse_args(["cache", "skew", "--dataset", "x"]).batch_size
+    assert page.w["batch_size"].value == int(cli) == 1024
+    assert "Press Simulate" in texts(page.results)
+    page.w["batch_size"].value = 16
+    fut = page.start()
+    try:
+        assert page.button.disabled
+        busy = texts(page.results)
+        assert "Press Simulate" not in busy and "Simulating " in busy, busy
+    finally:
+        release.set()
+    fut.result(timeout=30)
+
+
+def test_panel_serve_app_is_read_only(store):
+    from gnnrec_lab.dashboard.app import PANEL_SERVE_READ_ONLY, build_app
+    lab = Lab(store=store, read_only=PANEL_SERVE_READ_ONLY)
+    assert lab.runner is None
+    with pytest.raises(RuntimeError, match="read-only"):
+        from gnnrec_lab.config import RunConfig
+        lab.launch(RunConfig(dataset="synth-tiny"))
+    app = build_app(lab)
+    side = "\n".join(str(o.object) for o in app.sidebar if hasattr(o, "object"))
+    assert "Read-only" in side and "gnnrec-lab dashboard" in side
+    launch = app.tabs.page("Launch")
+    assert launch.button.disabled and "Launching is off here" in texts(launch)
+    src = open("dashboards/app.py").read()
+    assert "read_only=PANEL_SERVE_READ_ONLY" in src
+
+
+def test_roofline_and_bound_are_explained_where_shown(store):
+    from gnnrec_lab.analysis import BOUND_NOTE, ROOFLINE_NOTE, format_breakdown
+    from gnnrec_lab.dashboard.breakdown import BreakdownPage
+    from gnnrec_lab.dashboard.fake import fill_store
+    import pandas as pd
+    _calibrate()
+    assert "Above 100%" in BOUND_NOTE
+    df = pd.DataFrame([dict(kernel="spmm", phase="forward", calls=1, seconds=0.1, share=1.0, bytes=1e9, GBps=10.0,
+                            GFLOPs=1.0, intensity=0.1, pct_of_bound=140.0)])
+    assert BOUND_NOTE in format_breakdown(df)
+    ids = fill_store(store, n_runs=1, steps=4)
+    page = BreakdownPage(Lab(store=store, runner=RecordingRunner(store)), run_id=ids[0])
+    assert ROOFLINE_NOTE in texts(page.body())
