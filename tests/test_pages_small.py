@@ -75,3 +75,16 @@ def test_roofline_and_bound_are_explained_where_shown(store):
     ids = fill_store(store, n_runs=1, steps=4)
     page = BreakdownPage(Lab(store=store, runner=RecordingRunner(store)), run_id=ids[0])
     assert ROOFLINE_NOTE in texts(page.body())
+
+
+def test_cache_plots_draw_when_no_policy_could_be_simulated():
+    """A batch that reads more rows than any cache size holds leaves every curve empty: the plots
+    still draw (they raised, and the page span forever), and a render error reaches the page."""
+    import holoviews as hv
+    import pandas as pd
+    from gnnrec_lab.dashboard.cache import bytes_plot, hit_rate_plot, lookahead_plot
+    hv.extension("bokeh")
+    empty = pd.DataFrame(columns=["policy", "capacity_pct", "hit_rate", "read_MiB", "written_MiB"])
+    for plot in (hit_rate_plot(empty), bytes_plot(empty),
+                 lookahead_plot(pd.DataFrame(columns=["size", "lookahead", "hit_rate", "belady_hit_rate"]))):
+        hv.render(plot)

@@ -236,7 +236,7 @@ def hit_rate_plot(curves: pd.DataFrame):
                                                                               label=str(p)).opts(size=6)
            for p, g in curves.groupby("policy", sort=False)]
     if not els:
-        return hv.Curve([], "capacity_pct", "hit_rate").opts(**opts)
+        return hv.Overlay([hv.Curve([], "capacity_pct", "hit_rate")]).opts(**opts)   # legend options are an overlay's
     return hv.Overlay([e for ov in els for e in ov]).opts(**opts)
 
 
@@ -249,7 +249,7 @@ def bytes_plot(curves: pd.DataFrame):
            * hv.Scatter(g, "capacity_pct", ["read_MiB", "written_MiB"], label=str(p)).opts(size=6)
            for p, g in curves.groupby("policy", sort=False)]
     if not els:
-        return hv.Curve([], "capacity_pct", "read_MiB").opts(**opts)
+        return hv.Overlay([hv.Curve([], "capacity_pct", "read_MiB")]).opts(**opts)   # legend options are an overlay's
     return hv.Overlay([e for ov in els for e in ov]).opts(**opts)
 
 
@@ -265,7 +265,7 @@ def lookahead_plot(la: pd.DataFrame):
         els.append(hv.Curve(g, "lookahead", "belady_hit_rate", label=size).opts(line_dash="dotted",
                                                                                  alpha=0.6))
     if not els:
-        return hv.Curve([], "lookahead", "hit_rate").opts(**opts)
+        return hv.Overlay([hv.Curve([], "lookahead", "hit_rate")]).opts(**opts)   # legend options are an overlay's
     return hv.Overlay(els).opts(**opts)
 
 
@@ -495,7 +495,12 @@ class CachePage(pn.viewable.Viewer):
         if fut is not self._future:
             return  # a newer request replaced this one
         self.outcome = out
-        self.results.objects = [self.render(out)]
+        try:
+            view = self.render(out)
+        except Exception as e:  # a plot that cannot be drawn must not leave the spinner on forever
+            out.error = f"{type(e).__name__}: {e}"
+            view = error_note(f"Simulation results could not be drawn: {out.error}")
+        self.results.objects = [view]
         self.results.loading = False
         self.button.disabled = False
         self.busy = False
