@@ -217,3 +217,149 @@ def format_profile(prof: dict) -> str:
         extra = f"   (best {s['best']:.1f} / median {s['median']:.1f} / worst {s['worst']:.1f})" if s else ""
         lines.append(f"  {label:<28} {prof[key]:>9.1f} {unit:<8}{extra}")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------
+# The file tier: file-backed tensors (``--placement CLASS=file:DIR``) measured as a device profile
+# ----------------------------------------------------------------------
+FILE_TIER_BYTES = 512 * 2**20      # the measured file
+FILE_PAGE = 4096
+SEQ_BLOCK = 2**20                  # sequential transfers, 1 MiB each
+
+
+def _aligned(nbytes: int):
+    """A page-aligned writable buffer (O_DIRECT needs aligned memory)."""
+    import mmap as _mmap
+    return _mmap.mmap(-1, nbytes)
+
+
+def _direct_io(fd, offsets, block: int, write: bool, threads: int, read_share: float = 1.0) -> float:
+    """Seconds to move ``block`` bytes at each of ``offsets`` with ``threads`` threads (pread/pwrite
+    release the GIL); with 0 < read_share < 1 every other transfer of a thread is a write."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(part):
+        buf = _aligned(block)
+        mv = memoryview(buf)
+        for k, off in enumerate(part):
+            w = write if read_share >= 1.0 or read_share <= 0.0 else (k % 2 == 1)
+            if w:
+                os.pwrite(fd, mv, int(off))
+            else:
+                os.preadv(fd, [mv], int(off))
+        mv.release()
+        buf.close()
+
+    parts = [offsets[i::threads] for i in range(threads)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(work, parts))
+    return time.perf_counter() - t0
+
+
+def measure_file_tier(directory, *, file_bytes: int = FILE_TIER_BYTES, quick: bool = False) -> dict:
+    """Measure the storage under ``directory`` as the miss path of the ``file:DIR`` placement (a
+    ``MAP_SHARED`` file mapping whose pages the kernel reads from and writes back to that storage
+    when they are not in the page cache): with direct I/O (``O_DIRECT``, so the page cache is out
+    of the way), as many threads as the lab's kernels use, sequential 1 MiB and random 4 KiB reads
+    and writes, a 1:1 mix of random 4 KiB reads and writes (GB/s), and the latency of one random
+    4 KiB read by one thread (ns). Also ``page_cache_bytes``: the memory the kernel reports
+    available (``MemAvailable``), the page cache a run's file-backed tensors can stay in.
+    Measured; raises UserError when DIR is not a writable directory or has no room."""
+    from .kernels import native as nk
+    d = Path(directory)
+    if not d.is_dir():
+        raise UserError(f"calibrate --tier file:{directory}: no such directory")
+    if not os.access(d, os.W_OK):
+        raise UserError(f"calibrate --tier file:{directory}: the directory is not writable")
+    st = os.statvfs(d)
+    if st.f_bavail * st.f_frsize < 2 * file_bytes:
+        raise UserError(f"calibrate --tier file:{directory}: needs {2 * file_bytes / 2**30:.1f} GiB free, "
+                        f"has {st.f_bavail * st.f_frsize / 2**30:.1f} GiB")
+    import tempfile
+    th = nk.threads()
+    fd0, path = tempfile.mkstemp(prefix="gnnrec-file-tier-", suffix=".bin", dir=str(d))
+    os.close(fd0)
+    try:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_DIRECT)
+        except OSError as e:
+            raise UserError(f"calibrate --tier file:{directory}: direct I/O is not available there "
+                            f"({e.strerror})") from None
+        try:
+            nblk = file_bytes // SEQ_BLOCK
+            seq = [i * SEQ_BLOCK for i in range(nblk)]
+            out = {"file_bytes": nblk * SEQ_BLOCK, "threads": th}
+            t = _direct_io(fd, seq, SEQ_BLOCK, True, th)
+            os.fsync(fd)
+            out["seq_write_GBps"] = nblk * SEQ_BLOCK / t / 1e9
+            out["seq_read_GBps"] = nblk * SEQ_BLOCK / _direct_io(fd, seq, SEQ_BLOCK, False, th) / 1e9
+            rng = np.random.default_rng(0)
+            pages = nblk * SEQ_BLOCK // FILE_PAGE
+            n = 4000 if quick else 20000
+            for key, write, share in (("rand_read_4k_GBps", False, 1.0), ("rand_write_4k_GBps", True, 1.0),
+                                      ("mixed_1to1_4k_GBps", False, 0.5)):
+                offs = (rng.integers(0, pages, n) * FILE_PAGE).tolist()
+                out[key] = n * FILE_PAGE / _direct_io(fd, offs, FILE_PAGE, write, th, share) / 1e9
+            os.fsync(fd)
+            lat = (rng.integers(0, pages, 300 if quick else 2000) * FILE_PAGE).tolist()
+            out["read_latency_ns"] = _direct_io(fd, lat, FILE_PAGE, False, 1) / len(lat) * 1e9
+            wl = (rng.integers(0, pages, 300 if quick else 2000) * FILE_PAGE).tolist()
+            out["write_latency_ns"] = _direct_io(fd, wl, FILE_PAGE, True, 1) / len(wl) * 1e9
+        finally:
+            os.close(fd)
+    finally:
+        os.unlink(path)
+    avail = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    out.update({"directory": str(d.resolve()), "page_cache_bytes": avail, "method": "O_DIRECT",
+                "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "cpu": cpu_model(), "quick": bool(quick), "kind": "measured", "loadavg": os.getloadavg()[0]})
+    return out
+
+
+def file_tier_profile(m: dict, name: str = "file_tier", page_cache_bytes: "int | None" = None) -> dict:
+    """A measured file tier (:func:`measure_file_tier`) as a device-profile mapping for
+    ``devices.yaml``-style files: kind ``file``, 4 KiB granularity, its own random and mixed points
+    (the storage, reached when a page is not cached), ``dram_cache_bytes`` (the page cache in front
+    of it: ``page_cache_bytes``, else what the measurement found available), ``baseline: host``
+    (the tier is on this machine, so it is compared with this host's own DRAM calibration) and
+    ``measured: true`` (its rates were measured at the run's thread count: no latency floor)."""
+    cache = int(page_cache_bytes or m.get("page_cache_bytes") or 0)
+    p = {
+        "name": name, "kind": "file",
+        "platform": f"this host ({m.get('cpu')}): file mapping in {m.get('directory')}",
+        "read_bw_GBps": round(m["seq_read_GBps"], 4), "write_bw_GBps": round(m["seq_write_GBps"], 4),
+        "read_latency_ns": round(m["read_latency_ns"], 1), "write_latency_ns": round(m["write_latency_ns"], 1),
+        "access_granularity_bytes": FILE_PAGE,
+        "random_read_GBps": {FILE_PAGE: round(m["rand_read_4k_GBps"], 4)},
+        "random_write_GBps": {FILE_PAGE: round(m["rand_write_4k_GBps"], 4)},
+        "mixed": {"threads": int(m["threads"]), "read_GBps": round(m["rand_read_4k_GBps"], 4),
+                  "write_GBps": round(m["rand_write_4k_GBps"], 4),
+                  "points": {0.5: round(m["mixed_1to1_4k_GBps"], 4)}},
+        "baseline": "host", "measured": True, "conf": "high", "sources": ["MEASURED"],
+        "notes": (f"measured {m.get('measured_at')} by `gnnrec-lab calibrate --tier file:{m.get('directory')}` "
+                  f"with direct I/O (load {m.get('loadavg', 0):.2f}); the page cache in front holds "
+                  f"{cache / 2**30:.1f} GiB"),
+    }
+    if cache:
+        p["dram_cache_bytes"] = cache
+    return p
+
+
+def save_file_profile(prof: dict, path: "Path | None" = None) -> Path:
+    """Write ``prof`` as a one-profile devices YAML (``$GNNREC_LAB_HOME/devices/<name>.yaml``)."""
+    import yaml
+    from .store import lab_home
+    path = Path(path) if path else lab_home() / "devices" / f"{prof['name']}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text("# measured by gnnrec-lab calibrate --tier (a measured profile: use with --devices-file)\n"
+                   + yaml.safe_dump({"device_profiles": [prof]}, sort_keys=False))
+    os.replace(tmp, path)
+    return path

@@ -80,7 +80,8 @@ def run(args) -> int:
                             f"{', '.join(TENSOR_CLASSES)}, got {item!r}")
         placement[cls] = where
     records, fp, steps, cfg = _records(args)
-    footprint = args.footprint_bytes if args.footprint_bytes is not None else (sum(fp.values()) if fp else None)
+    # by class where the run has it: a file tier's page cache holds only the classes placed there
+    footprint = args.footprint_bytes if args.footprint_bytes is not None else (dict(fp) if fp else None)
     host = load_host_profile(args.host_profile)
     # a stored run keeps its own placement unless --placement says otherwise
     place = placement or dict(cfg.get("placement") or {}) or None

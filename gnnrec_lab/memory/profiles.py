@@ -273,6 +273,8 @@ def _parse_profile(d, where: str) -> DeviceProfile:
             kw[f] = str(d[f])
     if "mixed" in d:
         kw["mixed"] = _parse_mixed(d["mixed"], loc)
+    if "measured" in d:      # a profile measured on this machine (calibrate --tier): no latency floor
+        kw["measured"] = bool(d["measured"])
     if "sources" in d:
         kw["sources"] = list(d["sources"]) if isinstance(d["sources"], list) else [str(d["sources"])]
     if kind == "pmem_memory_mode":

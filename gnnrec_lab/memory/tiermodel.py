@@ -200,6 +200,21 @@ class Projection:
         self.groups, self.terms, self.device, self.base, self.threads, self.hit = \
             groups, terms, device, base, threads, hit
         self.remote, self.mlp = remote, mlp
+        self.footprint = None      # bytes, total or by class: the file tier's page-cache hit rate
+
+    def cache_hit(self, on_dev) -> float:
+        """File tier: the share of its accesses the page cache in front of it serves (0 for other
+        devices, and for a file tier without a cache size). By class, only the classes on the
+        file count; a total footprint counts whole."""
+        cache = self.device.dram_cache_bytes if self.device.kind == "file" else None
+        if not cache:
+            return 0.0
+        fp = self.footprint
+        if fp is None:
+            return 0.0          # nothing known about what is placed there: every access misses
+        placed = sum(v for k, v in fp.items() if on_dev(k) and isinstance(v, (int, float))) \
+            if isinstance(fp, dict) else float(fp)
+        return page_cache_hit_rate(placed, cache)
 
     def mix(self, rd_bytes: dict, wr_bytes: dict, on_dev) -> float:
         """The device's interference factor ``I(x)`` for the bytes a group reads and writes on the
@@ -213,6 +228,7 @@ class Projection:
     def modeled_ns(self, placement: Optional[dict] = None) -> list:
         """Modeled ns per group with ``placement`` (see :func:`project`)."""
         on_dev = _placement_on_device(None if self.device.is_memory_mode else placement)
+        h = self.cache_hit(on_dev)
         out = []
         for ns, c, pattern, host_by_cls, dev_by_cls, rd_by_cls, wr_by_cls in self.terms:
             if pattern == "compute" and c == 0:
@@ -220,11 +236,28 @@ class Projection:
             else:
                 m_host = sum(host_by_cls.values())
                 mix = self.mix(rd_by_cls, wr_by_cls, on_dev)
-                m_dev = sum(dev_by_cls[k] * mix if on_dev(k) else v for k, v in host_by_cls.items())
+                # a page-cache hit costs what the host's DRAM costs; a miss goes to the file's storage
+                m_dev = sum((h * v + (1 - h) * dev_by_cls[k] * mix) if on_dev(k) else v
+                            for k, v in host_by_cls.items())
                 denom = max(m_host, c)
                 f = max(m_dev, c) / denom if denom > 0 else 1.0
             out.append(ns * f)
         return out
+
+
+def _bytes(footprint) -> float:
+    """Total bytes of a footprint given as a number or a by-class dict (non-numbers ignored)."""
+    if isinstance(footprint, dict):
+        return float(sum(v for v in footprint.values() if isinstance(v, (int, float)) and not isinstance(v, bool)))
+    return float(footprint)
+
+
+def page_cache_hit_rate(placed_bytes: float, cache_bytes: float) -> float:
+    """Share of accesses to file-backed tensors of ``placed_bytes`` that find their page in a page
+    cache of ``cache_bytes`` (LRU over uniformly accessed pages: ``min(1, C / F)``)."""
+    if placed_bytes <= 0:
+        return 1.0
+    return min(1.0, max(0.0, float(cache_bytes)) / float(placed_bytes))
 
 
 def prepare(records, host, device, footprint=None, *, baseline: Optional[str] = None,
@@ -243,7 +276,7 @@ def prepare(records, host, device, footprint=None, *, baseline: Optional[str] = 
     if dev.is_memory_mode:
         if footprint is None:
             raise UserError(f"device {dev.name}: Memory Mode needs the run's footprint (bytes) for its hit rate")
-        fp = sum(footprint.values()) if isinstance(footprint, dict) else float(footprint)
+        fp = _bytes(footprint)
         cache = dram_cache_bytes or dev.dram_cache_bytes
         if not cache:
             raise UserError(f"device {dev.name}: dram_cache_bytes is not set")
@@ -269,7 +302,9 @@ def prepare(records, host, device, footprint=None, *, baseline: Optional[str] = 
                 dev_by[cls] = dev_by.get(cls, 0.0) + frac * h_ns * ratio
                 moved[cls] = moved.get(cls, 0.0) + frac * nbytes
         terms.append((r.ns, r.flops * gemm_ns_per_flop, r.pattern, host_by, dev_by, rd_by, wr_by))
-    return Projection(g, terms, dev, base, threads, hit, remote=remote, mlp=mlp)
+    pr = Projection(g, terms, dev, base, threads, hit, remote=remote, mlp=mlp)
+    pr.footprint = footprint if isinstance(footprint, dict) or footprint is None else float(footprint)
+    return pr
 
 
 def project(records, host, device, placement: Optional[dict] = None, footprint=None, *,
@@ -300,11 +335,14 @@ def project(records, host, device, placement: Optional[dict] = None, footprint=N
     out["modeled_s"] = out["modeled_ns"] / 1e9
     out["ratio"] = (out["modeled_s"] / out["measured_s"]).where(out["measured_s"] > 0)
     out["device"] = pr.device.name
-    out["hit_rate"] = pr.hit if pr.hit is not None else float("nan")
+    hit = pr.hit
+    if pr.device.kind == "file":      # the page cache's share, for this placement
+        hit = pr.cache_hit(_placement_on_device(placement))
+    out["hit_rate"] = hit if hit is not None else float("nan")
     out["kind"] = "modeled"
     out = out.drop(columns=["ns", "modeled_ns"])
     out.attrs.update({"kind": "modeled", "device": pr.device.name, "baseline": pr.base.name,
-                      "threads": pr.threads, "hit_rate": pr.hit, "measured_column": "measured_s",
+                      "threads": pr.threads, "hit_rate": hit, "measured_column": "measured_s",
                       "modeled_column": "modeled_s"})
     return out.sort_values("measured_s", ascending=False, ignore_index=True)
 
@@ -395,8 +433,8 @@ def run_step_time(records, host, config, *, device: Optional[str] = None, placem
     dev = device or mode_device(mode, _get(config, "device_profile")) or "host"
     if placement is None:
         placement = dict(_get(config, "placement") or {}) or None
-    if isinstance(footprint, dict):
-        footprint = sum(v for v in footprint.values() if isinstance(v, (int, float))) or None
+    if isinstance(footprint, dict) and not _bytes(footprint):
+        footprint = None
     out = project_step(records, host, dev, placement, footprint, steps=steps, **kw)
     out["memory_mode"] = mode
     out["placement_assumption"] = placement_assumption(placement)
