@@ -189,3 +189,99 @@ def test_bad_points_file_names_the_point(tmp_path):
     bad.write_text("points:\n  - {device: x, quantity: speed, published: 3, held_out: true, source: s}\n")
     with pytest.raises(UserError, match="point 1: quantity must be one of"):
         load_points(bad)
+
+
+# ----------------------------------------------------------------------
+# The file tier: a measured profile, projected onto a recorded run
+# ----------------------------------------------------------------------
+FILE_MEASURED = {"seq_read_GBps": 0.8, "seq_write_GBps": 1.0, "rand_read_4k_GBps": 0.08, "rand_write_4k_GBps": 0.06,
+                 "mixed_1to1_4k_GBps": 0.05, "read_latency_ns": 90_000.0, "write_latency_ns": 70_000.0, "threads": 2,
+                 "directory": "/var/tmp/x", "cpu": "test", "measured_at": "fixed", "loadavg": 0.5,
+                 "page_cache_bytes": 8 * 2**30}
+
+
+@pytest.fixture(scope="module")
+def recorded_dram_run(tmp_path_factory):
+    """A real synth-tiny LightGCN run on DRAM, recorded in a fresh store."""
+    from gnnrec_lab import RunConfig, calibrate, run
+    from gnnrec_lab.kernels import native as nk
+    from gnnrec_lab.store import Store
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GNNREC_LAB_HOME", str(tmp_path_factory.mktemp("home")))
+        host = dict(HOST, cpu=calibrate.cpu_model(), threads=nk.threads())
+        calibrate.save(host)
+        store = Store()
+        cfg = RunConfig(dataset="synth-tiny", layers=2, dim=16, batch_size=512, epochs=1, max_steps_per_epoch=3)
+        rid = store.add_run(cfg)
+        run(cfg, reporter=store.reporter(rid))
+        yield store, rid, host
+
+
+def test_file_tier_profile_projects_a_recorded_run(recorded_dram_run, tmp_path):
+    from gnnrec_lab import calibrate
+    from gnnrec_lab.config import TENSOR_CLASSES
+    from gnnrec_lab.memory.tiermodel import stored_run_records, stored_run_step_time
+    store, rid, host = recorded_dram_run
+    warm = calibrate.save_file_profile(calibrate.file_tier_profile(FILE_MEASURED, "ft_warm"), tmp_path / "w.yaml")
+    cold = calibrate.file_tier_profile(FILE_MEASURED, "ft_cold")
+    cold.pop("dram_cache_bytes")
+    cold = calibrate.save_file_profile(cold, tmp_path / "c.yaml")
+    profiles = load_profiles([warm, cold])
+    assert profiles["ft_warm"].kind == "file" and profiles["ft_warm"].measured
+    assert profiles["ft_warm"].baseline == "host" and profiles["ft_warm"].mix_factor(0.5) > 1
+    _, _, fp, _ = stored_run_records(store, rid)
+    emb = {c: ("device" if c == "embeddings" else "dram") for c in TENSOR_CLASSES}
+    both = {c: ("device" if c in ("embeddings", "optimizer") else "dram") for c in TENSOR_CLASSES}
+    kw = dict(extra_paths=[warm, cold])
+    # the page cache holds the placed tensors: every access is a hit, the DRAM time comes back
+    w = stored_run_step_time(store, rid, host, device="ft_warm", placement=emb, **kw)
+    assert w["hit_rate"] == 1.0 and w["modeled_s"] == pytest.approx(w["measured_s"], rel=1e-9)
+    # no page cache: every row gathered from the embeddings is a 4 KiB read from the storage
+    c_emb = stored_run_step_time(store, rid, host, device="ft_cold", placement=emb, **kw)
+    c_both = stored_run_step_time(store, rid, host, device="ft_cold", placement=both, **kw)
+    assert c_both["modeled_s"] > c_emb["modeled_s"] > 10 * c_emb["measured_s"]
+    # a page cache of a quarter of the placed bytes serves a quarter of the accesses
+    quarter = calibrate.file_tier_profile(FILE_MEASURED, "ft_q", page_cache_bytes=max(2**20, fp["embeddings"] // 4))
+    q = calibrate.save_file_profile(quarter, tmp_path / "q.yaml")
+    s_q = stored_run_step_time(store, rid, host, device="ft_q", placement=emb, extra_paths=[q])
+    h = s_q["hit_rate"]
+    assert 0 < h < 1
+    assert s_q["modeled_s"] == pytest.approx(h * w["measured_s"] + (1 - h) * c_emb["modeled_s"], rel=1e-6)
+
+
+def test_whatif_onto_a_file_tier_is_labelled_modeled(recorded_dram_run, tmp_path, capsys):
+    from gnnrec_lab import calibrate
+    store, rid, host = recorded_dram_run      # the fixture's store is the default one while it lives
+    prof = calibrate.save_file_profile(calibrate.file_tier_profile(FILE_MEASURED, "ft"), tmp_path / "f.yaml")
+    hp = tmp_path / "host.json"
+    hp.write_text(json.dumps(host))
+    args = ["whatif", str(rid), "--device", "ft", "--devices-file", str(prof), "--host-profile", str(hp), "--json"]
+    for c in ("graph", "optimizer", "gradients", "activations", "edge_intermediates", "buffers"):
+        args += ["--placement", f"{c}=dram"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kind"] == "modeled" and out["step"]["kind"] == "modeled" and not _modeled_unlabelled(out)
+    assert out["step"]["hit_rate"] == 1.0
+
+
+def test_calibrate_tier_measures_a_directory(tmp_path, capsys, monkeypatch):
+    """The direct-I/O measurement on a small file (skipped where the filesystem has no O_DIRECT)."""
+    import os
+    from gnnrec_lab import calibrate
+    probe = tmp_path / "probe"
+    probe.write_bytes(b"\0" * 4096)
+    try:
+        os.close(os.open(probe, os.O_RDWR | os.O_DIRECT))
+    except OSError:
+        pytest.skip("no direct I/O on this filesystem")
+    monkeypatch.setattr(calibrate, "FILE_TIER_BYTES", 8 * 2**20)
+    assert main(["calibrate", "--tier", f"file:{tmp_path}", "--tier-file-size", "8M", "--quick",
+                 "--tier-cache", "16M", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    m, prof = out["measured"], out["profile"]
+    assert m["kind"] == "measured" and m["rand_read_4k_GBps"] > 0 and m["read_latency_ns"] > 0
+    assert prof["kind"] == "file" and prof["dram_cache_bytes"] == 16 * 2**20
+    assert load_profiles([out["path"]])[prof["name"]].random_read_GBps[4096] > 0
+    assert main(["calibrate", "--tier", "disk:/x"]) == 2
+    assert main(["calibrate", "--tier", f"file:{tmp_path / 'missing'}"]) == 2
+    assert "no such directory" in capsys.readouterr().err

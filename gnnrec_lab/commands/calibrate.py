@@ -16,7 +16,8 @@ def register(subparsers):
     p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
     p.add_argument("--tier", metavar="file:DIR", help="measure the storage under DIR (what --placement "
                    "CLASS=file:DIR reaches when a page is not cached) with direct I/O as a device profile; "
-                   "writes $GNNREC_LAB_HOME/devices/NAME.yaml (use it with --devices-file)")
+                   "writes $GNNREC_LAB_HOME/devices/NAME.yaml (use it with --devices-file); default: measure the host "
+                   "instead")
     p.add_argument("--tier-name", default="file_tier", help="profile name for --tier (default file_tier)")
     p.add_argument("--tier-file-size", default="512M", help="size of the measured file for --tier (default 512M)")
     p.add_argument("--tier-cache", help="page cache in front of the tier for --tier (default: the memory "

@@ -16,7 +16,7 @@ def register(subparsers):
                                               "published measurements", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="devices_command", metavar="ACTION")
     ls = sub.add_parser("list", help="profiles with platform, baseline, source and confidence")
-    ls.add_argument("--json", action="store_true", help="print a JSON list")
+    ls.add_argument("--json", action="store_true", help="print the profiles as one JSON list of objects")
     sh = sub.add_parser("show", help="a profile's modeled bandwidth against access size, threads and "
                                      "read/write mix, and its latencies")
     sh.add_argument("name", help="profile name (see `gnnrec-lab devices list`)")
@@ -27,7 +27,8 @@ def register(subparsers):
                                                           "(1%% fitted, 15%% held out)")
     for q in (ls, sh, va):
         q.add_argument("--devices-file", action="append", default=[],
-                       help="extra device-profile YAML file; repeatable")
+                       help="extra device-profile YAML file; repeatable (default: only the shipped profiles and "
+                            "$GNNREC_LAB_DEVICES)")
     for q in (ls, sh, va):
         q.set_defaults(func=run)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
