@@ -496,17 +496,17 @@ def test_live_kernel_chart_plots_every_recorded_step(store):
         store.add_step(rid, s, 1, 1.0, 0.01, recs(s))
     assert mon.poll() == 99
     area = stacked_area(mon.kernels.data)
-    el = list(area.data.values())[0]
-    xs = el.dimension_values("step")
-    ys = el.dimension_values("ms") - el.dimension_values("Baseline")   # the area's top minus its base
+    src = area.renderers[0].data_source
+    xs = src.data["step"]
+    ys = src.data["t0"] - src.data["b0"]                               # the area's top minus its base
     assert list(xs) == [float(s) for s in range(1, 101)]
     assert ys == pytest.approx([ns[s] / 1e6 for s in range(1, 101)])
-    assert "every step" in area.opts.get().kwargs["title"]
+    assert "every step" in area.title.text
     # past the chart's limit it draws means of equal runs of steps, flat, and says so
     wide, k = chart_frame(mon.kernels.data, max_steps=10)
     assert k == 10 and list(wide.index[:2]) == [1.0, 10.0]
     assert wide["spmm"].iloc[0] == wide["spmm"].iloc[1] == pytest.approx(np.mean([ns[s] for s in range(1, 11)]) / 1e6)
-    assert "mean of 10 steps" in stacked_area(mon.kernels.data, max_steps=10).opts.get().kwargs["title"]
+    assert "mean of 10 steps" in stacked_area(mon.kernels.data, max_steps=10).title.text
 
 
 # -- memory mode and device profile wherever a run appears (issue 12, item 12) ---------------------

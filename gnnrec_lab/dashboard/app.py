@@ -92,7 +92,7 @@ def build_app(lab: Optional[Lab] = None, read_only: Optional[str] = None) -> pn.
     about = pn.pane.Markdown(
         "Train GNN recommenders and see where time and memory go on DRAM, Optane and CXL.\n\n"
         "**measured**: timed on this machine. **modeled**: projected from a device profile "
-        "(hatched orange in plots).", sizing_mode="stretch_width")
+        "(hatched in plots).", sizing_mode="stretch_width")
     store = lab.store
     where = f"Store: `{store.path}`" if store is not None and hasattr(store, "path") else ""
     sidebar = [about, pn.pane.Markdown(where)]

@@ -4,7 +4,8 @@ For the chosen run: kernel x phase stacked bars (ms per step, measured), each
 kernel's share of step time (pie), a roofline scatter against the calibrated
 ceilings of this host, the footprint per tensor class against DRAM, and the
 measured DRAM step time next to the step time the tier model projects for
-Optane / CXL / remote NUMA — those bars hatched, orange and labelled *modeled*.
+Optane / CXL / remote NUMA — those bars hatched and labelled *modeled*. Phases and kernels
+keep their colours of every page (:mod:`.common`); hatching alone marks what is modeled.
 A run in a modeled memory mode also gets its kernel x phase bars modeled on its
 device (``tiermodel.run_step_time``, hatched) next to the measured DRAM ones; the
 header names the memory mode and its device profile.
@@ -22,12 +23,14 @@ from ..analysis import ROOFLINE_NOTE, breakdown, roofline_points
 from ..calibrate import host_profile
 from ..memory.footprint import Footprint
 from ..memory.tiermodel import mode_device
-from .common import (MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_all, hatch_by, not_available, run_options,
-                     safe_call)
+from .common import (BAR_COLOR, MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_all, hatch_by, hv_pane,
+                     kernel_color, not_available, phase_color, run_options, safe_call)
 from .launch import modeled_bars, run_modeled_step, tier_projection
 
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf"]
+
+def phase_cmap(phases) -> dict:
+    """Each phase's colour of every page (:func:`~.common.phase_color`), as a HoloViews cmap."""
+    return {str(p): phase_color(str(p)) for p in phases}
 
 
 def kernel_phase_ms(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -63,7 +66,7 @@ def mode_header(rec: dict) -> str:
     if mode == "dram" or dev is None:
         return f"memory mode **{mode}**: every time below is measured on this host, except the hatched modeled bars"
     return (f"memory mode **{mode}** → device profile **{dev}**: kernel times are measured on this host's "
-            f"DRAM; the hatched orange charts are **modeled** on {dev}")
+            f"DRAM; the hatched charts are **modeled** on {dev}")
 
 
 def kernel_shares(kernels: pd.DataFrame, top: int = 8) -> pd.DataFrame:
@@ -85,7 +88,7 @@ def share_pie(shares: pd.DataFrame):
     ends = (d["share"].cumsum() * 2 * math.pi).tolist()
     d["start"] = [0.0] + ends[:-1]
     d["end"] = ends
-    d["color"] = [PALETTE[i % len(PALETTE)] for i in range(len(d))]
+    d["color"] = [kernel_color(n) for n in d["name"]]
     d["pct"] = [f"{100 * s:.1f}%" for s in d["share"]]
     fig = figure(height=320, width=460, title="Share of kernel time (measured)", toolbar_location=None,
                  tools="hover", tooltips="@name: @pct", x_range=(-1.0, 2.6), y_range=(-1.0, 1.0))
@@ -158,11 +161,10 @@ class BreakdownPage(pn.viewable.Viewer):
         import holoviews as hv
         kp = kernel_phase_ms(kernels)
         bars = hv.Bars(kp, ["name", "phase"], "ms").opts(
-            stacked=True, responsive=True, height=320, xrotation=30, tools=["hover"],
-            ylabel="ms per step (measured)", title="Kernel time by phase (measured on DRAM, mean per step)",
+            stacked=True, responsive=True, height=320, xrotation=30, tools=["hover"], cmap=phase_cmap(kp["phase"]),
+            ylabel="ms per step (measured)", title="Kernel time by phase (measured on DRAM)",
             legend_position="right")
-        return pn.Row(pn.pane.HoloViews(bars, sizing_mode="stretch_width"),
-                      pn.pane.Bokeh(share_pie(kernel_shares(kernels))), sizing_mode="stretch_width")
+        return pn.Row(hv_pane(bars), pn.pane.Bokeh(share_pie(kernel_shares(kernels))), sizing_mode="stretch_width")
 
     def modeled_kernel_bars(self, step: dict):
         """Kernel x phase stacked bars of the run's step modeled on its memory mode's device (hatched)."""
@@ -170,10 +172,8 @@ class BreakdownPage(pn.viewable.Viewer):
         mp = modeled_kernel_phase_ms(step)
         return hv.Bars(mp, ["name", "phase"], "ms").opts(
             stacked=True, responsive=True, height=320, xrotation=30, tools=["hover"], hooks=[hatch_all("/")],
-            ylabel=f"ms per step (modeled on {step['device']})",
-            title=f"Kernel time by phase, modeled on {step['device']} ({step['memory_mode']}; hatched = modeled): "
-                  f"{step['modeled_s'] * 1e3:.1f} ms per step, {step['ratio']:.2f}x DRAM",
-            legend_position="right")
+            cmap=phase_cmap(mp["phase"]), ylabel="ms per step (modeled)",
+            title=f"Kernel time by phase, modeled on {step['device']}", legend_position="right")
 
     def _modeled_kernel_section(self, run_id, rec: dict):
         """Measured DRAM kernel x phase next to the same step modeled on the run's device."""
@@ -183,10 +183,12 @@ class BreakdownPage(pn.viewable.Viewer):
         step, why = run_modeled_step(self.lab, run_id)
         if step is None:
             return not_available("Kernel time by phase on the run's device (memory tier model)", why)
-        return pn.Column(pn.pane.Markdown(f"{MODELED_NOTE} The measured chart above is the same step on DRAM. "
-                                          f"Placement: {step.get('placement_assumption', '?')}."),
-                         pn.pane.HoloViews(self.modeled_kernel_bars(step), sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
+        return pn.Column(pn.pane.Markdown(
+            f"{MODELED_NOTE} Below, the step modeled on **{step['device']}** ({step['memory_mode']}): "
+            f"**{step['modeled_s'] * 1e3:.1f} ms per step (modeled)**, {step['ratio']:.2f}x the "
+            f"{step['measured_s'] * 1e3:.1f} ms measured on DRAM; the measured chart above is the same step on DRAM. "
+            f"Placement: {step.get('placement_assumption', '?')}."),
+            hv_pane(self.modeled_kernel_bars(step)), sizing_mode="stretch_width")
 
     def _roofline_section(self, kernels: pd.DataFrame):
         import holoviews as hv
@@ -199,22 +201,22 @@ class BreakdownPage(pn.viewable.Viewer):
         if x is None or y is None or pts.empty:
             return not_available("Roofline", f"roofline_points gave columns {list(pts.columns)}")
         pts = pts[(pts[x] > 0) & (pts[y] > 0)]
-        scatter = hv.Scatter(pts, x, [y, name]).opts(size=10, color=name, cmap="Category10", logx=True,
+        kcolors = {str(k): kernel_color(str(k)) for k in pts[name].unique()}
+        scatter = hv.Scatter(pts, x, [y, name]).opts(size=10, color=name, cmap=kcolors, logx=True,
                                                      logy=True, tools=["hover"], responsive=True, height=340,
                                                      xlabel="arithmetic intensity (flop/byte)",
                                                      ylabel="GFLOP/s (measured)",
-                                                     title="Roofline: kernels vs this host's calibrated ceilings")
+                                                     title="Roofline vs this host's calibrated ceilings")
         bw, peak = ceil.get("triad_GBps"), ceil.get("gemm_GFLOPs")
         note = pn.pane.Markdown(ROOFLINE_NOTE, sizing_mode="stretch_width", css_classes=["roofline-note"])
         if not bw or not peak or pts.empty:
-            return pn.Column(note, pn.pane.HoloViews(scatter, sizing_mode="stretch_width"), sizing_mode="stretch_width")
+            return pn.Column(note, hv_pane(scatter), sizing_mode="stretch_width")
         lo = min(pts[x].min(), peak / bw) / 10
         hi = max(pts[x].max(), peak / bw) * 10
         xs = [lo * (hi / lo) ** (i / 50) for i in range(51)]
         roof = hv.Curve((xs, [min(peak, bw * v) for v in xs]), x, y, label="roof").opts(
             color="black", line_dash="dashed")
-        return pn.Column(note, pn.pane.HoloViews(scatter * roof, sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
+        return pn.Column(note, hv_pane(scatter * roof), sizing_mode="stretch_width")
 
     def _footprint_section(self, fp: Optional[pd.DataFrame], rec: dict):
         import holoviews as hv
@@ -224,16 +226,15 @@ class BreakdownPage(pn.viewable.Viewer):
         fp = fp.assign(GiB=fp["bytes"] / 2**30,
                        kind=fp["kind"].map(lambda k: "modeled (predicted)" if k == "predicted" else "measured"))
         fp["hatch"] = [" " if k == "measured" else "/" for k in fp["kind"]]
-        fp["color"] = ["#1f77b4" if k == "measured" else "#ff7f0e" for k in fp["kind"]]
-        bars = hv.Bars(fp, ["tensor_class", "kind"], ["GiB", "hatch", "color"]).opts(
-            color="color", hooks=[hatch_by("hatch")], responsive=True, height=300, xrotation=30, tools=["hover"],
-            title="Footprint by tensor class vs DRAM", ylabel="GiB")
+        bars = hv.Bars(fp, ["tensor_class", "kind"], ["GiB", "hatch"]).opts(
+            color=BAR_COLOR, hooks=[hatch_by("hatch")], responsive=True, height=300, xrotation=30, tools=["hover"],
+            title="Footprint by tensor class (hatched = modeled)", ylabel="GiB")
         line = hv.HLine(dram / 2**30).opts(color="red", line_dash="dashed")
         peak = Footprint.from_dict((rec.get("result") or {}).get("footprint")).peak_rss
         text = f"DRAM of this machine: {fmt_bytes(dram)} (red dashed line, off-scale when far above the bars)."
         if peak:
             text += f" Peak RSS of the worker: **{fmt_bytes(peak)}** (measured)."
-        return pn.Column(pn.pane.Markdown(text), pn.pane.HoloViews(bars * line, sizing_mode="stretch_width"),
+        return pn.Column(pn.pane.Markdown(text), hv_pane(bars * line),
                          sizing_mode="stretch_width")
 
     def _tier_section(self, run_id):
@@ -247,8 +248,7 @@ class BreakdownPage(pn.viewable.Viewer):
             note += (f" This run's memory mode uses **{chosen['device'].iloc[0]}**: "
                      f"{chosen['seconds'].iloc[0] * 1e3:.1f} ms per step (modeled).")
         return pn.Column(pn.pane.Markdown(note),
-                         pn.pane.HoloViews(modeled_bars(df, "device", "seconds", "s per step"),
-                                           sizing_mode="stretch_width"), sizing_mode="stretch_width")
+                         hv_pane(modeled_bars(df, "device", "seconds", "s per step")), sizing_mode="stretch_width")
 
     def _table_section(self, kernels: pd.DataFrame):
         host = safe_call(host_profile, measure_if_missing=False)[0]

@@ -22,10 +22,56 @@ from ..memory.tiermodel import mode_device
 from ..runner import Runner
 from ..store import Store
 
-# Bar styles that tell measured from modeled numbers apart in every plot.
-MEASURED_STYLE = dict(color="#1f77b4", hatch_pattern=" ")
-MODELED_STYLE = dict(color="#ff7f0e", hatch_pattern="/")
-MODELED_NOTE = "Hatched orange = **modeled** (device profile, not measured on this machine); solid blue = **measured**."
+# One colour rule for every plot: a phase, a kernel and a run each keep one colour on every page
+# and for every run; hatching (never colour) is what marks a bar as modeled.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
+           "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
+PHASE_COLORS = {"forward": "#1f77b4", "backward": "#ff7f0e", "loss": "#2ca02c", "optimizer": "#d62728",
+                "sampling": "#9467bd", "evaluation": "#8c564b", "other": "#7f7f7f"}
+KERNEL_COLORS = {"spmm": "#1f77b4", "sddmm": "#aec7e8", "gather": "#17becf", "scatter": "#9edae5",
+                 "bpr_loss": "#2ca02c", "l2_reg": "#98df8a", "adam": "#d62728", "sparse_adam": "#ff9896",
+                 "sgd": "#c49c94", "bpr_sample": "#9467bd", "sample_wait": "#c5b0d5",
+                 "sample_subgraph": "#e377c2", "row_fetch": "#8c564b", "row_writeback": "#bcbd22",
+                 "other": "#7f7f7f"}
+# Bars whose colour has no meaning of its own (one device, one tensor class): one neutral colour.
+BAR_COLOR = "#4c72b0"
+MEASURED_STYLE = dict(color=BAR_COLOR, hatch_pattern=" ")
+MODELED_STYLE = dict(color=BAR_COLOR, hatch_pattern="/")
+MODELED_NOTE = ("Hatched = **modeled** (device profile, not measured on this machine); solid = **measured**. "
+                "Colours name phases, kernels and runs, the same on every page.")
+
+
+def _stable(name: str, table: dict) -> str:
+    """``table[name]``, else a colour fixed by the name's CRC (the same in every process and run)."""
+    import zlib
+    return table.get(name) or PALETTE[zlib.crc32(str(name).encode()) % len(PALETTE)]
+
+
+def phase_color(phase: str) -> str:
+    """The colour of training phase ``phase`` on every page."""
+    return _stable(phase, PHASE_COLORS)
+
+
+def kernel_color(name: str) -> str:
+    """The colour of kernel ``name`` on every page (Live's area, Breakdown's pie)."""
+    return _stable(name, KERNEL_COLORS)
+
+
+def run_color(run_id) -> str:
+    """The colour of run ``run_id`` in every overlay (loss, validation curves)."""
+    return PALETTE[int(run_id) % 10]
+
+
+def hv_pane(obj, **kw) -> pn.pane.HoloViews:
+    """A HoloViews pane whose axes belong to its own plot.
+
+    Panel links the axes of every HoloViews plot in a page that share a dimension name
+    (``linked_axes``): a Breakdown chart in ms kept the range of the slowest run any page had
+    drawn since the page opened. Each plot here scales to its own data.
+    """
+    kw.setdefault("sizing_mode", "stretch_width")
+    return pn.pane.HoloViews(obj, linked_axes=False, **kw)
 
 
 _extensions_loaded = False

@@ -27,7 +27,7 @@ from ..data import describe, list_datasets
 from ..memory.advise import dram_reference
 from ..memory.profiles import load_profiles
 from ..memory.tiermodel import mode_device, mode_label, step_time_projection, stored_run_step_time
-from .common import MODELED_NOTE, OVERLOADED_LABEL, Lab, fmt_bytes, hatch_all, hatch_by, not_available, safe_call
+from .common import BAR_COLOR, MODELED_NOTE, OVERLOADED_LABEL, Lab, fmt_bytes, hatch_all, hatch_by, not_available, safe_call
 
 # The one-click example offered on a fresh install (small enough for two cores).
 EXAMPLE_CONFIG = dict(dataset="ml-100k", model="lightgcn", layers=3, dim=64, batch_size=2048,
@@ -460,7 +460,7 @@ def modeled_bars(df: pd.DataFrame, x: str, y: str, ylabel: str):
     import holoviews as hv
     df = df.copy()
     df["label"] = [f"{k}" for k in df["kind"]]
-    df["color"] = ["#1f77b4" if k == "measured" else "#ff7f0e" for k in df["kind"]]
+    df["color"] = BAR_COLOR        # hatching, not colour, marks the modeled bars
     df["hatch"] = [" " if k == "measured" else "/" for k in df["kind"]]
     bars = hv.Bars(df, x, [y, "kind", "color", "hatch"]).opts(
         color="color", hooks=[hatch_by("hatch")], responsive=True, height=280, xrotation=20,

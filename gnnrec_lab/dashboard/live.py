@@ -34,7 +34,8 @@ import panel as pn
 import param
 
 from ..memory.tiermodel import mode_device
-from .common import FAILED_STATUSES, Lab, error_note, fmt_bytes, fmt_seconds, not_available, run_options, safe_call
+from .common import (FAILED_STATUSES, Lab, PALETTE, error_note, fmt_bytes, fmt_seconds, kernel_color, not_available,
+                     run_options, safe_call)
 
 POLL_MS = 1000
 ACTIVE = ("queued", "running")
@@ -158,24 +159,58 @@ def read_snapshot(store):
         con.execute("COMMIT")   # read-only: nothing to write, ends the snapshot
 
 
-def stacked_area(data: pd.DataFrame, top: int = 8, max_steps: int = MAX_CHART_STEPS):
-    """Stacked areas of ms per step by kernel, one point per recorded step (see :func:`chart_frame`);
-    kernels past the ``top`` longest merge into 'other'."""
-    import holoviews as hv
-    opts = dict(responsive=True, height=300, xlabel="step", ylabel="ms per step (measured)", tools=["hover"])
-    ov = dict(title="Kernel time per step (measured, every step)", legend_position="right", responsive=True,
-              height=300)
+def kernel_columns(data: pd.DataFrame, top: int = 8) -> list:
+    """The kernels the chart stacks, longest (total ms) first; past the ``top`` longest: 'other'."""
     if data is None or data.empty:
-        return hv.Overlay([hv.Area([], "step", "ms")]).opts(hv.opts.Area(**opts), hv.opts.Overlay(**ov))
-    order = data.groupby("name")["ms"].sum().sort_values(ascending=False).index
-    keep = set(order[:top])
+        return []
+    order = list(data.groupby("name")["ms"].sum().sort_values(ascending=False).index)
+    return [str(c) for c in order[:top]] + (["other"] if len(order) > top else [])
+
+
+def stack_frame(data: pd.DataFrame, cols: list, max_steps: int = MAX_CHART_STEPS) -> tuple[dict, int]:
+    """Columns of the stacked kernel chart for the kernels ``cols`` (:func:`kernel_columns`):
+    ``step``, and per kernel ``i`` its ms (``v{i}``), the area's base (``b{i}``) and top (``t{i}``);
+    and the number of steps each point stands for (:func:`chart_frame`)."""
+    if data is None or data.empty:
+        return {"step": []} | {f"{p}{i}": [] for i in range(len(cols)) for p in "vbt"}, 1
+    keep = set(c for c in cols if c != "other")
     d = data.assign(name=data["name"].where(data["name"].isin(keep), "other"))
     wide, k = chart_frame(d, max_steps)
+    out, base = {"step": wide.index.values.astype(float)}, np.zeros(len(wide))
+    for i, c in enumerate(cols):
+        v = wide[c].values.astype(float) if c in wide.columns else np.zeros(len(wide))
+        out[f"v{i}"], out[f"b{i}"], out[f"t{i}"] = v, base, base + v
+        base = base + v
+    return out, k
+
+
+def kernel_title(k: int) -> str:
+    """The kernel chart's title: every step drawn, or each point the mean of ``k`` steps."""
     if k > 1:
-        ov["title"] = f"Kernel time per step (measured; each flat segment is the mean of {k} steps)"
-    cols = [c for c in list(order[:top]) + ["other"] if c in wide.columns]
-    areas = hv.Overlay([hv.Area((wide.index.values, wide[c].values), "step", "ms", label=str(c)) for c in cols])
-    return hv.Area.stack(areas).opts(hv.opts.Area(**opts), hv.opts.Overlay(**ov))
+        return f"Kernel time per step (measured; each flat segment: mean of {k} steps)"
+    return "Kernel time per step (measured, every step)"
+
+
+def stacked_area(data: pd.DataFrame, top: int = 8, max_steps: int = MAX_CHART_STEPS):
+    """A Bokeh figure of ms per step by kernel stacked, one point per recorded step (see
+    :func:`chart_frame`); kernels past the ``top`` longest merge into 'other'. Each kernel has its
+    colour of every page (:func:`~.common.kernel_color`); all areas draw from one
+    ``ColumnDataSource`` (:func:`stack_frame`'s columns), which the Live page streams new steps into."""
+    from bokeh.models import ColumnDataSource
+    from bokeh.plotting import figure
+    cols = kernel_columns(data, top)
+    frame, k = stack_frame(data, cols, max_steps)
+    src = ColumnDataSource(frame)
+    fig = figure(height=300, sizing_mode="stretch_width", title=kernel_title(k), x_axis_label="step",
+                 y_axis_label="ms per step (measured)", tools="pan,wheel_zoom,box_zoom,reset,save",
+                 toolbar_location="right")
+    for i, c in enumerate(cols):
+        fig.varea(x="step", y1=f"b{i}", y2=f"t{i}", source=src, color=kernel_color(c), alpha=0.85,
+                  legend_label=c)
+    if cols:
+        fig.add_layout(fig.legend[0], "right")
+        fig.legend[0].label_text_font_size = "9pt"
+    return fig
 
 
 def _mode_device(memory_mode, device_profile=None):
@@ -240,6 +275,7 @@ class LiveMonitor(param.Parameterized):
         self._footprint, self._host, self._cfg, self._info = None, None, {}, {}
         self.modeled, self.modeled_reason = None, ""
         self._modeled_dirty, self._modeled_at = False, float("-inf")
+        self._evals_status = None
 
     @param.depends("run_id", watch=True)
     def _reset(self):
@@ -286,11 +322,14 @@ class LiveMonitor(param.Parameterized):
                 self._modeled_dirty = True
             self.last_step = int(new["step"].max())
             self.done = self.last_step
+        # Evaluations come between epochs and after the last step (the last validation and the
+        # test evaluation): re-read them with new steps, on every status change (the run ending
+        # among them) and until the first read.
+        if n_new or self.status != self._evals_status or self.evals is None:
+            self._evals_status = self.status
             ev, _ = safe_call(store.evals_frame, [self.run_id])
-            self.evals = ev
-        elif self.status not in ACTIVE and self.evals is None:
-            ev, _ = safe_call(store.evals_frame, [self.run_id])
-            self.evals = ev
+            if ev is not None and (self.evals is None or len(ev) != len(self.evals)):
+                self.evals = ev
         now = time.monotonic()
         if self._modeled_dirty and (self.status not in ACTIVE or now - self._modeled_at >= MODELED_EVERY_S):
             self._modeled_at, self._modeled_dirty = now, False
@@ -341,9 +380,49 @@ class LiveMonitor(param.Parameterized):
         return steady_eta(self.timeline, self.total, steps_per_epoch=self._info.get("steps_per_epoch"),
                           epochs=self._cfg.get("epochs"), eval_every=self._cfg.get("eval_every") or 1)
 
+    def metrics(self, split: str) -> pd.DataFrame:
+        """The run's ``split`` ('valid' | 'test') metrics so far (``epoch, metric, value``); counts
+        such as 'users' are left out (metric names with '@' only)."""
+        ev = self.evals
+        if ev is None or ev.empty:
+            return pd.DataFrame({"epoch": [], "metric": [], "value": []})
+        return ev[(ev["split"] == split) & ev["metric"].str.contains("@")][["epoch", "metric", "value"]]
+
+
+def header_text(m: LiveMonitor) -> str:
+    """The Live header's first line: run, status, steps, elapsed, ETA and worker RSS, all of the
+    monitor's run (read at its latest poll)."""
+    _, eta = m.eta()
+    total = f"{m.total:,}" if m.total else "?"
+    rss = fmt_bytes(m.rss_bytes) + " (measured now)" if m.rss_bytes else "–"
+    _, eta_note = m.eta_note()
+    eta_s = fmt_seconds(eta) if m.status in ACTIVE else '–'
+    if m.status in ACTIVE and eta is not None and eta_note.startswith("steps only"):
+        eta_s = f"≥ {eta_s} ({eta_note})"
+    status = (f"{m.status} (compiling kernels)" if m.compiling
+              else f'<span style="color:#d62728">{m.status}</span>' if m.status in FAILED_STATUSES else m.status)
+    return (f"**run** #{m.run_id} · **status** {status} · **steps** {m.done:,} / {total} · "
+            f"**elapsed** {fmt_seconds(m.elapsed_s)} · **ETA** {eta_s} · **worker RSS** {rss}")
+
+
+def test_text(m: LiveMonitor) -> str:
+    """The line with the run's test metrics (measured after training), or when they will appear."""
+    t = m.metrics("test")
+    if t.empty:
+        return ("*Test metrics appear when training ends.*" if m.status in ACTIVE
+                else "*No test metrics recorded for this run.*")
+    last = t.groupby("metric", sort=True)["value"].last()
+    return "**test metrics** (measured, after training): " + " · ".join(f"{k} **{v:.4f}**" for k, v in last.items())
+
 
 class LivePage(pn.viewable.Viewer):
-    """Progress with ETA, loss and validation metrics, kernel time per step, RSS, Cancel."""
+    """Progress with ETA, loss and validation metrics, test metrics, kernel time per step, RSS, Cancel.
+
+    Every pane is built once; a poll patches them (Markdown text, data streamed into the plots'
+    ``ColumnDataSource`` s), so a one-second poll stays cheap however long the run. Everything
+    shown belongs to the selected run from the moment it is selected: a switch empties the
+    plots, which say "waiting for the first step" until the run has one.
+    """
 
     lab = param.ClassSelector(class_=Lab)
     monitor = param.ClassSelector(class_=LiveMonitor)
@@ -356,11 +435,27 @@ class LivePage(pn.viewable.Viewer):
         self.selector.param.watch(lambda e: setattr(self.lab, "run_id", e.new), "value")
         self.lab.param.watch(self._lab_run_changed, "run_id")
         self.lab.param.watch(lambda e: self._refresh_options(), "runs_version")
-        self.monitor.param.watch(lambda e: self._refresh_options(), "status")
         self.cancel_button = pn.widgets.Button(name="Cancel run", button_type="danger")
         self.cancel_button.on_click(self._on_cancel)
         self.progress = pn.indicators.Progress(name="progress", value=0, max=100, sizing_mode="stretch_width",
                                                height=24, bar_color="primary")
+        md = dict(sizing_mode="stretch_width", margin=(2, 10))
+        self.status_md = pn.pane.Markdown("", css_classes=["live-status"], **md)
+        self.mode_md = pn.pane.Markdown("", css_classes=["live-mode"], **md)
+        self.test_md = pn.pane.Markdown("", css_classes=["live-test"], **md)
+        self.error_alert = pn.pane.Alert("", alert_type="danger", visible=False, sizing_mode="stretch_width")
+        self._header = pn.Column(self.status_md, self.mode_md, self.test_md, self.error_alert,
+                                 sizing_mode="stretch_width")
+        wait = dict(sizing_mode="stretch_width", min_height=60, styles={"color": "#666"})
+        self.loss_wait = pn.pane.Markdown("", css_classes=["live-loss-wait"], **wait)
+        self.kernel_wait = pn.pane.Markdown("", css_classes=["live-kernel-wait"], **wait)
+        self.eval_wait = pn.pane.Markdown("", css_classes=["live-eval-wait"], **wait)
+        self.loss_pane = pn.pane.Bokeh(None, sizing_mode="stretch_width", visible=False)
+        self.kernel_pane = pn.pane.Bokeh(None, sizing_mode="stretch_width", visible=False)
+        self.eval_pane = pn.pane.Bokeh(None, sizing_mode="stretch_width", visible=False)
+        self._charted = ()                 # run id whose data the plots hold (none yet)
+        self._last_status = None
+        self.refresh()
         self._callback = None
         if pn.state.curdoc is not None:  # a live session (server or notebook), not a bare test
             self._callback = pn.state.add_periodic_callback(self.tick, period=POLL_MS)
@@ -389,7 +484,8 @@ class LivePage(pn.viewable.Viewer):
         if event.new not in self.selector.options.values():
             self.selector.options = self._options()
         self.selector.value = event.new
-        self.monitor.run_id = event.new
+        self.monitor.run_id = event.new      # resets the monitor and reads the new run
+        self.refresh()
 
     def _on_cancel(self, _event):
         run_id = self.monitor.run_id
@@ -409,75 +505,180 @@ class LivePage(pn.viewable.Viewer):
         threading.Thread(target=cancel, name=f"cancel-run-{run_id}", daemon=True).start()
 
     def tick(self):
-        """Periodic callback body: poll the store and update the progress bar."""
+        """Periodic callback body: poll the store, then patch the header and the plots."""
         try:
             self.monitor.poll()
+            self.refresh()
         except Exception as e:  # a bad read must not stop the periodic callback
             self.monitor.error = f"{type(e).__name__}: {e}"
+            _set(self.error_alert, "object", f"Live view: {self.monitor.error}")
+            _set(self.error_alert, "visible", True)
 
-    # -- views ----------------------------------------------------------------
-    @param.depends("monitor.done", "monitor.total", "monitor.status", "monitor.rss_bytes", "monitor.error",
-                   "monitor.modeled", "monitor.compiling")
-    def header(self):
+    # -- patching -------------------------------------------------------------
+    def refresh(self) -> None:
+        """Bring every pane up to the monitor's latest poll, changing only what changed."""
         m = self.monitor
-        pct, eta = m.eta()
+        prev, self._last_status = self._last_status, m.status
+        if prev is not None and prev != m.status:    # the selector's labels carry the status
+            self._refresh_options()
+        self._update_header()
+        if self._charted != m.run_id:       # another run: nothing of the previous one stays
+            self._charted = m.run_id
+            self._loss_rows, self._kernel_rows, self._kernel_cols, self._eval_rows = 0, 0, None, -1
+            self._eval_metrics = None
+            for pane in (self.loss_pane, self.kernel_pane, self.eval_pane):
+                _set(pane, "visible", False)
+                pane.object = None
+        self._update_loss()
+        self._update_kernels()
+        self._update_evals()
+
+    def _update_header(self):
+        m = self.monitor
+        pct, _ = m.eta()
         if pct is None:  # unknown total: busy stripes while active, else full or empty
             pct = -1 if m.status in ACTIVE else (100 if m.status == "finished" else 0)
-        self.progress.value = int(pct)
-        self.cancel_button.disabled = m.status not in ACTIVE or self.lab.runner is None
-        total = f"{m.total:,}" if m.total else "?"
-        rss = fmt_bytes(m.rss_bytes) + " (measured now)" if m.rss_bytes else "–"
-        _, eta_note = m.eta_note()
-        eta_s = fmt_seconds(eta) if m.status in ACTIVE else '–'
-        if m.status in ACTIVE and eta is not None and eta_note.startswith("steps only"):
-            eta_s = f"≥ {eta_s} ({eta_note})"
-        status = (f"{m.status} (compiling kernels)" if m.compiling
-                  else f'<span style="color:#d62728">{m.status}</span>' if m.status in FAILED_STATUSES else m.status)
-        text = (f"**status** {status} · **steps** {m.done:,} / {total} · "
-                f"**elapsed** {fmt_seconds(m.elapsed_s)} · **ETA** {eta_s}"
-                f" · **worker RSS** {rss}")
-        parts = [pn.pane.Markdown(text, sizing_mode="stretch_width"),
-                 pn.pane.Markdown(modeled_text(m), sizing_mode="stretch_width")]
-        if m.error and m.status in FAILED_STATUSES:
-            parts.append(error_note(f"Run {m.status}: {m.error.splitlines()[-1] if m.error else ''}"))
-        return pn.Column(*parts, sizing_mode="stretch_width")
+        _set(self.progress, "value", int(pct))
+        _set(self.cancel_button, "disabled", m.status not in ACTIVE or self.lab.runner is None)
+        if m.run_id is None:
+            _set(self.status_md, "object", "*No run selected. Launch one on the Launch page.*")
+            _set(self.mode_md, "object", "")
+            _set(self.test_md, "object", "")
+        else:
+            _set(self.status_md, "object", header_text(m))
+            _set(self.mode_md, "object", modeled_text(m))
+            _set(self.test_md, "object", test_text(m))
+        failed = bool(m.error) and m.status in FAILED_STATUSES
+        _set(self.error_alert, "object", f"Run {m.status}: {m.error.splitlines()[-1]}" if failed else "")
+        _set(self.error_alert, "visible", failed)
 
-    # The curves are redrawn from the accumulated buffers when new steps arrive. (Streaming
-    # them through hv.DynamicMap left the browser spinning in Bokeh's layout as soon as
-    # another tab drew a new plot in the same session, so each redraw is a fresh pane.)
-    @param.depends("monitor.done")
-    def loss_plot(self):
-        import holoviews as hv
-        curve = hv.Curve(self.monitor.loss.data, "step", "loss").opts(
-            responsive=True, height=260, title="Training loss (BPR, measured)", tools=["hover"])
-        return pn.pane.HoloViews(curve, sizing_mode="stretch_width")
+    def _waiting(self, what: str) -> str:
+        m = self.monitor
+        if m.run_id is None:
+            return ""
+        if m.status in ACTIVE:
+            return f"*{what} of run #{m.run_id}: waiting for the first step.*"
+        return f"*Run #{m.run_id} recorded no steps ({m.status}).*"
 
-    @param.depends("monitor.done")
-    def kernel_plot(self):
-        return pn.pane.HoloViews(stacked_area(self.monitor.kernels.data), sizing_mode="stretch_width")
+    def _update_loss(self):
+        data = self.monitor.loss.data
+        if self.loss_pane.object is None and len(data):
+            self.loss_pane.object = _line_figure("Training loss (BPR, measured)", "step", "loss")
+        if len(data) > self._loss_rows:
+            new = data.iloc[self._loss_rows:]
+            _source(self.loss_pane.object).stream({"x": new["step"].values, "y": new["loss"].values})
+            self._loss_rows = len(data)
+        _set(self.loss_wait, "object", "" if len(data) else self._waiting("Training loss"))
+        _set(self.loss_wait, "visible", not len(data))
+        _set(self.loss_pane, "visible", bool(len(data)))
 
-    @param.depends("monitor.evals")
-    def eval_plot(self):
-        import holoviews as hv
-        ev = self.monitor.evals
-        if ev is None or ev.empty:
-            return pn.pane.Markdown("*Validation metrics appear after the first evaluation.*")
-        v = ev[(ev["split"] == "valid") & ev["metric"].str.contains("@")]  # metrics, not counts
-        if v.empty:
-            return pn.pane.Markdown("*No validation metrics yet.*")
-        curves = [hv.Curve(g, "epoch", "value", label=str(metric)).opts(tools=["hover"])
-                  * hv.Scatter(g, "epoch", "value", label=str(metric)).opts(size=6)
-                  for metric, g in v.groupby("metric")]
-        curves = [el for ov in curves for el in ov]
-        plot = hv.Overlay(curves).opts(responsive=True, height=260, title="Validation metrics", ylabel="value",
-                                       legend_position="right")
-        return pn.pane.HoloViews(plot, sizing_mode="stretch_width")
+    def _update_kernels(self):
+        data = self.monitor.kernels.data
+        has = bool(len(data))
+        if len(data) != self._kernel_rows:
+            cols = kernel_columns(data)
+            if self._kernel_cols is not None and set(cols) == set(self._kernel_cols):
+                cols = self._kernel_cols        # the same kernels keep their place in the stack
+            n_steps = data["step"].nunique()
+            if cols != self._kernel_cols or n_steps > MAX_CHART_STEPS or self.kernel_pane.object is None:
+                # new kernels or a downsampled chart: new columns (the kernel set changes at the
+                # first steps only, the downsampling redraws once it holds more than the limit)
+                if cols != self._kernel_cols or self.kernel_pane.object is None:
+                    self.kernel_pane.object = stacked_area(data)
+                    cols = kernel_columns(data)
+                else:
+                    frame, k = stack_frame(data, cols)
+                    _source(self.kernel_pane.object).data = frame
+                    _set(self.kernel_pane.object.title, "text", kernel_title(k))
+                self._kernel_cols = cols
+            else:        # the same kernels: only the new steps' points travel to the browser
+                last = float(_source(self.kernel_pane.object).data["step"][-1])
+                frame, _ = stack_frame(data[data["step"] > last], cols)
+                _source(self.kernel_pane.object).stream(frame)
+            self._kernel_rows = len(data)
+        _set(self.kernel_wait, "object", "" if has else self._waiting("Kernel time per step"))
+        _set(self.kernel_wait, "visible", not has)
+        _set(self.kernel_pane, "visible", has)
+
+    def _update_evals(self):
+        v = self.monitor.metrics("valid")
+        if len(v) != self._eval_rows:
+            self._eval_rows = len(v)
+            if not v.empty:
+                wide = v.pivot_table(index="epoch", columns="metric", values="value", aggfunc="last").sort_index()
+                metrics = [str(c) for c in wide.columns]
+                fig = self.eval_pane.object
+                if fig is None or self._eval_metrics != metrics:
+                    fig = _metrics_figure(metrics)
+                    self._eval_metrics = metrics
+                data = {"epoch": wide.index.values.astype(float)}
+                data.update({f"m{i}": wide[c].values.astype(float) for i, c in enumerate(wide.columns)})
+                _source(fig).data = data
+                if self.eval_pane.object is not fig:
+                    self.eval_pane.object = fig
+        has = not v.empty
+        if has:
+            wait = ""
+        elif self.monitor.run_id is None:
+            wait = ""
+        elif self.monitor.status in ACTIVE:
+            wait = f"*Validation metrics of run #{self.monitor.run_id} appear after its first evaluation.*"
+        else:
+            wait = f"*Run #{self.monitor.run_id} recorded no validation metrics.*"
+        _set(self.eval_wait, "object", wait)
+        _set(self.eval_wait, "visible", not has)
+        _set(self.eval_pane, "visible", has)
+
+    # -- views ----------------------------------------------------------------
+    def header(self):
+        """The header panes, up to date (the page patches them on every poll)."""
+        self._update_header()
+        return self._header
 
     def __panel__(self):
         if self.lab.store is None:
             return not_available("Live view (run store)", self.lab.store_reason)
         return pn.Column(
-            "## Live run", pn.Row(self.selector, self.cancel_button), self.progress, self.header,
-            pn.Row(self.loss_plot, self.eval_plot, sizing_mode="stretch_width"),
-            self.kernel_plot,
+            "## Live run", pn.Row(self.selector, self.cancel_button), self.progress, self._header,
+            pn.Row(pn.Column(self.loss_wait, self.loss_pane, sizing_mode="stretch_width"),
+                   pn.Column(self.eval_wait, self.eval_pane, sizing_mode="stretch_width"),
+                   sizing_mode="stretch_width"),
+            pn.Column(self.kernel_wait, self.kernel_pane, sizing_mode="stretch_width"),
             sizing_mode="stretch_width")
+
+
+def _set(obj, name: str, value) -> None:
+    """``obj.name = value`` unless it already is: an unchanged value sends nothing to the browser."""
+    if getattr(obj, name) != value:
+        setattr(obj, name, value)
+
+
+def _source(fig):
+    """The one ColumnDataSource a Live figure draws from."""
+    return fig.renderers[0].data_source
+
+
+def _line_figure(title: str, x: str, y: str):
+    from bokeh.models import ColumnDataSource
+    from bokeh.plotting import figure
+    fig = figure(height=260, sizing_mode="stretch_width", title=title, x_axis_label=x, y_axis_label=y,
+                 tools="pan,wheel_zoom,box_zoom,reset,hover,save", toolbar_location="right")
+    fig.line("x", "y", source=ColumnDataSource({"x": [], "y": []}), color=PALETTE[0], line_width=1.5)
+    return fig
+
+
+def _metrics_figure(metrics: list):
+    """Validation metrics by epoch, one line and markers per metric (columns ``epoch``, ``m{i}``)."""
+    from bokeh.models import ColumnDataSource
+    from bokeh.plotting import figure
+    src = ColumnDataSource({"epoch": []} | {f"m{i}": [] for i in range(len(metrics))})
+    fig = figure(height=260, sizing_mode="stretch_width", title="Validation metrics (measured)",
+                 x_axis_label="epoch", y_axis_label="value", tools="pan,wheel_zoom,box_zoom,reset,hover,save",
+                 toolbar_location="right")
+    for i, name in enumerate(metrics):
+        color = PALETTE[(i + 2) % len(PALETTE)]
+        fig.line("epoch", f"m{i}", source=src, color=color, legend_label=name, line_width=1.5)
+        fig.scatter("epoch", f"m{i}", source=src, color=color, legend_label=name, size=6)
+    fig.legend.location = "bottom_right"
+    fig.legend.label_text_font_size = "9pt"
+    return fig
