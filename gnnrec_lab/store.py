@@ -569,7 +569,10 @@ class Store:
         ``test_recall@20`` the last test Recall@20 recorded; ``duration_s`` and its parts
         ``startup_s``, ``jit_s``, ``train_s``, ``other_s`` as in :func:`time_parts`; ``load_max``
         (the highest 1-minute load average sampled during the run), ``cpus`` and ``overloaded``
-        (that load exceeded the cores: :func:`~gnnrec_lab.proc.load_summary`).
+        (that load exceeded the cores: :func:`~gnnrec_lab.proc.load_summary`); ``step_s`` the mean
+        training step (measured); for a modeled memory mode once its projection is stored,
+        ``modeled_ratio`` and ``modeled_step_s``, ``modeled_train_s``
+        (:func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`, *modeled*), else NaN.
         """
         import pandas as pd
         sql = """SELECT r.id, r.name, r.status, r.measured, r.created, r.started, r.finished,
@@ -579,7 +582,12 @@ class Store:
                       AND lower(e.metric)='recall@20') AS "best_valid_recall@20",
                    (SELECT value FROM evals e WHERE e.run_id=r.id AND e.split='test'
                       AND lower(e.metric)='recall@20' ORDER BY e.rowid DESC LIMIT 1) AS "test_recall@20",
-                   (SELECT MAX(step) FROM steps s WHERE s.run_id=r.id) AS last_step
+                   (SELECT MAX(step) FROM steps s WHERE s.run_id=r.id) AS last_step,
+                   (SELECT COUNT(*) FROM steps s WHERE s.run_id=r.id) AS n_steps,
+                   CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.modeled_s_per_step')
+                   END AS _modeled_kernel_s,
+                   CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.measured_s_per_step')
+                   END AS _measured_kernel_s
                  FROM runs r"""
         params: tuple = ()
         if status is not None:
@@ -609,9 +617,19 @@ class Store:
         df["load_max"] = pd.Series([s.get("max_load1") for s in loads], index=df.index, dtype=float)
         df["cpus"] = [s.get("cpus") for s in loads]
         df["overloaded"] = [s.get("overloaded") for s in loads]
+        # measured mean training step, and (modeled memory modes, once the run has its projection)
+        # the same durations modeled on the run's device: tiermodel.modeled_seconds, in every view
+        from .memory.tiermodel import modeled_ratio, modeled_seconds
+        df["step_s"] = (df["train_s"].astype(float) / df["n_steps"].where(df["n_steps"] > 0)).astype(float)
+        ratio = [modeled_ratio({"modeled_s_per_step": a, "measured_s_per_step": b})
+                 for a, b in zip(df["_modeled_kernel_s"], df["_measured_kernel_s"])]
+        df["modeled_ratio"] = pd.Series(ratio, index=df.index, dtype=float)
+        for key in ("step_s", "train_s"):
+            df[f"modeled_{key}"] = pd.Series([modeled_seconds(v, q) for v, q in zip(df[key], ratio)],
+                                             index=df.index, dtype=float)
         for col in ("created", "started", "finished"):
             df[col] = pd.to_datetime(df[col], unit="s", utc=True)
-        return df.drop(columns=["config", "info"])
+        return df.drop(columns=["config", "info", "_modeled_kernel_s", "_measured_kernel_s"])
 
     def steps_frame(self, run_id: int):
         """Steps of a run: step, epoch, loss, seconds (training time of the step), wall (Unix s)."""

@@ -669,3 +669,223 @@ def test_live_says_compiling_kernels_until_the_compile_ends(store):
     store.add_event(rid, "jit", "kernel compilation/warm-up 88.00 s")
     live.monitor.poll()
     assert not live.monitor.compiling and "compiling" not in texts(live.header())
+
+
+# -- issue 22: pages follow the selected run, axes per run, modeled times, colours -------------------
+def _timed_run(store, ms: float, steps: int = 3, status="finished", mode="dram", phases=("forward",),
+               evals=True):
+    """A run whose every step records ``ms`` of spmm time per phase in ``phases``."""
+    from gnnrec_lab.recorder import KernelRecord
+    rid = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=1, memory_mode=mode),
+                        status="running")
+    store.record_start(rid, {"steps_per_epoch": steps, "footprint_predicted": {"graph": 1000, "embeddings": 2000}})
+    for s in range(1, steps + 1):
+        store.add_step(rid, s, 1, 1.0 / s, ms / 1e3, [KernelRecord("spmm", ph, 0, s, int(ms * 1e6), 1, 1, 1, "gather",
+                                                                   32, 1, "native") for ph in phases])
+    if evals:
+        store.add_eval(rid, 1, steps, "valid", {"recall@20": 0.1}, 1.0)
+    if status != "running":
+        store.set_status(rid, status)
+    return rid
+
+
+def _figures(root):
+    from bokeh.models import Plot
+    return {(p.title.text if p.title else ""): p for p in root.select({"type": Plot})}
+
+
+def test_breakdown_axes_rescale_per_run_in_a_page_with_other_plots(store):
+    """Panel linked the axes of all HoloViews plots of a page sharing a dimension: after a 1.2 s/step
+    run, a 10 ms run's kernel bars kept the 0-1320 ms axis (flat at zero)."""
+    from bokeh.document import Document
+    from gnnrec_lab.dashboard.live import LivePage
+    slow, fast = _timed_run(store, 1200.0), _timed_run(store, 10.0)
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    lab.run_id = slow
+    root = pn.Tabs(("Live", LivePage(lab)), ("Breakdown", BreakdownPage(lab))).get_root(Document())
+    bars = [p for t, p in _figures(root).items() if t.startswith("Kernel time by phase")][0]
+    assert bars.y_range.end == pytest.approx(1200.0, rel=0.15)
+    lab.run_id = fast
+    bars = [p for t, p in _figures(root).items() if t.startswith("Kernel time by phase")][0]
+    assert bars.y_range.end == pytest.approx(10.0, rel=0.15), bars.y_range.end
+
+
+def test_phases_and_kernels_keep_their_colours_across_runs(store):
+    """The default colour cycle gave 'sampling' whatever colour its place in a run's phase list had."""
+    import holoviews as hv
+    from gnnrec_lab.dashboard.breakdown import phase_cmap, share_pie
+    from gnnrec_lab.dashboard.common import kernel_color, phase_color
+    a = _timed_run(store, 5.0, phases=("forward", "sampling"))
+    b = _timed_run(store, 5.0, phases=("backward", "loss", "sampling"))
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    colours = []
+    for rid in (a, b):
+        plots = [p.object for p in BreakdownPage(lab, run_id=rid).body().select(pn.pane.HoloViews)]
+        bars = [p for p in plots if "Kernel time by phase" in (p.opts.get().kwargs.get("title") or "")][0]
+        mapper = hv.render(bars).renderers[0].glyph.fill_color.transform
+        colours.append(dict(zip(mapper.factors, mapper.palette)))
+    assert colours[0]["sampling"] == colours[1]["sampling"] == phase_color("sampling")
+    assert len({phase_color(p) for p in ("forward", "backward", "loss", "optimizer", "sampling")}) == 5
+    assert phase_cmap(["forward"]) == {"forward": phase_color("forward")}
+    pie = share_pie(pd.DataFrame({"name": ["adam", "spmm"], "ns": [1.0, 3.0], "share": [0.25, 0.75]}))
+    assert list(pie.renderers[0].data_source.data["color"]) == [kernel_color("adam"), kernel_color("spmm")]
+
+
+def test_hatching_alone_marks_modeled_bars(store):
+    """The note said "hatched orange = modeled, solid blue = measured" above modeled charts
+    hatched in phase colours: colour no longer says modeled, hatching does."""
+    from gnnrec_lab.dashboard.common import MODELED_NOTE
+    df = pd.DataFrame({"device": ["host", "optane"], "seconds": [1.0, 3.0], "kind": ["measured", "modeled"]})
+    bars = modeled_bars(df, "device", "seconds", "s per step").Bars.I.data
+    assert bars["color"].nunique() == 1 and list(bars["hatch"]) == [" ", "/"]
+    assert "orange" not in MODELED_NOTE and "blue" not in MODELED_NOTE and "Hatched = **modeled**" in MODELED_NOTE
+    _calibrate()
+    mid = _modeled_run(store)
+    text = texts(BreakdownPage(Lab(store=store, runner=RecordingRunner(store)), run_id=mid).body())
+    assert "orange" not in text and "blue" not in text
+
+
+def test_plot_titles_fit_their_plots(store):
+    """A title wider than its plot is clipped: e.g. 'Kernel time by phase, modeled on
+    optane_pmem100_appdirect_6x (optane_app_direct; hatched = modeled): 12.3 ms per step, 3.00x DRAM'
+    in a half-width plot. Titles stay within what a 600 px plot shows at Bokeh's title font."""
+    _calibrate()
+    fill_store(store, n_runs=2, steps=4)
+    mid = _modeled_run(store)
+    store.set_status(mid, "finished")
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    import holoviews as hv
+    from gnnrec_lab.dashboard.live import stacked_area
+    titles = [hv.render(obj.object).title.text
+              for obj in BreakdownPage(lab, run_id=mid).body().select(pn.pane.HoloViews)]
+    page = ComparePage(lab)
+    page.table.selection = [0, 1]
+    for part in (page.overlays(), page.scaling()):
+        titles += [hv.render(obj.object).title.text for obj in pn.panel(part).select(pn.pane.HoloViews)]
+    live = LivePage(lab)
+    titles += [p.object.title.text for p in (live.loss_pane, live.kernel_pane, live.eval_pane) if p.object]
+    many = pd.DataFrame({"step": [float(s) for s in range(1, 3001)], "name": ["spmm"] * 3000, "ms": [1.0] * 3000})
+    titles.append(stacked_area(many, max_steps=10).title.text)
+    assert len(titles) >= 6 and all(titles), titles
+    too_long = [t for t in titles if len(t) > 60]        # ~7 px a character at 12 px bold
+    assert not too_long, too_long
+
+
+def test_compare_overlays_give_each_run_one_colour(store):
+    """Loss and Recall@20 overlays coloured runs by their place in each overlay: a run without
+    evaluations shifted every other run's colour in one of the two."""
+    from gnnrec_lab.dashboard.common import run_color
+    a = _timed_run(store, 5.0, evals=False)
+    b = _timed_run(store, 5.0)
+    page = ComparePage(Lab(store=store, runner=RecordingRunner(store)))
+    page.selected = [a, b]
+    seen = {}
+    for p in pn.panel(page.overlays()).select(pn.pane.HoloViews):
+        for el in p.object:
+            seen.setdefault(el.label, set()).add(el.opts.get().kwargs["color"])
+    assert seen == {f"#{a}": {run_color(a)}, f"#{b}": {run_color(b) }}
+    assert run_color(a) != run_color(b)
+
+
+def _finished_modeled_run(store, ratio=3.0, mode="cxl"):
+    """A finished run in a modeled memory mode with its stored projection (``result.modeled``)."""
+    rid = _timed_run(store, 20.0, steps=4, status="running", mode=mode)
+    store.add_epoch(rid, 1, 0.5, 4, 0.3)
+    store.record_result(rid, {"modeled": {"device": "cxl_type3_ddr5_x8", "kind": "modeled", "memory_mode": mode,
+                                          "measured_s_per_step": 0.02, "modeled_s_per_step": 0.02 * ratio}})
+    store.set_status(rid, "finished")
+    return rid
+
+
+def test_runs_and_compare_show_modeled_times_beside_the_measured_ones(store, capsys):
+    """`runs` and Compare showed a CXL run as "modeled ... train 1m 21s": DRAM seconds under a
+    'modeled' label. Now measured and modeled (tiermodel.modeled_seconds) stand side by side."""
+    from gnnrec_lab.cli import main
+    from gnnrec_lab.memory.tiermodel import modeled_ratio, modeled_seconds
+    did = _timed_run(store, 20.0, steps=4)
+    store.add_epoch(did, 1, 0.4, 4, 0.3)
+    mid = _finished_modeled_run(store, ratio=3.0)
+    row = store.runs_frame().set_index("id")
+    assert row.loc[mid, "train_s"] == pytest.approx(0.08) and row.loc[mid, "step_s"] == pytest.approx(0.02)
+    assert row.loc[mid, "modeled_ratio"] == pytest.approx(3.0)
+    assert row.loc[mid, "modeled_train_s"] == pytest.approx(modeled_seconds(0.08, 3.0)) == pytest.approx(0.24)
+    assert row.loc[mid, "modeled_step_s"] == pytest.approx(0.06)
+    assert pd.isna(row.loc[did, "modeled_train_s"]) and modeled_ratio(None) is None
+    assert main(["runs"]) == 0
+    out = capsys.readouterr().out
+    head, _, *lines = out.splitlines()
+    assert "step (measured)" in head and "step (modeled)" in head and "train (modeled)" in head
+    assert " time " not in f" {head} "
+    cols = dict(zip(["id"], [None]))
+    line = [ln for ln in lines if ln.startswith(str(mid) + " ")][0]
+    assert "20.0 ms" in line and "60.0 ms" in line
+    dline = [ln for ln in lines if ln.startswith(str(did) + " ")][0]
+    assert "20.0 ms" in dline and "60.0 ms" not in dline
+    del cols
+    table = runs_table(store.runs_frame())
+    assert table.loc[mid, "step_ms"] == 20.0 and table.loc[mid, "modeled_step_ms"] == 60.0
+    assert table.loc[mid, "modeled_train_s"] == pytest.approx(0.2)          # 0.24 s rounded to 0.1
+    assert "measured" not in table.columns and pd.isna(table.loc[did, "modeled_step_ms"])
+    page = ComparePage(Lab(store=store, runner=RecordingRunner(store)))
+    assert page.table.titles["modeled_step_ms"] == "Step ms (modeled)"
+    es = epoch_seconds(store, store.runs_frame()).set_index("id")
+    assert es.loc[mid, "modeled_epoch_s"] == pytest.approx(1.5) and pd.isna(es.loc[did, "modeled_epoch_s"])
+    assert es.loc[mid, "group"] == "cxl · synth-tiny" and es.loc[did, "group"] == "dram · synth-tiny"
+    plots = [p.object for p in pn.panel(page.scaling()).select(pn.pane.HoloViews)]
+    labels = {el.label for p in plots for el in p}
+    assert labels == {"cxl · synth-tiny", "cxl · synth-tiny (modeled)", "dram · synth-tiny"}
+    modeled = [el for el in plots[0] if el.label.endswith("(modeled)")][0]
+    assert list(modeled.data["epoch_s"]) == [pytest.approx(1.5)]
+    assert "modeled" in texts(page.scaling())
+
+
+def test_live_page_shows_the_selected_run_from_the_moment_it_is_selected(store):
+    """A switch to a run without steps kept the previous run's plots, elapsed time and memory mode
+    until its first step; now the plots empty at once and say they wait for the first step."""
+    old = _timed_run(store, 50.0, steps=5)
+    new = _timed_run(store, 5.0, steps=0, status="running", mode="cxl", evals=False)
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    lab.run_id = old
+    page = LivePage(lab)
+    shown = lambda: [box.visible for box in page.boxes.values()]     # noqa: E731
+    assert shown() == [True, True, True]
+    assert f"run** #{old}" in page.status_md.object
+    lab.run_id = new
+    assert shown() == [False, False, False]
+    assert page.loss_pane.object is None and page.kernel_pane.object is None
+    assert "waiting for the first step" in page.loss_wait.object and page.loss_wait.visible
+    assert "waiting for the first step" in page.kernel_wait.object
+    assert f"run** #{new}" in page.status_md.object and "steps** 0 / 0" not in page.status_md.object
+    assert "memory mode** cxl" in page.mode_md.object and "measured on this host" not in page.mode_md.object
+    lab.run_id = old
+    assert shown()[0] and len(page.loss_pane.object.renderers[0].data_source.data["x"]) == 5
+
+
+def test_live_page_patches_its_plots_and_reads_the_last_evaluation(store):
+    """Each poll rebuilt the header and the plots (a 1 s poll took 7-9 s in training); the last
+    validation, written after the last step, was missed, and test metrics never shown."""
+    rid = _timed_run(store, 5.0, steps=2, status="running", evals=False)
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    lab.run_id = rid
+    page = LivePage(lab)
+    loss_fig, kernel_fig = page.loss_pane.object, page.kernel_pane.object
+    header = page._header
+    from gnnrec_lab.recorder import KernelRecord
+    for s in (3, 4):
+        store.add_step(rid, s, 1, 0.2, 0.005, [KernelRecord("spmm", "forward", 0, s, 5_000_000, 1, 1, 1, "gather",
+                                                            32, 1, "native")])
+    page.tick()
+    assert page.loss_pane.object is loss_fig and page.kernel_pane.object is kernel_fig and page._header is header
+    assert list(loss_fig.renderers[0].data_source.data["x"]) == [1.0, 2.0, 3.0, 4.0]
+    assert list(kernel_fig.renderers[0].data_source.data["step"]) == [1.0, 2.0, 3.0, 4.0]
+    assert "appear when training ends" in page.test_md.object
+    page.tick()                                   # nothing new: nothing changes
+    assert page.loss_pane.object is loss_fig
+    # the last evaluations come after the last step, then the run ends
+    store.add_eval(rid, 1, 4, "valid", {"recall@20": 0.125, "ndcg@20": 0.07, "users": 943}, 2.0)
+    store.add_eval(rid, 1, 4, "test", {"recall@20": 0.11, "ndcg@20": 0.06, "users": 943}, 2.5)
+    store.set_status(rid, "finished")
+    page.tick()
+    assert page.boxes[page.eval_pane].visible and list(page.eval_pane.object.renderers[0].data_source.data["m1"]) == [0.125]
+    assert "test metrics" in page.test_md.object and "recall@20 **0.1100**" in page.test_md.object
+    assert "users" not in page.test_md.object and "status** finished" in page.status_md.object

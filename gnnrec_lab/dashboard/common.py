@@ -58,6 +58,11 @@ def kernel_color(name: str) -> str:
     return _stable(name, KERNEL_COLORS)
 
 
+def category_color(name: str) -> str:
+    """A colour fixed by a category's name (a memory mode and dataset in Compare's scatter plots)."""
+    return _stable(name, {})
+
+
 def run_color(run_id) -> str:
     """The colour of run ``run_id`` in every overlay (loss, validation curves)."""
     return PALETTE[int(run_id) % 10]

@@ -2,11 +2,13 @@
 
 The table is a Tabulator (header filters, sort, checkbox selection) paged on the
 server, so a store with hundreds of runs loads quickly. Its times are the run's
-measured parts (``Store.runs_frame``): training steps (what runs are compared by),
-startup and kernel JIT apart, and the whole wall time, rounded to 0.1 s. Selecting rows overlays
-their loss and validation Recall@20 curves. Two scatter plots show the mean
-epoch time (measured) of every finished run against batch size and against
-depth.
+measured parts (``Store.runs_frame``): the mean training step, the training steps (what runs are
+compared by), startup and kernel JIT apart, and the whole wall time, rounded to 0.1 s; beside the
+step and training times of a modeled memory mode, the same times *modeled* on its device
+(``tiermodel.modeled_seconds``, as ``gnnrec-lab runs`` shows them). Selecting rows overlays
+their loss and validation Recall@20 curves, each run in its one colour. Two scatter plots show
+the mean epoch time of every finished run (measured, and modeled for a modeled memory mode)
+against batch size and against depth, coloured by memory mode and dataset.
 """
 from __future__ import annotations
 
@@ -17,19 +19,23 @@ import panel as pn
 import param
 
 from ..config import FIELD_DOCS, field_label
-from .common import Lab, id_column, not_available, safe_call, status_css
+from ..memory.tiermodel import modeled_seconds
+from .common import Lab, category_color, hv_pane, id_column, not_available, run_color, safe_call, status_css
 
-TABLE_COLUMNS = ["id", "name", "status", "measured", "dataset", "model", "layers", "dim", "batch_size",
-                 "memory_mode", "train_s", "startup_s", "jit_s", "duration_s", "best_valid_recall@20",
+# Times measured on this host, each modeled twin beside it (a modeled memory mode's kernels run on
+# DRAM here; its twin is tiermodel.modeled_seconds, as `gnnrec-lab runs` shows it).
+TABLE_COLUMNS = ["id", "name", "status", "dataset", "model", "layers", "dim", "batch_size",
+                 "memory_mode", "device", "step_ms", "modeled_step_ms", "train_s", "modeled_train_s",
+                 "startup_s", "jit_s", "duration_s", "best_valid_recall@20",
                  "test_recall@20", "last_step", "created"]
-# next to the memory mode: the device profile a modeled mode is projected on (None for dram)
-TABLE_COLUMNS.insert(TABLE_COLUMNS.index("memory_mode") + 1, "device")
-TIME_COLUMNS = ("train_s", "startup_s", "jit_s", "duration_s")
+TIME_COLUMNS = ("train_s", "modeled_train_s", "startup_s", "jit_s", "duration_s", "step_ms", "modeled_step_ms")
 # Column headers in words (the columns keep their names): a config field's label from
 # config.FIELD_DOCS without its parenthesis, the rest named here.
 TABLE_TITLES = {c: field_label(c).split(" (")[0] for c in TABLE_COLUMNS if c in FIELD_DOCS}
-TABLE_TITLES.update({"id": "Run", "status": "Status", "measured": "Time is", "device": "Device (modeled)",
-                     "train_s": "Training (s)", "startup_s": "Start-up (s)", "jit_s": "JIT compile (s)",
+TABLE_TITLES.update({"id": "Run", "status": "Status", "device": "Device (modeled)",
+                     "step_ms": "Step ms (measured)", "modeled_step_ms": "Step ms (modeled)",
+                     "train_s": "Training s (measured)", "modeled_train_s": "Training s (modeled)",
+                     "startup_s": "Start-up (s)", "jit_s": "JIT compile (s)",
                      "duration_s": "Duration (s)", "best_valid_recall@20": "Best valid Recall@20",
                      "test_recall@20": "Test Recall@20", "last_step": "Last step", "created": "Created (UTC)"})
 MAX_OVERLAY = 12
@@ -44,6 +50,9 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=TABLE_COLUMNS).set_index("id")
     idc = id_column(runs)
     df = runs.rename(columns={idc: "id"})
+    for key in ("step", "modeled_step"):
+        if f"{key}_s" in df.columns:
+            df[f"{key}_ms"] = df[f"{key}_s"].astype(float) * 1e3
     cols = [c for c in TABLE_COLUMNS if c in df.columns]
     df = df[cols].sort_values("id", ascending=False)
     if "created" in df.columns:
@@ -55,9 +64,11 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean measured epoch time (s) of each finished run: ``id, epoch_s`` plus its config columns."""
+    """Mean measured epoch time (s) of each finished run: ``id, epoch_s``, ``modeled_epoch_s`` (a
+    modeled memory mode: :func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`, else NaN), its config
+    columns and ``group`` ("memory mode · dataset", what the scatter plots colour by)."""
     if runs is None or runs.empty:
-        return pd.DataFrame(columns=["id", "epoch_s"])
+        return pd.DataFrame(columns=["id", "epoch_s", "modeled_epoch_s", "group"])
     idc = id_column(runs)
     fin = runs[runs["status"] == "finished"] if "status" in runs.columns else runs
     out = []
@@ -71,8 +82,34 @@ def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
         if val is not None:
             out.append((rid, val))
     es = pd.DataFrame(out, columns=["id", "epoch_s"])
-    keep = [c for c in ("model", "dataset", "layers", "dim", "batch_size", "memory_mode") if c in fin.columns]
-    return es.merge(fin.rename(columns={idc: "id"})[["id"] + keep], on="id", how="left")
+    keep = [c for c in ("model", "dataset", "layers", "dim", "batch_size", "memory_mode", "modeled_ratio")
+            if c in fin.columns]
+    es = es.merge(fin.rename(columns={idc: "id"})[["id"] + keep], on="id", how="left")
+    ratio = es["modeled_ratio"] if "modeled_ratio" in es else pd.Series(float("nan"), index=es.index)
+    es["modeled_epoch_s"] = pd.Series([modeled_seconds(e, r) for e, r in zip(es["epoch_s"], ratio)],
+                                      index=es.index, dtype=float)
+    es["group"] = [f"{m or 'dram'} · {d}" for m, d in zip(es.get("memory_mode", pd.Series("dram", index=es.index)),
+                                                          es.get("dataset", pd.Series("?", index=es.index)))]
+    return es
+
+
+def epoch_scatter(es: pd.DataFrame, x: str, title: str, logx: bool = False):
+    """Epoch time against ``x``: measured (circles) and modeled (triangles) points, coloured by
+    ``group`` (memory mode · dataset) with one colour per group on every plot."""
+    import holoviews as hv
+    vdims = ["epoch_s", "group", "modeled_epoch_s"] + [c for c in ("model", "layers", "batch_size", "dim", "id")
+                                                       if c in es and c != x]
+    cmap = {g: category_color(g) for g in es["group"].unique()}
+    opts = dict(size=9, tools=["hover"], color="group", cmap=cmap, logx=logx)
+    layers = []
+    for g, d in es.groupby("group", sort=True):
+        layers.append(hv.Scatter(d, x, vdims, label=str(g)).opts(marker="circle", **opts))
+        mod = d.dropna(subset=["modeled_epoch_s"])
+        if not mod.empty:
+            layers.append(hv.Scatter(mod.assign(epoch_s=mod["modeled_epoch_s"]), x, vdims,
+                                     label=f"{g} (modeled)").opts(marker="triangle", **opts))
+    return hv.Overlay(layers).opts(title=title, ylabel="epoch time, s", responsive=True, height=300,
+                                   legend_position="right")
 
 
 class ComparePage(pn.viewable.Viewer):
@@ -108,36 +145,34 @@ class ComparePage(pn.viewable.Viewer):
         for rid in self.selected:
             st, _ = safe_call(store.steps_frame, rid)
             if st is not None and not st.empty:
-                loss.append(hv.Curve(st, "step", "loss", label=f"#{rid}"))
+                loss.append(hv.Curve(st, "step", "loss", label=f"#{rid}").opts(color=run_color(rid)))
         ev, _ = safe_call(store.evals_frame, self.selected)
         rec = []
         if ev is not None and not ev.empty:
             v = ev[(ev["split"] == "valid") & (ev["metric"].str.lower() == "recall@20")]
-            rec = [hv.Curve(g, "epoch", "value", label=f"#{rid}") for rid, g in v.groupby("run_id")]
+            rec = [hv.Curve(g, "epoch", "value", label=f"#{rid}").opts(color=run_color(rid))
+                   for rid, g in v.groupby("run_id")]
         opts = dict(responsive=True, height=300, legend_position="right", tools=["hover"])
         plots = []
         plots.append(hv.Overlay(loss).opts(title="Training loss (measured)", **opts) if loss
                      else pn.pane.Markdown("*No steps recorded for the selected runs.*"))
         plots.append(hv.Overlay(rec).opts(title="Validation Recall@20", ylabel="recall@20", **opts) if rec
                      else pn.pane.Markdown("*No validation Recall@20 for the selected runs.*"))
-        return pn.Row(*[pn.pane.HoloViews(p, sizing_mode="stretch_width") if not isinstance(p, pn.pane.Markdown)
-                        else p for p in plots], sizing_mode="stretch_width")
+        return pn.Row(*[hv_pane(p) if not isinstance(p, pn.pane.Markdown) else p for p in plots],
+                      sizing_mode="stretch_width")
 
     @param.depends("lab.runs_version")
     def scaling(self):
-        import holoviews as hv
         es = epoch_seconds(self.lab.store, self.lab.runs())
         if es.empty:
             return pn.pane.Markdown("*Epoch time vs batch size and depth appears once runs have finished.*")
-        opts = dict(size=9, responsive=True, height=300, tools=["hover"], color="model", cmap="Category10",
-                    ylabel="epoch time, s (measured)", legend_position="right")
-        vdims = ["epoch_s"] + [c for c in ("model", "layers", "batch_size", "dim", "dataset", "id") if c in es]
-        by_batch = hv.Scatter(es, "batch_size", [v for v in vdims if v != "batch_size"]).opts(
-            title="Epoch time vs batch size", logx=True, **opts)
-        by_depth = hv.Scatter(es, "layers", [v for v in vdims if v != "layers"]).opts(
-            title="Epoch time vs depth (layers)", **opts)
-        return pn.Row(pn.pane.HoloViews(by_batch, sizing_mode="stretch_width"),
-                      pn.pane.HoloViews(by_depth, sizing_mode="stretch_width"), sizing_mode="stretch_width")
+        note = pn.pane.Markdown(
+            "Colour: memory mode · dataset. **●** measured on this host (a modeled memory mode's kernels run "
+            "on its DRAM too); **▲** the same epoch modeled on the mode's device (the run's modeled/measured "
+            "step-time ratio).", sizing_mode="stretch_width")
+        return pn.Column(note, pn.Row(hv_pane(epoch_scatter(es, "batch_size", "Epoch time vs batch size", logx=True)),
+                                      hv_pane(epoch_scatter(es, "layers", "Epoch time vs depth (layers)")),
+                                      sizing_mode="stretch_width"), sizing_mode="stretch_width")
 
     @param.depends("lab.runs_version")
     def distributed(self):
@@ -158,7 +193,7 @@ class ComparePage(pn.viewable.Viewer):
                     legend_position="right")
         plot = hv.Scatter(df.dropna(subset=["epoch_s"]), "layers", ["epoch_s", "engine", "batch_size", "id"]).opts(
             title="Epoch time by depth: full-graph vs DistDGL (measured)", ylabel="epoch time, s", **opts)
-        return pn.Column("### Full-graph vs DistDGL", table, pn.pane.HoloViews(plot, sizing_mode="stretch_width"),
+        return pn.Column("### Full-graph vs DistDGL", table, hv_pane(plot),
                          sizing_mode="stretch_width")
 
     def __panel__(self):

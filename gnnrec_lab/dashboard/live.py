@@ -187,7 +187,7 @@ def stack_frame(data: pd.DataFrame, cols: list, max_steps: int = MAX_CHART_STEPS
 def kernel_title(k: int) -> str:
     """The kernel chart's title: every step drawn, or each point the mean of ``k`` steps."""
     if k > 1:
-        return f"Kernel time per step (measured; each flat segment: mean of {k} steps)"
+        return f"Kernel time per step (measured, mean of {k} steps)"
     return "Kernel time per step (measured, every step)"
 
 
@@ -450,9 +450,13 @@ class LivePage(pn.viewable.Viewer):
         self.loss_wait = pn.pane.Markdown("", css_classes=["live-loss-wait"], **wait)
         self.kernel_wait = pn.pane.Markdown("", css_classes=["live-kernel-wait"], **wait)
         self.eval_wait = pn.pane.Markdown("", css_classes=["live-eval-wait"], **wait)
-        self.loss_pane = pn.pane.Bokeh(None, sizing_mode="stretch_width", visible=False)
-        self.kernel_pane = pn.pane.Bokeh(None, sizing_mode="stretch_width", visible=False)
-        self.eval_pane = pn.pane.Bokeh(None, sizing_mode="stretch_width", visible=False)
+        # each figure sits in a box that shows or hides it (a Bokeh pane's own ``visible``
+        # follows its figure's)
+        self.loss_pane = pn.pane.Bokeh(None, sizing_mode="stretch_width")
+        self.kernel_pane = pn.pane.Bokeh(None, sizing_mode="stretch_width")
+        self.eval_pane = pn.pane.Bokeh(None, sizing_mode="stretch_width")
+        self.boxes = {p: pn.Column(p, visible=False, sizing_mode="stretch_width", css_classes=[f"live-{n}-plot"])
+                      for p, n in ((self.loss_pane, "loss"), (self.kernel_pane, "kernel"), (self.eval_pane, "eval"))}
         self._charted = ()                 # run id whose data the plots hold (none yet)
         self._last_status = None
         self.refresh()
@@ -526,8 +530,8 @@ class LivePage(pn.viewable.Viewer):
             self._charted = m.run_id
             self._loss_rows, self._kernel_rows, self._kernel_cols, self._eval_rows = 0, 0, None, -1
             self._eval_metrics = None
-            for pane in (self.loss_pane, self.kernel_pane, self.eval_pane):
-                _set(pane, "visible", False)
+            for pane, box in self.boxes.items():
+                _set(box, "visible", False)
                 pane.object = None
         self._update_loss()
         self._update_kernels()
@@ -570,7 +574,7 @@ class LivePage(pn.viewable.Viewer):
             self._loss_rows = len(data)
         _set(self.loss_wait, "object", "" if len(data) else self._waiting("Training loss"))
         _set(self.loss_wait, "visible", not len(data))
-        _set(self.loss_pane, "visible", bool(len(data)))
+        _set(self.boxes[self.loss_pane], "visible", bool(len(data)))
 
     def _update_kernels(self):
         data = self.monitor.kernels.data
@@ -598,7 +602,7 @@ class LivePage(pn.viewable.Viewer):
             self._kernel_rows = len(data)
         _set(self.kernel_wait, "object", "" if has else self._waiting("Kernel time per step"))
         _set(self.kernel_wait, "visible", not has)
-        _set(self.kernel_pane, "visible", has)
+        _set(self.boxes[self.kernel_pane], "visible", has)
 
     def _update_evals(self):
         v = self.monitor.metrics("valid")
@@ -627,7 +631,7 @@ class LivePage(pn.viewable.Viewer):
             wait = f"*Run #{self.monitor.run_id} recorded no validation metrics.*"
         _set(self.eval_wait, "object", wait)
         _set(self.eval_wait, "visible", not has)
-        _set(self.eval_pane, "visible", has)
+        _set(self.boxes[self.eval_pane], "visible", has)
 
     # -- views ----------------------------------------------------------------
     def header(self):
@@ -640,10 +644,10 @@ class LivePage(pn.viewable.Viewer):
             return not_available("Live view (run store)", self.lab.store_reason)
         return pn.Column(
             "## Live run", pn.Row(self.selector, self.cancel_button), self.progress, self._header,
-            pn.Row(pn.Column(self.loss_wait, self.loss_pane, sizing_mode="stretch_width"),
-                   pn.Column(self.eval_wait, self.eval_pane, sizing_mode="stretch_width"),
+            pn.Row(pn.Column(self.loss_wait, self.boxes[self.loss_pane], sizing_mode="stretch_width"),
+                   pn.Column(self.eval_wait, self.boxes[self.eval_pane], sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
-            pn.Column(self.kernel_wait, self.kernel_pane, sizing_mode="stretch_width"),
+            pn.Column(self.kernel_wait, self.boxes[self.kernel_pane], sizing_mode="stretch_width"),
             sizing_mode="stretch_width")
 
 

@@ -535,3 +535,28 @@ def step_time_projection(store, run_id, host, placement: Optional[dict] = None) 
     out.attrs["placement_assumption"] = placement_assumption(placement if placement is not None
                                                              else dict(cfg.get("placement") or {}))
     return out
+
+
+def modeled_ratio(modeled: Optional[dict]) -> Optional[float]:
+    """A run's modeled / measured step-time ratio from its projection (:func:`run_step_time`, stored
+    as the run's ``result.modeled``): the "3.00x" that ``runs show``, Live, Breakdown and ``whatif``
+    print. None for a DRAM run (nothing modeled) or a run without its projection yet (running)."""
+    if not modeled:
+        return None
+    try:
+        mod, meas = float(modeled.get("modeled_s_per_step")), float(modeled.get("measured_s_per_step"))
+    except (TypeError, ValueError):   # absent, or not a number in a damaged result
+        return None
+    if not meas or mod != mod or meas != meas:
+        return None
+    return mod / meas
+
+
+def modeled_seconds(measured_s: Optional[float], ratio: Optional[float]) -> Optional[float]:
+    """A measured duration (s: a mean step, an epoch, the whole training) of a run in a modeled
+    memory mode, modeled on its device: ``measured_s`` times the run's :func:`modeled_ratio`. The
+    whole duration is scaled, the part of a step outside the kernels too. None where there is no
+    ratio (a DRAM run, a run still running) or no measurement."""
+    if measured_s is None or ratio is None or measured_s != measured_s or ratio != ratio:
+        return None
+    return float(measured_s) * float(ratio)
