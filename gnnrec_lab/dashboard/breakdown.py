@@ -134,7 +134,8 @@ class BreakdownPage(pn.viewable.Viewer):
 
     def __init__(self, lab: Lab, **params):
         super().__init__(lab=lab, **params)
-        self.selector = pn.widgets.Select(name="Run", options=run_options(lab.runs()), width=360)
+        self.selector = pn.widgets.Select(name="Run", options=run_options(lab.runs()), width=360,
+                                          css_classes=["breakdown-select"])
         if self.run_id is None:
             self.run_id = lab.run_id if lab.run_id is not None else self._newest_finished()
         if self.run_id in self.selector.options.values():

@@ -431,7 +431,7 @@ class LivePage(pn.viewable.Viewer):
         super().__init__(lab=lab, **params)
         self.monitor = LiveMonitor(lab=lab, run_id=self._default_run())
         self.selector = pn.widgets.Select(name="Run", options=self._options(), value=self.monitor.run_id,
-                                          width=360)
+                                          width=360, css_classes=["live-select"])
         self.selector.param.watch(lambda e: setattr(self.lab, "run_id", e.new), "value")
         self.lab.param.watch(self._lab_run_changed, "run_id")
         self.lab.param.watch(lambda e: self._refresh_options(), "runs_version")

@@ -1,0 +1,192 @@
+"""Live, Breakdown and Compare in a real browser, over a store this test writes itself.
+
+The test process plays the run's worker: it writes steps, evaluations and the end of a run into
+the store (the run's pid is the test's own, so the server's runner sees a live worker), while
+chromium shows the served dashboard. Helpers and launch flags come from ``test_browser``.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+
+import pytest
+
+from test_browser import ARTIFACTS, DRAWN_CANVASES, browser, open_page, serve, stop, sync_api  # noqa: F401
+from test_browser_pages import DEEP_TEXT, deep_text
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+# Plots of the page's Bokeh document: title, id, y range, number of points of its first source.
+PLOTS = """() => {
+  const out = [];
+  for (const doc of Bokeh.documents) {
+    for (const m of doc.all_models) {
+      if (!m.title || m.y_range === undefined || m.renderers === undefined) continue;
+      const r = m.renderers.find(r => r.data_source !== undefined);
+      const n = r ? r.data_source.get_length() : null;
+      out.push({title: m.title.text === undefined ? String(m.title) : m.title.text, id: m.id,
+                y0: m.y_range.start, y1: m.y_range.end, n: n});
+    }
+  }
+  return out;
+}"""
+
+
+def drawn_range(plot: dict) -> bool:
+    return all(isinstance(plot[k], (int, float)) and math.isfinite(plot[k]) for k in ("y0", "y1"))
+
+
+def plots(page, prefix: str) -> list:
+    return [p for p in page.evaluate(PLOTS) if (p["title"] or "").startswith(prefix)]
+
+
+def wait_plot(page, prefix: str, cond, timeout_s: float = 20.0):
+    """The first plot titled ``prefix...`` once ``cond(plot)`` holds (polls the page's Bokeh document)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = [p for p in plots(page, prefix) if cond(p)]
+        if found:
+            return found[0]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no plot {prefix!r} as wanted: {plots(page, prefix)}")
+        time.sleep(0.25)
+
+
+def _records(step, ms, phases=("forward",)):
+    from gnnrec_lab.recorder import KernelRecord
+    return [KernelRecord("spmm", ph, 0, step, int(ms * 1e6), 1, 1, 1, "gather", 32, 1, "native") for ph in phases]
+
+
+def _run(store, ms, steps, *, mode="dram", status="finished", valid=True):
+    """A run of ``steps`` steps of ``ms`` ms each (its worker: this process)."""
+    from gnnrec_lab.config import RunConfig
+    from gnnrec_lab.proc import proc_start_ticks
+    rid = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=1, memory_mode=mode),
+                        status="running")
+    store.set_fields(rid, pid=os.getpid(), pid_start=proc_start_ticks(os.getpid()))
+    store.record_start(rid, {"steps_per_epoch": max(steps, 4), "footprint_predicted": {"graph": 1000,
+                                                                                    "embeddings": 2000}})
+    for s in range(1, steps + 1):
+        store.add_step(rid, s, 1, 2.0 / s, ms / 1e3, _records(s, ms))
+    if valid and steps:
+        store.add_eval(rid, 1, steps, "valid", {"recall@20": 0.05}, 1.0)
+    if status != "running":
+        store.set_status(rid, status)
+    return rid
+
+
+def _header(page) -> str:
+    return " ".join(deep_text(page, ".live-status").split())
+
+
+def test_live_follows_the_selected_run_patches_and_reads_the_end(tmp_path, browser):  # noqa: F811
+    """Issue 22, items 2 and 10, as a user sees them."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    from gnnrec_lab.store import Store
+    store = Store(tmp_path / "home")
+    slow = _run(store, 1200.0, 30)
+    # a newer run, no step yet, in a modeled memory mode
+    new = _run(store, 10.0, 0, mode="cxl", status="running", valid=False)
+    proc, url = serve(tmp_path)
+    try:
+        page, _ = open_page(browser, url)
+        page.get_by_text("Live", exact=True).first.click()
+        select = page.locator(".live-select select")
+
+        def choose(rid):
+            option = select.locator("option").filter(has_text=re.compile(rf"^#{rid} "))
+            option.wait_for(state="attached", timeout=30_000)
+            select.select_option(label=option.inner_text())
+        choose(slow)
+        page.get_by_text(re.compile(rf"run\s+#{slow}\s+·\s+status\s+finished")).wait_for(timeout=20_000)
+        wait_plot(page, "Training loss", lambda p: p["n"] == 30)
+        wait_plot(page, "Kernel time per step", lambda p: p["n"] == 30)
+        page.wait_for_function(f"({DRAWN_CANVASES})() >= 3", timeout=30_000)   # loss, validation, kernels
+        drawn = page.evaluate(f"({DRAWN_CANVASES})()")
+        # the new run selected: everything is its own at once
+        choose(new)
+        page.get_by_text(f"Training loss of run #{new}: waiting for the first step.").wait_for(timeout=10_000)
+        page.get_by_text(f"Kernel time per step of run #{new}: waiting for the first step.").wait_for(timeout=5_000)
+        page.screenshot(path=str(ARTIFACTS / "live-waiting.png"), full_page=True)
+        head = _header(page)
+        assert f"#{new}" in head and "status running" in head and "steps 0 / 4" in head, head
+        mode = " ".join(deep_text(page, ".live-mode").split())
+        assert "memory mode cxl" in mode and "measured on this host" not in mode, mode
+        # the three plots of the previous run are gone (other pages' plots may still count)
+        assert page.evaluate(f"({DRAWN_CANVASES})()") <= drawn - 3, "the previous run's plots are still drawn"
+        # steps arrive: the same plots take the new points (patched, not rebuilt), the header never blanks
+        page.evaluate(f"""() => {{ window.__blank = 0; window.__seen = 0; const text = {DEEP_TEXT};
+            window.__watch = setInterval(() => {{ window.__seen += 1;
+              if (!(text('.live-status') || '').includes('status')) window.__blank += 1; }}, 50); }}""")
+        for s in (1, 2):
+            store.add_step(new, s, 1, 0.7 / s, 0.01, _records(s, 10.0))
+        # (the axis ranges are computed once the browser has drawn the new points)
+        first = wait_plot(page, "Training loss", lambda p: p["n"] == 2 and drawn_range(p))
+        kern = wait_plot(page, "Kernel time per step", lambda p: p["n"] == 2 and drawn_range(p))
+        assert first["y1"] < 1.0, first                      # its own axis, not the slow run's
+        assert kern["y1"] < 20, kern                         # 10 ms steps, not 1,200
+        for s in (3, 4):
+            store.add_step(new, s, 1, 0.7 / s, 0.01, _records(s, 10.0))
+            time.sleep(1.2)
+        again = wait_plot(page, "Training loss", lambda p: p["n"] == 4)
+        assert again["id"] == first["id"], "the loss plot was rebuilt instead of patched"
+        assert wait_plot(page, "Kernel time per step", lambda p: p["n"] == 4)["id"] == kern["id"]
+        # the last evaluations come after the last step, then the run ends
+        store.add_eval(new, 1, 4, "valid", {"recall@20": 0.125, "ndcg@20": 0.07}, 2.0)
+        store.add_eval(new, 1, 4, "test", {"recall@20": 0.11, "ndcg@20": 0.06, "users": 943}, 2.5)
+        store.set_status(new, "finished")
+        page.get_by_text(re.compile(r"test metrics \(measured, after training\):.*recall@20 0\.1100")).wait_for(
+            timeout=10_000)
+        wait_plot(page, "Validation metrics", lambda p: p["n"] == 1)
+        assert "status finished" in _header(page)
+        assert page.evaluate("window.__seen") > 50 and page.evaluate("window.__blank") == 0, \
+            "the header blanked out during polls"
+        page.screenshot(path=str(ARTIFACTS / "live-patched.png"), full_page=True)
+        assert page.errors() == [], page.errors()
+    finally:
+        stop(proc)
+
+
+def test_breakdown_axes_follow_the_run_and_compare_shows_modeled_times(tmp_path, browser):  # noqa: F811
+    """Issue 22, items 3 and 5: a 10 ms run after a 1.2 s one keeps its own axis; Compare has a
+    modeled step time column beside the measured one."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    from gnnrec_lab.store import Store
+    store = Store(tmp_path / "home")
+    slow, fast = _run(store, 1200.0, 5), _run(store, 10.0, 5, mode="cxl", status="running")
+    store.record_result(fast, {"modeled": {"device": "cxl_type3_ddr5_x8", "kind": "modeled", "memory_mode": "cxl",
+                                           "measured_s_per_step": 0.01, "modeled_s_per_step": 0.03}})
+    store.set_status(fast, "finished")
+    proc, url = serve(tmp_path)
+    try:
+        page, _ = open_page(browser, url)
+        page.get_by_text("Live", exact=True).first.click()          # another page with ms plots first
+        page.get_by_text("Breakdown", exact=True).first.click()
+        select = page.locator(".breakdown-select select")
+
+        def choose(rid):
+            option = select.locator("option").filter(has_text=re.compile(rf"^#{rid} "))
+            option.wait_for(state="attached", timeout=30_000)
+            select.select_option(label=option.inner_text())
+        choose(slow)
+        page.get_by_text(re.compile(rf"Run #{slow} . finished")).wait_for(timeout=30_000)
+        wait_plot(page, "Kernel time by phase", lambda p: drawn_range(p) and p["y1"] > 1000, 30)
+        choose(fast)
+        page.get_by_text(re.compile(rf"Run #{fast} . finished")).wait_for(timeout=30_000)
+        bars = wait_plot(page, "Kernel time by phase", lambda p: drawn_range(p) and p["y1"] < 100, 30)
+        assert bars["y1"] == pytest.approx(10.0, rel=0.2), bars
+        page.screenshot(path=str(ARTIFACTS / "breakdown-rescaled.png"), full_page=True)
+        page.get_by_text("Compare", exact=True).first.click()
+        page.get_by_text("Step ms (modeled)").first.wait_for(timeout=30_000)
+        page.get_by_text("Training s (modeled)").first.wait_for(timeout=5_000)
+        row = page.locator(".tabulator-row").filter(has_text="cxl").first
+
+        def cell(field):
+            return row.locator(f'.tabulator-cell[tabulator-field="{field}"]').inner_text().strip()
+        assert float(cell("step_ms")) == 10.0 and float(cell("modeled_step_ms")) == 30.0   # measured, modeled
+        page.screenshot(path=str(ARTIFACTS / "compare-modeled.png"), full_page=True)
+        assert page.errors() == [], page.errors()
+    finally:
+        stop(proc)
