@@ -93,14 +93,14 @@ def test_live_follows_the_selected_run_patches_and_reads_the_end(tmp_path, brows
     try:
         page, _ = open_page(browser, url)
         page.get_by_text("Live", exact=True).first.click()
-        select = page.locator(".live-select select")
+        select = page.locator("select").filter(has_text=re.compile(r"#\d+ lightgcn")).first    # Live's run list
 
         def choose(rid):
             option = select.locator("option").filter(has_text=re.compile(rf"^#{rid} "))
             option.wait_for(state="attached", timeout=30_000)
             select.select_option(label=option.inner_text())
         choose(slow)
-        page.get_by_text(re.compile(rf"run\s+#{slow}\s+·\s+status\s+finished")).wait_for(timeout=20_000)
+        page.get_by_text(re.compile(r"status\s+finished\s+·\s+steps\s+30\s*/\s*30")).wait_for(timeout=20_000)
         wait_plot(page, "Training loss", lambda p: p["n"] == 30)
         wait_plot(page, "Kernel time per step", lambda p: p["n"] == 30)
         page.wait_for_function(f"({DRAWN_CANVASES})() >= 3", timeout=30_000)   # loss, validation, kernels
@@ -162,15 +162,20 @@ def test_breakdown_axes_follow_the_run_and_compare_shows_modeled_times(tmp_path,
     proc, url = serve(tmp_path)
     try:
         page, _ = open_page(browser, url)
-        page.get_by_text("Live", exact=True).first.click()          # another page with ms plots first
+        # Live shows the slow run (a plot in ms), Breakdown follows it; then Breakdown alone switches
+        page.get_by_text("Live", exact=True).first.click()
+        live = page.locator("select").filter(has_text=re.compile(r"#\d+ lightgcn")).first
+        option = live.locator("option").filter(has_text=re.compile(rf"^#{slow} "))
+        option.wait_for(state="attached", timeout=30_000)
+        live.select_option(label=option.inner_text())
+        wait_plot(page, "Kernel time per step", lambda p: drawn_range(p) and p["y1"] > 1000, 30)
         page.get_by_text("Breakdown", exact=True).first.click()
-        select = page.locator(".breakdown-select select")
+        select = page.locator("select").filter(has_text=re.compile(r"#\d+ lightgcn")).last     # Breakdown's
 
         def choose(rid):
             option = select.locator("option").filter(has_text=re.compile(rf"^#{rid} "))
             option.wait_for(state="attached", timeout=30_000)
             select.select_option(label=option.inner_text())
-        choose(slow)
         page.get_by_text(re.compile(rf"Run #{slow} . finished")).wait_for(timeout=30_000)
         wait_plot(page, "Kernel time by phase", lambda p: drawn_range(p) and p["y1"] > 1000, 30)
         choose(fast)
