@@ -8,7 +8,8 @@ __version__ = "0.1.0"
 
 def run(config: "RunConfig", **kw):
     """Train one run in this process and return its :class:`~gnnrec_lab.train.RunResult`."""
-    from .train import expect_config, train
+    from .config import expect_config
+    from .train import train
     expect_config(config, "run")
     return train(config, **kw)
 

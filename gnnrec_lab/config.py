@@ -231,6 +231,14 @@ class RunConfig:
         return dataclasses.replace(self, **changes)
 
 
+def expect_config(config, where: str) -> None:
+    """Refuse anything but a RunConfig at a Python entry point (``run``, ``train``, ``Runner.launch``),
+    naming what was given and how to build one (not "'dict' object has no attribute 'validate'")."""
+    if not isinstance(config, RunConfig):
+        hint = " (RunConfig.from_dict(d) builds one from a dict)" if isinstance(config, dict) else ""
+        raise UserError(f"{where}: config: expected a gnnrec_lab.RunConfig, got {type(config).__name__}{hint}")
+
+
 # ----------------------------------------------------------------------
 # How each field reads to a person: the one source of the words the CLI's --help and the
 # dashboard's forms show (tests/test_config.py checks every field has them).

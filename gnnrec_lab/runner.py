@@ -123,6 +123,8 @@ class Runner:
         exceeding it ends as ``oom`` ("killed by the memory limit of N bytes (cgroup)").
         Raises UserError at once where no memory cgroup can be created.
         """
+        from .config import expect_config
+        expect_config(config, "Runner.launch")
         numa_prefix(config)  # refuse an impossible placement before anything is recorded
         limit = check_limit(memory_limit_bytes)
         run_id = self.store.add_run(config, status="queued", sweep=sweep)
@@ -150,7 +152,7 @@ class Runner:
         from .config import RunConfig
         run_dir = self.store.run_dir(run_id)
         try:
-            config = RunConfig.from_dict(self.store.get_run(run_id)["config"])
+            config = RunConfig.from_dict(self.store.get_run(run_id, need=("config",))["config"])
             argv = numa_prefix(config) + [self.python, "-m", "gnnrec_lab.worker", str(run_id)]
             rec = memory_limit_of(run_dir)
             if rec is not None:

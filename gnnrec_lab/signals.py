@@ -16,6 +16,7 @@ person pressing Ctrl-C twice wants out now, even mid-step.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from typing import Optional
 
@@ -42,6 +43,10 @@ class StopSignals:
         if self.signum is not None:   # the second one: stop now
             raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
         self.signum = signum
+        if signum == signal.SIGINT and sys.stderr is not None and sys.stderr.isatty():
+            # a person at a terminal: say why nothing stops at once, and how to force it
+            print("\ngnnrec-lab: stopping after the current step (Ctrl-C again to stop at once)",
+                  file=sys.stderr, flush=True)
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from . import kernels
-from .config import RunConfig
+from .config import RunConfig, expect_config
 from .errors import UserError
 from .evaluate import evaluate
 from .graph import BipartiteGraph
@@ -174,13 +174,6 @@ def _record_steps(opt, config) -> None:
             span.run(config.optimizer, -1, None, backend, lambda: cost, lambda: None, profile=False)
     opt.register_step_pre_hook(pre)
     opt.register_step_post_hook(post)
-
-
-def expect_config(config, where: str) -> None:
-    """Refuse anything but a RunConfig, naming what was given and how to build one."""
-    if not isinstance(config, RunConfig):
-        hint = " (RunConfig.from_dict(d) builds one from a dict)" if isinstance(config, dict) else ""
-        raise UserError(f"{where}: config: expected a gnnrec_lab.RunConfig, got {type(config).__name__}{hint}")
 
 
 def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: bool = False,

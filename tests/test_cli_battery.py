@@ -426,7 +426,7 @@ def test_numbers_at_the_door(argv, needle, home, capsys):
     assert "invalid " not in err, err
 
 
-def test_python_api_names_what_it_expects():
+def test_python_api_names_what_it_expects(home):
     import gnnrec_lab
     with pytest.raises(UserError, match="expected a gnnrec_lab.RunConfig, got dict.*from_dict"):
         gnnrec_lab.run({"dim": 3})
@@ -436,3 +436,18 @@ def test_python_api_names_what_it_expects():
         RunConfig(topk=None)
     with pytest.raises(ConfigError, match="expected a dict"):
         RunConfig.from_dict([("dim", 3)])
+    from gnnrec_lab.runner import Runner
+    from gnnrec_lab.store import Store
+    with pytest.raises(UserError, match="Runner.launch: config: expected a gnnrec_lab.RunConfig, got str"):
+        Runner(Store(os.environ["GNNREC_LAB_HOME"]), pick_up=False).launch("ml-100k")
+
+
+@pytest.mark.parametrize("cls", ["graph", "embeddings", "optimizer", "gradients", "activations",
+                                 "edge_intermediates", "buffers"])
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_tensor_class_given_two_placements_is_refused(cls, command, tmp_path, capsys, home):
+    """Generated over every tensor class and both commands that take --placement: the last of two
+    placements does not silently win."""
+    rc, err = run_cli([command, "--placement", f"{cls}=dram,{cls}=file:{tmp_path}"], capsys)
+    assert_one_line(rc, err, "two placements")
+    assert cls in err
