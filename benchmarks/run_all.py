@@ -17,6 +17,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 PLAN = [
     ("bench_kernels.py", ["--sizes", "small,large", "--dims", "64"]),
     ("bench_recording_overhead.py", ["--sizes", "small", "--dims", "64"]),
+    ("bench_optimizer.py", []),
     ("bench_profiler_agreement.py", []),
     ("bench_framework_overhead.py", []),
     ("bench_vs_pyg.py", ["--epochs", "50"]),

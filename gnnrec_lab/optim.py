@@ -1,6 +1,8 @@
 """Optimizers and the learning-rate schedule of a run.
 
-AdamW and SGD (with momentum) are torch's; Adam is :class:`FusedAdam` (torch's formulas, one native pass per tensor); LAMB (You et al., ICLR 2020)
+Adam is torch's fused CPU Adam (``torch.optim.Adam(fused=True)``: one pass per tensor; as fast
+as the lab's own one-pass native Adam it replaced, docs/measurements.md); AdamW and SGD (with
+momentum) are torch's; LAMB (You et al., ICLR 2020)
 is implemented here since torch has none. :func:`lr_at` gives the learning
 rate of a step: the batch-size scaling rule, a linear warm-up, then an
 optional schedule.
@@ -11,8 +13,6 @@ import math
 
 import torch
 
-from .kernels import native as nk
-from .kernels.backends import NativeBackend
 
 
 class LAMB(torch.optim.Optimizer):
@@ -56,75 +56,11 @@ def _with_grads(opt):
                 yield group, p, opt.state[p]
 
 
-class FusedAdam(torch.optim.Optimizer):
-    """``torch.optim.Adam`` (no weight decay, no amsgrad) with each parameter's update in one
-    native pass (:func:`gnnrec_lab.kernels.native.adam_update`) instead of about six torch ops,
-    each of which wakes the thread team. Same state keys as torch's Adam (``step``,
-    ``exp_avg``, ``exp_avg_sq``), so moment tensors may be pre-placed (e.g. file-backed)."""
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps))
-
-    def zero_grad(self, set_to_none: bool = True):
-        """torch's semantics, without its per-call profiler scope and per-device grouping: those
-        took 70-140 us a step (ML-100K to 160k edges), the largest piece of a LightGCN step outside
-        every kernel."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                g = p.grad
-                if g is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    if g.grad_fn is not None:
-                        g.detach_()
-                    else:
-                        g.requires_grad_(False)
-                    g.zero_()
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        for group, p, st in _with_grads(self):
-            b1, b2 = group["betas"]
-            if p.grad.is_sparse or not p.is_contiguous():
-                raise ValueError("FusedAdam: dense contiguous parameters and gradients only")
-            if not st:
-                st["step"] = torch.tensor(0.0)
-                st["exp_avg"] = torch.zeros_like(p)
-                st["exp_avg_sq"] = torch.zeros_like(p)
-            st["step"] += 1
-            t = float(st["step"])
-            flat = [x.detach().view(-1).numpy() for x in (p, p.grad.contiguous(), st["exp_avg"], st["exp_avg_sq"])]
-            f = flat[0].dtype.type  # scalars in the parameter's precision
-            args = (*flat, f(b2), f(1 - b1), f(1 - b2), f(group["eps"]), f(group["lr"] / (1 - b1 ** t)),
-                    f(math.sqrt(1 - b2 ** t)))
-            NativeBackend._call(nk.adam_update, *args)  # compile time goes to the recorder's jit_seconds
-        return loss
-
-
-def warmup(dtype: torch.dtype = torch.float32) -> float:
-    """Compile (or load from the disk cache) :class:`FusedAdam`'s native kernel on a tiny
-    parameter, as :func:`gnnrec_lab.kernels.warmup` does for the graph kernels. Returns the
-    seconds spent, also added to the active recorder's ``jit_seconds``."""
-    from .recorder import Recorder, get_recorder, use_recorder
-    rec = get_recorder()
-    j0 = rec.jit_seconds
-    scratch = Recorder(enabled=False)  # keep the warm-up step out of the caller's records
-    with use_recorder(scratch):
-        p = torch.nn.Parameter(torch.ones(3, 2, dtype=dtype))
-        p.grad = torch.ones_like(p)
-        FusedAdam([p]).step()
-    rec.jit_seconds += scratch.jit_seconds
-    return rec.jit_seconds - j0
-
-
 def build_optimizer(config, params):
     """The optimizer named by ``config.optimizer`` at the config's effective lr."""
     lr = config.effective_lr
     if config.optimizer == "adam":
-        return FusedAdam(params, lr=lr)
+        return torch.optim.Adam(params, lr=lr, fused=True)
     if config.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
     if config.optimizer == "sgd":

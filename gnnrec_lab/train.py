@@ -34,8 +34,7 @@ from .errors import UserError
 from .evaluate import evaluate
 from .graph import BipartiteGraph
 from .models import bpr_loss, bpr_loss_rows, build_model
-from .optim import FusedAdam, build_optimizer, lr_at, state_tensors
-from .optim import warmup as warm_optimizer
+from .optim import build_optimizer, lr_at, state_tensors
 from .memory import footprint, peak_rss_bytes
 from .memory.footprint import Footprint
 from .memory.placement import allocate, place_array, place_of, place_tensor
@@ -155,7 +154,7 @@ def _record_steps(opt, config) -> None:
     from .recorder import get_recorder, profiler_active, profiler_range
     n = sum(p.numel() for g in opt.param_groups for p in g["params"])
     s = state_tensors(config.optimizer, config.momentum)
-    backend = "native" if isinstance(opt, FusedAdam) else "torch"   # LAMB is torch ops too
+    backend = "torch"   # torch's fused Adam, AdamW, SGD; LAMB is torch ops too
     cost = dict(bytes_read=(2 + s) * n * 4, bytes_written=(1 + s) * n * 4, flops=10 * n, pattern="stream")
     held = []
 
@@ -343,7 +342,6 @@ def _compile_kernels(run, rep) -> None:
     with use_recorder(run.rec):
         t_jit = time.perf_counter()
         kernels.warmup()
-        warm_optimizer()
         result.jit_seconds = run.rec.jit_seconds or (time.perf_counter() - t_jit)
     # the machine's load is sampled before the first step, after the middle one and after the
     # last: a run timed while other work held the cores is flagged wherever it is shown

@@ -259,33 +259,24 @@ def test_run_in_a_modeled_memory_mode_carries_a_labelled_projection(tmp_path, mo
     assert run(RunConfig(**TINY | {"epochs": 1, "max_steps_per_epoch": 1})).modeled == {}  # DRAM: measured only
 
 
-def test_fused_adam_follows_torch_adam():
-    from gnnrec_lab.optim import FusedAdam
+def test_adam_is_torchs_fused_adam_and_follows_torchs_default_adam():
+    """A run's adam is torch.optim.Adam(fused=True) (benchmarks/bench_optimizer.py: as fast as the
+    one-pass native Adam it replaced); same updates as torch's default Adam."""
+    from gnnrec_lab.optim import build_optimizer
     torch.manual_seed(0)
     w = torch.randn(300, 7)
     a, b = torch.nn.Parameter(w.clone()), torch.nn.Parameter(w.clone())
-    ta, fa = torch.optim.Adam([a], lr=1e-2), FusedAdam([b], lr=1e-2)
+    ref = torch.optim.Adam([a], lr=1e-2)
+    opt = build_optimizer(RunConfig(dataset="synth-tiny", lr=1e-2), [b])
+    assert isinstance(opt, torch.optim.Adam) and opt.defaults["fused"] is True
     for step in range(20):
         g = torch.randn(300, 7) * (step + 1)
         a.grad, b.grad = g.clone(), g.clone()
-        ta.step()
-        fa.step()
+        ref.step()
+        opt.step()
     assert torch.allclose(a, b, atol=1e-6, rtol=1e-5) and not torch.equal(a, w)
-    assert torch.allclose(ta.state[a]["exp_avg_sq"], fa.state[b]["exp_avg_sq"], rtol=1e-5)
-    assert float(fa.state[b]["step"]) == 20
-
-
-def test_fused_adam_zero_grad_keeps_torch_semantics():
-    from gnnrec_lab.optim import FusedAdam
-    p, q = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))
-    opt = FusedAdam([p, q])
-    p.grad = torch.full((3,), 2.0)
-    opt.zero_grad()                       # default: set to None (q has no grad: untouched)
-    assert p.grad is None and q.grad is None
-    p.grad = torch.ones(3, requires_grad=True) * 3   # a gradient that carries a graph
-    kept = p.grad
-    opt.zero_grad(set_to_none=False)      # zeroed in place, detached, same tensor
-    assert p.grad is kept and torch.equal(kept, torch.zeros(3)) and kept.grad_fn is None
+    assert torch.allclose(ref.state[a]["exp_avg_sq"], opt.state[b]["exp_avg_sq"], rtol=1e-5)
+    assert float(opt.state[b]["step"]) == 20
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
@@ -307,7 +298,7 @@ def test_each_optimizer_step_is_one_record_taken_by_torchs_step_hooks(optimizer)
     s = 2 if optimizer == "adam" else 1   # state tensors per parameter (sgd: momentum)
     r = rec.records[0]
     assert (r.phase, r.bytes_read, r.bytes_written, r.flops) == ("optimizer", (2 + s) * 160, (1 + s) * 160, 400)
-    assert r.backend == ("native" if optimizer == "adam" else "torch") and r.ns > 0
+    assert r.backend == "torch" and r.ns > 0
     opt.step()   # outside any recorder: nothing recorded, nothing raised
     assert len(rec.records) == 2
 

@@ -41,10 +41,9 @@ def _sampling_warmup() -> None:
 
 
 def run(args) -> int:
-    from .. import kernels, optim
+    from .. import kernels
     t0 = time.perf_counter()
     kernels.warmup()
-    optim.warmup()
     _sampling_warmup()
     out = {"seconds": round(time.perf_counter() - t0, 2), "cache_dir": cache_dir()}
     if args.json:

@@ -694,8 +694,7 @@ class _Ctx:
 def warmup(dtype: torch.dtype = torch.float32) -> float:
     """Compile (or load from the disk cache) every native kernel for ``dtype`` on a
     tiny graph, so later calls are never slowed by the JIT. Returns the seconds
-    spent, also added to the active recorder's ``jit_seconds``. The optimizer's fused
-    kernel is warmed by :func:`gnnrec_lab.optim.warmup`."""
+    spent, also added to the active recorder's ``jit_seconds``."""
     from ..graph import BipartiteGraph
     rec = get_recorder()
     j0 = rec.jit_seconds

@@ -481,24 +481,6 @@ def sq_norm_rows(table, u, p, n, off, coef, g):
 
 
 @njit(**_JIT)
-def adam_update(p, g, m, v, b2, omb1, omb2, eps, step_size, bc2_sqrt):
-    """One Adam step over flat float arrays, in one pass (torch.optim.Adam's formulas, with
-    ``omb1 = 1-b1`` and ``omb2 = 1-b2`` rounded from double as torch does: ``m += omb1 (g-m)``,
-    ``v = b2 v + omb2 g^2``, ``p -= step_size * m / (sqrt(v)/bc2_sqrt + eps)``).
-
-    The loop index comes straight from ``prange(n)``: an index read from an array (chunk
-    bounds) may be negative, numba then emits a wrap-around test per access and LLVM does
-    not vectorise the loop (15x slower here)."""
-    for i in prange(p.shape[0]):
-        gi = g[i]
-        mi = m[i] + omb1 * (gi - m[i])
-        vi = v[i] * b2 + omb2 * gi * gi
-        m[i] = mi
-        v[i] = vi
-        p[i] -= step_size * (mi / (np.sqrt(vi) / bc2_sqrt + eps))
-
-
-@njit(**_JIT)
 def gather_rows(table, idx, out):
     """out[i] = table[idx[i]]."""
     D = table.shape[1]
@@ -727,10 +709,10 @@ def threads() -> int:
     return int(numba.get_num_threads())
 
 
-# The kernels a training run compiles (kernels.warmup() and optim.warmup() cover them); the
+# The kernels a training run compiles (kernels.warmup() covers them); the
 # bandwidth/latency micro-kernels above are calibration's.
 TRAINING_KERNELS = ("spmm", "edge_aggregate", "edge_broadcast", "sddmm_dot", "sddmm_mul", "bpr_rows",
-                    "sq_norm_rows", "adam_update", "gather_rows", "permute_values", "scatter_add_rows")
+                    "sq_norm_rows", "gather_rows", "permute_values", "scatter_add_rows")
 
 
 def uncached_kernels() -> list:
