@@ -48,6 +48,8 @@ import gnnrec_lab.train as train_mod
 from gnnrec_lab import RunConfig, run
 from gnnrec_lab.cache.cached_rows import make_cached_rows
 from gnnrec_lab.cache.slow_tier import IO_THREADS
+from gnnrec_lab import calibrate
+from gnnrec_lab.memory.profiles import misses_in_flight
 from gnnrec_lab.memory.tiermodel import get_profile
 
 DEVICES = {"optane_app_direct": "optane_pmem100_appdirect_6x", "cxl": "cxl_type3_ddr5_x8"}
@@ -85,10 +87,11 @@ def modeled_io(stats: dict, epochs: int, io_threads: int) -> dict:
     rb = stats["record_bytes"]
     rd, wr = stats["bytes_read"] / rb / epochs, stats["bytes_written"] / rb / epochs
     out = {}
+    mlp = misses_in_flight(calibrate.load())     # the latency floor's misses in flight, this host's
     for label, name in DEVICES.items():
         p = get_profile(name)
-        ns = rd * p.random_ns_per_row(rb, write=False, threads=io_threads) \
-            + wr * p.random_ns_per_row(rb, write=True, threads=io_threads)
+        ns = rd * p.random_ns_per_row(rb, write=False, threads=io_threads, mlp=mlp) \
+            + wr * p.random_ns_per_row(rb, write=True, threads=io_threads, mlp=mlp)
         out[label] = ns / 1e9
     return out
 
