@@ -84,9 +84,12 @@ def _show(p, as_json: bool) -> int:
     for r in c["access_size"]:
         extra = f" {r['random_write_ntstore_GBps']:>8.2f}" if nt else ""
         print(f"  {r['bytes']:>6} {r['random_read_GBps']:>8.2f} {r['random_write_GBps']:>8.2f}{extra}  modeled")
+    if p.kind == "file" and p.dram_cache_bytes:
+        print(f"  page cache in front of it: {p.dram_cache_bytes / 2**30:.2f} GiB (hits cost this host's DRAM time)")
     mlp = c["misses_in_flight_per_thread"]
-    floor = (f"latency floor: {mlp:.1f} misses in flight per thread, from this host's calibration"
-             if mlp else "no latency floor: no host calibration (run `gnnrec-lab calibrate`)")
+    floor = ("no latency floor: a measured profile (its rates are this host's, at its thread count)" if p.measured
+             else f"latency floor: {mlp:.1f} misses in flight per thread, from this host's calibration" if mlp
+             else "no latency floor: no host calibration (run `gnnrec-lab calibrate`)")
     print(f"\n  against threads (GB/s, modeled; {floor})")
     print(f"  {'threads':>7} {'seq read':>9} {'seq write':>9} {'rand 64B':>9} {'rand 256B':>9}  kind")
     for r in c["threads"]:
