@@ -19,6 +19,8 @@ only ``measured_s`` (the input) is measured. Equations and assumptions are in
 
 Memory Mode: ``cost_dev = h cost_hit + (1 - h) cost_miss`` with the hit rate of a
 direct-mapped cache with random placement, ``h = (1 - exp(-F/C)) / (F/C)`` (:func:`mm_hit_rate`).
+A file tier (``kind: file``, ``calibrate --tier``): its page cache serves ``h = min(1, C/F)`` of the
+accesses of the classes placed there at host cost (:func:`page_cache_hit_rate`).
 """
 from __future__ import annotations
 
