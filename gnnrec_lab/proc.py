@@ -125,6 +125,15 @@ def load_summary(load: Optional[dict]) -> Optional[dict]:
             "overloaded": bool(cpus and top > cpus)}
 
 
+def load_cell(load_max, cpus, overloaded, mark: str = "!") -> str:
+    """A run's load in a table cell: its highest 1-minute load average over its cores ("3.1/2"),
+    ``mark`` appended when that exceeded them; "-" when the run has no samples."""
+    if load_max is None or load_max != load_max:
+        return "-"
+    cell = f"{float(load_max):.1f}/{int(cpus)}" if cpus and cpus == cpus else f"{float(load_max):.1f}"
+    return cell + (f" {mark}" if overloaded is True else "")
+
+
 def load_warning(summary: Optional[dict]) -> str:
     """The one line every view shows for an overloaded run ('' when it was not)."""
     if not summary or not summary.get("overloaded"):

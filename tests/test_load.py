@@ -82,6 +82,9 @@ def test_every_view_flags_the_overloaded_run(overloaded_run, capsys):
     assert json.loads(capsys.readouterr().out)["load"]["overloaded"] is True
     labels = {v: k for k, v in run_options(store.runs_frame()).items()}
     assert labels[rid].endswith(OVERLOADED_LABEL) and OVERLOADED_LABEL not in labels[quiet]
+    from gnnrec_lab.dashboard.compare import runs_table
+    table = runs_table(store.runs_frame())
+    assert table.loc[rid, "load"] == f"9.0/2 {OVERLOADED_LABEL}" and table.loc[quiet, "load"] == "-"
 
 
 def test_runs_show_prints_counts_as_integers(tmp_path, monkeypatch, capsys):

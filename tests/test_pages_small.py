@@ -88,3 +88,17 @@ def test_cache_plots_draw_when_no_policy_could_be_simulated():
     for plot in (hit_rate_plot(empty), bytes_plot(empty),
                  lookahead_plot(pd.DataFrame(columns=["size", "lookahead", "hit_rate", "belady_hit_rate"]))):
         hv.render(plot)
+
+
+def test_live_and_breakdown_name_the_placement_their_modeled_times_assume(store):
+    from gnnrec_lab.dashboard.breakdown import BreakdownPage
+    from gnnrec_lab.dashboard.live import LiveMonitor, LivePage
+    from test_dashboard_components import _modeled_run
+    _calibrate()
+    mid = _modeled_run(store)
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    page = LivePage(lab)
+    page.monitor = LiveMonitor(lab=lab, run_id=mid)
+    assert "placement: all tensor classes on the device" in texts(page.header())
+    body = texts(BreakdownPage(lab, run_id=mid).body())
+    assert body.count("Placement: all tensor classes on the device") == 2   # tier chart and kernel-by-phase chart

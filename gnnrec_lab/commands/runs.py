@@ -108,13 +108,9 @@ def _fmt(v, col: str) -> str:
 
 
 def _load_cell(rec: dict) -> str:
-    """The list's load column: the run's highest 1-minute load average, its cores, and the mark
-    when the load exceeded them."""
-    if rec.get("load_max") is None or rec["load_max"] != rec["load_max"]:
-        return "-"
-    cpus = rec.get("cpus")
-    cell = f"{rec['load_max']:.1f}/{int(cpus)}" if cpus and cpus == cpus else f"{rec['load_max']:.1f}"
-    return cell + (f" {OVERLOADED_MARK}" if rec.get("overloaded") else "")
+    """The list's load column (:func:`~gnnrec_lab.proc.load_cell`)."""
+    from ..proc import load_cell
+    return load_cell(rec.get("load_max"), rec.get("cpus"), rec.get("overloaded"), OVERLOADED_MARK)
 
 
 # Evaluation outputs that are counts, not metrics (printed as integers).

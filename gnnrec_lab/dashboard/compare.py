@@ -20,14 +20,14 @@ import param
 
 from ..config import FIELD_DOCS, field_label
 from ..memory.tiermodel import modeled_seconds
-from .common import Lab, category_color, hv_pane, id_column, not_available, run_color, safe_call, status_css
+from .common import OVERLOADED_LABEL, Lab, category_color, hv_pane, id_column, not_available, run_color, safe_call, status_css
 
 # Times measured on this host, each modeled twin beside it (a modeled memory mode's kernels run on
 # DRAM here; its twin is tiermodel.modeled_seconds, as `gnnrec-lab runs` shows it).
 TABLE_COLUMNS = ["id", "name", "status", "dataset", "model", "layers", "dim", "batch_size",
                  "memory_mode", "device", "step_ms", "modeled_step_ms", "train_s", "modeled_train_s",
                  "startup_s", "jit_s", "duration_s", "best_valid_recall@20",
-                 "test_recall@20", "last_step", "created"]
+                 "test_recall@20", "last_step", "load", "created"]
 TIME_COLUMNS = ("train_s", "modeled_train_s", "startup_s", "jit_s", "duration_s", "step_ms", "modeled_step_ms")
 # Column headers in words (the columns keep their names): a config field's label from
 # config.FIELD_DOCS without its parenthesis, the rest named here.
@@ -37,7 +37,8 @@ TABLE_TITLES.update({"id": "Run", "status": "Status", "device": "Device (modeled
                      "train_s": "Training s (measured)", "modeled_train_s": "Training s (modeled)",
                      "startup_s": "Start-up (s)", "jit_s": "JIT compile (s)",
                      "duration_s": "Duration (s)", "best_valid_recall@20": "Best valid Recall@20",
-                     "test_recall@20": "Test Recall@20", "last_step": "Last step", "created": "Created (UTC)"})
+                     "test_recall@20": "Test Recall@20", "last_step": "Last step", "created": "Created (UTC)",
+                     "load": "Load (1-min max / cores)"})
 MAX_OVERLAY = 12
 # Finished runs never change: their mean epoch time is read once per process.
 _epoch_cache: dict = {}
@@ -53,6 +54,10 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
     for key in ("step", "modeled_step"):
         if f"{key}_s" in df.columns:
             df[f"{key}_ms"] = df[f"{key}_s"].astype(float) * 1e3
+    if "load_max" in df.columns:   # the machine's load during the run, marked where it exceeded the cores
+        from ..proc import load_cell
+        df["load"] = [load_cell(m, c, o, OVERLOADED_LABEL) for m, c, o in
+                      zip(df["load_max"], df.get("cpus", [None] * len(df)), df.get("overloaded", [None] * len(df)))]
     cols = [c for c in TABLE_COLUMNS if c in df.columns]
     df = df[cols].sort_values("id", ascending=False)
     if "created" in df.columns:
