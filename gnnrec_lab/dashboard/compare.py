@@ -20,7 +20,8 @@ import param
 
 from ..config import FIELD_DOCS, field_label
 from ..memory.tiermodel import modeled_seconds
-from .common import OVERLOADED_LABEL, Lab, category_color, hv_pane, id_column, not_available, run_color, safe_call, status_css
+from .common import (OVERLOADED_LABEL, Lab, category_color, hv_pane, id_column, not_available, run_color, safe_call,
+                     status_css)
 
 # Times measured on this host, each modeled twin beside it (a modeled memory mode's kernels run on
 # DRAM here; its twin is tiermodel.modeled_seconds, as `gnnrec-lab runs` shows it).
