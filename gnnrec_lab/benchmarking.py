@@ -324,7 +324,9 @@ def recording_overhead(size: str = "medium", dim: int = 64, layers: int = 3, rep
     K.warmup(torch.float32)
     torch.manual_seed(0)
     model = LightGCN(adj.n_rows, 0, dim=dim, layers=layers)  # node ids 0..n-1; users/items split irrelevant here
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)   # what a run's adam is
+    from .optim import build_optimizer
+    from .config import RunConfig
+    opt = build_optimizer(RunConfig(lr=1e-3), model.parameters())   # what a run's adam is
     g = torch.Generator().manual_seed(0)
     bu, bp, bn = (torch.randint(0, adj.n_rows, (2048,), generator=g) for _ in range(3))
 

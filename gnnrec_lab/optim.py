@@ -56,11 +56,21 @@ def _with_grads(opt):
                 yield group, p, opt.state[p]
 
 
+def fused_cpu_adam() -> bool:
+    """Whether this torch has a fused CPU Adam (torch 2.4 and later; the DGL lane's 2.2.1 has not,
+    and there Adam falls back to torch's default, foreach, 2.4-3.3x slower per step)."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    except ImportError:
+        return False
+    return "cpu" in _get_fused_kernels_supported_devices()
+
+
 def build_optimizer(config, params):
     """The optimizer named by ``config.optimizer`` at the config's effective lr."""
     lr = config.effective_lr
     if config.optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr, fused=True)
+        return torch.optim.Adam(params, lr=lr, fused=True) if fused_cpu_adam() else torch.optim.Adam(params, lr=lr)
     if config.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
     if config.optimizer == "sgd":
