@@ -1,9 +1,16 @@
 """Native CPU kernels (numba), the default backend.
 
-Every kernel is parallel over *chunks of rows with equal non-zeros* (see
+Every row kernel is parallel over *chunks of rows with equal non-zeros* (see
 :func:`row_chunks`): a power-law graph has hub rows with thousands of entries,
 and splitting by row count would leave one thread working on the hubs while the
-others idle. Outputs are allocated by the caller (``torch.empty``) and passed as
+others idle. The chunks are many more than the threads (:data:`WORK_CHUNKS_PER_THREAD`)
+and handed out *dynamically*: each thread takes the next chunk from a shared atomic
+counter (:func:`_next_chunk`) until none is left (the ``prange`` runs one such taker per
+chunk: each thread's first taker drains the counter with the others, the rest find it empty;
+numba's static split of the ``prange`` itself then decides nothing). A thread the OS deschedules on a
+shared machine then holds up one small chunk, not a static 1/threads of the rows (the
+others take over the rest). Which thread runs a row never changes what is computed for
+it, so results stay bit for bit those of a static split. Outputs are allocated by the caller (``torch.empty``) and passed as
 numpy views, so nothing is allocated inside the loops. ``fastmath`` stays off so
 results are reproducible and float64 runs pass ``gradcheck`` (one exception,
 :func:`sddmm_dot`, says why).
@@ -61,8 +68,28 @@ def _prefetch_row(typingctx, arr, idx):
                 builder.call(fn, [builder.gep(start, [off]), i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
     return sig, codegen
-# Chunks per thread: enough to even out skew, few enough that scheduling is free.
+# Chunks per thread of a static split (the calibration's streams, where every chunk costs the same).
 CHUNKS_PER_THREAD = 4
+# Chunks per thread of the dynamically scheduled row kernels: a descheduled thread strands at most
+# one chunk (1/64 of a thread's share), and 128 atomic increments per call cost nothing next to
+# milliseconds of rows.
+WORK_CHUNKS_PER_THREAD = 64
+
+
+@intrinsic
+def _next_chunk(typingctx, counter, slot):
+    """Atomically ``counter[slot] += 1`` and return the value before (the next chunk to take).
+    Monotonic ordering is enough: the chunks' results are published by the parallel region's
+    closing barrier, not through the counter."""
+    sig = types.int64(counter, slot)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        idx = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [idx])
+        return builder.atomic_rmw("add", ptr, ir.Constant(ir.IntType(64), 1), "monotonic")
+    return sig, codegen
 
 
 def row_chunks(indptr: np.ndarray, n_chunks: int) -> np.ndarray:
@@ -130,39 +157,44 @@ def spmm(indptr, pos, indices, values, eperm, row_scale, col_scale, x, out, boun
     D = x.shape[1]
     nb = bounds.shape[0]
     one = np.ones(1, dtype=out.dtype)[0]
+    taken = np.zeros(nb, dtype=np.int64)
     for b in range(nb):
         bd = bounds[b]
-        for ch in prange(bd.shape[0] - 1):
-            for r in range(bd[ch], bd[ch + 1]):
-                if b == 0:
-                    for d in range(D):
-                        out[r, d] = 0
-                e, end, lim = _block_range(indptr, pos, b, r, bd[ch + 1])
-                while e + 4 <= end:
-                    for k in range(4):
-                        if e + k < lim:
-                            _prefetch_row(x, indices[e + k + PREFETCH_AHEAD])
-                    c0 = indices[e]
-                    c1 = indices[e + 1]
-                    c2 = indices[e + 2]
-                    c3 = indices[e + 3]
-                    w0 = _edge_weight(values, eperm, col_scale, e, c0, one)
-                    w1 = _edge_weight(values, eperm, col_scale, e + 1, c1, one)
-                    w2 = _edge_weight(values, eperm, col_scale, e + 2, c2, one)
-                    w3 = _edge_weight(values, eperm, col_scale, e + 3, c3, one)
-                    for d in range(D):
-                        out[r, d] += (w0 * x[c0, d] + w1 * x[c1, d]) + (w2 * x[c2, d] + w3 * x[c3, d])
-                    e += 4
-                while e < end:
-                    if e < lim:
-                        _prefetch_row(x, indices[e + PREFETCH_AHEAD])
-                    c = indices[e]
-                    w = _edge_weight(values, eperm, col_scale, e, c, one)
-                    for d in range(D):
-                        out[r, d] += w * x[c, d]
-                    e += 1
-                if b == nb - 1:
-                    _finish_row(out, r, D, alpha, row_scale, acc, init, addend, beta, one)
+        n_ch = bd.shape[0] - 1
+        for _w in prange(n_ch):
+            ch = _next_chunk(taken, b)
+            while ch < n_ch:
+                for r in range(bd[ch], bd[ch + 1]):
+                    if b == 0:
+                        for d in range(D):
+                            out[r, d] = 0
+                    e, end, lim = _block_range(indptr, pos, b, r, bd[ch + 1])
+                    while e + 4 <= end:
+                        for k in range(4):
+                            if e + k < lim:
+                                _prefetch_row(x, indices[e + k + PREFETCH_AHEAD])
+                        c0 = indices[e]
+                        c1 = indices[e + 1]
+                        c2 = indices[e + 2]
+                        c3 = indices[e + 3]
+                        w0 = _edge_weight(values, eperm, col_scale, e, c0, one)
+                        w1 = _edge_weight(values, eperm, col_scale, e + 1, c1, one)
+                        w2 = _edge_weight(values, eperm, col_scale, e + 2, c2, one)
+                        w3 = _edge_weight(values, eperm, col_scale, e + 3, c3, one)
+                        for d in range(D):
+                            out[r, d] += (w0 * x[c0, d] + w1 * x[c1, d]) + (w2 * x[c2, d] + w3 * x[c3, d])
+                        e += 4
+                    while e < end:
+                        if e < lim:
+                            _prefetch_row(x, indices[e + PREFETCH_AHEAD])
+                        c = indices[e]
+                        w = _edge_weight(values, eperm, col_scale, e, c, one)
+                        for d in range(D):
+                            out[r, d] += w * x[c, d]
+                        e += 1
+                    if b == nb - 1:
+                        _finish_row(out, r, D, alpha, row_scale, acc, init, addend, beta, one)
+                ch = _next_chunk(taken, b)
     return out
 
 
@@ -336,30 +368,35 @@ def edge_aggregate(indptr, indices, values, row_scale, col_scale, ev, eperm, xg,
     given it is the backward of ``sddmm(op="mul")`` (sum of g_e * v[c_e])."""
     D = ev.shape[1]
     one = np.ones(1, dtype=out.dtype)[0]
-    for ch in prange(bounds.shape[0] - 1):
-        for r in range(bounds[ch], bounds[ch + 1]):
-            for d in range(D):
-                out[r, d] = 0
-            for e in range(indptr[r], indptr[r + 1]):
-                w = one
-                if values is not None:
-                    w = w * values[e]
-                if col_scale is not None:
-                    w = w * col_scale[indices[e]]
-                k = e
-                if eperm is not None:
-                    k = eperm[e]
-                if xg is not None:
-                    c = indices[e]
-                    for d in range(D):
-                        out[r, d] += w * ev[k, d] * xg[c, d]
-                else:
-                    for d in range(D):
-                        out[r, d] += w * ev[k, d]
-            if row_scale is not None:
-                s = row_scale[r]
+    taken = np.zeros(1, dtype=np.int64)
+    n_ch = bounds.shape[0] - 1
+    for _w in prange(n_ch):
+        ch = _next_chunk(taken, 0)
+        while ch < n_ch:
+            for r in range(bounds[ch], bounds[ch + 1]):
                 for d in range(D):
-                    out[r, d] *= s
+                    out[r, d] = 0
+                for e in range(indptr[r], indptr[r + 1]):
+                    w = one
+                    if values is not None:
+                        w = w * values[e]
+                    if col_scale is not None:
+                        w = w * col_scale[indices[e]]
+                    k = e
+                    if eperm is not None:
+                        k = eperm[e]
+                    if xg is not None:
+                        c = indices[e]
+                        for d in range(D):
+                            out[r, d] += w * ev[k, d] * xg[c, d]
+                    else:
+                        for d in range(D):
+                            out[r, d] += w * ev[k, d]
+                if row_scale is not None:
+                    s = row_scale[r]
+                    for d in range(D):
+                        out[r, d] *= s
+            ch = _next_chunk(taken, 0)
     return out
 
 
@@ -368,19 +405,24 @@ def edge_broadcast(indptr, indices, values, row_scale, col_scale, g, out, bounds
     """out[e] = w_e * g[r_e]: the backward of ``spmm_edge`` (w_e the CSR weight)."""
     D = g.shape[1]
     one = np.ones(1, dtype=out.dtype)[0]
-    for ch in prange(bounds.shape[0] - 1):
-        for r in range(bounds[ch], bounds[ch + 1]):
-            rs = one
-            if row_scale is not None:
-                rs = rs * row_scale[r]
-            for e in range(indptr[r], indptr[r + 1]):
-                w = rs
-                if values is not None:
-                    w = w * values[e]
-                if col_scale is not None:
-                    w = w * col_scale[indices[e]]
-                for d in range(D):
-                    out[e, d] = w * g[r, d]
+    taken = np.zeros(1, dtype=np.int64)
+    n_ch = bounds.shape[0] - 1
+    for _w in prange(n_ch):
+        ch = _next_chunk(taken, 0)
+        while ch < n_ch:
+            for r in range(bounds[ch], bounds[ch + 1]):
+                rs = one
+                if row_scale is not None:
+                    rs = rs * row_scale[r]
+                for e in range(indptr[r], indptr[r + 1]):
+                    w = rs
+                    if values is not None:
+                        w = w * values[e]
+                    if col_scale is not None:
+                        w = w * col_scale[indices[e]]
+                    for d in range(D):
+                        out[e, d] = w * g[r, d]
+            ch = _next_chunk(taken, 0)
     return out
 
 
@@ -394,19 +436,24 @@ def sddmm_dot(indptr, pos, indices, u, v, out, bounds):
     order is still fixed by the machine code, so results repeat run to run."""
     D = u.shape[1]
     zero = np.zeros(1, dtype=out.dtype)[0]
+    taken = np.zeros(bounds.shape[0], dtype=np.int64)
     for b in range(bounds.shape[0]):
         bd = bounds[b]
-        for ch in prange(bd.shape[0] - 1):
-            for r in range(bd[ch], bd[ch + 1]):
-                lo, hi, lim = _block_range(indptr, pos, b, r, bd[ch + 1])
-                for e in range(lo, hi):
-                    if e < lim:
-                        _prefetch_row(v, indices[e + PREFETCH_AHEAD])
-                    c = indices[e]
-                    acc = zero
-                    for d in range(D):
-                        acc += u[r, d] * v[c, d]
-                    out[e] = acc
+        n_ch = bd.shape[0] - 1
+        for _w in prange(n_ch):
+            ch = _next_chunk(taken, b)
+            while ch < n_ch:
+                for r in range(bd[ch], bd[ch + 1]):
+                    lo, hi, lim = _block_range(indptr, pos, b, r, bd[ch + 1])
+                    for e in range(lo, hi):
+                        if e < lim:
+                            _prefetch_row(v, indices[e + PREFETCH_AHEAD])
+                        c = indices[e]
+                        acc = zero
+                        for d in range(D):
+                            acc += u[r, d] * v[c, d]
+                        out[e] = acc
+                ch = _next_chunk(taken, b)
     return out
 
 
@@ -414,12 +461,17 @@ def sddmm_dot(indptr, pos, indices, u, v, out, bounds):
 def sddmm_mul(indptr, indices, u, v, out, bounds):
     """out[e] = u[r_e] * v[c_e] (elementwise, D wide) for every stored entry e."""
     D = u.shape[1]
-    for ch in prange(bounds.shape[0] - 1):
-        for r in range(bounds[ch], bounds[ch + 1]):
-            for e in range(indptr[r], indptr[r + 1]):
-                c = indices[e]
-                for d in range(D):
-                    out[e, d] = u[r, d] * v[c, d]
+    taken = np.zeros(1, dtype=np.int64)
+    n_ch = bounds.shape[0] - 1
+    for _w in prange(n_ch):
+        ch = _next_chunk(taken, 0)
+        while ch < n_ch:
+            for r in range(bounds[ch], bounds[ch + 1]):
+                for e in range(indptr[r], indptr[r + 1]):
+                    c = indices[e]
+                    for d in range(D):
+                        out[e, d] = u[r, d] * v[c, d]
+            ch = _next_chunk(taken, 0)
     return out
 
 
