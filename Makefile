@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 PORT       ?= 5006
 export GNNREC_LAB_DATA ?= $(CURDIR)/data
 
-.PHONY: lab test bench install venv data browser clean dgl test-dgl
+.PHONY: lab test bench install venv data browser clean dgl test-dgl recbole bench-eval
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,28 @@ DGL_TESTS  ?= tests/test_kernels.py tests/test_dgl.py tests/test_distributed.py
 test-dgl: $(DGL_VENV)/.installed
 	DGLBACKEND=pytorch $(DGL_PY) -m pytest -q -ra $(DGL_TESTS) $(PYTEST_ARGS)
 
+# The RecBole lane (benchmarks/bench_eval.py's peer): its own venv, because RecBole 1.2.1 needs
+# scipy<1.13 (its LightGCN calls dok_matrix._update, gone in 1.13) and numpy<2, which the lab's venv
+# does not pin. torch is the same CPU 2.13.0. RecBole goes in with --no-deps: its ray<=2.6.3
+# requirement (hyper-parameter search only) is not imported by training or evaluation.
+RECBOLE_VENV ?= .venv-recbole
+RECBOLE_PY   := $(RECBOLE_VENV)/bin/python
+RECBOLE_PINS := "$(TORCH_SPEC)" "numpy==1.26.4" "scipy==1.12.0"
+$(RECBOLE_VENV)/.installed: Makefile
+	test -x $(RECBOLE_PY) || $(PYTHON) -m venv $(RECBOLE_VENV)
+	$(RECBOLE_PY) -m pip install -q $(RECBOLE_PINS)
+	$(RECBOLE_PY) -m pip install -q --no-deps "recbole==1.2.1"
+	$(RECBOLE_PY) -m pip install -q $(RECBOLE_PINS) pandas tqdm "colorlog==4.7.2" "colorama==0.4.4" scikit-learn pyyaml \
+	  tensorboard thop tabulate plotly texttable psutil
+	$(RECBOLE_PY) -c "import recbole, torch, numpy, scipy; print('recbole', recbole.__version__, 'torch', torch.__version__, 'numpy', numpy.__version__, 'scipy', scipy.__version__)"
+	touch $@
+
+recbole: $(RECBOLE_VENV)/.installed
+
+# The lab's full-ranking evaluation against RecBole's full-sort evaluation, side by side
+bench-eval: install $(RECBOLE_VENV)/.installed
+	$(PY) benchmarks/bench_eval.py
+
 data: install
 	$(VENV)/bin/gnnrec-lab data prepare ml-100k
 
@@ -67,4 +89,4 @@ bench: install
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) $(DGL_VENV) build *.egg-info
+	rm -rf $(VENV) $(DGL_VENV) $(RECBOLE_VENV) build *.egg-info

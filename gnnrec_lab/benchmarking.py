@@ -8,20 +8,28 @@ backend, dim, graph): median seconds and spread (min..max) over repeats
 (measured), GB/s achieved on the ideal byte count of
 :mod:`gnnrec_lab.kernels.costs`, and ``pct_of_bound`` = 100 * bound / median,
 where bound = ideal bytes / measured STREAM-triad bandwidth of this host.
+
+:func:`antagonists` runs CPU-bound processes beside a benchmark, so that backends are compared
+side by side under the same load (a shared server), and every row says how many ran.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
 import platform
+import signal
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from .bounds import MAX_ANTAGONISTS
 from .errors import UserError
 from .graph import BipartiteGraph
 from .recorder import Recorder, use_recorder
@@ -67,6 +75,8 @@ class Result:
     bound_seconds: float  # bytes / measured triad bandwidth
     pct_of_bound: float
     GBps: float
+    antagonists: int = 0   # CPU-bound processes running beside the benchmark (see antagonists())
+    load_avg: float = float("nan")  # 1-minute load average when the row was measured
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -124,11 +134,13 @@ def _pyg_spmm(adj, dim, repeats, bw):
 
 def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=None, kernels=KERNELS,
                      repeats: int = 5, host: dict | None = None, include_pyg: bool = True,
-                     progress=None) -> list[Result]:
+                     progress=None, n_antagonists: int = 0) -> list[Result]:
     """Benchmark the kernels; returns one :class:`Result` per (graph, dim, kernel, phase, backend).
 
     ``host`` is the calibration providing ``triad_GBps`` (default: the cached host
     profile, measured quickly if missing). ``progress`` is called with a line per result.
+    ``n_antagonists`` CPU-bound processes (:func:`antagonists`) run beside every timed kernel
+    of every backend alike; each result records the count and the load average.
     """
     from . import kernels as K
     from .calibrate import host_profile
@@ -152,10 +164,18 @@ def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=Non
     out: list[Result] = []
 
     def emit(res):
+        res.antagonists = n_antagonists
         out.append(res)
         if progress:
             progress(format_result(res))
 
+    with antagonists(n_antagonists):
+        _bench_sizes(sizes, dims, backends, kernels, repeats, bw, include_pyg, emit)
+    return out
+
+
+def _bench_sizes(sizes, dims, backends, kernels, repeats, bw, include_pyg, emit) -> None:
+    from . import kernels as K
     for size in sizes:
         graph = power_law_graph(*SIZES[size])
         adj = graph.adj
@@ -197,7 +217,6 @@ def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=Non
                 emit(_result("spmm", "backward", "pyg", dim, size, adj.nnz, bwd, nb, bw))
         del graph, adj
         gc.collect()
-    return out
 
 
 def _spmm_bytes(adj, dim: int) -> int:
@@ -228,17 +247,75 @@ def _result(name, phase, backend, dim, graph, nnz, ts, nbytes, bw) -> Result:
     med = statistics.median(ts)
     bound = nbytes / bw
     return Result(name, phase, backend, dim, graph, nnz, med, min(ts), max(ts), nbytes, bound,
-                  100.0 * bound / med if med > 0 else float("nan"), nbytes / med / 1e9 if med > 0 else float("nan"))
+                  100.0 * bound / med if med > 0 else float("nan"), nbytes / med / 1e9 if med > 0 else float("nan"),
+                  load_avg=os.getloadavg()[0])
+
+
+# An antagonist: a CPU-bound loop that ends by itself once its parent is gone (the parent-death
+# signal where Linux has it, and a check of its parent pid every few milliseconds elsewhere), so
+# none outlives the benchmark even when the benchmark is killed with SIGKILL.
+_ANTAGONIST = r"""
+import ctypes, os, sys
+parent = int(sys.argv[1])
+try:
+    ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+except (OSError, AttributeError):
+    pass
+if os.getppid() != parent:
+    sys.exit(0)
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+while os.getppid() == parent:
+    x = 0
+    for i in range(100000):
+        x += i
+"""
+
+
+@contextlib.contextmanager
+def antagonists(n: int):
+    """Run ``n`` CPU-bound processes (each spins one core) for the duration of the ``with`` block;
+    yields their pids once every one of them is running. They are always ended when the block is
+    left (normally, by an exception, by KeyboardInterrupt or SIGTERM turned into one by the
+    caller), and each also ends by itself when this process dies."""
+    if not 0 <= int(n) <= MAX_ANTAGONISTS:
+        raise UserError(f"--antagonist: got {n}, allowed 0 to {MAX_ANTAGONISTS}")
+    procs: list[subprocess.Popen] = []
+    try:
+        for _ in range(int(n)):
+            procs.append(subprocess.Popen([sys.executable, "-S", "-c", _ANTAGONIST, str(os.getpid())],
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, close_fds=True))
+        for p in procs:  # "ready": past its start-up and spinning; end of file: it died
+            if p.stdout.readline().strip() != b"ready":
+                raise UserError(f"--antagonist: an antagonist process (pid {p.pid}) did not start")
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+        for p in procs:
+            p.wait()
+            if p.stdout:
+                p.stdout.close()
 
 
 def format_result(r: Result) -> str:
     return (f"{r.graph:<7} {r.nnz:>10,d} {r.dim:>4d} {r.kernel:<12} {r.phase:<9} {r.backend:<7} "
             f"{r.seconds * 1e3:>10.2f} {r.min_seconds * 1e3:>9.2f}..{r.max_seconds * 1e3:<9.2f} "
-            f"{r.GBps:>7.2f} {r.pct_of_bound:>7.1f}%")
+            f"{r.GBps:>7.2f} {r.pct_of_bound:>7.1f}% {r.load_avg:>5.1f}")
 
 
 HEADER = (f"{'graph':<7} {'nnz':>10} {'dim':>4} {'kernel':<12} {'phase':<9} {'backend':<7} "
-          f"{'median ms':>10} {'min..max ms':>20} {'GB/s':>7} {'% bound':>8}")
+          f"{'median ms':>10} {'min..max ms':>20} {'GB/s':>7} {'% bound':>8} {'load':>5}")
+
+
+def antagonist_line(n: int) -> str:
+    """The header line saying under what added load the rows below were measured."""
+    if not n:
+        return "antagonists: none (no CPU-bound process started beside the benchmark; load is the 1-min average)"
+    return (f"antagonists: {n} CPU-bound process{'es' if n > 1 else ''} running beside every timed kernel, "
+            f"every backend alike, on {os.cpu_count()} cores (load is the 1-min average)")
 
 
 def runtime_summary() -> str:

@@ -25,6 +25,7 @@ MAX_SECONDS = 10**7        # a timeout or grace period (~116 days)
 MAX_DRAM_GIB = 1 << 20     # DRAM a machine may be said to have (1 PiB)
 MAX_BYTES = 1 << 60        # a byte count (1 EiB)
 MAX_REPEATS = 100_000      # timed repeats of a benchmark
+MAX_ANTAGONISTS = 64       # CPU-bound processes a benchmark may start beside itself
 MAX_ROWS = 2**31 - 1       # users, items or rows of a table (int32 ids)
 MAX_INTERACTIONS = 2**36   # interactions of a dataset
 

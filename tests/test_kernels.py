@@ -612,3 +612,51 @@ def test_side_by_side_spmm_is_only_for_a_symmetric_one_scale_bipartite_matrix(mo
         torch.testing.assert_close(r, kernels.spmm(a, x), rtol=1e-12, atol=1e-12)
     with kernels.use_backend("native"):
         torch.testing.assert_close(kernels.spmm(a, x.float()), kernels.spmm(a, x).float(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_blocks", [1, 3])
+def test_dynamic_chunks_on_a_skewed_graph_repeat_bit_for_bit_whatever_the_chunks_and_threads(monkeypatch, n_blocks):
+    """Chunks are taken from an atomic counter, so which thread runs a row changes with timing: on
+    a graph with a few hub rows far above a chunk's share and many empty rows, every SpMM / SDDMM
+    forward and backward must cover each row once and give the same bits for 1 chunk per thread
+    (fewer chunks than some rows), many, one thread or all, and match a float64 reference."""
+    import numba
+    rng = np.random.default_rng(11)
+    n_users, n_items = 400, 120
+    users = np.concatenate([np.repeat([0, 7, 200], n_items), rng.integers(0, n_users, 600)])  # 3 hubs
+    items = np.concatenate([np.tile(np.arange(n_items), 3), rng.zipf(1.4, 600) % n_items])
+    adj = BipartiteGraph(np.unique(np.stack([users, items], 1), axis=0), n_users, n_items).adj
+    assert (np.diff(adj.indptr) == 0).sum() > 50                 # many empty rows
+    if n_blocks > 1:   # column blocks: the counter is per block
+        monkeypatch.setattr(native, "COL_BLOCK_BYTES", -(-adj.n_cols * 32 // n_blocks))
+        assert native.col_block_count(adj.n_cols, 32) == n_blocks
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(adj.n_cols, 8, generator=g)
+    u = torch.randn(adj.n_rows, 8, generator=g)
+    rows, cols = _entries(adj)
+
+    def run():
+        adj.__dict__.pop("_kern", None)   # chunk bounds are rebuilt for the setting under test
+        xs, us = x.clone().requires_grad_(True), u.clone().requires_grad_(True)
+        y = kernels.spmm(adj, xs)
+        y.backward(torch.ones_like(y))
+        d = kernels.sddmm(adj, us, xs, op="dot")
+        d.backward(torch.linspace(-1, 1, d.shape[0]))
+        return [t.detach().clone() for t in (y, d, xs.grad, us.grad)]
+
+    with kernels.use_backend("native"):
+        ref = run()
+        W = _dense(adj)
+        torch.testing.assert_close(ref[0].double(), W @ x.double(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ref[1].double(), (u[rows] * x[cols]).sum(1).double(), atol=1e-5, rtol=1e-5)
+        settings = [(1, native.threads()), (64, native.threads()), (64, 1), (1000, 1)]
+        prev = native.WORK_CHUNKS_PER_THREAD
+        try:
+            for per_thread, th in settings:
+                monkeypatch.setattr(native, "WORK_CHUNKS_PER_THREAD", per_thread)
+                numba.set_num_threads(th)
+                for a, b in zip(run(), ref):
+                    assert torch.equal(a, b), (per_thread, th)
+        finally:
+            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+            monkeypatch.setattr(native, "WORK_CHUNKS_PER_THREAD", prev)

@@ -4,7 +4,9 @@
 and backward, per backend (and PyG's SpMM when importable), on synthetic
 power-law graphs; median time and spread (measured), GB/s and % of the bound
 (ideal bytes / measured triad bandwidth). ``recording``: the cost of kernel
-recording on a LightGCN-like step.
+recording on a LightGCN-like step. ``--antagonist N`` runs N CPU-bound processes beside the
+kernel benchmark (every backend under the same load, the count in the header and in each JSON
+row); they are ended when the benchmark ends, however it ends.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import argparse
 import json
 import sys
 
-from ..bounds import MAX_REPEATS, integer, integers
+from ..bounds import MAX_ANTAGONISTS, MAX_REPEATS, integer, integers
 from ..config import MAXIMA
 from ..errors import UserError
 from .common import bounded
@@ -69,6 +71,10 @@ def register(subparsers):
                    help=f"timed repeats after one warm-up, 1 to {MAX_REPEATS:,} (recording: at least "
                         f"{MIN_RECORDING_REPEATS} A/B pairs) (default: 5 for kernels, 30 A/B pairs for recording)")
     p.add_argument("--no-pyg", action="store_true", help="skip PyG's SpMM")
+    p.add_argument("--antagonist", type=bounded(integer, "--antagonist", 0, MAX_ANTAGONISTS), default=0,
+                   metavar="N", help=f"run N CPU-bound processes (0 to {MAX_ANTAGONISTS}) beside the kernel benchmark, "
+                                     "so every backend is timed under the same load as on a shared server "
+                                     "(default: 0)")
     p.add_argument("--json", action="store_true", help="print a JSON list of results")
     p.set_defaults(func=run)
 
@@ -107,11 +113,13 @@ def run(args) -> int:
         print(bench.dgl_note())
         from ..analysis import BOUND_NOTE
         print(BOUND_NOTE)
+        print(bench.antagonist_line(args.antagonist))
         print(bench.HEADER)
         progress = print
     results = bench.run_kernel_bench(sizes=args.sizes, dims=args.dims, backends=args.backends,
                                      kernels=args.kernels or bench.KERNELS, repeats=5 if args.repeats is None else args.repeats, host=host,
-                                     include_pyg=not args.no_pyg, progress=progress)
+                                     include_pyg=not args.no_pyg, progress=progress,
+                                     n_antagonists=args.antagonist)
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
     else:
