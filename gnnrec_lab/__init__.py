@@ -6,11 +6,21 @@ from .errors import ConfigError, DataError, UserError
 __version__ = "0.1.0"
 
 
-def run(config: "RunConfig", **kw):
-    """Train one run in this process and return its :class:`~gnnrec_lab.train.RunResult`."""
+def run(config: "RunConfig", *, store: bool = False, **kw):
+    """Train one run in this process and return its :class:`~gnnrec_lab.train.RunResult`.
+
+    ``store=True`` records it in the run store as ``gnnrec-lab run`` does (every step, the
+    result, the final status), so the dashboard pages can show it; its id is then
+    ``result.info["run_id"]``. Other keywords go to :func:`gnnrec_lab.train.train`.
+    """
     from .config import expect_config
     from .train import train
     expect_config(config, "run")
+    if store:
+        from .commands.run import train_stored
+        result, run_id = train_stored(config, own_sigterm=False, **kw)
+        result.info["run_id"] = run_id
+        return result
     return train(config, **kw)
 
 

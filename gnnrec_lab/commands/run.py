@@ -122,8 +122,8 @@ def main(args) -> int:
         print(json.dumps({"run_id": run_id}) if args.json else f"launched run {run_id}; "
               f"watch with `gnnrec-lab runs show {run_id}`")
         return 0
-    result, run_id = _train_stored(config, progress=not args.no_progress and not args.json,
-                                   store_it=not args.no_store)
+    result, run_id = train_stored(config, progress=not args.no_progress and not args.json,
+                                  store_it=not args.no_store)
     if args.trace is not None:
         from ..analysis import export_chrome_trace
         export_chrome_trace(result.step_records, args.trace)
@@ -147,22 +147,24 @@ def main(args) -> int:
     return 0 if result.status == "finished" else 1
 
 
-def _train_stored(config, progress: bool, store_it: bool = True):
+def train_stored(config, progress: bool = False, store_it: bool = True, own_sigterm: bool = True, **train_kw):
     """Train in this process; unless ``store_it`` is False, record the run in the run store as a
     worker would (status running with this pid, every step, the result once, the final status).
-    Returns ``(result, run_id or None)``."""
+    ``own_sigterm`` (the CLI) makes SIGTERM end the run with a status; a notebook kernel, whose
+    signals are its own, passes False. ``train_kw`` go to :func:`~gnnrec_lab.train.train`
+    (``dataset=``). Returns ``(result, run_id or None)``."""
     import signal
     import threading
     from ..signals import Terminated
     from ..train import train
-    if threading.current_thread() is threading.main_thread():
+    if own_sigterm and threading.current_thread() is threading.main_thread():
         # SIGTERM outside the training loop (which turns it into a flag) still ends the run with a
         # status: the default action would kill the process and leave the run "running"
         def terminated(signum, frame):
             raise Terminated()
         signal.signal(signal.SIGTERM, terminated)
     if not store_it:
-        return train(config, progress=progress), None
+        return train(config, progress=progress, **train_kw), None
     import os
     from ..proc import proc_start_ticks
     from ..store import Store
@@ -172,7 +174,7 @@ def _train_stored(config, progress: bool, store_it: bool = True):
     store.set_fields(run_id, pid=os.getpid(), pid_start=proc_start_ticks(os.getpid()))
     reporter = store.reporter(run_id)
     try:
-        result = train(config, reporter=reporter, progress=progress)
+        result = train(config, reporter=reporter, progress=progress, **train_kw)
     except BaseException as e:
         status, error, _ = failure(e)
         store.set_status(run_id, status, error=error, only_if=("running",))

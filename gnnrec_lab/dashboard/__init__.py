@@ -3,10 +3,11 @@
 Each page is a ``pn.viewable.Viewer`` driven by one shared :class:`Lab`
 (store, runner, chosen run), so the same objects work in a notebook cell and on
 a served page (``gnnrec-lab dashboard`` or ``panel serve dashboards/app.py``).
+Notebooks call ``load_extensions(inline=True)`` first, so their plots draw offline.
 """
-from .common import Lab
+from .common import Lab, load_extensions
 
-__all__ = ["Lab", "build_app"]
+__all__ = ["Lab", "build_app", "load_extensions"]
 
 
 def build_app(lab=None):

@@ -79,20 +79,45 @@ def hv_pane(obj, **kw) -> pn.pane.HoloViews:
     return pn.pane.HoloViews(obj, linked_axes=False, **kw)
 
 
-_extensions_loaded = False
+_extensions_loaded: Optional[bool] = None   # None: not yet; else whether BokehJS/Panel's JS went in inline
 
 
-def load_extensions() -> None:
+def load_extensions(inline: bool = False) -> None:
     """Load Panel's Tabulator and HoloViews' Bokeh backend (once per process).
 
     Every page calls it, so a page built alone (a notebook cell, a test) can plot.
+    ``inline=True`` is for notebooks: BokehJS and Panel's JavaScript go into the
+    notebook's output itself, so its plots and widgets draw on a machine without
+    internet (the default points the notebook page at public CDNs, and offline every
+    plot stays blank). The served dashboard serves those files itself either way.
     """
     global _extensions_loaded
-    if not _extensions_loaded:
+    if _extensions_loaded is None or (inline and not _extensions_loaded):
         import holoviews as hv
-        pn.extension("tabulator", notifications=False)
-        hv.extension("bokeh", logo=False)
-        _extensions_loaded = True
+        pn.extension("tabulator", notifications=False, inline=inline)
+        hv.extension("bokeh", logo=False, inline=inline)
+        if inline:
+            _display_holoviews_in_panes()
+        _extensions_loaded = inline
+
+
+def _display_holoviews_in_panes() -> None:
+    """Show HoloViews objects in this IPython session through a Panel pane.
+
+    HoloViews' own notebook display links Panel's stylesheets (layout, loading
+    spinner, theme) from Panel's CDN even when the JavaScript is inline; a pane
+    shown in a notebook with ``inline`` set puts them into the output, so nothing
+    is fetched from another host."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None:
+        return
+    from holoviews.core.dimension import Dimensioned
+    ip.display_formatter.mimebundle_formatter.for_type(
+        Dimensioned, lambda obj: pn.panel(obj)._repr_mimebundle_())
 
 
 def hatch_by(column: str = "hatch"):
