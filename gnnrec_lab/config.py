@@ -340,7 +340,7 @@ FIELD_DOCS: dict[str, FieldDoc] = {
     "threads": FieldDoc("Compute threads", "threads for torch and the numba kernels",
                         unset="all cores, one left to the slow tier's I/O when a cache is used"),
     "data_dir": FieldDoc("Data directory", "directory where datasets are prepared and loaded from",
-                         unset="$GNNREC_LAB_DATA, else ./data"),
+                         unset="$GNNREC_LAB_DATA, else the checkout's data/, else $GNNREC_LAB_HOME/data"),
     "name": FieldDoc("Run name", "free-form label stored with the run, up to 200 characters", unset="none"),
 }
 

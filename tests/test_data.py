@@ -372,12 +372,38 @@ def test_describe_and_list_are_cheap(dd, tmp_path):
     assert rows["mine"]["prepared"] and not rows["synth-xl"]["prepared"]
 
 
-def test_data_dir_from_env_or_cwd(tmp_path, monkeypatch):
+def test_data_dir_is_one_place_whatever_the_current_directory(tmp_path, monkeypatch, capsys):
+    """$GNNREC_LAB_DATA wins; else the checkout's data/ (this package runs from one), else, for an
+    installed package, $GNNREC_LAB_HOME/data. Never a data/ in the shell's current directory, and
+    `data list` says which directory it lists."""
     monkeypatch.setenv("GNNREC_LAB_DATA", str(tmp_path / "env"))
     assert data_dir() == tmp_path / "env" and (tmp_path / "env").is_dir()
     monkeypatch.delenv("GNNREC_LAB_DATA")
-    monkeypatch.chdir(tmp_path)
-    assert data_dir() == tmp_path / "data"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert registry.checkout_root() == REPO
+    assert data_dir() == REPO / "data"
+    assert cli.main(["data", "list"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"data directory: {REPO / 'data'} (the data/ of the checkout at {REPO})", first
+    monkeypatch.setattr(registry, "checkout_root", lambda: None)   # as installed from a wheel
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path / "home"))
+    assert data_dir() == tmp_path / "home" / "data"
+    assert cli.main(["data", "list"]) == 0
+    assert capsys.readouterr().out.startswith(f"data directory: {tmp_path / 'home' / 'data'} ($GNNREC_LAB_HOME/data)")
+    assert not (elsewhere / "data").exists()
+
+
+@pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs the git checkout")
+def test_gitignore_ignores_data_dirs_at_any_depth_but_not_the_data_package():
+    import subprocess
+
+    def ignored(path):
+        return subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", path]).returncode == 0
+    assert ignored("data/ml-100k/meta.json") and ignored("notebooks/data/synth-tiny/meta.json")
+    assert ignored("some/deeper/dir/data/x.npy")
+    assert not ignored("gnnrec_lab/data/new_reader.py")   # the package's own data/ stays tracked
 
 
 # ----------------------------------------------------------------------

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from ..bounds import number
 from .common import add_field_argument, bounded, field_type
@@ -10,7 +11,7 @@ from .common import add_field_argument, bounded, field_type
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("data", help="list, prepare and describe datasets",
-                              description="List, prepare and describe datasets (cached under $GNNREC_LAB_DATA or ./data).")
+                              description="List, prepare and describe datasets (cached under $GNNREC_LAB_DATA if set, else the data/ of the source checkout gnnrec-lab runs from, else $GNNREC_LAB_HOME/data; `data list` prints which).")
     sub = p.add_subparsers(dest="data_command", metavar="ACTION")
 
     ls = sub.add_parser("list", help="built-in and prepared datasets")
@@ -63,11 +64,14 @@ def _fmt(n) -> str:
 
 def cmd_list(args) -> int:
     from ..data import list_datasets
+    from ..data.registry import data_dir_source
 
     rows = list_datasets(args.data_dir)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
+    where, why = (Path(args.data_dir).expanduser(), "--data-dir") if args.data_dir else data_dir_source()
+    print(f"data directory: {where} ({why})")
     head = ("name", "kind", "users", "items", "interactions", "prepared")
     table = [head] + [(r["name"], r["kind"], _fmt(r["n_users"]), _fmt(r["n_items"]), _fmt(r["n_interactions"]),
                        "yes" if r["prepared"] else "no") for r in rows]

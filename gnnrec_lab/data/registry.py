@@ -1,6 +1,7 @@
 """Where interactions come from: names, preparation, the on-disk cache, loading.
 
-Layout under the data directory (``$GNNREC_LAB_DATA``, else ``./data``)::
+Layout under the data directory (``$GNNREC_LAB_DATA``, else the checkout's ``data/``, else
+``$GNNREC_LAB_HOME/data``; never the current directory: :func:`data_dir_source`)::
 
     <name>/meta.json            counts, source, format, how it was made (written last)
     <name>/recipe.json          how to rebuild a user dataset if the cache is damaged
@@ -63,11 +64,38 @@ def builtin_names() -> tuple:
     return (ML100K,) + tuple(synthetic.PRESETS)
 
 
-def data_dir() -> Path:
-    """The data directory: ``$GNNREC_LAB_DATA`` if set, else ``./data``; created if missing."""
+def checkout_root() -> Optional[Path]:
+    """The source checkout this package is imported from (the directory holding gnnrec-lab's
+    ``pyproject.toml`` next to ``gnnrec_lab/``), or None for an installed package."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        text = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return root if re.search(r'(?m)^name\s*=\s*"gnnrec-lab"', text) else None
+
+
+def data_dir_source() -> tuple[Path, str]:
+    """``(directory, why)`` of the default data directory, not created.
+
+    One rule, whatever the shell's current directory: ``$GNNREC_LAB_DATA`` if set; else the
+    checkout's ``data/`` when the package runs from a source checkout (``make lab``, the CLI of
+    its ``.venv``, its notebooks: one copy of each dataset); else ``$GNNREC_LAB_HOME/data``
+    (``~/.gnnrec_lab/data``) for an installed package."""
     env = os.environ.get("GNNREC_LAB_DATA")
-    return _make_dir(Path(env).expanduser() if env else Path.cwd() / "data",
-                     "GNNREC_LAB_DATA" if env else "data_dir")
+    if env:
+        return Path(env).expanduser(), "$GNNREC_LAB_DATA"
+    root = checkout_root()
+    if root is not None:
+        return root / "data", f"the data/ of the checkout at {root}"
+    from ..store import lab_home
+    return lab_home() / "data", "$GNNREC_LAB_HOME/data"
+
+
+def data_dir() -> Path:
+    """The data directory (see :func:`data_dir_source`); created if missing."""
+    d, why = data_dir_source()
+    return _make_dir(d, "GNNREC_LAB_DATA" if why == "$GNNREC_LAB_DATA" else "data_dir")
 
 
 def _make_dir(d: Path, what: str) -> Path:
