@@ -77,10 +77,12 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null'; }
 
+# Calibration is cached (gnnrec-lab calibrate --show succeeds once it ran); the dashboard prints its own URL.
 lab: data
-	$(VENV)/bin/gnnrec-lab calibrate --show >/dev/null 2>&1 || $(VENV)/bin/gnnrec-lab calibrate --quick >/dev/null || echo "calibration failed; roofline and modeled bars wait for 'gnnrec-lab calibrate'"
-	@echo "gnnrec-lab dashboards: http://localhost:$(PORT)/"
-	$(VENV)/bin/gnnrec-lab dashboard --port $(PORT)
+	@$(VENV)/bin/gnnrec-lab calibrate --show >/dev/null 2>&1 || { \
+	  echo "measuring this machine once for the roofline and the modeled tiers (gnnrec-lab calibrate --quick: memory bandwidth, latency, GEMM; about 40 s)"; \
+	  $(VENV)/bin/gnnrec-lab calibrate --quick >/dev/null || echo "calibration failed; roofline and modeled bars wait for 'gnnrec-lab calibrate'"; }
+	@$(VENV)/bin/gnnrec-lab dashboard --port $(PORT)
 
 test: install browser
 	$(VENV)/bin/python -m pytest -q -ra $(PYTEST_ARGS)
