@@ -39,7 +39,7 @@ from ..config import TIER_CACHE_POLICIES
 from ..errors import ConfigError, UserError
 from ..memory.placement import place_of
 from ..optim import SparseRowAdam
-from ..recorder import get_recorder
+from ..recorder import get_recorder, profiler_range
 from .policies import INF
 from .simulate import parse_capacity
 from .slow_tier import IO_THREADS, SlowTier
@@ -233,6 +233,10 @@ class CachedRows:
 
     def fetch(self, batch: int, rows: torch.Tensor) -> torch.Tensor:
         """Layer-0 embeddings of ``rows`` (distinct global ids) for ``batch``, as a new (k, D) tensor."""
+        with profiler_range("row_fetch", "forward"):   # the record is made inside, after the I/O
+            return self._fetch(batch, rows)
+
+    def _fetch(self, batch: int, rows: torch.Tensor) -> torch.Tensor:
         t0 = time.perf_counter()
         r = rows.numpy().astype(np.int64, copy=False)
         self._check_fits(r.size)
