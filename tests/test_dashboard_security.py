@@ -278,7 +278,7 @@ def test_component_route_imports_nothing_it_does_not_serve(served, module):
     and the module it names is not imported (this process runs the server)."""
     name = module.replace("%2f", "/").replace("%2e", ".")
     before = name in sys.modules
-    status, body = served.raw(f"/components/{module}/X/_css/a.css", {"Origin": None})
+    status, body = served.raw(f"/components/{module}/X/_css/a.css", {"Origin": None, "Connection": "close"})
     assert status == 404 and "not a component resource" in body, body[:300]
     assert (name in sys.modules) == before, f"{name} was imported by the request"
 
@@ -357,3 +357,17 @@ def test_short_loopback_address_needs_no_allow_remote():
         assert status == 200
     finally:
         s.stop()
+
+
+def test_allowed_components_never_answer_500_or_leave_their_directory(served):
+    """Generated over the app's components x every resource attribute Panel knows x traversal paths:
+    4xx or the listed file, never a 500 and never a file outside the component's resources."""
+    from panel.io.server import ComponentResourceHandler
+    comps = [("panel.template.fast.list", "FastListTemplate"), ("panel.widgets.tables", "Tabulator"),
+             ("gnnrec_lab.dashboard.launch", "LaunchPage")]
+    for mod, cls in comps:
+        assert component_allowed(f"/components/{mod}/{cls}/_css/a")
+        for attr in ComponentResourceHandler._resource_attrs + ["__init__", "nope"]:
+            for sub in ("a.css", "../../../../etc/passwd", "%2e%2e/%2e%2e/%2e%2e/etc/passwd", ".."):
+                status, body = served.raw(f"/components/{mod}/{cls}/{attr}/{sub}", {"Connection": "close"})
+                assert status < 500 and "root:x:" not in body, (mod, cls, attr, sub, status)
