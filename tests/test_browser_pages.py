@@ -125,20 +125,19 @@ def test_cache_page_says_simulating_while_it_does_and_uses_the_cli_batch(tmp_pat
         sync_api.expect(page.locator(".cache-batch_size input")).to_have_value(str(cli_default))
         # from the first moment to the end: a disabled button never sits beside "Press Simulate"
         deadline = time.monotonic() + 300     # the first simulation compiles its numba kernels
-        seen_pending = False
+        # (a warm simulation can end before the first poll: the busy text itself is checked in
+        # tests/test_pages_small.py, where the simulation is held)
         button = page.locator(".cache-simulate button")
         while time.monotonic() < deadline:
             disabled = button.is_disabled()
             press = page.get_by_text("Press Simulate").count()
             assert not (disabled and press), "the button is disabled while the plot area says Press Simulate"
-            seen_pending |= disabled and page.locator(".cache-pending").count() > 0
             if not disabled and page.get_by_text(re.compile(r"top 1% of rows take")).count():
                 break
             time.sleep(0.1)
         else:
             page.screenshot(path=str(ARTIFACTS / "cache-pending-failed.png"), full_page=True)
             raise AssertionError(f"the simulation did not end: button disabled {disabled}")
-        assert seen_pending
         assert page.errors() == [], page.errors()
     finally:
         stop(proc)
