@@ -285,3 +285,16 @@ def test_calibrate_tier_measures_a_directory(tmp_path, capsys, monkeypatch):
     assert main(["calibrate", "--tier", "disk:/x"]) == 2
     assert main(["calibrate", "--tier", f"file:{tmp_path / 'missing'}"]) == 2
     assert "no such directory" in capsys.readouterr().err
+
+
+def test_breakdown_draws_the_device_curves_labelled_modeled():
+    import holoviews as hv
+    import holoviews.plotting.bokeh  # noqa: F401  (the dashboards' backend)
+    from gnnrec_lab.dashboard.breakdown import device_curve_plots
+    from gnnrec_lab.memory.validation import device_curves
+    plots = device_curve_plots(device_curves(load_profiles()[OPTANE], mlp=6.0))
+    assert len(plots) == 3          # access size, threads, read/write mix
+    for p in plots:
+        assert "(modeled)" in p.opts.get().kwargs["title"]
+        hv.render(p, backend="bokeh")
+    assert len(device_curve_plots(device_curves(load_profiles()["cxl_type3_slow"]))) == 2   # no mixed series

@@ -8,7 +8,9 @@ Optane / CXL / remote NUMA — those bars hatched and labelled *modeled*. Phases
 keep their colours of every page (:mod:`.common`); hatching alone marks what is modeled.
 A run in a modeled memory mode also gets its kernel x phase bars modeled on its
 device (``tiermodel.run_step_time``, hatched) next to the measured DRAM ones; the
-header names the memory mode and its device profile.
+header names the memory mode and its device profile, and the device profile's modeled curves
+(bandwidth against access size, threads and read/write mix: :func:`device_curve_plots`) close
+the page.
 """
 from __future__ import annotations
 
@@ -124,6 +126,32 @@ def _pick(columns, *needles) -> Optional[str]:
             if n in lc:
                 return c
     return None
+
+
+def device_curve_plots(curves: dict) -> list:
+    """HoloViews plots of one profile's modeled curves (``memory.validation.device_curves``):
+    random-row bandwidth against access size, bandwidth against threads, and against the write
+    share of a read/write mix (local and remote) where the profile has a measured series."""
+    import holoviews as hv
+    size = pd.DataFrame(curves["access_size"])
+    by_size = hv.Overlay([hv.Curve(size, "bytes", col, label=label).opts(logx=True, tools=["hover"])
+                          for col, label in (("random_read_GBps", "read"), ("random_write_GBps", "write"),
+                                             ("random_write_ntstore_GBps", "write, ntstore")) if col in size])
+    thr = pd.DataFrame(curves["threads"])
+    by_threads = hv.Overlay([hv.Curve(thr, "threads", col, label=label).opts(tools=["hover"])
+                             for col, label in (("read_GBps", "sequential read"), ("write_GBps", "sequential write"),
+                                                ("random_read_64B_GBps", "random 64 B rows"),
+                                                ("random_read_256B_GBps", "random 256 B rows"))])
+    opts = dict(responsive=True, height=260, ylabel="GB/s (modeled)", legend_position="top_right")
+    plots = [by_size.opts(title="Random rows against access size (modeled)", xlabel="bytes", **opts),
+             by_threads.opts(title="Bandwidth against threads (modeled)", **opts)]
+    if curves["mixed"]:
+        mix = pd.DataFrame(curves["mixed"])
+        by_mix = hv.Overlay([hv.Curve(mix, "write_share", col, label=label).opts(tools=["hover"])
+                             for col, label in (("GBps", "local"), ("remote_GBps", "remote socket")) if col in mix])
+        plots.append(by_mix.opts(title=f"Read/write mix, {curves['mixed_threads']} threads (modeled)",
+                                 xlabel="write share of the bytes", **opts))
+    return plots
 
 
 class BreakdownPage(pn.viewable.Viewer):
@@ -251,6 +279,25 @@ class BreakdownPage(pn.viewable.Viewer):
         return pn.Column(pn.pane.Markdown(note),
                          hv_pane(modeled_bars(df, "device", "seconds", "s per step")), sizing_mode="stretch_width")
 
+    def _device_section(self, rec: dict):
+        """The run's device profile as the model sees it (modeled curves; none for a DRAM run)."""
+        from ..calibrate import load
+        from ..memory.profiles import get_profile, misses_in_flight
+        from ..memory.validation import device_curves
+        cfg = rec.get("config") or {}
+        dev = safe_call(mode_device, cfg.get("memory_mode") or "dram", cfg.get("device_profile"))[0]
+        if dev is None:
+            return pn.Spacer(height=0)
+        prof, why = safe_call(get_profile, dev)
+        if prof is None:
+            return not_available(f"Device profile {dev} (devices.yaml)", why)
+        curves = device_curves(prof, mlp=misses_in_flight(load()))
+        return pn.Card(pn.pane.Markdown(f"**{dev}** ({prof.platform}; baseline {prof.baseline}, conf {prof.conf}): "
+                                        "every curve is **modeled** from the profile's published numbers "
+                                        "(`gnnrec-lab devices show`, `devices validate`)."),
+                       *[hv_pane(p) for p in device_curve_plots(curves)],
+                       title=f"Device profile {dev} (modeled)", collapsed=True, sizing_mode="stretch_width")
+
     def _table_section(self, kernels: pd.DataFrame):
         host = safe_call(host_profile, measure_if_missing=False)[0]
         table, why = safe_call(breakdown, kernels, host=host)
@@ -280,7 +327,7 @@ class BreakdownPage(pn.viewable.Viewer):
         return pn.Column(head, self._kernel_section(kernels), self._modeled_kernel_section(self.run_id, rec),
                          self._table_section(kernels),
                          self._roofline_section(kernels), self._footprint_section(fp, rec),
-                         self._tier_section(self.run_id), sizing_mode="stretch_width")
+                         self._tier_section(self.run_id), self._device_section(rec), sizing_mode="stretch_width")
 
     def __panel__(self):
         return pn.Column("## Breakdown", self.selector, self.body, sizing_mode="stretch_width")
