@@ -30,8 +30,20 @@ def format_metrics(metrics: dict) -> str:
         if "@" in key and isinstance(v, (int, float)):
             name, k = key.split("@", 1)
             groups.setdefault(name, []).append((k, v))
-    return "  ".join(f"{name}@{'/'.join(k for k, _ in kv)} {'/'.join(f'{v:.4f}' for _, v in kv)}"
+    line = "  ".join(f"{name}@{'/'.join(k for k, _ in kv)} {'/'.join(f'{v:.4f}' for _, v in kv)}"
                      for name, kv in groups.items())
+    label = sample_label(metrics)
+    return f"{line}  ({label})" if label else line
+
+
+def sample_label(metrics: dict) -> str:
+    """``'sampled: 500 of 943 users'`` when the metrics were averaged over a sample of the users
+    that have held-out items (``users`` < ``users_all``), else ``''``: every view that shows
+    metrics says so (they are not the full-ranking numbers over all users)."""
+    n, total = metrics.get("users"), metrics.get("users_all")
+    if n is None or total is None or int(n) >= int(total):
+        return ""
+    return f"sampled: {int(n):,} of {int(total):,} users"
 
 
 def _csr_from_pairs(pairs: np.ndarray, n_users: int):
@@ -60,7 +72,8 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
         chunk: users per scoring block (memory: chunk * n_items * 4 bytes); default
             keeps a block's scores under 256 MiB (at most 1024 users).
     Returns ``{"recall@K": float, "mrr@K": ..., "ndcg@K": ..., "hit@K": ..., "precision@K": ...,
-    "users": int}`` (metric-major, K ascending within a metric).
+    "users": int, "users_all": int}`` (metric-major, K ascending within a metric): ``users``
+    evaluated, ``users_all`` with held-out items (more than ``users`` when ``users`` is a sample).
     """
     n_users, n_items = user_emb.shape[0], item_emb.shape[0]
     kmax = min(max(topk), n_items)
@@ -70,6 +83,7 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
         chunk = int(max(1, min(1024, (256 << 20) // (4 * max(n_items, 1)))))
     n_held = np.diff(h_ptr)
     cand = np.nonzero(n_held > 0)[0]
+    n_all = len(cand)
     if users is not None:
         cand = np.intersect1d(cand, np.asarray(users, dtype=np.int64))
     sums = {f"{m}@{k}": 0.0 for m in METRICS for k in topk}
@@ -107,6 +121,7 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
     n = max(len(cand), 1)
     out = {key: v / n for key, v in sums.items()}
     out["users"] = int(len(cand))
+    out["users_all"] = int(n_all)
     return out
 
 

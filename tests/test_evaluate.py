@@ -91,10 +91,23 @@ def test_matches_pyg_linkpred_metrics_with_masked_training_items():
 def test_metric_keys_are_every_metric_at_every_k():
     ue, ie, train, valid, test = _random_case(0)
     got = rank_metrics(ue, ie, test, [train], topk=(2, 7))
-    assert list(got) == [f"{m}@{k}" for m in ("recall", "mrr", "ndcg", "hit", "precision") for k in (2, 7)] + ["users"]
+    assert list(got) == [f"{m}@{k}" for m in ("recall", "mrr", "ndcg", "hit", "precision") for k in (2, 7)] + ["users", "users_all"]
     for key, v in got.items():
-        if key != "users":
+        if not key.startswith("users"):
             assert 0 <= v <= 1, key
     # precision@K * K * users = hits = recall numerators: at K=1 hit, precision and mrr agree
     one = rank_metrics(ue, ie, test, [train], topk=(1,))
     assert one["hit@1"] == one["precision@1"] == one["mrr@1"]
+
+
+def test_a_sampled_evaluation_says_so_wherever_its_metrics_are_formatted():
+    from gnnrec_lab.evaluate import format_metrics, sample_label
+    ue, ie, train, valid, test = _random_case(0)
+    full = rank_metrics(ue, ie, test, [train], topk=(10,))
+    assert full["users"] == full["users_all"] and sample_label(full) == ""
+    assert "sampled" not in format_metrics(full)
+    some = rank_metrics(ue, ie, test, [train], topk=(10,), users=np.arange(5))
+    assert some["users"] == 5 and some["users_all"] == full["users_all"] > 5
+    assert format_metrics(some).endswith(f"(sampled: 5 of {full['users_all']} users)")
+    everyone = rank_metrics(ue, ie, test, [train], topk=(10,), users=np.arange(ue.shape[0]))
+    assert sample_label(everyone) == ""       # a "sample" holding every user is the full ranking

@@ -114,7 +114,7 @@ def _load_cell(rec: dict) -> str:
 
 
 # Evaluation outputs that are counts, not metrics (printed as integers).
-COUNT_METRICS = ("users",)
+COUNT_METRICS = ("users", "users_all")
 
 
 def _metric(name: str, value: float) -> str:
@@ -218,6 +218,11 @@ def _show(store, run_id: int, as_json: bool) -> int:
         last = evals.groupby(["split", "metric"], sort=True)["value"].last()
         for (split, metric), v in last.items():
             print(f"  {split:<6} {metric:<12} {_metric(metric, v)}  (last)")
+        from ..evaluate import sample_label
+        for split in last.index.get_level_values(0).unique():
+            label = sample_label(last[split].to_dict())
+            if label:
+                print(f"  {split:<6} {label}: the metrics above are not a full ranking of every user")
     if run["load"]:
         pts = ", ".join(f"{p} {load[p]['load1']:.2f}" for p in LOAD_POINTS
                         if isinstance(load.get(p), dict) and load[p].get("load1") is not None)
