@@ -859,6 +859,9 @@ def test_live_page_shows_the_selected_run_from_the_moment_it_is_selected(store):
     assert "memory mode** cxl" in page.mode_md.object and "measured on this host" not in page.mode_md.object
     lab.run_id = old
     assert shown()[0] and len(page.loss_pane.object.renderers[0].data_source.data["x"]) == 5
+    later = _timed_run(store, 5.0, steps=1, status="running")     # launched elsewhere: listed at the next poll
+    page.tick()
+    assert later in page.selector.options.values() and page.selector.value == old
 
 
 def test_live_page_patches_its_plots_and_reads_the_last_evaluation(store):

@@ -523,7 +523,10 @@ class LivePage(pn.viewable.Viewer):
         """Bring every pane up to the monitor's latest poll, changing only what changed."""
         m = self.monitor
         prev, self._last_status = self._last_status, m.status
-        if prev is not None and prev != m.status:    # the selector's labels carry the status
+        # the run list follows runs launched elsewhere (the CLI, another tab): their ids, one cheap read
+        ids = safe_call(self.lab.store.run_ids)[0] if self.lab.store is not None else None
+        prev_ids, self._run_ids = getattr(self, "_run_ids", ids), ids
+        if (prev is not None and prev != m.status) or ids != prev_ids:   # the labels carry the status
             self._refresh_options()
         self._update_header()
         if self._charted != m.run_id:       # another run: nothing of the previous one stays
