@@ -25,8 +25,10 @@ from .common import (OVERLOADED_LABEL, Lab, category_color, hv_pane, id_column, 
 
 # Times measured on this host, each modeled twin beside it (a modeled memory mode's kernels run on
 # DRAM here; its twin is tiermodel.modeled_seconds, as `gnnrec-lab runs` shows it).
-TABLE_COLUMNS = ["id", "name", "status", "dataset", "model", "layers", "dim", "batch_size",
-                 "memory_mode", "device", "step_ms", "modeled_step_ms", "train_s", "modeled_train_s",
+# The memory mode and the times come first: they are what runs are compared by, and they stay on
+# screen where the table is wider than the page.
+TABLE_COLUMNS = ["id", "name", "status", "memory_mode", "step_ms", "modeled_step_ms", "train_s", "modeled_train_s",
+                 "dataset", "model", "layers", "dim", "batch_size", "device",
                  "startup_s", "jit_s", "duration_s", "best_valid_recall@20",
                  "test_recall@20", "last_step", "load", "created"]
 TIME_COLUMNS = ("train_s", "modeled_train_s", "startup_s", "jit_s", "duration_s", "step_ms", "modeled_step_ms")
@@ -99,23 +101,28 @@ def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
     return es
 
 
+def table_height(runs: pd.DataFrame, page_size: int = 20) -> int:
+    """Pixels for the run table: its rows (a page of them at most), the headers and the pager."""
+    return 130 + 34 * max(1, min(page_size, 0 if runs is None else len(runs)))
+
+
 def epoch_scatter(es: pd.DataFrame, x: str, title: str, logx: bool = False):
     """Epoch time against ``x``: measured (circles) and modeled (triangles) points, coloured by
     ``group`` (memory mode · dataset) with one colour per group on every plot."""
     import holoviews as hv
     vdims = ["epoch_s", "group", "modeled_epoch_s"] + [c for c in ("model", "layers", "batch_size", "dim", "id")
                                                        if c in es and c != x]
-    cmap = {g: category_color(g) for g in es["group"].unique()}
-    opts = dict(size=9, tools=["hover"], color="group", cmap=cmap, logx=logx)
+    opts = dict(size=10, tools=["hover"], logx=logx)
     layers = []
     for g, d in es.groupby("group", sort=True):
-        layers.append(hv.Scatter(d, x, vdims, label=str(g)).opts(marker="circle", **opts))
+        color = category_color(str(g))
+        layers.append(hv.Scatter(d, x, vdims, label=str(g)).opts(marker="circle", color=color, **opts))
         mod = d.dropna(subset=["modeled_epoch_s"])
         if not mod.empty:
             layers.append(hv.Scatter(mod.assign(epoch_s=mod["modeled_epoch_s"]), x, vdims,
-                                     label=f"{g} (modeled)").opts(marker="triangle", **opts))
-    return hv.Overlay(layers).opts(title=title, ylabel="epoch time, s", responsive=True, height=300,
-                                   legend_position="right")
+                                     label=f"{g} (modeled)").opts(marker="triangle", color=color, **opts))
+    return hv.Overlay(layers).opts(title=title, ylabel="epoch time, s", xlabel=x.replace("_", " "),
+                                   responsive=True, height=300, legend_position="top_left")
 
 
 class ComparePage(pn.viewable.Viewer):
@@ -126,16 +133,19 @@ class ComparePage(pn.viewable.Viewer):
 
     def __init__(self, lab: Lab, **params):
         super().__init__(lab=lab, **params)
+        runs = lab.runs()
         self.table = pn.widgets.Tabulator(
-            runs_table(lab.runs()), selectable="checkbox", pagination="remote", page_size=20,
-            header_filters=True, disabled=True, sizing_mode="stretch_width", height=560,
+            runs_table(runs), selectable="checkbox", pagination="remote", page_size=20,
+            header_filters=True, disabled=True, sizing_mode="stretch_width", height=table_height(runs),
             show_index=True, titles=TABLE_TITLES)
         self.table.style.map(status_css, subset=["status"])   # diverged, failed, oom in red
         self.table.param.watch(self._selection, "selection")
         lab.param.watch(lambda e: self.refresh(), "runs_version")
 
     def refresh(self):
-        self.table.value = runs_table(self.lab.runs())
+        runs = self.lab.runs()
+        self.table.value = runs_table(runs)
+        self.table.height = table_height(runs)
 
     def _selection(self, event):
         df = self.table.value
