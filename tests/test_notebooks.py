@@ -27,6 +27,18 @@ def test_the_six_notebooks_exist():
     assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_loads_its_plotting_javascript_inline(path):
+    """Every notebook loads BokehJS and Panel through the lab's helper with ``inline=True`` before
+    it plots, and none loads them another way (``hv.extension("bokeh")`` links the CDNs, and
+    offline its plots stay blank: see the JupyterLab test below, which renders one)."""
+    code = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    setup = next((i for i, src in enumerate(code) if "load_extensions(inline=True)" in src), None)
+    assert setup is not None and "from gnnrec_lab.dashboard import load_extensions" in code[setup]
+    assert not any(w in src for src in code for w in ("hv.extension(", "pn.extension(", "output_notebook("))
+    assert not any(w in src for src in code[:setup] for w in ("hv.", "pn.", "BreakdownPage", "LivePage"))
+
+
 @pytest.mark.notebook
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
