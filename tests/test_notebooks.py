@@ -142,6 +142,7 @@ def _start_jupyterlab(tmp_path, root):
         '{"fetchNews": "false", "checkForUpdates": false}')
     env = dict(os.environ, GNNREC_LAB_NOTEBOOK_SMALL="1", GNNREC_LAB_HOME=str(tmp_path / "home"),
                JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "jupyter-rt"),
+               JUPYTER_DATA_DIR=str(tmp_path / "jupyter-data"),   # no user kernelspec shadows this env's python3
                JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "lab-ws"))
     log = open(tmp_path / "jupyterlab.log", "w")
     proc = subprocess.Popen(
