@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _cli import run_cli as _cli
 from gnnrec_lab import cli
 from gnnrec_lab.commands.common import config_from_args
 from gnnrec_lab.config import RunConfig, read_config_file, save_config_file
@@ -21,13 +22,6 @@ def _args(argv):
     return cli.build_parser().parse_args(["run"] + [str(a) for a in argv])
 
 
-def _cli(argv, capsys):
-    try:
-        rc = cli.main([str(a) for a in argv])
-    except SystemExit as e:
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err.strip()
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from _cli import run_cli as _cli
 from gnnrec_lab import cli
 from gnnrec_lab.store import Store
 
@@ -13,13 +14,6 @@ RUN = ["run", "--dataset", "synth-tiny", "--layers", "1", "--dim", "8", "--epoch
        "--max-steps-per-epoch", "2", "--no-progress"]
 
 
-def _cli(argv, capsys):
-    try:
-        rc = cli.main([str(a) for a in argv])
-    except SystemExit as e:
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err.strip()
 
 
 @pytest.fixture(scope="module")

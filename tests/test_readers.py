@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gnnrec_lab import cli
+from _cli import run_cli as _cli
 from gnnrec_lab.data import load, prepare, readers, registry
 from gnnrec_lab.errors import DataError
 
@@ -24,13 +24,6 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 INT64_MAX = np.iinfo(np.int64).max
 
 
-def _cli(argv, capsys):
-    try:
-        rc = cli.main([str(a) for a in argv])
-    except SystemExit as e:
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err.strip()
 
 
 def _one_line_error(rc, err, *needles):
