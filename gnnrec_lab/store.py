@@ -329,6 +329,8 @@ class Store:
         """Insert a run for ``config`` (a RunConfig) and return its id."""
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        from .config import expect_config
+        expect_config(config, "Store.add_run")
         now = time.time()
         with self._write() as con:
             cur = con.execute(

@@ -440,6 +440,8 @@ def test_python_api_names_what_it_expects(home):
     from gnnrec_lab.store import Store
     with pytest.raises(UserError, match="Runner.launch: config: expected a gnnrec_lab.RunConfig, got str"):
         Runner(Store(os.environ["GNNREC_LAB_HOME"]), pick_up=False).launch("ml-100k")
+    with pytest.raises(UserError, match="Store.add_run: config: expected a gnnrec_lab.RunConfig, got dict"):
+        Store(os.environ["GNNREC_LAB_HOME"]).add_run({"dataset": "ml-100k"})
 
 
 @pytest.mark.parametrize("cls", ["graph", "embeddings", "optimizer", "gradients", "activations",

@@ -409,3 +409,31 @@ def test_a_worker_that_hits_a_full_disk_records_it(tmp_path):
     assert status == "failed" and "disk is full" in error and code == 1
     status, error, _ = failure(OSError(28, "No space left on device", "/data/x.npy"))
     assert "disk is full" in error and "/data/x.npy" in error
+
+
+@pytest.mark.parametrize("field", ["config", "info", "result"])
+def test_dashboards_open_beside_a_damaged_row(tmp_path, monkeypatch, field):
+    """The dashboards' tables and pages read the same store: a damaged row leaves them working."""
+    pytest.importorskip("panel")
+    import panel as pn
+    from gnnrec_lab.dashboard.breakdown import BreakdownPage
+    from gnnrec_lab.dashboard.common import Lab
+    from gnnrec_lab.dashboard.compare import ComparePage, epoch_seconds, runs_table
+    from gnnrec_lab.dashboard.fake import fill_store
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    s = Store(tmp_path)
+    ids = fill_store(s, n_runs=3, steps=4, epochs=2)
+    with s._write() as con:
+        con.execute(f"UPDATE runs SET {field}=? WHERE id=?", ('{"broken', ids[1]))
+    runs = s.runs_frame()
+    assert set(runs.id) == set(ids)
+    runs_table(runs)
+    epoch_seconds(s, runs)
+    lab = Lab(store=s, runner=None)
+    for rid in ids:
+        page = BreakdownPage(lab)
+        page.run_id = rid
+        pn.panel(page.body())
+    compare = ComparePage(lab)
+    compare.table.selection = [0, 1, 2]
+    pn.panel(compare.overlays())
