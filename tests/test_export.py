@@ -36,6 +36,7 @@ def store(home, monkeypatch):
     return Store(home)
 
 
+@pytest.mark.slow      # MLflow creates its SQLite schema through its migrations: ~30 s on 2 cores
 def test_mlflow_export_read_back_through_mlflows_client(store, tmp_path, monkeypatch, capsys):
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
