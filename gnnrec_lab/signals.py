@@ -57,7 +57,8 @@ class StopSignals:
 
     def __exit__(self, *exc) -> None:
         for s, h in self._previous.items():
-            signal.signal(s, h)
+            # None: a handler installed outside Python, which cannot be put back; the default then
+            signal.signal(s, signal.SIG_DFL if h is None else h)
         self._previous.clear()
 
     @property
