@@ -892,3 +892,13 @@ def test_live_page_patches_its_plots_and_reads_the_last_evaluation(store):
     assert page.boxes[page.eval_pane].visible and list(page.eval_pane.object.renderers[0].data_source.data["m1"]) == [0.125]
     assert "test metrics" in page.test_md.object and "recall@20 **0.1100**" in page.test_md.object
     assert "users" not in page.test_md.object and "status** finished" in page.status_md.object
+
+
+def test_runs_show_says_the_times_are_measured_and_the_modeled_training_time(store, capsys):
+    """`runs show` printed "time  modeled" above seconds measured on DRAM."""
+    from gnnrec_lab.cli import main
+    mid = _finished_modeled_run(store, ratio=3.0)
+    assert main(["runs", "show", str(mid)]) == 0
+    out = capsys.readouterr().out
+    assert "time       modeled" not in out and "time       measured on this host (DRAM)" in out
+    assert "modeled    training 0.2 s on cxl_type3_ddr5_x8 (the 0.1 s measured here x 3.00)" in out

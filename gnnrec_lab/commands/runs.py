@@ -194,15 +194,23 @@ def _show(store, run_id: int, as_json: bool) -> int:
         print(f"  damaged    {why} (kept as it is; shown as missing below)")
     print(f"  status     {run['status']}" + ("  (cancel requested)" if run["cancel_requested"] and
                                             run["status"] == "running" else ""))
-    print(f"  time       {run['measured']}")
+    # the durations below are timed on this host even for a modeled memory mode (its kernels run on
+    # DRAM here): the 'modeled' lines say what they would be on the device
+    print("  time       measured on this host" + ("" if run["measured"] == "measured" else
+                                                 " (DRAM); modeled on the device: the 'modeled' lines"))
     print(f"  config     {cfg.get('dataset')} {cfg.get('model')} layers={cfg.get('layers')} dim={cfg.get('dim')} "
           f"batch={cfg.get('batch_size')}")
     from ..memory.tiermodel import mode_label
     print(f"  memory     {mode_label(cfg.get('memory_mode') or 'dram', cfg.get('device_profile'))}")
     modeled = (run.get("result") or {}).get("modeled") or {}
     if modeled.get("modeled_s_per_step") is not None:
+        from ..memory.tiermodel import modeled_ratio, modeled_seconds
         from ..train import modeled_line
         print(f"  modeled    {modeled_line(modeled)}")
+        train = modeled_seconds(run.get("train_s"), modeled_ratio(modeled))
+        if train is not None:
+            print(f"  modeled    training {_duration(train)} on {modeled.get('device')} (the "
+                  f"{_duration(run['train_s'])} measured here x {modeled_ratio(modeled):.2f})")
     if cfg.get("placement"):
         print(f"  placement  {cfg['placement']}")
     print(f"  created    {ts(run['created'])}")

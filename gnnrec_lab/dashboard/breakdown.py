@@ -191,7 +191,7 @@ class BreakdownPage(pn.viewable.Viewer):
         kp = kernel_phase_ms(kernels)
         bars = hv.Bars(kp, ["name", "phase"], "ms").opts(
             stacked=True, responsive=True, height=320, xrotation=30, tools=["hover"], cmap=phase_cmap(kp["phase"]),
-            ylabel="ms per step (measured)", title="Kernel time by phase (measured on DRAM)",
+            ylabel="ms per step (measured)", xlabel="kernel", title="Kernel time by phase (measured on DRAM)",
             legend_position="right")
         return pn.Row(hv_pane(bars), pn.pane.Bokeh(share_pie(kernel_shares(kernels))), sizing_mode="stretch_width")
 
@@ -201,7 +201,7 @@ class BreakdownPage(pn.viewable.Viewer):
         mp = modeled_kernel_phase_ms(step)
         return hv.Bars(mp, ["name", "phase"], "ms").opts(
             stacked=True, responsive=True, height=320, xrotation=30, tools=["hover"], hooks=[hatch_all("/")],
-            cmap=phase_cmap(mp["phase"]), ylabel="ms per step (modeled)",
+            cmap=phase_cmap(mp["phase"]), ylabel="ms per step (modeled)", xlabel="kernel",
             title=f"Kernel time by phase, modeled on {step['device']}", legend_position="right")
 
     def _modeled_kernel_section(self, run_id, rec: dict):
