@@ -143,7 +143,9 @@ def export_mlflow(store, run_ids: Iterable[int], tracking_uri: Optional[str] = N
                   experiment: str = EXPERIMENT) -> list[dict]:
     """Export stored runs to MLflow (``tracking_uri``, e.g. ``sqlite:///mlflow.db``; default:
     MLflow's own, ``$MLFLOW_TRACKING_URI``). Returns ``[{"run_id", "mlflow_run_id", "new"}]``;
-    a run exported before from the same store is found by its tags and not exported again."""
+    a run exported before from the same store is found by its tags and not exported again, unless
+    it was exported while it was still queued or running and has ended since (then the old copy
+    is deleted and the ended run exported)."""
     from mlflow.entities import Metric, Param, RunTag
 
     client_cls = _mlflow()
@@ -158,6 +160,10 @@ def export_mlflow(store, run_ids: Iterable[int], tracking_uri: Optional[str] = N
     for run in runs:
         found = client.search_runs([exp_id], filter_string=f"tags.`{TAG_RUN}` = '{run['id']}' and "
                                                            f"tags.`{TAG_STORE}` = '{store.path}'")
+        if found and found[0].info.status in ("RUNNING", "SCHEDULED") \
+                and MLFLOW_STATUS.get(run["status"]) not in ("RUNNING", "SCHEDULED"):
+            client.delete_run(found[0].info.run_id)   # exported while it ran: replaced by the finished run
+            found = []
         if found:
             out.append({"run_id": run["id"], "mlflow_run_id": found[0].info.run_id, "new": False})
             continue

@@ -85,6 +85,14 @@ def test_mlflow_export_read_back_through_mlflows_client(store, tmp_path, monkeyp
     rc, out, err = _cli(["runs", "export", 1, "--to", "mlflow", "--tracking-uri", uri], capsys)
     assert rc == 0 and "exported before" in out
     assert len(client.search_runs([exp.experiment_id])) == 2
+    # a run exported while it was running is replaced once it has ended
+    first = by_id["1"].info.run_id
+    client.update_run(first, status="RUNNING")
+    rc, out, err = _cli(["runs", "export", 1, "--to", "mlflow", "--tracking-uri", uri], capsys)
+    assert rc == 0 and "exported before" not in out, out
+    live = client.search_runs([exp.experiment_id])
+    assert len(live) == 2 and first not in {r.info.run_id for r in live}
+    assert {r.info.status for r in live} == {"FINISHED"}
 
 
 def test_tensorboard_export_scalars_and_hparams(store, tmp_path, capsys):
