@@ -2,11 +2,15 @@
 
 The run trains in its own process (the runner's worker); this page only reads
 the store. :meth:`LiveMonitor.poll` asks the store for steps after the last one
-seen and pushes them into ``hv.streams.Buffer`` s, which redraw the loss curve
-and the per-kernel stacked area without resending old points. A served page
-calls ``poll`` once a second (``pn.state.add_periodic_callback``), so a new
-step shows within about a second of the worker committing it; a notebook or a
-test calls it directly.
+seen and keeps them in ``hv.streams.Buffer`` s; :meth:`LivePage.refresh` then
+patches the page: header text only where it changed, the new points streamed into
+the Bokeh figures' ``ColumnDataSource`` s (the loss curve, the per-kernel stacked
+area), the validation curves replaced when an evaluation arrives. Nothing is
+rebuilt per poll, so a served page's one-second poll
+(``pn.state.add_periodic_callback``, :meth:`LivePage.tick`) shows a new step within
+about a second of the worker committing it; a notebook or a test calls ``tick``.
+Selecting another run empties every plot at once (they say "waiting for the first
+step" until it has one) and the header is the new run's from that moment.
 
 Reads per poll are proportional to what is new: the steps after the last one
 seen (``Store.latest_steps``) and those steps' kernel rows
