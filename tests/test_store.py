@@ -437,3 +437,57 @@ def test_dashboards_open_beside_a_damaged_row(tmp_path, monkeypatch, field):
     compare = ComparePage(lab)
     compare.table.selection = [0, 1, 2]
     pn.panel(compare.overlays())
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    """A 400 KiB tmpfs (needs the right to mount: root in a container); skipped elsewhere."""
+    d = tmp_path / "mnt"
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(d)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    yield d
+    subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def test_a_real_full_disk_and_read_only_mount(small_mount, monkeypatch, capsys):
+    """On a real full filesystem a write names the full disk and `runs` still lists; remounted
+    read-only, opening the store says read-only (not damaged, no advice to recover)."""
+    home = small_mount / "h"
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(home))
+    s = Store(home)
+    rid = s.add_run(RunConfig(dataset="ml-100k"), status="running")
+    s.set_fields(rid, pid=2**22 + 12345)   # a pid no process has: recover_dead will want to write
+    with pytest.raises(sqlite3.OperationalError) as e:
+        for i in range(200_000):
+            s.add_step(rid, i, 0, 0.5, 0.01, [rec("spmm", i, 100, 0)])
+    from gnnrec_lab.store import describe_store_error
+    assert "the disk is full" in describe_store_error(e.value, s.path)
+    s.close()
+    rc, out, err = _cli(["runs"], capsys)
+    assert rc == 0 and f"{rid} " in out and "disk is full" in err and "Traceback" not in err, err
+    # the same files seen through a read-only bind mount (the store's open files keep the first busy)
+    ro = small_mount.parent / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "--bind", str(small_mount), str(ro)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here")
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True).returncode:
+            pytest.skip("cannot remount read-only here")
+        # SQLite opens a WAL store read-only while its -shm file exists (here: the writer above still
+        # holds it), and refuses otherwise; either way a write or the refusal says read-only
+        try:
+            ro_store = Store(ro / "h")
+        except UserError as e:
+            assert "read-only" in str(e) and "damaged" not in str(e) and "recover" not in str(e)
+        else:
+            with pytest.raises(sqlite3.OperationalError) as e:
+                ro_store.add_run(RunConfig(dataset="ml-100k"))
+            assert "read-only" in describe_store_error(e.value, ro_store.path)
+            ro_store.close()
+        monkeypatch.setenv("GNNREC_LAB_HOME", str(ro / "h"))
+        rc, out, err = _cli(["runs"], capsys)
+        assert (rc == 0 and f"{rid} " in out) or (rc == 2 and "read-only" in err), (rc, err)
+        assert "damaged" not in err and "Traceback" not in err, err
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], capture_output=True)

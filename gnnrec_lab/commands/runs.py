@@ -251,21 +251,36 @@ def _show(store, run_id: int, as_json: bool) -> int:
     return 0
 
 
+def _recover(store) -> None:
+    """Mark runs whose worker vanished (so they do not show running forever); on a full disk that
+    write fails, and the listing goes on with a warning instead of failing with it."""
+    import sqlite3
+    from ..runner import recover_dead
+    from ..store import describe_store_error
+    try:
+        recover_dead(store)
+    except sqlite3.OperationalError as e:
+        why = describe_store_error(e, store.path)
+        if why is None:
+            raise
+        print(f"gnnrec-lab: warning: runs whose worker is gone are still shown as running: {why}", file=sys.stderr)
+
+
 def main(args) -> int:
-    from ..runner import Runner, recover_dead
+    from ..runner import Runner
     from ..store import Store
 
     store = Store()
     action = getattr(args, "action", None)
     if action is None:
-        recover_dead(store)  # so a vanished worker shows as failed, not running forever
+        _recover(store)
         return _list(store, args)
     if action == "export":
-        recover_dead(store)
+        _recover(store)
         return _export(store, args)
     store.get_run(args.id)  # unknown id -> UserError, one line
     if action == "show":
-        recover_dead(store)
+        _recover(store)
         return _show(store, args.id, args.show_json or args.json)
     if action == "cancel":
         status = Runner(store, pick_up=False).cancel(args.id, grace_s=args.grace)
