@@ -51,7 +51,10 @@ class StopSignals:
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
             for s in SIGNAL_STATUS:
-                self._previous[s] = signal.getsignal(s)
+                previous = signal.getsignal(s)
+                if previous is signal.SIG_IGN:   # ignored on purpose (nohup, a background job): keep it so
+                    continue
+                self._previous[s] = previous
                 signal.signal(s, self._handle)
         return self
 

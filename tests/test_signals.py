@@ -182,3 +182,15 @@ def test_runs_cancel_with_a_short_grace_is_cancelled_not_failed(tmp_path):
     run_ = store.get_run(rid)
     assert run_["status"] == "cancelled" and "SystemError" not in (run_["error"] or "")
     assert "Traceback" not in (run_["stderr_tail"] or "")
+
+
+def test_an_ignored_signal_stays_ignored():
+    """nohup and background jobs ignore SIGINT on purpose: a run keeps it ignored."""
+    from gnnrec_lab.signals import StopSignals
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with StopSignals():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
