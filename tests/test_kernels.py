@@ -83,6 +83,12 @@ def test_power_law_hub_rows_match_reference(backend):
         torch.testing.assert_close(kernels.spmm(adj, x).double(), _dense(adj) @ x.double(), atol=1e-5, rtol=1e-5)
 
 
+def test_work_chunk_count_keeps_chunks_above_the_minimum_and_one_per_thread():
+    assert native.work_chunk_count(10**9, 2) == 2 * native.WORK_CHUNKS_PER_THREAD
+    assert native.work_chunk_count(10 * native.MIN_CHUNK_NNZ, 2) == 10
+    assert native.work_chunk_count(5, 4) == 4
+
+
 def test_row_chunks_balance_nonzeros():
     indptr = np.array([0, 100, 101, 102, 103, 104, 105, 106, 107, 108], dtype=np.int64)  # row 0 is a hub
     b = native.row_chunks(indptr, 4)
@@ -649,6 +655,7 @@ def test_dynamic_chunks_on_a_skewed_graph_repeat_bit_for_bit_whatever_the_chunks
         W = _dense(adj)
         torch.testing.assert_close(ref[0].double(), W @ x.double(), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(ref[1].double(), (u[rows] * x[cols]).sum(1).double(), atol=1e-5, rtol=1e-5)
+        monkeypatch.setattr(native, "MIN_CHUNK_NNZ", 1)   # the small graph still gets many chunks
         settings = [(1, native.threads()), (64, native.threads()), (64, 1), (1000, 1)]
         prev = native.WORK_CHUNKS_PER_THREAD
         try:

@@ -76,7 +76,7 @@ class NativeBackend(Backend):
         aux, th = _aux(adj), nk.threads()
         b = aux.get(("bounds", th))
         if b is None:
-            b = aux[("bounds", th)] = nk.row_chunks(adj.indptr, nk.WORK_CHUNKS_PER_THREAD * th)
+            b = aux[("bounds", th)] = nk.row_chunks(adj.indptr, nk.work_chunk_count(adj.nnz, th))
         return b
 
     @staticmethod
@@ -101,7 +101,7 @@ class NativeBackend(Backend):
             np.cumsum(counts, out=t_indptr[1:])
             rows = adj.row_ids()[perm].astype(adj.indices.dtype, copy=False)
             pdt = np.int32 if adj.nnz < 2**31 - 1 else np.int64
-            b = nk.row_chunks(t_indptr, nk.WORK_CHUNKS_PER_THREAD * nk.threads())
+            b = nk.row_chunks(t_indptr, nk.work_chunk_count(adj.nnz, nk.threads()))
             t = aux["tstruct"] = (t_indptr, np.ascontiguousarray(rows), perm.astype(pdt), b)
         return t
 
@@ -169,7 +169,8 @@ class NativeBackend(Backend):
         key = ("colblocks", tag, nb, nk.threads())
         lay = aux.get(key)
         if lay is None:
-            lay = aux[key] = nk.col_blocks(indptr, indices, n_cols, nb, nk.WORK_CHUNKS_PER_THREAD * nk.threads())
+            lay = aux[key] = nk.col_blocks(indptr, indices, n_cols, nb,
+                                                 nk.work_chunk_count(len(indices) // nb, nk.threads()))
         return lay
 
     def spmm_edge(self, adj, m):
