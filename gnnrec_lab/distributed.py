@@ -97,6 +97,10 @@ class DistSpec:
     master_port: int = 0
     ip_config: str = ""
     isolate: bool = True            # private /dev/shm per machine (off only to show the corruption)
+    cluster: str = "local"          # "local": every machine a process group on 127.0.0.1; "emulated": netns
+    cores_per_machine: int = 1      # emulated cluster: cores each machine (server + trainer) is pinned to
+    link_gbit: float = 10.0         # emulated cluster: tbf rate of each link, Gbit/s (0: unshaped)
+    timeout_s: float = 3600.0       # the launcher stops every machine after this long
     ngcf_form: str = "edge"
 
     def path(self, name: str) -> Path:
@@ -174,17 +178,18 @@ def _env(spec: DistSpec, index: int, role: str) -> dict:
 
 
 # -- the launcher (CLI process) ------------------------------------------------------------------
-def launch(spec: DistSpec, timeout_s: float = 3600.0) -> list[dict]:
-    """Start every machine (server + trainer in a private mount namespace) and wait for the
-    trainers; returns each trainer's report (``trainer<i>.json``). Raises RuntimeError with the
-    failing process's log tail when one fails."""
+def launch(spec: DistSpec, timeout_s: Optional[float] = None, cluster=None) -> list[dict]:
+    """Start every machine (server + trainer in a private mount namespace; in ``cluster``'s
+    network namespace on its cores when given) and wait for the trainers; returns each trainer's
+    report (``trainer<i>.json``). Raises RuntimeError with the failing process's log tail when one
+    fails; the machines are stopped however this returns (also on KeyboardInterrupt/SystemExit)."""
     if spec.isolate and shutil.which("unshare") is None:
         raise UserError("distributed: `unshare` (util-linux) is needed to give each machine a private /dev/shm")
     if spec.isolate and os.geteuid() != 0:
         raise UserError("distributed: a private /dev/shm per machine needs root (unshare -m + mount)")
     shm_before = _shm_names()
     try:
-        return _launch(spec, timeout_s)
+        return _launch(spec, spec.timeout_s if timeout_s is None else timeout_s, cluster)
     finally:
         if not spec.isolate:   # servers killed on a shared /dev/shm leave their segments there
             for name in _shm_names() - shm_before:
@@ -215,21 +220,27 @@ def _is_local(host: str) -> bool:
         return False
 
 
-def _launch(spec: DistSpec, timeout_s: float) -> list[dict]:
-    """Start the machines whose ip_config host is this one; the others must be started on their
-    hosts (``python -m gnnrec_lab.distributed machine SPEC I``, the work folder shared at the same
-    path); done when every local machine exited 0 and every trainer's report is there."""
+def _launch(spec: DistSpec, timeout_s: float, cluster=None) -> list[dict]:
+    """Start the machines whose ip_config host is this one (every one of an emulated ``cluster``);
+    the others must be started on their hosts (``python -m gnnrec_lab.distributed machine SPEC I``,
+    the work folder shared at the same path); done when every local machine exited 0 and every
+    trainer's report is there."""
     procs: dict = {}
     for i, host in enumerate(ip_hosts(spec)):
-        if not _is_local(host):
+        if cluster is None and not _is_local(host):
             print(f"machine {i} is {host}: start it there with `python -m gnnrec_lab.distributed machine "
                   f"{spec.path('spec.json')} {i}`", file=sys.stderr)
             continue
         cmd = [sys.executable, "-m", "gnnrec_lab.distributed", "machine", str(spec.path("spec.json")), str(i)]
         if spec.isolate:
             cmd = ["unshare", "-m", "--propagation", "private", "--"] + cmd
+        env = None
+        if cluster is not None:   # exactly a real host's command, in the machine's netns on its cores
+            cmd = cluster.command(i, cmd)
+            env = {**os.environ, **cluster.env(i)}
         log = open(spec.path(f"machine{i}.log"), "wb")
-        procs[i] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log)
+        procs[i] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env),
+                    log)
     remote = [i for i in range(spec.partitions) if i not in procs]
     deadline = time.monotonic() + timeout_s
     failed = None
@@ -246,16 +257,21 @@ def _launch(spec: DistSpec, timeout_s: float) -> list[dict]:
                 failed = -1
                 break
             time.sleep(0.2)
+    except BaseException:       # Ctrl-C, SIGTERM (SystemExit): stop the machines before leaving
+        failed = -2
+        raise
     finally:
         if failed is not None:
             for p, _ in procs.values():
                 if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGTERM)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(p.pid, signal.SIGTERM)
             for p, _ in procs.values():
                 try:
                     p.wait(10)
                 except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
         for _, log in procs.values():
             log.close()
@@ -390,8 +406,12 @@ def _trainer(spec_path: str, index: int) -> int:
     import torch.distributed as tdist
     from dgl.distributed import rpc_client
     t_start = time.perf_counter()
-    # every server is 127.0.0.1 here: DGL would take each trainer for machine 0
-    rpc_client.get_local_machine_id = lambda _namebook: index
+    hosts = ip_hosts(spec)
+    if len(set(hosts)) < len(hosts):
+        # machines share an address (every one 127.0.0.1 on --cluster local): DGL finds its machine
+        # by matching its own addresses against ip_config and would take each trainer for machine 0.
+        # With one host per machine (real hosts, the emulated cluster) DGL's own lookup is used.
+        rpc_client.get_local_machine_id = lambda _namebook: index
     dgl.distributed.initialize(spec.ip_config)
     tdist.init_process_group("gloo")
     g = dgl.distributed.DistGraph(spec.graph_name)
@@ -703,20 +723,39 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
              f"(measured); nodes per partition {part['nodes_per_partition']}")
     ports = _free_ports(spec.partitions + 1)
     spec.ports, spec.master_port = ports[:-1], ports[-1]
-    if not spec.ip_config:
-        spec.ip_config = str(spec.path("ip_config.txt"))
-        Path(spec.ip_config).write_text("".join(f"127.0.0.1 {p}\n" for p in spec.ports))
-    spec.save()
-    info = {"engine": ENGINE, "partitions": spec.partitions, "fanouts": list(spec.fanouts), **part,
-            "isolated_shm": spec.isolate, "ip_config": Path(spec.ip_config).read_text().splitlines()}
-    if store is not None:
-        from .proc import host_info
-        store.record_start(spec.run_id, {"host": host_info(), "engine": ENGINE, "distributed": info,
-                                         "dataset": {"users": dataset.n_users, "items": dataset.n_items,
-                                                     "train": int(len(dataset.train))}})
-    t0 = time.perf_counter()
-    reports = launch(spec)
-    wall = time.perf_counter() - t0
+    with contextlib.ExitStack() as stack:
+        cluster = None
+        if spec.cluster == "emulated":
+            from .cluster import EmulatedCluster
+            cluster = stack.enter_context(EmulatedCluster(spec.partitions, spec.cores_per_machine, spec.link_gbit))
+            spec.ip_config = str(spec.path("ip_config.txt"))
+            Path(spec.ip_config).write_text(cluster.ip_config())
+            progress(f"emulated cluster {cluster.prefix}: " + ", ".join(
+                f"machine {m.index} {m.address} cores {m.cores}" for m in cluster.machines)
+                + (f", links {spec.link_gbit:g} Gbit/s (tbf)" if spec.link_gbit > 0 else ", links unshaped"))
+        elif not spec.ip_config:
+            spec.ip_config = str(spec.path("ip_config.txt"))
+            Path(spec.ip_config).write_text("".join(f"127.0.0.1 {p}\n" for p in spec.ports))
+        spec.save()
+        info = {"engine": ENGINE, "partitions": spec.partitions, "fanouts": list(spec.fanouts), **part,
+                "isolated_shm": spec.isolate, "ip_config": Path(spec.ip_config).read_text().splitlines(),
+                "cluster": cluster.describe() if cluster is not None else
+                {"kind": "local" if all(_is_local(h) for h in ip_hosts(spec)) else "hosts",
+                 "machines": [{"index": i, "address": h} for i, h in enumerate(ip_hosts(spec))]}}
+        if store is not None:
+            from .proc import host_info
+            store.record_start(spec.run_id, {"host": host_info(), "engine": ENGINE, "distributed": info,
+                                             "dataset": {"users": dataset.n_users, "items": dataset.n_items,
+                                                         "train": int(len(dataset.train))}})
+        t0 = time.perf_counter()
+        before = cluster.link_bytes() if cluster is not None else None
+        reports = launch(spec, cluster=cluster)
+        wall = time.perf_counter() - t0
+        links = None
+        if cluster is not None:   # read before the teardown deletes the interfaces
+            links = [{"machine": a["machine"], "address": cluster.machines[a["machine"]].address,
+                      "tx_bytes": _delta(a["tx_bytes"], b["tx_bytes"]), "rx_bytes": _delta(a["rx_bytes"], b["rx_bytes"])}
+                     for a, b in zip(before, cluster.link_bytes())]
     r0 = reports[0]
     summary = summarize(reports)
     result = {
@@ -731,11 +770,18 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
                         "trainer_peak_rss_bytes": [r.get("peak_rss_bytes") for r in reports],
                         "row_check": [r["check"] for r in reports],
                         "steps_per_epoch": r0["steps_per_epoch"], "per_trainer_batch": r0["per_trainer_batch"],
-                        "local_interactions": [r["local_interactions"] for r in reports]},
+                        "local_interactions": [r["local_interactions"] for r in reports],
+                        "cluster": {**info["cluster"], "link_bytes": links,
+                                    "link_bytes_kind": None if links is None else
+                                    "measured (each machine's interface counters over the run)"}},
     }
     if store is not None:
         store.record_result(spec.run_id, result)
     return result
+
+
+def _delta(before, after):
+    return None if before is None or after is None else after - before
 
 
 def _main(argv) -> int:

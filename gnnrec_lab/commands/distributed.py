@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..bounds import integer
+from ..bounds import integer, number
 from .common import add_field_argument, bounded, field_type
 
 
 MAX_PARTITIONS = 64   # simulated machines on one host
+
+
+class _Stopped(BaseException):
+    """The run was stopped from outside (SIGTERM, Ctrl-C); ``code`` is the exit status."""
+
+    def __init__(self, msg: str, code: int):
+        super().__init__(msg)
+        self.code = code
 
 
 def register(sub):
@@ -47,6 +56,17 @@ def register(sub):
     p.add_argument("--ip-config", default=None,
                    help="file with one 'HOST PORT' line per machine, for real machines (default: every machine on "
                         "127.0.0.1, one port each)")
+    p.add_argument("--cluster", default="local", choices=("local", "emulated"),
+                   help="local: every machine a process group on 127.0.0.1 sharing this host's cores; emulated: "
+                        "every machine a network namespace with its own address, C cores and a shaped link, "
+                        "started as on real hosts (root; default: %(default)s)")
+    p.add_argument("--cores-per-machine", type=bounded(integer, "--cores-per-machine", 1, 4096), default=1,
+                   help="emulated cluster: cores each machine's server and trainer are pinned to (default: %(default)s)")
+    p.add_argument("--link-gbit", type=bounded(number, "--link-gbit", 0, 10000), default=10.0,
+                   help="emulated cluster: each link's rate in Gbit/s (tc tbf), 0 leaves links unshaped "
+                        "(default: %(default)s)")
+    p.add_argument("--timeout", type=bounded(number, "--timeout", 1, 7 * 86400), default=3600.0,
+                   help="seconds after which every machine is stopped and the run fails (default: %(default)s)")
     p.add_argument("--keep-partitions", action="store_true", help="keep the partition files in the run folder")
     p.add_argument("--shared-shm", action="store_true",
                    help="do NOT give each machine a private /dev/shm (shows the silent corruption; the row "
@@ -79,6 +99,13 @@ def _check(args):
                 raise UserError(f"--ip-config: {args.ip_config}, line {n}: expected 'HOST PORT', got {' '.join(ln)!r}")
         if len(lines) != args.partitions:
             raise UserError(f"--ip-config: {len(lines)} machines listed, --partitions is {args.partitions}")
+    if args.cluster == "emulated":
+        if args.ip_config is not None:
+            raise UserError("--ip-config: not with --cluster emulated, which makes its own (one address per machine)")
+        if args.shared_shm:
+            raise UserError("--shared-shm: only with --cluster local")
+        from ..cluster import check_possible
+        check_possible(args.partitions, args.cores_per_machine, args.link_gbit)
 
 
 def main(args) -> int:
@@ -105,18 +132,26 @@ def main(args) -> int:
                       lr=args.lr, l2=args.l2, seed=args.seed, eval_every=args.eval_every, eval_users=args.eval_users,
                       target_recall=args.target_recall, max_steps_per_epoch=args.max_steps_per_epoch,
                       data_dir=None, run_id=run_id, home=str(store.home), ip_config=args.ip_config or "",
-                      isolate=not args.shared_shm)
+                      isolate=not args.shared_shm, cluster=args.cluster, cores_per_machine=args.cores_per_machine,
+                      link_gbit=args.link_gbit, timeout_s=args.timeout)
     say = (lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr))
+
+    def terminated(signum, _frame):   # unwinds like Ctrl-C, so machines and namespaces are removed
+        raise _Stopped(f"stopped by signal {signal.Signals(signum).name}", 128 + signum)
+    old_term = signal.signal(signal.SIGTERM, terminated)
     try:
         result = D.run(spec, dataset, method=args.part_method, store=store, config=config, progress=say)
     except BaseException as e:
-        msg = str(e) if isinstance(e, (RuntimeError, UserError)) else f"{type(e).__name__}: {e}"
+        if isinstance(e, KeyboardInterrupt):
+            e = _Stopped("interrupted (Ctrl-C)", 130)
+        msg = str(e) if isinstance(e, (RuntimeError, UserError, _Stopped)) else f"{type(e).__name__}: {e}"
         store.set_status(run_id, "failed", error=msg[-4000:])
-        if isinstance(e, (RuntimeError, UserError)):
+        if isinstance(e, (RuntimeError, UserError, _Stopped)):
             print(f"gnnrec-lab: error: run {run_id}: {msg}", file=sys.stderr)
-            return 1
+            return e.code if isinstance(e, _Stopped) else 1
         raise
     finally:
+        signal.signal(signal.SIGTERM, old_term)
         if not args.keep_partitions:
             shutil.rmtree(workdir / "parts", ignore_errors=True)
             (workdir / "best_emb.npy").unlink(missing_ok=True)
