@@ -420,7 +420,8 @@ def _trainer(spec_path: str, index: int) -> int:
     new_of_orig[orig_nids] = np.arange(orig_nids.shape[0])
     startup_s = time.perf_counter() - t_start
     check = check_rows(g, orig_nids)
-    report = {"index": index, "startup_seconds": startup_s, "check": check}
+    report = {"index": index, "startup_seconds": startup_s, "check": check,
+              "cores": sorted(os.sched_getaffinity(0)), "gloo_interface": os.environ.get("GLOO_SOCKET_IFNAME")}
     wrong = torch.tensor([check["rows_wrong"]], dtype=torch.int64)
     tdist.all_reduce(wrong)            # every trainer stops when any saw wrong rows
     if int(wrong):
@@ -509,6 +510,7 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
 
     it = triples()
     for epoch in range(spec.epochs):
+        print(f"trainer {index}: epoch {epoch + 1} of {spec.epochs}", flush=True)   # progress, in its log
         t_epoch = time.perf_counter()
         loss_sum = 0.0
         for _ in range(steps):
@@ -769,6 +771,8 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
                         "startup_seconds": [r["startup_seconds"] for r in reports],
                         "trainer_peak_rss_bytes": [r.get("peak_rss_bytes") for r in reports],
                         "row_check": [r["check"] for r in reports],
+                        "trainer_cores": [r.get("cores") for r in reports],
+                        "trainer_gloo_interface": [r.get("gloo_interface") for r in reports],
                         "steps_per_epoch": r0["steps_per_epoch"], "per_trainer_batch": r0["per_trainer_batch"],
                         "local_interactions": [r["local_interactions"] for r in reports],
                         "cluster": {**info["cluster"], "link_bytes": links,

@@ -5,6 +5,7 @@ machines share one /dev/shm is caught by that row check instead of training on w
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -114,3 +115,167 @@ def test_ip_config_hosts_and_which_machines_start_here(tmp_path):
     env = _env(spec, 1, "client")
     assert env["MASTER_ADDR"] == "192.0.2.5" and env["RANK"] == "1" and env["DGL_ROLE"] == "client"
     assert env["DGL_NUM_CLIENT"] == "2" and env["DGL_DIST_MODE"] == "distributed"
+
+
+# -- the emulated cluster (--cluster emulated): one network namespace per machine ----------------
+needs_netns = pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0 or shutil.which("ip") is None
+                                 or shutil.which("tc") is None or shutil.which("taskset") is None
+                                 or len(os.sched_getaffinity(0)) < 2,
+                                 reason="an emulated cluster needs root, ip, tc, taskset and 2 cores")
+
+
+def _our_namespaces():
+    from gnnrec_lab.cluster import namespaces
+    return set(namespaces())
+
+
+def test_emulated_cluster_refuses_more_cores_than_the_host_has():
+    n = len(os.sched_getaffinity(0))
+    p = _cli("--dataset", "synth-tiny", "--cluster", "emulated", "--partitions", "2", "--cores-per-machine", str(n))
+    if os.geteuid() != 0:
+        assert p.returncode == 2 and "needs root" in p.stderr
+        return
+    assert p.returncode == 2, p.stderr
+    assert "--cores-per-machine" in p.stderr and f"this host has {n}" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--ip-config", __file__], "--ip-config: not with --cluster emulated"),
+    (["--shared-shm"], "--shared-shm: only with --cluster local"),
+    (["--link-gbit", "-1"], "--link-gbit"),
+    (["--cores-per-machine", "0"], "--cores-per-machine"),
+])
+def test_emulated_cluster_bad_combinations_exit_2(args, needle):
+    p = _cli("--dataset", "synth-tiny", "--cluster", "emulated", "--partitions", "1", *args)
+    assert p.returncode == 2, p.stderr
+    assert needle in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0, reason="runs as root to reach the tool check")
+def test_emulated_cluster_refuses_without_ip_on_path(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path)}    # an empty folder: no ip, tc or taskset
+    p = subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", "distributed", "--dataset", "synth-tiny",
+                        "--cluster", "emulated", "--partitions", "1"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 2 and "`ip` (iproute2) is not on PATH" in p.stderr, p.stderr
+
+
+def test_emulated_cluster_refuses_when_not_root(monkeypatch):
+    from gnnrec_lab import cluster
+    from gnnrec_lab.errors import UserError
+    monkeypatch.setattr(cluster.os, "geteuid", lambda: 1000)
+    with pytest.raises(UserError, match="needs root"):
+        cluster.check_possible(1, 1, 10)
+
+
+@needs_netns
+def test_emulated_cluster_links_machines_and_leaves_no_trace():
+    """Two namespaces reach each other over the bridge, nothing appears on the host's own
+    interfaces, and every namespace is gone after the block (also when it raises)."""
+    from gnnrec_lab.cluster import EmulatedCluster
+    host_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    with pytest.raises(ZeroDivisionError):
+        with EmulatedCluster(2, 1, 1) as c:
+            names = {m.namespace for m in c.machines} | {c.bridge_ns}
+            assert names <= _our_namespaces()
+            assert subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout == host_links
+            srv = subprocess.Popen(c.command(1, [sys.executable, "-c",
+                                   "import socket; s=socket.socket(); s.bind(('10.251.0.2', 30050)); s.listen(1); "
+                                   "c, _ = s.accept(); n = 0\nwhile True:\n d = c.recv(1 << 16)\n n += len(d)\n"
+                                   " if not d: break\nprint(n)"]), stdout=subprocess.PIPE, text=True)
+            cli = subprocess.run(c.command(0, [sys.executable, "-c",
+                                 "import socket, time\nfor _ in range(50):\n try:\n  s = socket.create_connection(("
+                                 "'10.251.0.2', 30050)); break\n except OSError: time.sleep(0.1)\n"
+                                 "s.sendall(b'x' * 2_000_000); s.close()"]), timeout=60)
+            assert cli.returncode == 0 and int(srv.communicate(timeout=60)[0]) == 2_000_000
+            sent = c.link_bytes()
+            assert sent[0]["tx_bytes"] >= 2_000_000 and sent[1]["rx_bytes"] >= 2_000_000
+            1 / 0
+    assert not (names & _our_namespaces())
+
+
+@needs_dgl
+@needs_netns
+def test_emulated_two_machine_cluster_done_when_command():
+    before = _our_namespaces()
+    p = subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", "distributed", "--cluster", "emulated",
+                        "--partitions", "2", "--cores-per-machine", "1", "--link-gbit", "10", "--dataset", "synth-tiny",
+                        "--layers", "2", "--epochs", "1", "--json"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    r = json.loads(p.stdout)
+    d = r["distributed"]
+    c = d["cluster"]
+    addrs = [m["address"] for m in c["machines"]]
+    assert c["kind"] == "emulated" and len(set(addrs)) == 2
+    assert not any(a.startswith("127.") for a in addrs)
+    assert [c["rows_checked"] for c in d["row_check"]] == [700, 700]
+    assert [c["rows_wrong"] for c in d["row_check"]] == [0, 0]
+    # each trainer ran on its machine's cores only, gloo on its machine's interface
+    assert d["trainer_cores"] == [m["cores"] for m in c["machines"]]
+    assert not set(d["trainer_cores"][0]) & set(d["trainer_cores"][1])
+    assert d["trainer_gloo_interface"] == [m["interface"] for m in c["machines"]]
+    # every byte between the machines crossed their links; more than the rows the lab counts
+    lb = c["link_bytes"]
+    assert all(x["tx_bytes"] > 0 and x["rx_bytes"] > 0 for x in lb)
+    assert sum(x["tx_bytes"] for x in lb) >= d["bytes_between_partitions"]["total"] / 2
+    assert all(m["link_gbit"] == 10 for m in c["machines"])
+    run = Store().get_run(r["run_id"])
+    assert run["info"]["distributed"]["cluster"]["kind"] == "emulated"
+    assert _our_namespaces() <= before
+
+
+def _procs_mentioning(text: str) -> list:
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmd:
+                out.append((pid, cmd.replace("\0", " ")))
+    return out
+
+
+@needs_dgl
+@needs_netns
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_emulated_cluster_stopped_half_way_leaves_nothing(sig):
+    import time
+    runs = Store().home / "runs"
+    before_ns, before_runs = _our_namespaces(), set(os.listdir(runs)) if runs.is_dir() else set()
+    p = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.cli", "distributed", "--cluster", "emulated",
+                          "--partitions", "2", "--cores-per-machine", "1", "--link-gbit", "1", "--dataset", "synth-tiny",
+                          "--layers", "2", "--dim", "16", "--batch-size", "256", "--epochs", "50"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        workdir = None
+        # until both trainers are in the training loop (their logs say so; the store is not polled
+        # here so the test reads nothing the run is writing)
+        while time.monotonic() < deadline and p.poll() is None:
+            new = set(os.listdir(runs)) - before_runs if runs.is_dir() else set()
+            if new:
+                workdir = runs / max(new, key=int) / "distdgl"
+                logs = [workdir / f"trainer{i}.log" for i in (0, 1)]
+                if all(f.exists() and "epoch 1 of 50" in f.read_text(errors="replace") for f in logs):
+                    break
+            time.sleep(0.5)
+        assert p.poll() is None and workdir is not None, "the run did not get to training"
+        assert _our_namespaces() - before_ns
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:     # the test failed before the signal: leave the host clean anyway
+            p.kill()
+            p.wait()
+            from gnnrec_lab.cluster import EmulatedCluster
+            left = EmulatedCluster(2, 1, 1)
+            left.created = sorted(_our_namespaces() - before_ns)
+            left.teardown()
+    assert p.returncode == (130 if sig == signal.SIGINT else 128 + signal.SIGTERM), err[-3000:]
+    assert "Traceback" not in err
+    assert _our_namespaces() <= before_ns
+    assert _procs_mentioning(str(workdir)) == []
+    run = Store().get_run(int(workdir.parent.name))
+    assert run["status"] == "failed" and ("SIGTERM" in run["error"] or "Ctrl-C" in run["error"])

@@ -89,6 +89,13 @@ def _check(args):
         raise UserError(f"--fanouts: needs one fan-out per layer ({args.layers}), got {len(args.fanouts)}")
     if args.batch_size < args.partitions:
         raise UserError(f"--batch-size: must be at least --partitions ({args.partitions}), got {args.batch_size}")
+    if args.cluster == "emulated":
+        if args.ip_config is not None:
+            raise UserError("--ip-config: not with --cluster emulated, which makes its own (one address per machine)")
+        if args.shared_shm:
+            raise UserError("--shared-shm: only with --cluster local")
+        from ..cluster import check_possible
+        check_possible(args.partitions, args.cores_per_machine, args.link_gbit)
     if args.ip_config is not None:
         path = Path(args.ip_config)
         if not path.is_file():
@@ -99,13 +106,6 @@ def _check(args):
                 raise UserError(f"--ip-config: {args.ip_config}, line {n}: expected 'HOST PORT', got {' '.join(ln)!r}")
         if len(lines) != args.partitions:
             raise UserError(f"--ip-config: {len(lines)} machines listed, --partitions is {args.partitions}")
-    if args.cluster == "emulated":
-        if args.ip_config is not None:
-            raise UserError("--ip-config: not with --cluster emulated, which makes its own (one address per machine)")
-        if args.shared_shm:
-            raise UserError("--shared-shm: only with --cluster local")
-        from ..cluster import check_possible
-        check_possible(args.partitions, args.cores_per_machine, args.link_gbit)
 
 
 def main(args) -> int:
