@@ -56,6 +56,7 @@ GRAPH_PREFIX = "gnnrec"
 PHASES = ("sampling", "remote_fetch", "compute", "grad_sync")
 SHM_SIZE = "4g"                 # the tmpfs each machine's /dev/shm gets (allocated on use only)
 START_TIMEOUT_S = 120.0
+PRIVATE_SHM_ENV = "GNNREC_LAB_PRIVATE_SHM"   # set by the launcher on machines it put in `unshare -m`
 
 
 def dgl_available() -> bool:
@@ -228,16 +229,19 @@ def _launch(spec: DistSpec, timeout_s: float, cluster=None) -> list[dict]:
     procs: dict = {}
     for i, host in enumerate(ip_hosts(spec)):
         if cluster is None and not _is_local(host):
-            print(f"machine {i} is {host}: start it there with `python -m gnnrec_lab.distributed machine "
-                  f"{spec.path('spec.json')} {i}`", file=sys.stderr)
+            print(f"machine {i} is {host}: start it there with `GLOO_SOCKET_IFNAME=<its interface on "
+                  f"{host}'s network> taskset -c <its cores> .venv-dgl/bin/python -m gnnrec_lab.distributed machine "
+                  f"{spec.path('spec.json')} {i}` (docs/dgl.md)", file=sys.stderr)
             continue
         cmd = [sys.executable, "-m", "gnnrec_lab.distributed", "machine", str(spec.path("spec.json")), str(i)]
         if spec.isolate:
             cmd = ["unshare", "-m", "--propagation", "private", "--"] + cmd
-        env = None
+        # the machine mounts its own /dev/shm only when it is sure to be in a mount namespace of its
+        # own; a machine started by hand on a real host has the host's /dev/shm to itself already
+        env = {**os.environ, PRIVATE_SHM_ENV: "1"} if spec.isolate else dict(os.environ)
         if cluster is not None:   # exactly a real host's command, in the machine's netns on its cores
             cmd = cluster.command(i, cmd)
-            env = {**os.environ, **cluster.env(i)}
+            env.update(cluster.env(i))
         log = open(spec.path(f"machine{i}.log"), "wb")
         procs[i] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env),
                     log)
@@ -292,7 +296,7 @@ def _tail(path: Path, n: int = 3000) -> str:
 # -- one machine: server + trainer ---------------------------------------------------------------
 def machine_main(spec_path: str, index: int) -> int:
     spec = DistSpec.load(spec_path)
-    if spec.isolate:
+    if spec.isolate and os.environ.get(PRIVATE_SHM_ENV) == "1":
         # a private tmpfs on /dev/shm: this machine's server and trainer share it, no other does
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SHM_SIZE}", "tmpfs", "/dev/shm"], check=True)
     logs = []
