@@ -212,6 +212,10 @@ def install_guard(tornado_app, guard: RequestGuard) -> None:
 
     tornado_app.find_handler = find_handler
     tornado_app.settings["log_function"] = log_request
+    # the handlers' own warnings ("403 GET /components/...?token=...: Requested resource type not
+    # valid") name the request the same way: path, not URI
+    tornado.web.RequestHandler._request_summary = (
+        lambda self: f"{self.request.method} {self.request.path} ({self.request.remote_ip})")
 
 
 def log_request(handler) -> None:
