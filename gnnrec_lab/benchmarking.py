@@ -334,6 +334,10 @@ def machine_line(host: dict) -> str:
 def summary(results: list[Result]) -> list[str]:
     """The headline ratios (reported, not asserted): per graph at D=64 if present."""
     lines = []
+    n_ant = max((r.antagonists for r in results), default=0)
+    if n_ant:
+        lines.append(f"every row measured with {n_ant} CPU-bound antagonist process{'es' if n_ant > 1 else ''} "
+                     f"beside it (load {min(r.load_avg for r in results):.1f}..{max(r.load_avg for r in results):.1f})")
     by = {(r.graph, r.dim, r.kernel, r.phase, r.backend): r for r in results}
     for (graph, dim, kernel, phase, backend), r in sorted(by.items()):
         if backend != "native" or phase != "forward":

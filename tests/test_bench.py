@@ -89,4 +89,5 @@ def test_bench_kernels_rows_and_header_say_how_many_antagonists_ran(capsys, monk
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "antagonists: 1 CPU-bound process running beside every timed kernel" in out
+    assert "every row measured with 1 CPU-bound antagonist process beside it" in out.split("summary")[1]
     assert started == [1, 1]
