@@ -87,7 +87,7 @@ lab: data
 test: install browser
 	$(VENV)/bin/python -m pytest -q -ra $(PYTEST_ARGS)
 
-bench: install
+bench: install $(RECBOLE_VENV)/.installed
 	$(PY) benchmarks/run_all.py
 
 clean:

@@ -22,6 +22,7 @@ PLAN = [
     ("bench_framework_overhead.py", []),
     ("bench_vs_pyg.py", ["--epochs", "50"]),
     ("bench_accuracy.py", []),
+    ("bench_eval.py", []),   # needs the RecBole lane (`make recbole`; `make bench` builds it)
     ("bench_cache.py", []),
     ("bench_cached_tier.py", []),
     ("bench_footprint.py", []),
