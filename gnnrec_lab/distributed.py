@@ -88,6 +88,7 @@ class DistSpec:
     l2: float = 1e-4
     seed: int = 2020
     eval_every: int = 1
+    patience: int = 0               # epochs without a new best validation Recall@20 before stopping (0: never)
     eval_users: Optional[int] = None
     target_recall: Optional[float] = None
     max_steps_per_epoch: Optional[int] = None
@@ -505,6 +506,9 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
     batches = []          # per mini-batch: phase seconds, total, counts
     history, epoch_seconds = [], []
     best, best_epoch, t_target = {}, -1, None
+    # train.py's early stopping and best-epoch rule (ties are not a new best); trainer 0 decides
+    from .train import EarlyStopping
+    stopper = EarlyStopping(spec.patience)
     t_train = 0.0
     step = 0
 
@@ -513,8 +517,10 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
             yield from bpr_batches(local, per_batch, rng)
 
     it = triples()
-    for epoch in range(spec.epochs):
-        print(f"trainer {index}: epoch {epoch + 1} of {spec.epochs}", flush=True)   # progress, in its log
+    # epochs and steps counted from 1, as train.py counts them (the store, Compare and the
+    # notebooks put both engines' curves on one axis)
+    for epoch in range(1, spec.epochs + 1):
+        print(f"trainer {index}: epoch {epoch} of {spec.epochs}", flush=True)   # progress, in its log
         t_epoch = time.perf_counter()
         loss_sum = 0.0
         for _ in range(steps):
@@ -571,27 +577,34 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
                             "total": t4 - t0, "input_nodes": int(len(input_nodes)), "seeds": int(len(seeds)),
                             "remote_rows": remote_rows, "remote_edges": remote_edges,
                             "edges": [int(b.num_edges()) for b in blocks]})
+            step += 1
             if store is not None:
                 store.add_step(spec.run_id, step, epoch, lv, t4 - t0)
-            step += 1
         ep_s = time.perf_counter() - t_epoch
         t_train += ep_s
         epoch_seconds.append(ep_s)
         if store is not None:
             store.add_epoch(spec.run_id, epoch, ep_s, steps, loss_sum / max(steps, 1))
-        if (epoch + 1) % spec.eval_every == 0 or epoch + 1 == spec.epochs:
+        if epoch % spec.eval_every == 0 or epoch == spec.epochs:
             tdist.barrier()
+            stop = torch.zeros(1, dtype=torch.int64)
             if index == 0:
                 m = _evaluate(emb, model, full_graph, dataset, orig_nids, eval_users, "valid")
                 history.append({"epoch": epoch, "step": step, "elapsed_s": t_train, **m})
                 if store is not None:
                     store.add_eval(spec.run_id, epoch, step, "valid", m, t_train)
-                if m.get("recall@20", -1) > best.get("recall@20", -1):
-                    best, best_epoch = m, epoch
-                    np.save(spec.path("best_emb.npy"), model.embedding.detach().numpy())
                 if t_target is None and spec.target_recall is not None and m["recall@20"] >= spec.target_recall:
                     t_target = t_train
-            tdist.barrier()
+                if stopper.update(epoch, m.get("recall@20", float("-inf"))):
+                    best, best_epoch = m, epoch
+                    np.save(spec.path("best_emb.npy"), model.embedding.detach().numpy())
+                elif stopper.should_stop(epoch):
+                    stop[0] = 1
+                    print(f"trainer 0: early stop after epoch {epoch}: valid recall@20 did not improve for "
+                          f"{epoch - stopper.best_epoch} epochs (best at epoch {stopper.best_epoch})", flush=True)
+            tdist.broadcast(stop, 0)      # every trainer leaves the loop together
+            if int(stop):
+                break
     out = {"batches": batches, "epoch_seconds": epoch_seconds, "train_seconds": t_train, "steps": step,
            "steps_per_epoch": steps, "per_trainer_batch": per_batch, "local_interactions": int(len(mine)),
            "n_nodes": n_nodes, "row_bytes": row_bytes}
@@ -760,7 +773,8 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
         links = None
         if cluster is not None:   # read before the teardown deletes the interfaces
             links = [{"machine": a["machine"], "address": cluster.machines[a["machine"]].address,
-                      "tx_bytes": _delta(a["tx_bytes"], b["tx_bytes"]), "rx_bytes": _delta(a["rx_bytes"], b["rx_bytes"])}
+                      "tx_bytes": _delta(a["tx_bytes"], b["tx_bytes"]),
+                      "rx_bytes": _delta(a["rx_bytes"], b["rx_bytes"])}
                      for a, b in zip(before, cluster.link_bytes())]
     r0 = reports[0]
     summary = summarize(reports)

@@ -245,7 +245,8 @@ def test_emulated_cluster_stopped_half_way_leaves_nothing(sig):
     runs = Store().home / "runs"
     before_ns, before_runs = _our_namespaces(), set(os.listdir(runs)) if runs.is_dir() else set()
     p = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.cli", "distributed", "--cluster", "emulated",
-                          "--partitions", "2", "--cores-per-machine", "1", "--link-gbit", "1", "--dataset", "synth-tiny",
+                          "--partitions", "2", "--cores-per-machine", "1", "--link-gbit", "1",
+                          "--dataset", "synth-tiny",
                           "--layers", "2", "--dim", "16", "--batch-size", "256", "--epochs", "50"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -279,3 +280,29 @@ def test_emulated_cluster_stopped_half_way_leaves_nothing(sig):
     assert _procs_mentioning(str(workdir)) == []
     run = Store().get_run(int(workdir.parent.name))
     assert run["status"] == "failed" and ("SIGTERM" in run["error"] or "Ctrl-C" in run["error"])
+
+
+@needs_dgl
+@needs_unshare
+def test_distdgl_and_full_graph_runs_count_epochs_and_steps_alike():
+    """Both engines number epochs and steps from 1 and store their evaluations at the same
+    (epoch, step), so Compare draws their curves on one axis."""
+    common = ["--dataset", "synth-tiny", "--layers", "2", "--dim", "16", "--batch-size", "256", "--epochs", "2",
+              "--max-steps-per-epoch", "2", "--eval-users", "100"]
+    d = _cli(*common, "--json")
+    assert d.returncode == 0, d.stderr[-3000:]
+    f = subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", "run", *common, "--json"], capture_output=True,
+                       text=True, timeout=400)
+    assert f.returncode == 0, f.stderr[-3000:]
+    rd, rf = json.loads(d.stdout), json.loads(f.stdout)
+    store = Store()
+
+    def counted(rid):
+        ev = store.evals_frame(rid)
+        return (list(store.epochs_frame(rid)["epoch"]),
+                [tuple(x) for x in store.steps_frame(rid)[["step", "epoch"]].itertuples(index=False)],
+                sorted({(int(e), int(s)) for e, s, sp in ev[["epoch", "step", "split"]].itertuples(index=False)
+                        if sp == "valid"}))
+    assert counted(rd["run_id"]) == counted(rf["run_id"]) == ([1, 2], [(1, 1), (2, 1), (3, 2), (4, 2)], [(1, 2), (2, 4)])
+    assert [h["epoch"] for h in rd["history"]] == [h["epoch"] for h in rf["history"]] == [1, 2]
+    assert rd["best_epoch"] in (1, 2) and rd["epochs"] == rf["epochs"] == 2

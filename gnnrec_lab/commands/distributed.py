@@ -48,7 +48,8 @@ def register(sub):
                    help="training triples (user, positive item, sampled negative item) per step over all trainers; "
                         "each trainer takes batch size / partitions (default: %(default)s)")
     p.add_argument("--epochs", type=field_type("epochs"), default=1,
-                   help="passes over the training interactions; no early stopping here (default: %(default)s)")
+                   help="passes over the training interactions, counted from 1 as in `gnnrec-lab run` "
+                        "(default: %(default)s)")
     for name in ("lr", "l2", "seed", "eval_every", "eval_users", "target_recall", "max_steps_per_epoch"):
         add_field_argument(p, name)
     p.add_argument("--part-method", default="metis", choices=("metis", "random"),
@@ -61,7 +62,8 @@ def register(sub):
                         "every machine a network namespace with its own address, C cores and a shaped link, "
                         "started as on real hosts (root; default: %(default)s)")
     p.add_argument("--cores-per-machine", type=bounded(integer, "--cores-per-machine", 1, 4096), default=1,
-                   help="emulated cluster: cores each machine's server and trainer are pinned to (default: %(default)s)")
+                   help="emulated cluster: cores each machine's server and trainer are pinned to "
+                        "(default: %(default)s)")
     p.add_argument("--link-gbit", type=bounded(number, "--link-gbit", 0, 10000), default=10.0,
                    help="emulated cluster: each link's rate in Gbit/s (tc tbf), 0 leaves links unshaped "
                         "(default: %(default)s)")
@@ -71,6 +73,9 @@ def register(sub):
     p.add_argument("--shared-shm", action="store_true",
                    help="do NOT give each machine a private /dev/shm (shows the silent corruption; the row "
                         "check then fails the run)")
+    p.add_argument("--patience", type=field_type("patience"), default=0,
+                   help="stop after this many epochs without a new best validation Recall@20, 0 never "
+                        "(train.py's rule; default: %(default)s)")
     add_field_argument(p, "name")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=main)
@@ -118,7 +123,7 @@ def main(args) -> int:
     dataset = data.load(args.dataset, seed=args.seed)
     config = RunConfig(dataset=args.dataset, model=args.model, layers=args.layers, dim=args.dim,
                        batch_size=args.batch_size, epochs=args.epochs, lr=args.lr, l2=args.l2, seed=args.seed,
-                       mode="sampled", fanouts=tuple(args.fanouts), eval_every=args.eval_every, patience=0,
+                       mode="sampled", fanouts=tuple(args.fanouts), eval_every=args.eval_every, patience=args.patience,
                        target_recall=args.target_recall, eval_users=args.eval_users,
                        max_steps_per_epoch=args.max_steps_per_epoch,
                        name=args.name or f"distdgl {args.partitions} partitions")
@@ -131,7 +136,8 @@ def main(args) -> int:
                       dim=args.dim, fanouts=list(args.fanouts), batch_size=args.batch_size, epochs=args.epochs,
                       lr=args.lr, l2=args.l2, seed=args.seed, eval_every=args.eval_every, eval_users=args.eval_users,
                       target_recall=args.target_recall, max_steps_per_epoch=args.max_steps_per_epoch,
-                      data_dir=None, run_id=run_id, home=str(store.home), ip_config=args.ip_config or "",
+                      patience=args.patience, data_dir=None, run_id=run_id, home=str(store.home),
+                      ip_config=args.ip_config or "",
                       isolate=not args.shared_shm, cluster=args.cluster, cores_per_machine=args.cores_per_machine,
                       link_gbit=args.link_gbit, timeout_s=args.timeout)
     say = (lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr))
