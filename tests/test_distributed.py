@@ -240,15 +240,18 @@ def _procs_mentioning(text: str) -> list:
 @needs_dgl
 @needs_netns
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_emulated_cluster_stopped_half_way_leaves_nothing(sig):
+def test_emulated_cluster_stopped_half_way_leaves_nothing(sig, tmp_path):
     import time
-    runs = Store().home / "runs"
+    # a store of its own: the killed run's writers never share a store with the rest of the suite
+    home = tmp_path / "home"
+    runs = home / "runs"
     before_ns, before_runs = _our_namespaces(), set(os.listdir(runs)) if runs.is_dir() else set()
     p = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.cli", "distributed", "--cluster", "emulated",
                           "--partitions", "2", "--cores-per-machine", "1", "--link-gbit", "1",
                           "--dataset", "synth-tiny",
                           "--layers", "2", "--dim", "16", "--batch-size", "256", "--epochs", "50"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "GNNREC_LAB_HOME": str(home)})
     try:
         deadline = time.monotonic() + 300
         workdir = None
@@ -278,7 +281,7 @@ def test_emulated_cluster_stopped_half_way_leaves_nothing(sig):
     assert "Traceback" not in err
     assert _our_namespaces() <= before_ns
     assert _procs_mentioning(str(workdir)) == []
-    run = Store().get_run(int(workdir.parent.name))
+    run = Store(home).get_run(int(workdir.parent.name))
     assert run["status"] == "failed" and ("SIGTERM" in run["error"] or "Ctrl-C" in run["error"])
 
 
