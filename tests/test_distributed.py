@@ -309,3 +309,20 @@ def test_distdgl_and_full_graph_runs_count_epochs_and_steps_alike():
     assert counted(rd["run_id"]) == counted(rf["run_id"]) == ([1, 2], [(1, 1), (2, 1), (3, 2), (4, 2)], [(1, 2), (2, 4)])
     assert [h["epoch"] for h in rd["history"]] == [h["epoch"] for h in rf["history"]] == [1, 2]
     assert rd["best_epoch"] in (1, 2) and rd["epochs"] == rf["epochs"] == 2
+
+
+@needs_dgl
+@needs_netns
+def test_emulated_cluster_timed_out_leaves_nothing(tmp_path):
+    """--timeout ends the run before the trainers finish: it fails naming the timeout, and the
+    machines, their namespaces and links are gone."""
+    home = tmp_path / "home"
+    before = _our_namespaces()
+    p = subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", "distributed", "--cluster", "emulated",
+                        "--partitions", "2", "--cores-per-machine", "1", "--link-gbit", "0", "--dataset", "synth-tiny",
+                        "--layers", "2", "--dim", "16", "--batch-size", "256", "--epochs", "50", "--timeout", "3"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "GNNREC_LAB_HOME": str(home)})
+    assert p.returncode == 1 and "timed out" in p.stderr, p.stderr[-3000:]
+    assert _our_namespaces() <= before
+    assert _procs_mentioning(str(home)) == []
+    assert Store(home).get_run(1)["status"] == "failed"
