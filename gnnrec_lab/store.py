@@ -193,6 +193,8 @@ def describe_store_error(e: BaseException, path) -> Optional[str]:
 
 
 TIME_PARTS = ("startup_s", "jit_s", "train_s", "other_s")
+# the test metrics runs_frame carries per run: evaluate.METRICS at K=20 (named here: evaluate imports torch)
+TEST_METRICS = ("recall@20", "mrr@20", "ndcg@20", "hit@20", "precision@20")
 
 
 def time_parts(started, end, info: Optional[dict], train_s) -> dict:
@@ -568,7 +570,8 @@ class Store:
         """One row per run: identity, status, config essentials, timings (s) and headline metrics.
 
         ``best_valid_recall@20`` is the best validation Recall@20 seen;
-        ``test_recall@20`` the last test Recall@20 recorded; ``duration_s`` and its parts
+        ``test_recall@20`` the last test Recall@20 recorded, and likewise ``test_ndcg@20``,
+        ``test_mrr@20``, ``test_hit@20``, ``test_precision@20`` (:data:`TEST_METRICS`); ``duration_s`` and its parts
         ``startup_s``, ``jit_s``, ``train_s``, ``other_s`` as in :func:`time_parts`; ``load_max``
         (the highest 1-minute load average sampled during the run), ``cpus`` and ``overloaded``
         (that load exceeded the cores: :func:`~gnnrec_lab.proc.load_summary`); ``step_s`` the mean
@@ -582,15 +585,17 @@ class Store:
                    (SELECT SUM(seconds) FROM steps s WHERE s.run_id=r.id) AS train_s,
                    (SELECT MAX(value) FROM evals e WHERE e.run_id=r.id AND e.split='valid'
                       AND lower(e.metric)='recall@20') AS "best_valid_recall@20",
-                   (SELECT value FROM evals e WHERE e.run_id=r.id AND e.split='test'
-                      AND lower(e.metric)='recall@20' ORDER BY e.rowid DESC LIMIT 1) AS "test_recall@20",
+{test_metrics}
                    (SELECT MAX(step) FROM steps s WHERE s.run_id=r.id) AS last_step,
                    (SELECT COUNT(*) FROM steps s WHERE s.run_id=r.id) AS n_steps,
                    CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.modeled_s_per_step')
                    END AS _modeled_kernel_s,
                    CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.measured_s_per_step')
                    END AS _measured_kernel_s
-                 FROM runs r"""
+                 FROM runs r""".replace("{test_metrics}", "\n".join(
+            f"""                   (SELECT value FROM evals e WHERE e.run_id=r.id AND e.split='test'
+                      AND lower(e.metric)='{m}' ORDER BY e.rowid DESC LIMIT 1) AS "test_{m}","""
+            for m in TEST_METRICS))
         params: tuple = ()
         if status is not None:
             sql += " WHERE r.status=?"

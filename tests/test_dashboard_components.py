@@ -271,6 +271,19 @@ def test_runs_table_and_epoch_seconds(store):
     assert es.set_index("id").loc[ids[0], "epoch_s"] == pytest.approx(first)
 
 
+def test_compare_table_shows_every_test_metric_at_20(store):
+    """Compare's table carries the five test metrics at K=20 the run stored (RecBole's default set),
+    each under its own title, read from the store's one runs frame."""
+    ids = fill_store(store, n_runs=1, steps=4)
+    values = {"recall@20": 0.21, "mrr@20": 0.33, "ndcg@20": 0.17, "hit@20": 0.64, "precision@20": 0.05}
+    store.add_eval(ids[0], 1, 4, "test", dict(values, users=943), 2.5)
+    table = runs_table(store.runs_frame())
+    for metric, value in values.items():
+        assert table.loc[ids[0], f"test_{metric}"] == pytest.approx(value)
+    from gnnrec_lab.dashboard.compare import TABLE_TITLES
+    assert TABLE_TITLES["test_mrr@20"] == "Test MRR@20" and TABLE_TITLES["test_precision@20"] == "Test Precision@20"
+
+
 def test_compare_selection_overlays_selected_runs(store):
     ids = fill_store(store, n_runs=3, steps=4)
     page = ComparePage(Lab(store=store, runner=RecordingRunner(store)))

@@ -20,6 +20,7 @@ import param
 
 from ..config import FIELD_DOCS, field_label
 from ..memory.tiermodel import modeled_seconds
+from ..store import TEST_METRICS
 from .common import (OVERLOADED_LABEL, Lab, category_color, hv_pane, id_column, not_available, run_color, safe_call,
                      status_css)
 
@@ -30,7 +31,7 @@ from .common import (OVERLOADED_LABEL, Lab, category_color, hv_pane, id_column, 
 TABLE_COLUMNS = ["id", "name", "status", "memory_mode", "step_ms", "modeled_step_ms", "train_s", "modeled_train_s",
                  "dataset", "model", "layers", "dim", "batch_size", "device",
                  "startup_s", "jit_s", "duration_s", "best_valid_recall@20",
-                 "test_recall@20", "last_step", "load", "created"]
+                 *[f"test_{m}" for m in TEST_METRICS], "last_step", "load", "created"]
 TIME_COLUMNS = ("train_s", "modeled_train_s", "startup_s", "jit_s", "duration_s", "step_ms", "modeled_step_ms")
 # Column headers in words (the columns keep their names): a config field's label from
 # config.FIELD_DOCS without its parenthesis, the rest named here.
@@ -40,8 +41,11 @@ TABLE_TITLES.update({"id": "Run", "status": "Status", "device": "Device (modeled
                      "train_s": "Training s (measured)", "modeled_train_s": "Training s (modeled)",
                      "startup_s": "Start-up (s)", "jit_s": "JIT compile (s)",
                      "duration_s": "Duration (s)", "best_valid_recall@20": "Best valid Recall@20",
-                     "test_recall@20": "Test Recall@20", "last_step": "Last step", "created": "Created (UTC)",
+                     "last_step": "Last step", "created": "Created (UTC)",
                      "load": "Load (1-min max / cores)"})
+_METRIC_WORDS = {"recall": "Recall", "mrr": "MRR", "ndcg": "NDCG", "hit": "Hit", "precision": "Precision"}
+TABLE_TITLES.update({f"test_{m}": "Test " + _METRIC_WORDS[m.split("@")[0]] + "@" + m.split("@")[1]
+                     for m in TEST_METRICS})
 MAX_OVERLAY = 12
 # Finished runs never change: their mean epoch time is read once per process.
 _epoch_cache: dict = {}
