@@ -145,7 +145,12 @@ def test_cli_bench_recording_reports_paired_overhead(capsys):
     assert main(["bench", "recording", "--sizes", "small", "--dims", "16", "--repeats", "4", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["repeats"] == 4 and res["records_per_step"] == 10
-    assert res["recorded_s"] > 0 and res["unrecorded_s"] > 0 and res["per_record_s"] > 0
+    assert res["recorded_s"] > 0 and res["unrecorded_s"] > 0
+    # per_record_s is a measured difference (recorded minus unrecorded): on a loaded machine its
+    # sign is noise, so the test holds its arithmetic, not its sign
+    assert math.isfinite(res["per_record_s"])
+    assert res["derived_overhead_pct"] == pytest.approx(
+        100.0 * res["per_record_s"] * res["records_per_step"] / res["unrecorded_s"])
     lo, hi = res["overhead_iqr_pct"]
     assert lo <= res["overhead_pct"] <= hi
     assert main(["bench", "recording", "--sizes", "huge"]) == 2
