@@ -12,20 +12,16 @@ from gnnrec_lab.config import RunConfig
 from gnnrec_lab.dashboard.common import OVERLOADED_LABEL, Lab, fmt_bytes
 from gnnrec_lab.dashboard.fake import fake_records
 from gnnrec_lab.dashboard.security import LaunchPolicy, set_launch_policy
-from gnnrec_lab.store import Store
 
-from test_dashboard_components import RecordingRunner, _calibrate, texts
+from test_dashboard_components import RecordingRunner, _calibrate, store, texts  # noqa: F401 (store: the fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 SHAPE = dict(dataset="synth-tiny", model="lightgcn", layers=1, dim=8, batch_size=512)
 
 
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
-    s = Store()
-    yield s
-    s.close()
+@pytest.fixture(autouse=True)
+def _no_launch_policy_left():
+    yield
     set_launch_policy(None)
 
 

@@ -8,19 +8,10 @@ import panel as pn
 import pytest
 
 from gnnrec_lab.dashboard.common import Lab
-from gnnrec_lab.store import Store
 
-from test_dashboard_components import RecordingRunner, _calibrate, texts, tiny_graph
+from test_dashboard_components import RecordingRunner, _calibrate, store, texts, tiny_graph  # noqa: F401 (store: the fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
-
-
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
-    s = Store()
-    yield s
-    s.close()
 
 
 def test_cache_page_says_simulating_while_busy_and_uses_the_cli_batch(store):
