@@ -396,10 +396,9 @@ class LiveMonitor(param.Parameterized):
 def header_text(m: LiveMonitor) -> str:
     """The Live header's first line: run, status, steps, elapsed, ETA and worker RSS, all of the
     monitor's run (read at its latest poll)."""
-    _, eta = m.eta()
+    eta, eta_note = m.eta_note()
     total = f"{m.total:,}" if m.total else "?"
     rss = fmt_bytes(m.rss_bytes) + " (measured now)" if m.rss_bytes else "–"
-    _, eta_note = m.eta_note()
     eta_s = fmt_seconds(eta) if m.status in ACTIVE else '–'
     if m.status in ACTIVE and eta is not None and eta_note.startswith("steps only"):
         eta_s = f"≥ {eta_s} ({eta_note})"
@@ -546,7 +545,7 @@ class LivePage(pn.viewable.Viewer):
 
     def _update_header(self):
         m = self.monitor
-        pct, _ = m.eta()
+        pct = progress_percent(m.done, m.total)   # the ETA itself is header_text's
         if pct is None:  # unknown total: busy stripes while active, else full or empty
             pct = -1 if m.status in ACTIVE else (100 if m.status == "finished" else 0)
         _set(self.progress, "value", int(pct))
