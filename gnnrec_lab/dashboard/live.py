@@ -589,18 +589,15 @@ class LivePage(pn.viewable.Viewer):
             cols = kernel_columns(data)
             if self._kernel_cols is not None and set(cols) == set(self._kernel_cols):
                 cols = self._kernel_cols        # the same kernels keep their place in the stack
-            n_steps = data["step"].nunique()
-            if cols != self._kernel_cols or n_steps > MAX_CHART_STEPS or self.kernel_pane.object is None:
-                # new kernels or a downsampled chart: new columns (the kernel set changes at the
-                # first steps only, the downsampling redraws once it holds more than the limit)
-                if cols != self._kernel_cols or self.kernel_pane.object is None:
-                    self.kernel_pane.object = stacked_area(data)
-                    cols = kernel_columns(data)
-                else:
-                    frame, k = stack_frame(data, cols)
-                    _source(self.kernel_pane.object).data = frame
-                    _set(self.kernel_pane.object.title, "text", kernel_title(k))
+            if cols != self._kernel_cols or self.kernel_pane.object is None:
+                # new kernels (at the first steps only): a new figure, stacked as ``cols``
+                # (``_kernel_cols`` is None whenever the figure is, so ``cols`` is stacked_area's order)
+                self.kernel_pane.object = stacked_area(data)
                 self._kernel_cols = cols
+            elif data["step"].nunique() > MAX_CHART_STEPS:   # downsampled: every point is redrawn
+                frame, k = stack_frame(data, cols)
+                _source(self.kernel_pane.object).data = frame
+                _set(self.kernel_pane.object.title, "text", kernel_title(k))
             else:        # the same kernels: only the new steps' points travel to the browser
                 last = float(_source(self.kernel_pane.object).data["step"][-1])
                 frame, _ = stack_frame(data[data["step"] > last], cols)
