@@ -54,11 +54,12 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def series_of(store, run_id: int) -> list[tuple[str, float, int]]:
-    """``(name, value, step)`` of a stored run: per-epoch loss and seconds, validation metrics
-    per evaluation, test metrics, measured seconds per training step, the modeled step time.
-    Names use ``@`` (``valid_recall@20``); :func:`mlflow_name` rewrites them for MLflow."""
-    run = store.get_run(run_id)
+def series_of(store, run: dict) -> list[tuple[str, float, int]]:
+    """``(name, value, step)`` of stored run ``run`` (as :meth:`Store.get_run` returns it):
+    per-epoch loss and seconds, validation metrics per evaluation, test metrics, measured seconds
+    per training step, the modeled step time. Names use ``@`` (``valid_recall@20``);
+    :func:`mlflow_name` rewrites them for MLflow."""
+    run_id = int(run["id"])
     out = []
     for r in store.epochs_frame(run_id).itertuples():
         out.append(("train_loss", float(r.loss), int(r.epoch)))
@@ -174,7 +175,7 @@ def export_mlflow(store, run_ids: Iterable[int], tracking_uri: Optional[str] = N
                                  run_name=cfg.get("name") or f"gnnrec-lab run {run['id']}", tags=tags)
         rid = mrun.info.run_id
         params = [Param(k, v[:6000]) for k, v in params_of(cfg).items()]
-        metrics = [Metric(mlflow_name(n), v, start_ms, s) for n, v, s in series_of(store, run["id"])]
+        metrics = [Metric(mlflow_name(n), v, start_ms, s) for n, v, s in series_of(store, run)]
         # MLflow takes at most 100 params and 1000 metrics per batch
         client.log_batch(rid, params=params[:100], tags=[RunTag(k, v) for k, v in tags.items()])
         for j in range(100, len(params), 100):
@@ -216,7 +217,7 @@ def export_tensorboard(store, run_ids: Iterable[int], logdir) -> list[dict]:
         try:
             wall = run.get("started") or run.get("created")
             test = {}
-            for name, v, step in series_of(store, run["id"]):
+            for name, v, step in series_of(store, run):
                 split, _, metric = name.partition("_")
                 tag = f"{split}/{metric}" if split in ("train", "valid", "test") else name
                 w.add_scalar(tag, v, global_step=step, walltime=wall)
