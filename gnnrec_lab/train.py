@@ -151,7 +151,7 @@ def _record_steps(opt, config) -> None:
     handling, inside torch's ``Optimizer.step#...`` profiler event. Bytes: parameters, gradients
     and state read, parameters and state written."""
     from .kernels import Span
-    from .recorder import get_recorder, profiler_active, profiler_range
+    from .recorder import get_recorder, profiler_range
     n = sum(p.numel() for g in opt.param_groups for p in g["params"])
     s = state_tensors(config.optimizer, config.momentum)
     backend = "torch"   # torch's fused Adam, AdamW, SGD; LAMB is torch ops too
@@ -159,17 +159,16 @@ def _record_steps(opt, config) -> None:
     held = []
 
     def pre(*_):
-        # the step runs between the hooks: a profiler range is opened here and closed in post
-        rng = profiler_range(config.optimizer, get_recorder().phase) if profiler_active() else None
-        if rng is not None:
-            rng.__enter__()
+        # the step runs between the hooks: a profiler range (a shared no-op without a profiler)
+        # is opened here and closed in post
+        rng = profiler_range(config.optimizer, get_recorder().phase)
+        rng.__enter__()
         held.append((Span(), rng))
 
     def post(*_):
         if held:
             span, rng = held.pop()
-            if rng is not None:
-                rng.__exit__(None, None, None)
+            rng.__exit__(None, None, None)
             span.run(config.optimizer, -1, None, backend, lambda: cost, lambda: None, profile=False)
     opt.register_step_pre_hook(pre)
     opt.register_step_post_hook(post)
