@@ -51,6 +51,23 @@ def get(url: str, timeout: float = 5.0) -> int:
         return r.status
 
 
+def wait_serving(proc, url: str, log_path: Path, what: str, timeout_s: float, poll_s: float = 0.2,
+                 get_timeout: float = 5.0) -> None:
+    """Poll ``url`` until it answers 200; if ``proc`` exits or ``timeout_s`` passes first, kill it and
+    fail with the tail of its log (``what`` names the server in the message)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if get(url, timeout=get_timeout) == 200:
+                return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"{what} did not start: {log_path.read_text()[-2000:]}")
+        time.sleep(poll_s)
+
+
 def serve(tmp_path, extra_env=None):
     port = free_port()
     env = dict(os.environ, GNNREC_LAB_HOME=str(tmp_path / "home"), GNNREC_LAB_DATA=str(tmp_path / "data"),
@@ -61,17 +78,7 @@ def serve(tmp_path, extra_env=None):
                              "--no-show", "--address", "127.0.0.1"], env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if get(url + "liveness") == 200:
-                break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"server did not start: {(tmp_path / 'server.log').read_text()[-2000:]}")
-        time.sleep(0.2)
+    wait_serving(proc, url + "liveness", tmp_path / "server.log", "server", 30)
     return proc, url
 
 

@@ -15,7 +15,8 @@ import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")]
 
-from test_browser import ARTIFACTS, CHROMIUM, browser, fill_form, free_port, get, open_page, serve, stop  # noqa: E402,F401
+from test_browser import (ARTIFACTS, CHROMIUM, browser, fill_form, free_port, open_page, serve, stop,  # noqa: E402,F401
+                          wait_serving)
 
 sync_api = pytest.importorskip("playwright.sync_api")
 REPO = Path(__file__).resolve().parents[1]
@@ -153,16 +154,7 @@ def test_panel_serve_app_is_read_only_and_says_so(tmp_path, browser):
                             stderr=subprocess.STDOUT, start_new_session=True, cwd=str(tmp_path))
     url = f"http://127.0.0.1:{port}/app"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if get(url, timeout=30) == 200:
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"panel serve did not start: {(tmp_path / 'panel.log').read_text()[-2000:]}")
-            time.sleep(0.5)
+        wait_serving(proc, url, tmp_path / "panel.log", "panel serve", 60, poll_s=0.5, get_timeout=30)
         page, errors = open_page(browser, url)
         wait_text(page, ".launch-read-only", "cannot launch or cancel runs")
         assert "Read-only" in deep_text(page, ".read-only-note")

@@ -10,11 +10,9 @@ import pathlib
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 import nbformat
 import pytest
@@ -128,9 +126,8 @@ SELECT_OPTIONS = """() => {
 def _start_jupyterlab(tmp_path, root):
     """JupyterLab on loopback with a token, rooted at ``root``, with its config, runtime, settings
     and workspaces under ``tmp_path`` (nothing of the user's). Returns ``(proc, base_url, token)``."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from test_browser import free_port, wait_serving
+    port = free_port()
     token = secrets.token_hex(16)
     settings = tmp_path / "lab-settings"
     # every cell stays in the DOM (JupyterLab 4 only renders the cells in view by default), the
@@ -152,17 +149,8 @@ def _start_jupyterlab(tmp_path, root):
          "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
-                break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"JupyterLab did not start: {(tmp_path / 'jupyterlab.log').read_text()[-2000:]}")
-        time.sleep(0.3)
+    wait_serving(proc, f"{base}/api/status?token={token}", tmp_path / "jupyterlab.log", "JupyterLab", 60,
+                 poll_s=0.3, get_timeout=2)
     return proc, base, token
 
 
