@@ -229,13 +229,14 @@ def run_modeled_step(lab: Lab, run_id, device: Optional[str] = None) -> tuple[Op
     return safe_call(stored_run_step_time, lab.store, run_id, host, device=device)
 
 
-def tier_projection(lab: Lab, run_id: int) -> tuple[Optional[pd.DataFrame], Optional[str]]:
-    """:func:`~gnnrec_lab.memory.tiermodel.step_time_projection` of ``run_id`` with this host's
-    calibration: ``(frame, None)``, or ``(None, reason)`` the page shows instead of the chart."""
+def tier_projection(lab: Lab, run_id: int,
+                    placement: Optional[dict] = None) -> tuple[Optional[pd.DataFrame], Optional[str]]:
+    """:func:`~gnnrec_lab.memory.tiermodel.step_time_projection` of ``run_id`` (under ``placement``)
+    with this host's calibration: ``(frame, None)``, or ``(None, reason)`` the page shows instead of the chart."""
     host, why = host_calibration()
     if host is None:
         return None, why
-    return safe_call(step_time_projection, lab.store, run_id, host)
+    return safe_call(step_time_projection, lab.store, run_id, host, placement=placement)
 
 
 class LaunchPage(pn.viewable.Viewer):
@@ -391,8 +392,7 @@ class LaunchPage(pn.viewable.Viewer):
                 "*Predicted step time per memory mode*: no finished DRAM run with this dataset, model, "
                 "depth, dim, batch size, mode and backend yet — launch one on `dram`; the tier model then "
                 "projects its measured kernels onto Optane, CXL and remote NUMA (modeled).")
-        df, why = safe_call(step_time_projection, self.lab.store, ref["run_id"], host_calibration()[0],
-                            placement=dict(cfg.placement))
+        df, why = tier_projection(self.lab, ref["run_id"], placement=dict(cfg.placement))
         if df is None:
             return not_available("Step-time prediction (memory tier model)", why)
         own = mode_device(cfg.memory_mode, cfg.device_profile)
