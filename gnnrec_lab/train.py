@@ -40,7 +40,7 @@ from .memory.footprint import Footprint
 from .memory.placement import allocate, place_array, place_of, place_tensor
 from .preflight import batch_size_error
 from .proc import host_info, load_sample
-from .recorder import Recorder, store_key, sum_records, use_recorder
+from .recorder import Recorder, get_recorder, profiler_range, store_key, sum_records, use_recorder
 from .reporting import MultiReporter, ProgressReporter, Reporter
 from .rows import make_row_store
 from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
@@ -151,7 +151,6 @@ def _record_steps(opt, config) -> None:
     handling, inside torch's ``Optimizer.step#...`` profiler event. Bytes: parameters, gradients
     and state read, parameters and state written."""
     from .kernels import Span
-    from .recorder import get_recorder, profiler_range
     n = sum(p.numel() for g in opt.param_groups for p in g["params"])
     s = state_tensors(config.optimizer, config.momentum)
     backend = "torch"   # torch's fused Adam, AdamW, SGD; LAMB is torch ops too
