@@ -372,8 +372,9 @@ def field_help(name: str, default: Any = dataclasses.MISSING) -> str:
 # ----------------------------------------------------------------------
 # Run files: RunConfig's fields as YAML (``gnnrec-lab run --config run.yaml``), as RecBole and
 # Hydra users keep their runs. The file is only a mapping of field -> value; RunConfig validates it.
-_FLOAT_FIELDS = ("lr", "l2", "momentum", "weight_decay", "warmup_epochs", "target_recall")
-_TUPLE_FIELDS = ("fanouts", "topk")
+# which fields are floats and which tuples, read off NUMERIC_FIELDS' checkers (the CLI's flags use TUPLE_FIELDS too)
+_FLOAT_FIELDS = tuple(n for n, (check, _) in NUMERIC_FIELDS.items() if check is number)
+TUPLE_FIELDS = tuple(n for n, (check, _) in NUMERIC_FIELDS.items() if check is integers)   # fanouts, topk
 
 
 class ConfigFileError(ConfigError):
@@ -389,7 +390,7 @@ def _coerce(name: str, value):
     """A YAML value as RunConfig takes it: lists as tuples where the field is a tuple, and the
     exponent floats YAML 1.1 reads as strings (``1e-3``) as floats; anything else is left for
     RunConfig to judge."""
-    if name in _TUPLE_FIELDS:
+    if name in TUPLE_FIELDS:
         if isinstance(value, list):
             return tuple(value)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -451,7 +452,7 @@ def read_config_file(path, multi: bool = False) -> tuple[dict, dict]:
     for k, v in data.items():
         # a sweep axis: a list for a scalar field, a list of lists for fanouts/topk, a list of mappings
         # for placement
-        if k in _TUPLE_FIELDS:
+        if k in TUPLE_FIELDS:
             axis = isinstance(v, list) and bool(v) and all(isinstance(x, list) for x in v)
             out[k] = [_coerce(k, x) for x in v] if axis else _coerce(k, v)
         else:

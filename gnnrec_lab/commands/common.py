@@ -11,10 +11,8 @@ import argparse
 import dataclasses
 
 from ..bounds import INT64_MAX, integer, number
-from ..config import FIELD_DOCS, RunConfig, field_help
+from ..config import FIELD_DOCS, TUPLE_FIELDS, RunConfig, field_help
 from ..errors import ConfigError
-
-_TUPLE_FIELDS = ("fanouts", "topk")
 
 
 def _parse_placement(text: str) -> dict:
@@ -129,7 +127,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, multi: bool = False, s
             continue
         conv = _parser_for(f)
         kw = dict(default=None, help=argparse_help(field_help(f.name)))
-        if multi and f.name not in _TUPLE_FIELDS and f.name != "placement":
+        if multi and f.name not in TUPLE_FIELDS and f.name != "placement":
             base = conv
 
             def conv(text, base=base):
