@@ -56,14 +56,8 @@ def field_type(name: str):
         return _parse_placement
     if name not in NUMERIC_FIELDS:
         return str
-
-    def parse(text):
-        try:
-            return check_field(name, text)
-        except ConfigError as e:
-            raise argparse.ArgumentTypeError(e.reason) from None
+    parse = bounded(check_field, name)
     parse.__name__ = name
-    parse.bounded = True
     return parse
 
 
@@ -94,10 +88,6 @@ def run_id(text: str) -> int:
 run_id.bounded = True
 
 
-def _parser_for(f: dataclasses.Field):
-    return field_type(f.name)
-
-
 def argparse_help(text: str) -> str:
     """``text`` for argparse's ``help=``, which %-formats it (a literal ``5%`` would fail)."""
     return text.replace("%", "%%")
@@ -125,7 +115,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, multi: bool = False, s
     for f in dataclasses.fields(RunConfig):
         if f.name in skip:
             continue
-        conv = _parser_for(f)
+        conv = field_type(f.name)
         kw = dict(default=None, help=argparse_help(field_help(f.name)))
         if multi and f.name not in TUPLE_FIELDS and f.name != "placement":
             base = conv
