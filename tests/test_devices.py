@@ -14,9 +14,9 @@ from gnnrec_lab.memory.profiles import load_profiles, misses_in_flight
 from gnnrec_lab.memory.tiermodel import project
 from gnnrec_lab.memory.validation import FIT_TOLERANCE, HELD_OUT_TARGET, load_points, validate
 from gnnrec_lab.recorder import KernelRecord
+from test_modeled_step import calibrated_store
+from test_tiermodel import HOST, _modeled_unlabelled
 
-HOST = dict(copy_GBps=9.0, triad_GBps=8.0, gather64_GBps=3.0, gather256_GBps=6.0, latency_ns=90.0,
-            gemm_GFLOPs=50.0, threads=2, cpu="fixed test host", measured_at="fixed", kind="host", measured=True)
 OPTANE = "optane_pmem100_appdirect_6x"
 # Held-out points the model misses, and why (README "Measured vs modeled"): FAST20's remote 2:1 mix
 # is slower than its remote 1:1 mix, which no curve through the pure points and the 1:1 point gives;
@@ -133,20 +133,6 @@ def test_latency_floor_comes_from_the_host_calibration():
     assert opt.random_ns_per_row(64, threads=1) == pytest.approx(64 / 9.67)   # no floor without one
 
 
-def _modeled_unlabelled(obj, labelled=False):
-    bad = []
-    if isinstance(obj, dict):
-        here = labelled or obj.get("kind") == "modeled"
-        for k, v in obj.items():
-            if "modeled" in str(k) and not here and not isinstance(v, str):
-                bad.append(k)
-            bad += _modeled_unlabelled(v, here)
-    elif isinstance(obj, list):
-        for v in obj:
-            bad += _modeled_unlabelled(v, labelled)
-    return bad
-
-
 def test_devices_validate_json(capsys):
     assert main(["devices", "validate", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -203,14 +189,8 @@ FILE_MEASURED = {"seq_read_GBps": 0.8, "seq_write_GBps": 1.0, "rand_read_4k_GBps
 @pytest.fixture(scope="module")
 def recorded_dram_run(tmp_path_factory):
     """A real synth-tiny LightGCN run on DRAM, recorded in a fresh store."""
-    from gnnrec_lab import RunConfig, calibrate, run
-    from gnnrec_lab.kernels import native as nk
-    from gnnrec_lab.store import Store
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GNNREC_LAB_HOME", str(tmp_path_factory.mktemp("home")))
-        host = dict(HOST, cpu=calibrate.cpu_model(), threads=nk.threads())
-        calibrate.save(host)
-        store = Store()
+    from gnnrec_lab import RunConfig, run
+    with calibrated_store(tmp_path_factory, HOST) as (store, host):
         cfg = RunConfig(dataset="synth-tiny", layers=2, dim=16, batch_size=512, epochs=1, max_steps_per_epoch=3)
         rid = store.add_run(cfg)
         run(cfg, reporter=store.reporter(rid))

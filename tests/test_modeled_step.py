@@ -4,6 +4,7 @@ on a real recorded run a device no faster than DRAM in any profile number is nev
 than the kernel time measured on DRAM."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -39,18 +40,29 @@ RUNS = {"lightgcn": dict(model="lightgcn", memory_mode="optane_app_direct"),
         "ngcf": dict(model="ngcf", memory_mode="cxl")}     # SDDMM, edge SpMM and GEMMs too
 
 
-@pytest.fixture(scope="module")
-def recorded_runs(tmp_path_factory):
-    """Real synth-tiny runs in modeled memory modes, trained in-process into a fresh store."""
+@contextlib.contextmanager
+def calibrated_store(tmp_path_factory, host: dict):
+    """A fresh store in its own GNNREC_LAB_HOME, ``host`` (with this machine's cpu and threads)
+    saved there as the calibration; yields (store, host) and closes the store."""
     from gnnrec_lab import calibrate
     from gnnrec_lab.kernels import native as nk
     from gnnrec_lab.store import Store
-    from gnnrec_lab.train import train
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GNNREC_LAB_HOME", str(tmp_path_factory.mktemp("home")))
-        host = dict(SLOW_HOST, cpu=calibrate.cpu_model(), threads=nk.threads())
+        host = dict(host, cpu=calibrate.cpu_model(), threads=nk.threads())
         calibrate.save(host)
         store = Store()
+        try:
+            yield store, host
+        finally:
+            store.close()
+
+
+@pytest.fixture(scope="module")
+def recorded_runs(tmp_path_factory):
+    """Real synth-tiny runs in modeled memory modes, trained in-process into a fresh store."""
+    from gnnrec_lab.train import train
+    with calibrated_store(tmp_path_factory, SLOW_HOST) as (store, host):
         out = {}
         for key, kw in RUNS.items():
             cfg = RunConfig(dataset="synth-tiny", layers=2, dim=8, batch_size=512, epochs=1, max_steps_per_epoch=4,
@@ -60,7 +72,6 @@ def recorded_runs(tmp_path_factory):
             store.set_status(rid, "finished")
             out[key] = (store, rid, result, host)
         yield out
-        store.close()
 
 
 @pytest.fixture(params=list(RUNS))
