@@ -11,6 +11,7 @@ from them: the tier model then projects them onto each memory mode, and
 from __future__ import annotations
 
 import itertools
+import statistics
 from typing import Optional
 
 from ..config import TENSOR_CLASSES
@@ -175,13 +176,11 @@ def dram_reference(store, config, host) -> Optional[dict]:
                         "overloaded": r.get("overloaded") is True})
     if not out:
         return None
-    times = sorted(x["measured_s"] for x in out)
+    times = [x["measured_s"] for x in out]
     best = min(out, key=lambda x: (x["measured_s"], -x["run_id"]))
-    n = len(times)
-    median = times[n // 2] if n % 2 else (times[n // 2 - 1] + times[n // 2]) / 2
     return {"run_id": best["run_id"], "measured_s": best["measured_s"], "rule": "fastest",
-            "runs": sorted(out, key=lambda x: x["run_id"]), "min_s": times[0], "median_s": median,
-            "max_s": times[-1], "kind": "measured"}
+            "runs": sorted(out, key=lambda x: x["run_id"]), "min_s": min(times),
+            "median_s": statistics.median(times), "max_s": max(times), "kind": "measured"}
 
 
 def reference_records(store, run_id: int) -> list:
