@@ -263,8 +263,8 @@ def measure_file_tier(directory, *, file_bytes: int = FILE_TIER_BYTES, quick: bo
     when they are not in the page cache): with direct I/O (``O_DIRECT``, so the page cache is out
     of the way), as many threads as the lab's kernels use, sequential 1 MiB and random 4 KiB reads
     and writes, a 1:1 mix of random 4 KiB reads and writes (GB/s), and the latency of one random
-    4 KiB read by one thread (ns). Also ``page_cache_bytes``: the memory the kernel reports
-    available (``MemAvailable``), the page cache a run's file-backed tensors can stay in.
+    4 KiB read by one thread (ns). Also ``page_cache_bytes``: the memory available now
+    (:func:`preflight.available_bytes`), the page cache a run's file-backed tensors can stay in.
     Measured; raises UserError when DIR is not a writable directory or has no room."""
     from .kernels import native as nk
     d = Path(directory)
@@ -310,14 +310,8 @@ def measure_file_tier(directory, *, file_bytes: int = FILE_TIER_BYTES, quick: bo
             os.close(fd)
     finally:
         os.unlink(path)
-    avail = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                avail = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    out.update({"directory": str(d.resolve()), "page_cache_bytes": avail, "method": "O_DIRECT",
+    from .preflight import available_bytes
+    out.update({"directory": str(d.resolve()), "page_cache_bytes": available_bytes(), "method": "O_DIRECT",
                 "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "cpu": cpu_model(), "quick": bool(quick), "kind": "measured", "loadavg": os.getloadavg()[0]})
     return out
