@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
 
-from .config import RunConfig
+from .config import TUPLE_FIELDS, RunConfig
 from .errors import UserError
 from .memory.footprint import Footprint
 
@@ -60,9 +60,9 @@ def expand(base: "RunConfig | dict | None", grid: dict) -> list[RunConfig]:
         if key in _NOT_SWEPT and isinstance(values, (list, tuple)) and len(values) > 1:
             raise UserError(f"sweep: {key} cannot be swept; use the sweep's own name")
         # fanouts/topk are tuples themselves: a list of them (from a run file) is an axis
-        tuple_axis = key in ("fanouts", "topk") and isinstance(values, list) and bool(values) and all(
+        tuple_axis = key in TUPLE_FIELDS and isinstance(values, list) and bool(values) and all(
             isinstance(v, (list, tuple)) for v in values)
-        if isinstance(values, (list, tuple)) and (key not in ("fanouts", "topk") or tuple_axis):
+        if isinstance(values, (list, tuple)) and (key not in TUPLE_FIELDS or tuple_axis):
             if not values:
                 raise UserError(f"sweep: --{key.replace('_', '-')} has no values")
             axes.append((key, list(values)))
