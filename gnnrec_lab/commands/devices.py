@@ -29,7 +29,6 @@ def register(subparsers):
         q.add_argument("--devices-file", action="append", default=[],
                        help="extra device-profile YAML file; repeatable (default: only the shipped profiles and "
                             "$GNNREC_LAB_DEVICES)")
-    for q in (ls, sh, va):
         q.set_defaults(func=run)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
