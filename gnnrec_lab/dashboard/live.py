@@ -570,6 +570,12 @@ class LivePage(pn.viewable.Viewer):
             return f"*{what} of run #{m.run_id}: waiting for the first step.*"
         return f"*Run #{m.run_id} recorded no steps ({m.status}).*"
 
+    def _show(self, pane, wait, has: bool, text: str) -> None:
+        """``pane``'s box when it has data to draw, else its ``wait`` note saying ``text``."""
+        _set(wait, "object", "" if has else text)
+        _set(wait, "visible", not has)
+        _set(self.boxes[pane], "visible", has)
+
     def _update_loss(self):
         data = self.monitor.loss.data
         if self.loss_pane.object is None and len(data):
@@ -578,9 +584,7 @@ class LivePage(pn.viewable.Viewer):
             new = data.iloc[self._loss_rows:]
             _source(self.loss_pane.object).stream({"x": new["step"].values, "y": new["loss"].values})
             self._loss_rows = len(data)
-        _set(self.loss_wait, "object", "" if len(data) else self._waiting("Training loss"))
-        _set(self.loss_wait, "visible", not len(data))
-        _set(self.boxes[self.loss_pane], "visible", bool(len(data)))
+        self._show(self.loss_pane, self.loss_wait, bool(len(data)), self._waiting("Training loss"))
 
     def _update_kernels(self):
         data = self.monitor.kernels.data
@@ -603,9 +607,7 @@ class LivePage(pn.viewable.Viewer):
                 frame, _ = stack_frame(data[data["step"] > last], cols)
                 _source(self.kernel_pane.object).stream(frame)
             self._kernel_rows = len(data)
-        _set(self.kernel_wait, "object", "" if has else self._waiting("Kernel time per step"))
-        _set(self.kernel_wait, "visible", not has)
-        _set(self.boxes[self.kernel_pane], "visible", has)
+        self._show(self.kernel_pane, self.kernel_wait, has, self._waiting("Kernel time per step"))
 
     def _update_evals(self):
         v = self.monitor.metrics("valid")
@@ -623,18 +625,14 @@ class LivePage(pn.viewable.Viewer):
                 _source(fig).data = data
                 if self.eval_pane.object is not fig:
                     self.eval_pane.object = fig
-        has = not v.empty
-        if has:
+        m = self.monitor
+        if m.run_id is None:
             wait = ""
-        elif self.monitor.run_id is None:
-            wait = ""
-        elif self.monitor.status in ACTIVE:
-            wait = f"*Validation metrics of run #{self.monitor.run_id} appear after its first evaluation.*"
+        elif m.status in ACTIVE:
+            wait = f"*Validation metrics of run #{m.run_id} appear after its first evaluation.*"
         else:
-            wait = f"*Run #{self.monitor.run_id} recorded no validation metrics.*"
-        _set(self.eval_wait, "object", wait)
-        _set(self.eval_wait, "visible", not has)
-        _set(self.boxes[self.eval_pane], "visible", has)
+            wait = f"*Run #{m.run_id} recorded no validation metrics.*"
+        self._show(self.eval_pane, self.eval_wait, not v.empty, wait)
 
     # -- views ----------------------------------------------------------------
     def header(self):
