@@ -152,7 +152,6 @@ def memory_prediction(config: RunConfig) -> tuple[Optional[dict], Optional[str]]
     """:func:`~gnnrec_lab.preflight.memory_verdict` of ``config`` under this dashboard's launch
     policy: the predicted DRAM bytes (modeled), by class, and the limit that applies (the same
     numbers the Launch button's pre-flight check uses), or ``(None, reason)``."""
-    from ..data import describe
     from ..preflight import memory_verdict
     from .security import launch_policy
     counts, why = safe_call(describe, config.dataset, data_dir=config.data_dir)
