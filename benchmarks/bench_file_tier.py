@@ -8,7 +8,7 @@ In one time window (the machine is shared: every row carries the load average it
 3. the same configuration is trained with the embeddings, the optimizer state, and both placed on
    ``file:DIR`` (``--placement``), in rounds interleaved with DRAM runs;
 4. each file configuration's step time is *modeled* by projecting the DRAM run onto the file
-   profile (``tiermodel.stored_run_step_time``, the run's placement) twice: with the page cache the
+   profile (``projection.stored_run_step_time``, the run's placement) twice: with the page cache the
    machine had (what the real runs had) and with no page cache (every access to the storage).
 
 Step time = the training kernels' time per step (what the tier model projects), measured.
@@ -31,7 +31,7 @@ import gnnrec_lab  # noqa: F401  (process-wide runtime settings before torch/num
 from gnnrec_lab import RunConfig, run
 from gnnrec_lab import calibrate
 from gnnrec_lab.config import TENSOR_CLASSES
-from gnnrec_lab.memory.tiermodel import stored_run_step_time
+from gnnrec_lab.projection import stored_run_step_time
 from gnnrec_lab.store import Store
 
 CONFIGS = {"embeddings": ("embeddings",), "optimizer state": ("optimizer",), "both": ("embeddings", "optimizer")}

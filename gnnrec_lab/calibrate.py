@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import UserError
+from .home import lab_home
 
 REQUIRED = ("copy_GBps", "triad_GBps", "gather64_GBps", "gather256_GBps", "latency_ns", "gemm_GFLOPs",
             "threads", "cpu", "measured_at")
@@ -45,7 +46,6 @@ GEMM_N = 2048                      # square GEMM size (half when quick)
 
 def calibration_path() -> Path:
     """``$GNNREC_LAB_HOME/calibration.json`` (``~/.gnnrec_lab`` when unset)."""
-    from .store import lab_home
     return lab_home() / "calibration.json"
 
 
@@ -203,6 +203,22 @@ def host_profile(measure_if_missing: bool = True, quick: bool = True) -> dict:
     return prof
 
 
+def load_host_profile(path=None) -> dict:
+    """The host calibration: from a JSON file at ``path``, else :func:`host_profile`
+    (measured quickly if missing). Raises :class:`UserError` when neither is available."""
+    if path:
+        try:
+            d = json.loads(Path(path).read_text())
+        except OSError as e:
+            raise UserError(f"--host-profile: cannot read {path} ({e.strerror})") from None
+        except ValueError as e:
+            raise UserError(f"--host-profile: {path} is not JSON ({e})") from None
+        if not isinstance(d, dict):
+            raise UserError(f"--host-profile: {path} must hold one JSON object")
+        return d
+    return host_profile(measure_if_missing=True, quick=True)
+
+
 def format_profile(prof: dict) -> str:
     """Human-readable table of a profile, each number with its unit and spread."""
     sp = prof.get("spread", {})
@@ -349,7 +365,6 @@ def file_tier_profile(m: dict, name: str = "file_tier", page_cache_bytes: "int |
 def save_file_profile(prof: dict, path: "Path | None" = None) -> Path:
     """Write ``prof`` as a one-profile devices YAML (``$GNNREC_LAB_HOME/devices/<name>.yaml``)."""
     import yaml
-    from .store import lab_home
     path = Path(path) if path else lab_home() / "devices" / f"{prof['name']}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".yaml.tmp")

@@ -62,7 +62,8 @@ def main(argv=None) -> int:
         print(f"gnnrec-lab: error: {e}", file=sys.stderr)
         return 2
     except sqlite3.DatabaseError as e:
-        from .store import _damaged, describe_store_error, lab_home
+        from .home import lab_home
+        from .store import _damaged, describe_store_error
         path = lab_home() / "lab.sqlite"
         print(f"gnnrec-lab: error: {describe_store_error(e, path) or _damaged(path, str(e))}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from .bounds import integer, integers, number
 from .errors import ConfigError, UserError
+from .places import TENSOR_CLASSES, parse_placement
 
 MODELS = ("lightgcn", "ngcf", "mf")
 NGCF_FORMS = ("edge", "node")
@@ -42,9 +43,6 @@ CACHE_TRACE_BATCH = 1024
 # Memory modes a run can be launched in. "dram" is measured here; the others are
 # measured where the hardware exists and modeled (labelled so) elsewhere.
 MEMORY_MODES = ("dram", "optane_memory_mode", "optane_app_direct", "cxl", "remote_numa")
-# Tensor classes whose placement can be chosen (see gnnrec_lab.memory).
-TENSOR_CLASSES = ("graph", "embeddings", "optimizer", "gradients", "activations",
-                  "edge_intermediates", "buffers")
 
 
 # Largest value each integer field accepts: far beyond any run this lab can hold, small enough
@@ -180,7 +178,6 @@ class RunConfig:
                                             f"or a share of rows in (0, 100]% (e.g. 5%), got {self.cache_size!r}")
         self.cache_size = cs
         choice("memory_mode", MEMORY_MODES)
-        from .memory.placement import parse_placement
         parse_placement(self.placement)
         if self.data_dir is not None and (not isinstance(self.data_dir, str) or not self.data_dir.strip()
                                           or "\0" in self.data_dir):

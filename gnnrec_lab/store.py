@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from .errors import UserError
+from .home import lab_home
 from .recorder import store_key, sum_records
 from .reporting import Reporter
 
@@ -36,14 +37,6 @@ TERMINAL = ("finished", "failed", "cancelled", "interrupted", "oom", "diverged")
 FOOTPRINT_KINDS = ("predicted", "measured")
 # Each SQLite call waits this long for another writer before giving up (ms).
 BUSY_TIMEOUT_MS = 30_000
-
-
-def lab_home(home: "str | os.PathLike | None" = None) -> Path:
-    """The lab's state directory: ``home`` if given, else ``$GNNREC_LAB_HOME``, else ``~/.gnnrec_lab``."""
-    if home is not None:
-        return Path(home).expanduser()
-    env = os.environ.get("GNNREC_LAB_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".gnnrec_lab"
 
 
 # ---------------------------------------------------------------------------

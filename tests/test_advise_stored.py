@@ -27,7 +27,8 @@ def store(tmp_path, monkeypatch):
 
 def test_advise_uses_the_fastest_stored_dram_run_of_the_shape_and_names_it(store, capsys):
     from gnnrec_lab.calibrate import host_profile
-    from gnnrec_lab.memory.tiermodel import run_step_time, stored_run_records, stored_run_step_time
+    from gnnrec_lab.memory.tiermodel import run_step_time
+    from gnnrec_lab.projection import stored_run_records, stored_run_step_time
     slow = _dram_run(store, 5.0)
     fast = _dram_run(store, 1.0)
     _dram_run(store, 0.1, dim=16)       # another shape

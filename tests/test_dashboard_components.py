@@ -11,7 +11,8 @@ from gnnrec_lab.dashboard.breakdown import BreakdownPage, kernel_phase_ms, kerne
 from gnnrec_lab.dashboard.common import Lab
 from gnnrec_lab.dashboard.compare import ComparePage, epoch_seconds, runs_table
 from gnnrec_lab.dashboard.fake import fake_records, fill_store
-from gnnrec_lab.dashboard.launch import EXAMPLE_CONFIG, LaunchPage, config_from_values, modeled_bars
+from gnnrec_lab.dashboard.common import modeled_bars
+from gnnrec_lab.dashboard.launch import EXAMPLE_CONFIG, LaunchPage, config_from_values
 from gnnrec_lab.dashboard.live import (LiveMonitor, LivePage, chart_frame, kernel_ms_per_step, progress_percent,
                                        stacked_area, steady_eta)
 from gnnrec_lab.store import Store
@@ -588,11 +589,11 @@ def test_breakdown_header_says_which_parts_are_modeled(store):
 def test_breakdown_draws_the_runs_device_kernel_by_phase_modeled_and_hatched(store):
     import holoviews as hv
     from gnnrec_lab.dashboard.breakdown import modeled_kernel_phase_ms
-    from gnnrec_lab.dashboard.launch import run_modeled_step
+    from gnnrec_lab.projection import run_modeled_step
     _calibrate()
     mid = _modeled_run(store)
     lab = Lab(store=store, runner=RecordingRunner(store))
-    step, why = run_modeled_step(lab, mid)
+    step, why = run_modeled_step(lab.store, mid)
     assert why is None and step["device"] == "optane_pmem100_appdirect_6x"
     page = BreakdownPage(lab, run_id=mid)
     plots = [p.object for p in page.body().select(pn.pane.HoloViews)]

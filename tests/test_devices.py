@@ -200,7 +200,7 @@ def recorded_dram_run(tmp_path_factory):
 def test_file_tier_profile_projects_a_recorded_run(recorded_dram_run, tmp_path):
     from gnnrec_lab import calibrate
     from gnnrec_lab.config import TENSOR_CLASSES
-    from gnnrec_lab.memory.tiermodel import stored_run_records, stored_run_step_time
+    from gnnrec_lab.projection import stored_run_records, stored_run_step_time
     store, rid, host = recorded_dram_run
     warm = calibrate.save_file_profile(calibrate.file_tier_profile(FILE_MEASURED, "ft_warm"), tmp_path / "w.yaml")
     cold = calibrate.file_tier_profile(FILE_MEASURED, "ft_cold")

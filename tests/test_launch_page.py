@@ -81,8 +81,7 @@ def _dram_run(store, scale: float, load1: float = 0.5, steps: int = 3, **over) -
 
 def test_step_time_predicts_from_the_fastest_same_shape_dram_run_and_shows_the_spread(store):
     from gnnrec_lab.calibrate import host_profile
-    from gnnrec_lab.memory.advise import dram_reference
-    from gnnrec_lab.memory.tiermodel import stored_run_step_time
+    from gnnrec_lab.projection import dram_reference, stored_run_step_time
     _calibrate()
     slow = _dram_run(store, 6.0, load1=5.0)       # the same shape measured under load
     fast = _dram_run(store, 1.0)

@@ -15,8 +15,9 @@ from gnnrec_lab.graph import BipartiteGraph
 import importlib
 fpmod = importlib.import_module("gnnrec_lab.memory.footprint")  # the package attribute is the function
 from gnnrec_lab.memory.footprint import footprint, footprint_phases, measure_peak, total
-from gnnrec_lab.memory.placement import (allocate, is_file_backed, numactl_args, parse_place, place_array,
-                                         place_tensor, probe_dax)
+from gnnrec_lab.memory.placement import (allocate, is_file_backed, numactl_args, place_array, place_tensor,
+                                         probe_dax)
+from gnnrec_lab.places import parse_place
 from gnnrec_lab.memory.topology import Topology, detect, parse_cpulist, read_nodes
 
 

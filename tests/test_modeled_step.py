@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gnnrec_lab.config import TENSOR_CLASSES, RunConfig
 from gnnrec_lab.memory.profiles import load_profiles
-from gnnrec_lab.memory.tiermodel import MODE_DEVICES, run_step_time, stored_run_records, stored_run_step_time
+from gnnrec_lab.memory.tiermodel import MODE_DEVICES, run_step_time
+from gnnrec_lab.projection import stored_run_records, stored_run_step_time
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 
@@ -84,7 +85,7 @@ def test_every_view_shows_the_one_modeled_step_time(recorded, capsys):
     from gnnrec_lab.commands.run import _print_summary
     from gnnrec_lab.dashboard.breakdown import BreakdownPage, modeled_kernel_phase_ms
     from gnnrec_lab.dashboard.common import Lab
-    from gnnrec_lab.memory.tiermodel import step_time_projection
+    from gnnrec_lab.projection import step_time_projection
     from gnnrec_lab.dashboard.live import LiveMonitor, modeled_text
     store, rid, result, host = recorded
     ref = stored_run_step_time(store, rid, host)

@@ -12,7 +12,8 @@ import pytest
 from gnnrec_lab import cli
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
-from gnnrec_lab.memory.placement import numa_request, numactl_argv, parse_nodes
+from gnnrec_lab.memory.placement import numa_request, numactl_argv
+from gnnrec_lab.places import parse_nodes
 from gnnrec_lab.runner import Runner, launch_detached
 from gnnrec_lab.store import Store
 

@@ -16,7 +16,8 @@ from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.recorder import KernelRecord
 from gnnrec_lab.proc import pid_alive, proc_start_ticks
-from gnnrec_lab.store import SCHEMA_VERSION, Store, connect, lab_home, migrate
+from gnnrec_lab.home import lab_home
+from gnnrec_lab.store import SCHEMA_VERSION, Store, connect, migrate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

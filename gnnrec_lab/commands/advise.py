@@ -38,7 +38,7 @@ def register(subparsers):
 
 def _reference(cfg, host):
     """The stored DRAM measurement of ``cfg``'s shape with its kernel records, or None."""
-    from ..memory.advise import dram_reference, reference_records
+    from ..projection import dram_reference, reference_records
     from ..store import Store
     try:
         store = Store()
@@ -70,7 +70,7 @@ def _counts(args) -> dict:
 def run(args) -> int:
     from ..config import RunConfig
     from ..memory.advise import GiB, advise
-    from ..memory.profiles import load_host_profile
+    from ..calibrate import load_host_profile
     layers = 0 if args.model == "mf" else args.layers
     cfg = RunConfig(dataset=args.dataset, model=args.model, ngcf_form=args.ngcf_form, layers=layers,
                     dim=args.dim, batch_size=args.batch_size, optimizer=args.optimizer)

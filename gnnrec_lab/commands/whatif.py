@@ -59,7 +59,7 @@ def _records(args):
         from ..store import Store
     except ImportError:
         raise UserError("whatif: the run store is not available; use --records FILE") from None
-    from ..memory.tiermodel import stored_run_records
+    from ..projection import stored_run_records
     store = Store()
     store.get_run(args.run_id, need=("config",))   # a damaged config is named, not projected as defaults
     frame, steps, fp, cfg = stored_run_records(store, args.run_id)   # what every view projects
@@ -69,7 +69,7 @@ def _records(args):
 
 
 def run(args) -> int:
-    from ..memory.profiles import load_host_profile
+    from ..calibrate import load_host_profile
     from ..memory.tiermodel import project, run_step_time
     placement = {}
     for item in args.placement:

@@ -25,9 +25,9 @@ from ..analysis import ROOFLINE_NOTE, breakdown, roofline_points
 from ..calibrate import host_profile
 from ..memory.footprint import Footprint
 from ..memory.tiermodel import mode_device
+from ..projection import run_modeled_step, tier_projection
 from .common import (BAR_COLOR, MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_all, hatch_by, hv_pane,
-                     kernel_color, not_available, phase_color, run_options, safe_call)
-from .launch import modeled_bars, run_modeled_step, tier_projection
+                     kernel_color, modeled_bars, not_available, phase_color, run_options, safe_call)
 
 
 def phase_cmap(phases) -> dict:
@@ -209,7 +209,7 @@ class BreakdownPage(pn.viewable.Viewer):
         cfg = rec.get("config") or {}
         if (cfg.get("memory_mode") or "dram") == "dram":
             return pn.Spacer(height=0)
-        step, why = run_modeled_step(self.lab, run_id)
+        step, why = run_modeled_step(self.lab.store, run_id)
         if step is None:
             return not_available("Kernel time by phase on the run's device (memory tier model)", why)
         return pn.Column(pn.pane.Markdown(
@@ -268,7 +268,7 @@ class BreakdownPage(pn.viewable.Viewer):
 
     def _tier_section(self, run_id):
         import holoviews as hv
-        df, why = tier_projection(self.lab, run_id)
+        df, why = tier_projection(self.lab.store, run_id)
         if df is None:
             return not_available("Measured DRAM vs modeled Optane/CXL (memory tier model)", why)
         chosen = df[df["chosen"]] if "chosen" in df.columns else df.iloc[0:0]

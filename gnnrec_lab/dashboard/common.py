@@ -146,6 +146,23 @@ def hatch_all(pattern: str = "/"):
     return hook
 
 
+def modeled_bars(df: pd.DataFrame, x: str, y: str, ylabel: str):
+    """Bars of ``y`` by ``x`` with measured solid and modeled hatched, and a kind label on each bar.
+
+    ``df`` needs a ``kind`` column ('measured' | 'modeled').
+    """
+    import holoviews as hv
+    df = df.copy()
+    df["label"] = [f"{k}" for k in df["kind"]]
+    df["color"] = BAR_COLOR        # hatching, not colour, marks the modeled bars
+    df["hatch"] = [" " if k == "measured" else "/" for k in df["kind"]]
+    bars = hv.Bars(df, x, [y, "kind", "color", "hatch"]).opts(
+        color="color", hooks=[hatch_by("hatch")], responsive=True, height=280, xrotation=20,
+        ylabel=ylabel, tools=["hover"], title=f"{ylabel}: measured (solid) vs modeled (hatched)")
+    labels = hv.Labels(df.assign(y=df[y] * 1.02), [x, "y"], "label").opts(text_font_size="9pt", yoffset=0)
+    return bars * labels
+
+
 def not_available(what: str, reason: Optional[str] = None) -> pn.pane.Alert:
     """The note a page shows where a piece of the lab is missing."""
     text = f"**{what}** is not available yet"

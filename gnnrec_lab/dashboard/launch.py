@@ -22,12 +22,12 @@ import param
 from ..config import (BACKENDS, CACHE_POLICIES, LR_RULES, MEMORY_MODES, MODELS, MODES, NGCF_FORMS, OPTIMIZERS,
                       TENSOR_CLASSES, RunConfig, field_help, field_label)
 from ..errors import ConfigError, UserError
-from ..calibrate import host_profile
 from ..data import describe, list_datasets
-from ..memory.advise import dram_reference
 from ..memory.profiles import load_profiles
-from ..memory.tiermodel import mode_device, mode_label, step_time_projection, stored_run_step_time
-from .common import BAR_COLOR, MODELED_NOTE, OVERLOADED_LABEL, Lab, fmt_bytes, hatch_all, hatch_by, not_available, safe_call
+from ..memory.tiermodel import mode_device, mode_label
+from ..projection import dram_reference, host_calibration, tier_projection
+from .common import (MODELED_NOTE, OVERLOADED_LABEL, Lab, fmt_bytes, hatch_all, modeled_bars, not_available,
+                     safe_call)
 
 # The one-click example offered on a fresh install (small enough for two cores).
 EXAMPLE_CONFIG = dict(dataset="ml-100k", model="lightgcn", layers=3, dim=64, batch_size=2048,
@@ -180,7 +180,7 @@ def memory_chart(v: dict):
 
 
 def reference_runs(lab: Lab, config: RunConfig) -> tuple[Optional[dict], Optional[str]]:
-    """:func:`~gnnrec_lab.memory.advise.dram_reference` for ``config`` (the fastest stored DRAM run of
+    """:func:`~gnnrec_lab.projection.dram_reference` for ``config`` (the fastest stored DRAM run of
     its shape and the spread of them all), or ``(None, reason)``; ``(None, None)`` when there is none."""
     host, why = host_calibration()
     if host is None:
@@ -209,33 +209,6 @@ def mode_note(memory_mode: str) -> str:
     if memory_mode == "dram":
         return f"*{label} on this host*"
     return f"*{label}: kernels run on this host's DRAM, their step time is projected (modeled)*"
-
-
-def host_calibration() -> tuple[Optional[dict], Optional[str]]:
-    """This host's calibration (measured), never measured from a page: ``(host, None)`` or ``(None, reason)``."""
-    host, why = safe_call(host_profile, measure_if_missing=False)
-    if host is None:
-        return None, f"host calibration: {why}"
-    return host, None
-
-
-def run_modeled_step(lab: Lab, run_id, device: Optional[str] = None) -> tuple[Optional[dict], Optional[str]]:
-    """``tiermodel.stored_run_step_time`` of a stored run (the value the run summary, the store and
-    ``whatif`` show): ``(dict, None)`` or ``(None, reason)``. ``device`` defaults to the run's mode's."""
-    host, why = host_calibration()
-    if host is None:
-        return None, why
-    return safe_call(stored_run_step_time, lab.store, run_id, host, device=device)
-
-
-def tier_projection(lab: Lab, run_id: int,
-                    placement: Optional[dict] = None) -> tuple[Optional[pd.DataFrame], Optional[str]]:
-    """:func:`~gnnrec_lab.memory.tiermodel.step_time_projection` of ``run_id`` (under ``placement``)
-    with this host's calibration: ``(frame, None)``, or ``(None, reason)`` the page shows instead of the chart."""
-    host, why = host_calibration()
-    if host is None:
-        return None, why
-    return safe_call(step_time_projection, lab.store, run_id, host, placement=placement)
 
 
 class LaunchPage(pn.viewable.Viewer):
@@ -391,7 +364,7 @@ class LaunchPage(pn.viewable.Viewer):
                 "*Predicted step time per memory mode*: no finished DRAM run with this dataset, model, "
                 "depth, dim, batch size, mode and backend yet — launch one on `dram`; the tier model then "
                 "projects its measured kernels onto Optane, CXL and remote NUMA (modeled).")
-        df, why = tier_projection(self.lab, ref["run_id"], placement=dict(cfg.placement))
+        df, why = tier_projection(self.lab.store, ref["run_id"], placement=dict(cfg.placement))
         if df is None:
             return not_available("Step-time prediction (memory tier model)", why)
         own = mode_device(cfg.memory_mode, cfg.device_profile)
@@ -449,20 +422,3 @@ class LaunchPage(pn.viewable.Viewer):
                          pn.Row(form, pn.Column("## Before launching", predictions,
                                                 sizing_mode="stretch_width"), sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
-
-
-def modeled_bars(df: pd.DataFrame, x: str, y: str, ylabel: str):
-    """Bars of ``y`` by ``x`` with measured solid and modeled hatched, and a kind label on each bar.
-
-    ``df`` needs a ``kind`` column ('measured' | 'modeled').
-    """
-    import holoviews as hv
-    df = df.copy()
-    df["label"] = [f"{k}" for k in df["kind"]]
-    df["color"] = BAR_COLOR        # hatching, not colour, marks the modeled bars
-    df["hatch"] = [" " if k == "measured" else "/" for k in df["kind"]]
-    bars = hv.Bars(df, x, [y, "kind", "color", "hatch"]).opts(
-        color="color", hooks=[hatch_by("hatch")], responsive=True, height=280, xrotation=20,
-        ylabel=ylabel, tools=["hover"], title=f"{ylabel}: measured (solid) vs modeled (hatched)")
-    labels = hv.Labels(df.assign(y=df[y] * 1.02), [x, "y"], "label").opts(text_font_size="9pt", yoffset=0)
-    return bars * labels

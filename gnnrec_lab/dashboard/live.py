@@ -38,6 +38,7 @@ import panel as pn
 import param
 
 from ..memory.tiermodel import mode_device
+from ..projection import host_calibration
 from .common import (FAILED_STATUSES, Lab, PALETTE, error_note, fmt_bytes, fmt_seconds, kernel_color, not_available,
                      run_options, safe_call)
 
@@ -359,7 +360,6 @@ class LiveMonitor(param.Parameterized):
         if self.device is None:
             self.modeled, self.modeled_reason = None, ""
             return
-        from .launch import host_calibration
         if self._host is None:
             self._host, why = host_calibration()
             if self._host is None:

@@ -38,6 +38,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import DataError
+from ..home import lab_home
 from . import readers, storage, synthetic
 from .dataset import Dataset
 from .split import check_split, split_per_user
@@ -88,7 +89,6 @@ def data_dir_source() -> tuple[Path, str]:
     root = checkout_root()
     if root is not None:
         return root / "data", f"the data/ of the checkout at {root}"
-    from ..store import lab_home
     return lab_home() / "data", "$GNNREC_LAB_HOME/data"
 
 

@@ -11,7 +11,6 @@ from them: the tier model then projects them onto each memory mode, and
 from __future__ import annotations
 
 import itertools
-import statistics
 from typing import Optional
 
 from ..config import TENSOR_CLASSES
@@ -128,75 +127,6 @@ def recommend_placement(records, host: dict, device: str, fp: dict, dram_bytes: 
     _, keep, used, t = best
     return {"dram": keep, "device": [c for c in classes if c not in keep], "dram_bytes_used": int(used),
             "modeled_step_s": t, "kind": "modeled"}
-
-
-# ---------------------------------------------------------------------------
-# a stored DRAM measurement of the same shape
-# ---------------------------------------------------------------------------
-# What makes two runs' training steps the same work: a stored DRAM run with these equal measures
-# the step another configuration of that shape would take.
-SHAPE_KEYS = ("dataset", "model", "layers", "dim", "batch_size", "mode", "backend")
-# How many of the newest same-shape DRAM runs are compared.
-REFERENCE_CANDIDATES = 20
-
-
-def _same_shape(row: dict, config) -> bool:
-    keys = SHAPE_KEYS + (("ngcf_form",) if getattr(config, "model", None) == "ngcf" else ())
-    return all(row.get(k) == getattr(config, k, None) for k in keys)
-
-
-def dram_reference(store, config, host) -> Optional[dict]:
-    """The stored DRAM measurement modeled step times for ``config`` start from, or None.
-
-    Candidates: the newest :data:`REFERENCE_CANDIDATES` finished runs in ``store`` with
-    ``config``'s shape (:data:`SHAPE_KEYS`, and the NGCF form), memory mode ``dram`` with every
-    tensor class in DRAM, and kernel records. Their measured step times (training kernels per step
-    on this host) differ by the load the machine had while they ran; load only ever adds time, so
-    the **fastest** is the reference. Returns ``{"run_id", "measured_s", "rule": "fastest",
-    "runs": [{"run_id", "measured_s", "load_max", "overloaded"}], "min_s", "median_s", "max_s",
-    "kind": "measured"}`` (seconds per step).
-    """
-    from .tiermodel import stored_run_step_time
-    runs = store.runs_frame(status="finished")
-    if runs.empty:
-        return None
-    rows = [r for r in runs.to_dict("records") if r.get("memory_mode") == "dram" and _same_shape(r, config)]
-    out = []
-    for r in sorted(rows, key=lambda r: -int(r["id"]))[:REFERENCE_CANDIDATES]:
-        placement = (store.get_run(int(r["id"])).get("config") or {}).get("placement") or {}
-        if any(where != "dram" for where in placement.values()):
-            continue   # part of it ran on a file or another node: not a DRAM measurement
-        try:
-            st = stored_run_step_time(store, int(r["id"]), host, device="host")
-        except (ValueError, KeyError):   # UserError (no kernel records) included
-            continue
-        if st["measured_s"] > 0:
-            out.append({"run_id": int(r["id"]), "measured_s": float(st["measured_s"]),
-                        "load_max": None if r.get("load_max") != r.get("load_max") else r.get("load_max"),
-                        "overloaded": r.get("overloaded") is True})
-    if not out:
-        return None
-    times = [x["measured_s"] for x in out]
-    best = min(out, key=lambda x: (x["measured_s"], -x["run_id"]))
-    return {"run_id": best["run_id"], "measured_s": best["measured_s"], "rule": "fastest",
-            "runs": sorted(out, key=lambda x: x["run_id"]), "min_s": min(times),
-            "median_s": statistics.median(times), "max_s": max(times), "kind": "measured"}
-
-
-def reference_records(store, run_id: int) -> list:
-    """A stored run's training kernels as one step of KernelRecords (each kernel's mean per step,
-    measured): the input :func:`advise` models instead of :func:`step_records`."""
-    totals = store.kernel_totals_frame(run_id)
-    steps = max(1, store.kernel_step_count(run_id))
-    recs = []
-    for r in totals.itertuples():
-        if r.phase not in TRAIN_PHASES:
-            continue
-        recs.append(KernelRecord(r.name, r.phase, int(r.layer), 0, int(round(r.ns / steps)),
-                                 int(round(r.bytes_read / steps)), int(round(r.bytes_written / steps)),
-                                 int(round(r.flops / steps)), r.pattern, int(r.row_bytes or 0),
-                                 int(round((r.random_bytes or 0) / steps)), "measured"))
-    return recs
 
 
 # The placement each advise row assumes, in the words every view uses.

@@ -401,25 +401,3 @@ def get_profile(name, host: Optional[dict] = None, extra_paths=None) -> DevicePr
         hint = " (pass a host calibration for 'host')" if name == "host" else ""
         raise UserError(f"device: unknown profile {name!r}{hint}; known: {', '.join(sorted(profiles))}")
     return profiles[name]
-
-
-def load_host_profile(path=None) -> dict:
-    """The host calibration: from a JSON file at ``path``, else ``gnnrec_lab.calibrate.host_profile``
-    (measured quickly if missing). Raises :class:`UserError` when neither is available."""
-    import json
-    if path:
-        try:
-            d = json.loads(Path(path).read_text())
-        except OSError as e:
-            raise UserError(f"--host-profile: cannot read {path} ({e.strerror})") from None
-        except ValueError as e:
-            raise UserError(f"--host-profile: {path} is not JSON ({e})") from None
-        if not isinstance(d, dict):
-            raise UserError(f"--host-profile: {path} must hold one JSON object")
-        return d
-    try:
-        from ..calibrate import host_profile
-    except ImportError:
-        raise UserError("no host calibration available: run `gnnrec-lab calibrate` or pass --host-profile FILE") \
-            from None
-    return host_profile(measure_if_missing=True, quick=True)

@@ -32,7 +32,7 @@ import pandas as pd
 
 from ..errors import UserError
 from ..recorder import RECORD_FIELDS
-from .profiles import DeviceProfile, get_profile, host_device, load_profiles, misses_in_flight
+from .profiles import DeviceProfile, get_profile, host_device, misses_in_flight
 
 COMPONENTS = ("stream_read", "stream_write", "random_read", "random_write")
 OPTIMIZER_KERNELS = ("adam", "adamw", "lamb", "sgd", "optimizer")
@@ -478,65 +478,6 @@ class RunProjection:
                 "ratio": self.ratio, "steps": self.steps, "hit_rate": self.hit_rate,
                 "host_calibrated_at": self.host_calibrated_at, "kernels": self.kernels,
                 "placement_assumption": self.placement_assumption}
-
-
-def stored_run_records(store, run_id) -> tuple:
-    """``(kernel totals, steps, predicted footprint by class or None, config dict)`` of a stored run:
-    the inputs :func:`run_step_time` takes, read the same way by every view."""
-    rec = store.get_run(run_id)
-    totals = store.kernel_totals_frame(run_id)
-    steps = store.kernel_step_count(run_id)
-    fpf = store.footprint_frame(run_id)
-    pred = fpf[fpf["kind"] == "predicted"] if len(fpf) else fpf
-    fp = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
-    return totals, steps, fp, rec.get("config") or {}
-
-
-def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
-                         placement: Optional[dict] = None, **kw) -> dict:
-    """:func:`run_step_time` of a run in the store (its kernels so far, its config, its footprint)."""
-    totals, steps, fp, cfg = stored_run_records(store, run_id)
-    if totals is None or len(totals) == 0:
-        raise UserError(f"run {run_id} has no kernel records")
-    return run_step_time(totals, host, cfg, device=device, placement=placement, footprint=fp, steps=steps, **kw)
-
-
-def step_time_projection(store, run_id, host, placement: Optional[dict] = None) -> pd.DataFrame:
-    """Step time (s) of a stored run measured here and projected onto each slower device profile.
-
-    A frame ``device, seconds, kind, chosen``: one 'measured' row (the run's own training-step
-    kernel time on this host's DRAM) and one 'modeled' row per non-DRAM device profile
-    (:func:`run_step_time`, the run's placement), ``chosen`` marking the device of the run's own
-    memory mode. ``placement`` replaces the run's own (the Launch page projects the form's).
-    The frame's ``attrs["placement_assumption"]`` names the placement in words.
-    Raises UserError when the run has no kernel records or no profile projects.
-    """
-    records, steps, footprint, cfg = stored_run_records(store, run_id)
-    if records is None or records.empty:
-        raise UserError(f"run {run_id} has no kernel records")
-    own = mode_device(cfg.get("memory_mode", "dram"), cfg.get("device_profile"))
-    profiles = load_profiles()
-    if not profiles:
-        raise UserError("no device profiles")
-    rows, measured, reasons = [], None, []
-    for name, prof in profiles.items():
-        if getattr(prof, "kind", None) in ("dram", "host"):
-            continue
-        try:
-            res = run_step_time(records, host, cfg, device=name, placement=placement, footprint=footprint,
-                                steps=steps)
-        except (UserError, ValueError, KeyError) as e:  # one profile that cannot project: say which
-            reasons.append(f"{name}: {type(e).__name__}: {e}")
-            continue
-        measured = res["measured_s"]
-        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind="modeled", chosen=name == own))
-    if measured is None:
-        raise UserError("; ".join(reasons) or "no projection")
-    rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind="measured", chosen=own is None))
-    out = pd.DataFrame(rows)
-    out.attrs["placement_assumption"] = placement_assumption(placement if placement is not None
-                                                             else dict(cfg.get("placement") or {}))
-    return out
 
 
 def modeled_ratio(modeled: Optional[dict]) -> Optional[float]:
