@@ -304,6 +304,25 @@ class Store:
             raise
         con.execute("COMMIT")
 
+    @contextlib.contextmanager
+    def snapshot(self):
+        """Reads of this store inside the block see one committed state: one SQLite read
+        transaction on this thread's connection, so a step a worker commits meanwhile (its step
+        row and its kernel rows) is seen by every read of the block or by none.
+
+        For reads only (a write inside raises ``sqlite3.OperationalError``). Inside another
+        snapshot it joins that one. Yields the store.
+        """
+        con = self._con()
+        if con.in_transaction:
+            yield self
+            return
+        con.execute("BEGIN")
+        try:
+            yield self
+        finally:
+            con.execute("COMMIT")   # read-only: nothing to write, ends the snapshot
+
     def _query(self, sql: str, params: Sequence = ()) -> list[tuple]:
         return self._con().execute(sql, params).fetchall()
 

@@ -8,14 +8,13 @@ import pytest
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.dashboard import common
 from gnnrec_lab.dashboard.breakdown import BreakdownPage, kernel_phase_ms, kernel_shares
-from gnnrec_lab.dashboard.common import Lab
+from gnnrec_lab.dashboard.common import Lab, modeled_bars
 from gnnrec_lab.dashboard.compare import ComparePage, epoch_seconds, runs_table
 from gnnrec_lab.dashboard.fake import fake_records, fill_store
-from gnnrec_lab.dashboard.common import modeled_bars
 from gnnrec_lab.dashboard.launch import EXAMPLE_CONFIG, LaunchPage, config_from_values
 from gnnrec_lab.dashboard.live import (LiveMonitor, LivePage, chart_frame, kernel_ms_per_step, progress_percent,
                                        stacked_area, steady_eta)
-from gnnrec_lab.store import Store
+from gnnrec_lab.store import Store, connect
 
 # Panel 1.9 renames widget name/button_type; the lab keeps the spelling panel>=1.4 understands.
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
@@ -183,9 +182,10 @@ def test_live_eta_uses_the_recorded_timeline(store):
     cfg = RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=5)
     rid = store.add_run(cfg, status="running")
     store.record_start(rid, {"steps_per_epoch": 20})
-    con = store._con()
+    con = connect(store.path)   # steps with the timeline's own wall times (add_step stamps the time now)
     con.executemany("INSERT INTO steps(run_id, step, epoch, loss, seconds, wall) VALUES (?,?,?,?,?,?)",
                     [(rid, int(r.step), int(r.epoch), 1.0, r.seconds, 1e9 + r.wall) for r in tl.head(50).itertuples()])
+    con.close()
     mon = LiveMonitor(lab=Lab(store=store, runner=RecordingRunner(store)), run_id=rid)
     pct, eta = mon.eta()
     assert pct == 50.0 and eta == pytest.approx(end - walls[49], rel=0.25)

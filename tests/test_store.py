@@ -102,6 +102,29 @@ def test_add_run_and_reporter_round_trip(tmp_path):
         s.get_run(999)
 
 
+def test_snapshot_reads_one_committed_state(tmp_path):
+    reader, writer = Store(tmp_path), Store(tmp_path)   # two connections, as a page and a worker
+    rid = writer.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8), status="running")
+    writer.add_step(rid, 1, 1, 0.5, 0.01, [rec("spmm", 1, 100, 0)])
+    with reader.snapshot() as snap:
+        assert snap is reader
+        assert list(reader.latest_steps(rid)["step"]) == [1]
+        writer.add_step(rid, 2, 1, 0.4, 0.01, [rec("spmm", 2, 100, 0)])   # committed meanwhile
+        assert list(reader.latest_steps(rid)["step"]) == [1]              # not seen by this snapshot
+        assert set(reader.kernels_frame(rid)["step"]) == {1}
+        with reader.snapshot():                                           # a nested one joins it
+            assert list(reader.steps_frame(rid)["step"]) == [1]
+        assert list(reader.latest_steps(rid)["step"]) == [1]
+        with pytest.raises(sqlite3.OperationalError):                     # reads only
+            reader.add_event(rid, "note", "inside a snapshot")
+    assert list(reader.latest_steps(rid)["step"]) == [1, 2]               # the snapshot ended
+    assert set(reader.kernels_frame(rid)["step"]) == {1, 2}
+    with pytest.raises(KeyError), reader.snapshot():                       # an error still ends it
+        raise KeyError("x")
+    reader.add_event(rid, "note", "after the snapshots")
+    assert list(reader.events_frame(rid)["message"]) == ["after the snapshots"]
+
+
 def test_set_status_only_if_and_cancel_flag(tmp_path):
     s = Store(tmp_path)
     rid = s.add_run(RunConfig())

@@ -27,7 +27,6 @@ value of ``tiermodel.run_step_time`` that the run summary, the store and
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from typing import Optional
@@ -142,26 +141,6 @@ def chart_frame(data: pd.DataFrame, max_steps: int = MAX_CHART_STEPS) -> tuple[p
     hi = wide.index.to_series().groupby(grp).max().values
     flat = pd.concat([means.set_index(pd.Index(lo, name="step")), means.set_index(pd.Index(hi, name="step"))])
     return flat.sort_index(kind="stable"), k
-
-
-@contextlib.contextmanager
-def read_snapshot(store):
-    """Store reads inside the block see one committed state (one SQLite read transaction).
-
-    The worker commits each step with its kernel rows; without a snapshot a step
-    committed between two reads would be counted by one and missed by the other.
-    Falls back to plain reads for a store without a SQLite connection.
-    """
-    con_of = getattr(store, "_con", None)   # store.py offers no public snapshot yet
-    con = con_of() if callable(con_of) else None
-    if con is None or getattr(con, "in_transaction", True):
-        yield
-        return
-    con.execute("BEGIN")
-    try:
-        yield
-    finally:
-        con.execute("COMMIT")   # read-only: nothing to write, ends the snapshot
 
 
 def kernel_columns(data: pd.DataFrame, top: int = 8) -> list:
@@ -311,7 +290,7 @@ class LiveMonitor(param.Parameterized):
         if spe and cfg.get("epochs"):
             self.total = int(spe) * int(cfg["epochs"])
         kf = None
-        with read_snapshot(store):
+        with store.snapshot():   # the new steps and their kernel rows from one committed state
             new, _ = safe_call(store.latest_steps, self.run_id, self.last_step)
             n_new = 0 if new is None else len(new)
             if n_new:                              # the new steps' kernel rows, per step
