@@ -30,8 +30,11 @@ import numpy as np
 import torch
 
 from .bounds import MAX_ANTAGONISTS
+from .calibrate import host_profile
+from .config import RunConfig
 from .errors import UserError
 from .graph import BipartiteGraph
+from .optim import build_optimizer
 from .recorder import Recorder, use_recorder
 
 # name -> (users, items, interactions); nnz of the symmetric adjacency = 2 x interactions
@@ -143,7 +146,6 @@ def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=Non
     of every backend alike; each result records the count and the load average.
     """
     from . import kernels as K
-    from .calibrate import host_profile
     for s in sizes:
         if s not in SIZES:
             raise UserError(f"--sizes: got {s!r}, allowed: {', '.join(SIZES)}")
@@ -405,8 +407,6 @@ def recording_overhead(size: str = "medium", dim: int = 64, layers: int = 3, rep
     K.warmup(torch.float32)
     torch.manual_seed(0)
     model = LightGCN(adj.n_rows, 0, dim=dim, layers=layers)  # node ids 0..n-1; users/items split irrelevant here
-    from .optim import build_optimizer
-    from .config import RunConfig
     opt = build_optimizer(RunConfig(lr=1e-3), model.parameters())   # what a run's adam is
     g = torch.Generator().manual_seed(0)
     bu, bp, bn = (torch.randint(0, adj.n_rows, (2048,), generator=g) for _ in range(3))

@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import preflight
 from .errors import UserError
 from .home import lab_home
 
@@ -326,8 +327,7 @@ def measure_file_tier(directory, *, file_bytes: int = FILE_TIER_BYTES, quick: bo
             os.close(fd)
     finally:
         os.unlink(path)
-    from .preflight import available_bytes
-    out.update({"directory": str(d.resolve()), "page_cache_bytes": available_bytes(), "method": "O_DIRECT",
+    out.update({"directory": str(d.resolve()), "page_cache_bytes": preflight.available_bytes(), "method": "O_DIRECT",
                 "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "cpu": cpu_model(), "quick": bool(quick), "kind": "measured", "loadavg": os.getloadavg()[0]})
     return out

@@ -15,6 +15,9 @@ import sys
 from .commands import (advise, bench, cache, calibrate, dashboard, data, devices, distributed, run, runs, sweep,
                        warmup, whatif)
 from .errors import UserError
+from .home import lab_home
+from .signals import EXIT_INTERRUPTED, EXIT_TERMINATED, signal_cause
+from .store import _damaged, describe_store_error
 
 # Order is the order shown in --help.
 COMMANDS = (data, run, runs, sweep, bench, calibrate, devices, whatif, advise, cache, distributed, dashboard, warmup)
@@ -62,8 +65,6 @@ def main(argv=None) -> int:
         print(f"gnnrec-lab: error: {e}", file=sys.stderr)
         return 2
     except sqlite3.DatabaseError as e:
-        from .home import lab_home
-        from .store import _damaged, describe_store_error
         path = lab_home() / "lab.sqlite"
         print(f"gnnrec-lab: error: {describe_store_error(e, path) or _damaged(path, str(e))}", file=sys.stderr)
         return 2
@@ -81,7 +82,6 @@ def main(argv=None) -> int:
     except BaseException as e:
         # Ctrl-C / SIGTERM outside a training loop (or a second one inside it), also when a
         # compiled kernel wrapped it in a SystemError
-        from .signals import EXIT_INTERRUPTED, EXIT_TERMINATED, signal_cause
         sig = signal_cause(e)
         if sig is None:
             raise

@@ -49,7 +49,13 @@ from typing import Optional
 
 import numpy as np
 
+from . import data
+from .cluster import EmulatedCluster
+from .config import RunConfig
 from .errors import UserError
+from .graph import CSR, BipartiteGraph
+from .proc import host_info
+from .store import Store
 
 ENGINE = "distdgl"
 GRAPH_PREFIX = "gnnrec"
@@ -378,7 +384,6 @@ def _block_csr(block, deg_src):
     """A DGL block (dst nodes a prefix of its src nodes) as the lab's CSR with the sampled
     LightGCN weights of :func:`gnnrec_lab.sampling.sample_subgraph`:
     ``d_dst^-1/2 d_src^-1/2 d_dst / k_dst`` (full-graph degrees, ``k`` sampled neighbours)."""
-    from .graph import CSR
     indptr, indices, _ = block.adj_tensors("csc")
     indptr = indptr.numpy().astype(np.int64)
     n_dst, n_src = block.num_dst_nodes(), block.num_src_nodes()
@@ -456,10 +461,8 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
     import dgl
     import torch
     import torch.distributed as tdist
-    from . import data, kernels
-    from .config import RunConfig
+    from . import kernels
     from .evaluate import evaluate
-    from .graph import BipartiteGraph
     from .models import build_model
     from .models.lightgcn import bpr_loss_rows
     from .sampling import bpr_batches
@@ -496,7 +499,6 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
     row_bytes = spec.dim * 4
     store = None
     if index == 0 and spec.run_id is not None:
-        from .store import Store
         store = Store(spec.home)
     eval_users = None
     if spec.eval_users is not None and spec.eval_users < n_users:
@@ -745,7 +747,6 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
     with contextlib.ExitStack() as stack:
         cluster = None
         if spec.cluster == "emulated":
-            from .cluster import EmulatedCluster
             cluster = stack.enter_context(EmulatedCluster(spec.partitions, spec.cores_per_machine, spec.link_gbit))
             spec.ip_config = str(spec.path("ip_config.txt"))
             Path(spec.ip_config).write_text(cluster.ip_config())
@@ -762,7 +763,6 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
                 {"kind": "local" if all(_is_local(h) for h in ip_hosts(spec)) else "hosts",
                  "machines": [{"index": i, "address": h} for i, h in enumerate(ip_hosts(spec))]}}
         if store is not None:
-            from .proc import host_info
             store.record_start(spec.run_id, {"host": host_info(), "engine": ENGINE, "distributed": info,
                                              "dataset": {"users": dataset.n_users, "items": dataset.n_items,
                                                          "train": int(len(dataset.train))}})

@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Optional
 
+from .config import RunConfig, save_config_file
 from .errors import UserError
 
 EXPERIMENT = "gnnrec-lab"
@@ -104,7 +105,6 @@ def write_artifacts(store, run: dict, directory: Path) -> list[Path]:
     """``config.yaml``, ``kernels.csv``, ``footprint.csv`` and (when the run has kernel records)
     ``trace.json`` of a stored run, written into ``directory``."""
     from .analysis import export_chrome_trace
-    from .config import RunConfig, save_config_file
 
     run_id = int(run["id"])
     files = []

@@ -16,6 +16,9 @@ import os
 from typing import Optional
 
 from .errors import ConfigError, UserError
+from .memory.footprint import footprint
+from .memory.placement import file_placed, numa_prefix
+from .memory.profiles import load_profiles
 
 # which setting drives each tensor class's size (named in the refusal)
 DRIVERS = {"embeddings": "dim", "optimizer": "dim/optimizer", "gradients": "dim", "activations": "dim/layers",
@@ -40,9 +43,7 @@ def _fmt(n: float) -> str:
 
 def dram_footprint(config, counts: dict) -> tuple[int, dict]:
     """(bytes that stay in DRAM, predicted footprint by class); modeled, interpreter left out."""
-    from .memory.footprint import footprint
     fp = footprint(config, counts=counts, runtime_bytes=0)
-    from .memory.placement import file_placed
     off = set(file_placed(config.placement))
     return sum(v for k, v in fp.items() if k not in off), fp
 
@@ -114,7 +115,6 @@ def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[in
         except OSError as e:
             raise ConfigError("data_dir", f"{root} is not writable ({e.strerror}); {config.dataset} is not "
                                           f"prepared there yet") from None
-    from .memory.placement import file_placed, numa_prefix
     numa_prefix(config)  # absent node, mixed policies, no numactl: refused the same way on every path
     for cls, d in sorted(file_placed(config.placement).items()):
         if not os.path.isdir(d):
@@ -127,7 +127,6 @@ def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[in
         raise ConfigError("cache_size", f"{int(cs):,} rows is more than the embedding table's {rows:,} rows "
                                         f"({config.dataset}); use at most {rows} or a share such as 100%")
     if config.device_profile is not None:
-        from .memory.profiles import load_profiles
         names = sorted(load_profiles())
         if config.device_profile not in names:
             raise ConfigError("device_profile", f"unknown {config.device_profile!r}; known: {', '.join(names)}")

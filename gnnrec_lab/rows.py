@@ -19,6 +19,8 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from . import kernels
+from .cache.cached_rows import make_cached_rows
+from .memory.placement import allocate, place_of
 from .optim import SparseRowAdam
 from .recorder import get_recorder
 
@@ -108,13 +110,11 @@ def make_row_store(config, model, degrees) -> RowStore:
     slow tier read every batch, else the slow tier behind a DRAM cache with that policy.
     ``degrees``: the training graph's interactions per node (users, then items), which the
     static policy ranks rows by."""
-    from .memory.placement import allocate, place_of
     where = place_of(config, "optimizer")
     shape, dt = tuple(model.embedding.shape), model.embedding.dtype
     if config.cache_policy == "none":
         return DramRows(model.embedding.data, lr=config.effective_lr,
                         m=allocate(shape, dt, where, "optimizer"), v=allocate(shape, dt, where, "optimizer"))
-    from .cache.cached_rows import make_cached_rows
     return make_cached_rows(config, model, degrees, policy="none" if config.cache_policy == "stream" else None)
 
 

@@ -36,6 +36,7 @@ import uuid
 from typing import Optional, Sequence
 
 from .cgroup import MemoryCgroup, check_limit, limit_reached, memory_limit_of, oom_verdict, write_limit
+from .config import RunConfig, expect_config
 from .errors import UserError
 from .memory.placement import numa_prefix
 from .proc import pid_alive, proc_start_ticks
@@ -123,7 +124,6 @@ class Runner:
         exceeding it ends as ``oom`` ("killed by the memory limit of N bytes (cgroup)").
         Raises UserError at once where no memory cgroup can be created.
         """
-        from .config import expect_config
         expect_config(config, "Runner.launch")
         numa_prefix(config)  # refuse an impossible placement before anything is recorded
         limit = check_limit(memory_limit_bytes)
@@ -149,7 +149,6 @@ class Runner:
         return started
 
     def _spawn(self, run_id: int) -> None:
-        from .config import RunConfig
         run_dir = self.store.run_dir(run_id)
         try:
             config = RunConfig.from_dict(self.store.get_run(run_id, need=("config",))["config"])

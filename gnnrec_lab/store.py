@@ -25,8 +25,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from .config import expect_config
 from .errors import UserError
 from .home import lab_home
+from .memory.footprint import Footprint
+from .proc import load_summary
 from .recorder import store_key, sum_records
 from .reporting import Reporter
 
@@ -343,7 +346,6 @@ class Store:
         """Insert a run for ``config`` (a RunConfig) and return its id."""
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
-        from .config import expect_config
         expect_config(config, "Store.add_run")
         now = time.time()
         with self._write() as con:
@@ -558,7 +560,6 @@ class Store:
         (:class:`~gnnrec_lab.memory.footprint.Footprint`, whatever shape a caller's dict had)
         and lands in the footprints table: predicted bytes as 'predicted' rows, measured ones
         (``peak_rss`` among them) as 'measured' rows."""
-        from .memory.footprint import Footprint
         d = result.to_dict() if hasattr(result, "to_dict") else dict(result)
         fp = None
         if d.get("footprint") is not None:
@@ -631,7 +632,6 @@ class Store:
         parts = [time_parts(s, e, i, t) for s, e, i, t in zip(df["started"], end.astype(float), infos, df["train_s"])]
         for key in ("duration_s",) + TIME_PARTS:
             df[key] = pd.Series([p[key] for p in parts], index=df.index, dtype=float)
-        from .proc import load_summary
         loads = [load_summary((i or {}).get("load")) or {} for i in infos]
         df["load_max"] = pd.Series([s.get("max_load1") for s in loads], index=df.index, dtype=float)
         df["cpus"] = [s.get("cpus") for s in loads]

@@ -33,6 +33,8 @@ from typing import Callable, Iterable, Optional, Sequence
 from .config import TUPLE_FIELDS, RunConfig
 from .errors import UserError
 from .memory.footprint import Footprint
+from .runner import Runner
+from .store import TERMINAL, Store
 
 RECALL_KEY = "recall@20"
 # Fields a sweep may not vary: they are per-run identity, not an experiment axis.
@@ -250,7 +252,6 @@ class Sweep:
 
     def __init__(self, configs: Sequence[RunConfig], *, name: Optional[str] = None, store=None,
                  max_concurrent: int = 1, poll_s: float = 0.05):
-        from .store import Store
         if not configs:
             raise UserError("sweep: no points to run")
         self.configs = list(configs)
@@ -276,8 +277,6 @@ class Sweep:
         and running points of this sweep, records them as cancelled, and
         re-raises after the outcome is complete.
         """
-        from .runner import Runner
-        from .store import TERMINAL
         self.check_datasets()
         points = [SweepPoint(i, c) for i, c in enumerate(self.configs)]
         total = len(points)

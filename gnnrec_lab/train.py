@@ -28,11 +28,13 @@ from typing import Optional
 import numpy as np
 import torch
 
-from . import kernels
+from . import data, kernels
+from .calibrate import host_profile
 from .config import RunConfig, expect_config
 from .errors import UserError
 from .evaluate import evaluate
 from .graph import BipartiteGraph
+from .kernels import Span, native
 from .models import bpr_loss, bpr_loss_rows, build_model
 from .optim import build_optimizer, lr_at, state_tensors
 from .memory import footprint, peak_rss_bytes
@@ -150,7 +152,6 @@ def _record_steps(opt, config) -> None:
     torch's step pre-hook to its post-hook: the update and torch's step wrapper's no-grad and hook
     handling, inside torch's ``Optimizer.step#...`` profiler event. Bytes: parameters, gradients
     and state read, parameters and state written."""
-    from .kernels import Span
     n = sum(p.numel() for g in opt.param_groups for p in g["params"])
     s = state_tensors(config.optimizer, config.momentum)
     backend = "torch"   # torch's fused Adam, AdamW, SGD; LAMB is torch ops too
@@ -273,7 +274,6 @@ def _set_threads(config) -> None:
 def _prepare(config, dataset, progress) -> _Run:
     """Dataset, graph, model and optimizer at their placements; the result's static info."""
     if dataset is None:
-        from . import data
         dataset = data.load(config.dataset, seed=config.seed, data_dir=config.data_dir, progress=progress)
     n_train = len(dataset.train)
     if n_train == 0:
@@ -333,9 +333,8 @@ def _eval_users(config, dataset) -> Optional[np.ndarray]:
 
 def _compile_kernels(run, rep) -> None:
     """Compile and warm the kernels (timed apart from training), then report the run's start."""
-    from .kernels.native import uncached_kernels
     result = run.result
-    if uncached_kernels():   # the warm-ups below compile them (whatever the backend)
+    if native.uncached_kernels():   # the warm-ups below compile them (whatever the backend)
         rep.on_event("compiling", COMPILING_MESSAGE)
     with use_recorder(run.rec):
         t_jit = time.perf_counter()
@@ -616,7 +615,6 @@ def _project_run(config, result, tier_totals: dict) -> dict:
     """Modeled per-step time of this run's measured kernels on its memory mode's device
     (:func:`gnnrec_lab.memory.tiermodel.run_step_time`, as every view computes it)."""
     import pandas as pd
-    from .calibrate import host_profile
     from .memory.tiermodel import RunProjection
     host = host_profile(measure_if_missing=True, quick=True)
     df = pd.DataFrame([dict(name=k[0], phase=k[1], layer=k[2], pattern=k[3], calls=a[0], ns=a[1], bytes_read=a[2],

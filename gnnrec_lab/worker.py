@@ -31,8 +31,11 @@ import signal
 import sys
 import traceback
 
+from .config import RunConfig
 from .errors import UserError
+from .proc import host_info, proc_start_ticks
 from .signals import EXIT_INTERRUPTED, Terminated, signal_cause
+from .store import Store
 
 TRAIN_FN_ENV = "GNNREC_LAB_TRAIN_FN"
 DEFAULT_TRAIN_FN = "gnnrec_lab.train:train"
@@ -120,9 +123,6 @@ def exit_status(status: str) -> int:
 
 def run_worker(run_id: int, store=None) -> int:
     """Train run ``run_id`` from the store and record its final status. Returns the exit status."""
-    from .config import RunConfig
-    from .proc import host_info, proc_start_ticks
-    from .store import Store
 
     store = store or Store()
     run_dir = store.run_dir(run_id)

@@ -9,6 +9,7 @@ Linux native AIO), ``cached_rows`` (a DRAM cache in front of it, the row store),
 """
 from .policies import POLICIES, Policy, make_policy
 from .simulate import SimResult, next_use, parse_capacity, row_bytes, simulate, sweep
+from .slow_tier import SlowTier
 from .traces import Trace, mf_trace, sampled_trace, skew
 
 
@@ -18,9 +19,6 @@ def __getattr__(name):
     if name in ("CachedRows", "make_cached_rows"):
         from . import cached_rows
         return getattr(cached_rows, name)
-    if name == "SlowTier":
-        from . import slow_tier
-        return slow_tier.SlowTier
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

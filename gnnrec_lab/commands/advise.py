@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 
+from ..config import RunConfig
 from ..errors import UserError
 from ..bounds import MAX_DRAM_GIB, number
+from ..memory.footprint import check_counts
+from ..store import Store
 from .common import add_field_argument, bounded
 
 
@@ -39,7 +42,6 @@ def register(subparsers):
 def _reference(cfg, host):
     """The stored DRAM measurement of ``cfg``'s shape with its kernel records, or None."""
     from ..projection import dram_reference, reference_records
-    from ..store import Store
     try:
         store = Store()
     except UserError:   # no readable store: the kernel-count model, as with --ignore-runs
@@ -52,7 +54,6 @@ def _reference(cfg, host):
 
 def _counts(args) -> dict:
     if args.counts:
-        from ..memory.footprint import check_counts
         out = {}
         for part in args.counts.split(","):
             k, eq, v = part.partition("=")
@@ -68,7 +69,6 @@ def _counts(args) -> dict:
 
 
 def run(args) -> int:
-    from ..config import RunConfig
     from ..memory.advise import GiB, advise
     from ..calibrate import load_host_profile
     layers = 0 if args.model == "mf" else args.layers

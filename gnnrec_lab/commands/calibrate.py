@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 
+from ..cgroup import parse_size
+from ..errors import UserError
+
 
 def register(subparsers):
     p = subparsers.add_parser("calibrate", help="measure memory bandwidth/latency and GEMM rate of this host",
@@ -27,8 +30,6 @@ def register(subparsers):
 
 def _tier(args) -> int:
     from .. import calibrate
-    from ..cgroup import parse_size
-    from ..errors import UserError
     kind, _, directory = args.tier.partition(":")
     if kind != "file" or not directory:
         raise UserError(f"--tier: expected file:DIR, got {args.tier!r}")

@@ -11,7 +11,8 @@ import argparse
 import dataclasses
 
 from ..bounds import INT64_MAX, integer, number
-from ..config import FIELD_DOCS, TUPLE_FIELDS, RunConfig, field_help
+from ..config import (FIELD_DOCS, NUMERIC_FIELDS, TUPLE_FIELDS, RunConfig, check_field, field_help, file_error,
+                      read_config_file)
 from ..errors import ConfigError
 
 
@@ -51,7 +52,6 @@ def bounded(check, *args, **kw):
 
 def field_type(name: str):
     """argparse ``type`` of RunConfig field ``name``: its bounded checker for a numeric field."""
-    from ..config import NUMERIC_FIELDS, check_field
     if name == "placement":
         return _parse_placement
     if name not in NUMERIC_FIELDS:
@@ -144,7 +144,6 @@ def add_config_file_argument(parser, multi: bool = False) -> None:
 def config_from_args(args, base: RunConfig | None = None) -> RunConfig:
     """The RunConfig of ``args``: ``base`` (RunConfig's defaults), then ``--config FILE``, then the
     flags; an invalid field from the file is named with the file and its line."""
-    from ..config import file_error, read_config_file
     path = getattr(args, "config", None)
     from_file, lines = read_config_file(path) if path else ({}, {})
     flags = config_overrides(args)

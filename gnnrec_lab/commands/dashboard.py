@@ -14,6 +14,7 @@ import secrets
 import socket
 
 from ..bounds import integer
+from ..cgroup import cgroup_usable, parse_size
 from ..errors import UserError
 from .common import bounded
 
@@ -68,7 +69,6 @@ def launch_policy_from_args(args):
     if text == "none":
         note = "--run-memory-limit none"
     else:
-        from ..cgroup import cgroup_usable, parse_size
         why = cgroup_usable()
         if text == "auto":
             if why is None:
@@ -102,9 +102,6 @@ def make_server(args):
         from ..dashboard.app import TITLE, build_app
     except ImportError as e:
         raise UserError(f"the dashboards need the 'dash' extras (pip install 'gnnrec-lab[dash]'): {e}")
-    # the Launch page's pre-flight check predicts footprints (torch, numba): import once here, not
-    # during the first browser session's page load
-    import gnnrec_lab.memory.footprint  # noqa: F401
     token = secrets.token_urlsafe(24) if (remote or args.require_token) else None
     extra = {o.strip().lower() for o in (args.allow_websocket_origin or []) if o.strip()}
     guard = RequestGuard(hosts=local_names(address) | {e for e in extra if ":" not in e},

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 from ..errors import UserError
+from ..memory.profiles import load_profiles, misses_in_flight
+from ..memory.validation import FIT_TOLERANCE, HELD_OUT_TARGET, device_curves, format_params, validate
 
 
 def register(subparsers):
@@ -36,12 +38,10 @@ def register(subparsers):
 def _host_mlp():
     """Misses in flight per thread from the cached host calibration (None when there is none)."""
     from ..calibrate import load
-    from ..memory.profiles import misses_in_flight
     return misses_in_flight(load())
 
 
 def run(args) -> int:
-    from ..memory.profiles import load_profiles
     profiles = load_profiles(args.devices_file)
     if args.devices_command == "list":
         return _list(profiles, args.json)
@@ -66,7 +66,6 @@ def _list(profiles, as_json: bool) -> int:
 
 
 def _show(p, as_json: bool) -> int:
-    from ..memory.validation import device_curves
     c = device_curves(p, mlp=_host_mlp())
     if as_json:
         print(json.dumps(c, indent=2))
@@ -108,7 +107,6 @@ def _show(p, as_json: bool) -> int:
 
 
 def _validate(profiles, as_json: bool, strict: bool) -> int:
-    from ..memory.validation import FIT_TOLERANCE, HELD_OUT_TARGET, format_params, validate
     rows = validate(profiles)
     misses = [r for r in rows if not r["ok"]]
     if as_json:

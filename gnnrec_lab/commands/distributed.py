@@ -15,8 +15,11 @@ import signal
 import sys
 from pathlib import Path
 
+from ..cluster import check_possible
+from ..config import RunConfig
 from ..errors import UserError
 from ..bounds import integer, number
+from ..store import Store
 from .common import add_field_argument, bounded, field_type
 
 
@@ -99,7 +102,6 @@ def _check(args):
             raise UserError("--ip-config: not with --cluster emulated, which makes its own (one address per machine)")
         if args.shared_shm:
             raise UserError("--shared-shm: only with --cluster local")
-        from ..cluster import check_possible
         check_possible(args.partitions, args.cores_per_machine, args.link_gbit)
     if args.ip_config is not None:
         path = Path(args.ip_config)
@@ -118,8 +120,6 @@ def main(args) -> int:
     _check(args)
     D.require_dgl()
     from .. import data
-    from ..config import RunConfig
-    from ..store import Store
     dataset = data.load(args.dataset, seed=args.seed)
     config = RunConfig(dataset=args.dataset, model=args.model, layers=args.layers, dim=args.dim,
                        batch_size=args.batch_size, epochs=args.epochs, lr=args.lr, l2=args.l2, seed=args.seed,

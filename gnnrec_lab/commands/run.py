@@ -4,6 +4,16 @@ from __future__ import annotations
 import json
 import sys
 
+from ..cgroup import parse_size
+from ..config import save_config_file
+from ..errors import UserError
+from ..memory.placement import numa_request
+from ..preflight import check_launch
+from ..proc import proc_start_ticks
+from ..runner import launch_detached
+from ..signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
+from ..store import Store
+from ..worker import EXIT_DIVERGED, failure, finish_run
 from .common import add_config_arguments, add_config_file_argument, config_from_args
 
 
@@ -62,7 +72,6 @@ def _print_summary(result, out=None):
 def _check_trace_path(path: str) -> None:
     """Refuse a --trace path that cannot be written, before training (not after)."""
     import os
-    from ..errors import UserError
     parent = os.path.dirname(os.path.abspath(path)) or "."
     if not path.strip():
         raise UserError("--trace: empty path; give a file path such as trace.json (or leave --trace out)")
@@ -76,8 +85,6 @@ def _check_trace_path(path: str) -> None:
 
 def _save_config(config, path: str) -> int:
     import os
-    from ..config import save_config_file
-    from ..errors import UserError
     parent = os.path.dirname(os.path.abspath(path))
     if not path or os.path.isdir(path):
         raise UserError(f"--save-config: {path!r} is a directory; give a file path such as run.yaml")
@@ -92,8 +99,6 @@ def _save_config(config, path: str) -> int:
 
 
 def main(args) -> int:
-    from ..errors import UserError
-    from ..preflight import check_launch
     config = config_from_args(args)
     if args.save_config:
         return _save_config(config, args.save_config)
@@ -108,16 +113,13 @@ def main(args) -> int:
         _check_trace_path(args.trace)
     limit = None
     if args.memory_limit is not None:
-        from ..cgroup import parse_size
         limit = parse_size(args.memory_limit, "--memory-limit")
     check_launch(config, force=args.force, memory_limit_bytes=limit)
     if not args.detach:
-        from ..memory.placement import numa_request
         if numa_request(config.placement) is not None:
             raise UserError("placement: numa: placements are applied by numactl around a worker process; "
                             "add --detach (a foreground run cannot change its own NUMA policy)")
     if args.detach:
-        from ..runner import launch_detached
         run_id = launch_detached(config, memory_limit_bytes=limit)
         print(json.dumps({"run_id": run_id}) if args.json else f"launched run {run_id}; "
               f"watch with `gnnrec-lab runs show {run_id}`")
@@ -134,12 +136,10 @@ def main(args) -> int:
     if run_id is not None and not args.json:
         print(f"stored as run {run_id} (`gnnrec-lab runs show {run_id}`)")
     if result.status == "diverged":
-        from ..worker import EXIT_DIVERGED
         red = ("\033[31m", "\033[0m") if sys.stderr.isatty() else ("", "")
         print(f"{red[0]}gnnrec-lab: error: {result.info['diverged']}{red[1]}", file=sys.stderr)
         return EXIT_DIVERGED
     if result.status in ("interrupted", "cancelled"):
-        from ..signals import EXIT_INTERRUPTED, EXIT_TERMINATED
         print(f"gnnrec-lab: {result.info.get('stopped', result.status)}", file=sys.stderr)
         if result.status == "interrupted":
             return EXIT_INTERRUPTED
@@ -155,7 +155,6 @@ def train_stored(config, progress: bool = False, store_it: bool = True, own_sigt
     (``dataset=``). Returns ``(result, run_id or None)``."""
     import signal
     import threading
-    from ..signals import Terminated
     from ..train import train
     if own_sigterm and threading.current_thread() is threading.main_thread():
         # SIGTERM outside the training loop (which turns it into a flag) still ends the run with a
@@ -166,9 +165,6 @@ def train_stored(config, progress: bool = False, store_it: bool = True, own_sigt
     if not store_it:
         return train(config, progress=progress, **train_kw), None
     import os
-    from ..proc import proc_start_ticks
-    from ..store import Store
-    from ..worker import failure, finish_run
     store = Store()
     run_id = store.add_run(config, status="running")
     store.set_fields(run_id, pid=os.getpid(), pid_start=proc_start_ticks(os.getpid()))

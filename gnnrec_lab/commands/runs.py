@@ -7,6 +7,11 @@ import sys
 import time
 
 from ..bounds import MAX_SECONDS, number
+from ..errors import UserError
+from ..export import export_mlflow, export_tensorboard
+from ..proc import LOAD_POINTS, load_cell, load_summary, load_warning
+from ..runner import Runner, recover_dead
+from ..store import STATUSES, Store, describe_store_error
 from .common import bounded, run_id
 
 TABLE = (  # (header, column in runs_frame)
@@ -30,7 +35,6 @@ def register(subparsers) -> None:
                                           "'(modeled)' columns scale them by the run's modeled/measured "
                                           "step-time ratio (as `runs show` and `whatif` print it).")
     p.add_argument("--json", action="store_true", help="print the list as JSON (machine-readable)")
-    from ..store import STATUSES
     p.add_argument("--status", choices=STATUSES,
                    help="list only runs with this status (default: every status)")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
@@ -62,8 +66,6 @@ def register(subparsers) -> None:
 
 
 def _export(store, args) -> int:
-    from ..errors import UserError
-    from ..export import export_mlflow, export_tensorboard
     target = args.to[0]
     if target == "mlflow":
         if len(args.to) > 1:
@@ -109,7 +111,6 @@ def _fmt(v, col: str) -> str:
 
 def _load_cell(rec: dict) -> str:
     """The list's load column (:func:`~gnnrec_lab.proc.load_cell`)."""
-    from ..proc import load_cell
     return load_cell(rec.get("load_max"), rec.get("cpus"), rec.get("overloaded"), OVERLOADED_MARK)
 
 
@@ -177,7 +178,6 @@ def _show(store, run_id: int, as_json: bool) -> int:
     steps = store.steps_frame(run_id)
     evals = store.evals_frame([run_id])
     fp = store.footprint_frame(run_id)
-    from ..proc import LOAD_POINTS, load_summary, load_warning
     load = (run.get("info") or {}).get("load")
     run["load"] = load_summary(load)
     if as_json:
@@ -255,8 +255,6 @@ def _recover(store) -> None:
     """Mark runs whose worker vanished (so they do not show running forever); on a full disk that
     write fails, and the listing goes on with a warning instead of failing with it."""
     import sqlite3
-    from ..runner import recover_dead
-    from ..store import describe_store_error
     try:
         recover_dead(store)
     except sqlite3.OperationalError as e:
@@ -267,8 +265,6 @@ def _recover(store) -> None:
 
 
 def main(args) -> int:
-    from ..runner import Runner
-    from ..store import Store
 
     store = Store()
     action = getattr(args, "action", None)

@@ -6,6 +6,9 @@ import statistics
 import sys
 
 from ..bounds import MAX_SECONDS, integer, number
+from ..config import file_error, read_config_file
+from ..errors import ConfigError, UserError
+from ..sweep import Sweep, SweepInterrupted, expand, format_table, progress_line
 from .common import add_config_arguments, add_config_file_argument, bounded, config_overrides
 
 MAX_CONCURRENT = 64   # runs a sweep starts at once
@@ -36,24 +39,18 @@ def register(sub):
 def _grid(args) -> tuple[dict, tuple]:
     """Field -> values of the sweep: ``--config FILE``'s, then the flags' (which replace a field's
     values from the file); with the file's path and lines, to name them in errors."""
-    from ..config import read_config_file
     grid, lines = read_config_file(args.config, multi=True) if args.config else ({}, {})
     flags = config_overrides(args)
     from_file = set(grid) - set(flags)
     grid.update(flags)
     if "name" in from_file:
-        from ..errors import UserError
         raise UserError(f"{args.config}:{lines['name']}: name: a sweep names its runs with --name, not the file")
     return grid, (args.config, lines, from_file)
 
 
 def main(args) -> int:
-    from ..errors import UserError
-    from ..sweep import Sweep, SweepInterrupted, expand, format_table, progress_line
     if args.max_concurrent < 1:
         raise UserError(f"--max-concurrent must be >= 1, got {args.max_concurrent}")
-    from ..config import file_error
-    from ..errors import ConfigError
     grid, (path, lines, from_file) = _grid(args)
     try:
         points = expand(None, grid)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import math
 
+from ..config import TENSOR_CLASSES
 from ..errors import UserError
+from ..store import Store
 from ..bounds import MAX_BYTES, MAX_DRAM_GIB, integer, number
 from .common import bounded, run_id
 
@@ -55,10 +57,6 @@ def _records(args):
         return recs, None, None, {}
     if not args.run_id:
         raise UserError("whatif: give a RUN_ID or --records FILE")
-    try:
-        from ..store import Store
-    except ImportError:
-        raise UserError("whatif: the run store is not available; use --records FILE") from None
     from ..projection import stored_run_records
     store = Store()
     store.get_run(args.run_id, need=("config",))   # a damaged config is named, not projected as defaults
@@ -74,7 +72,6 @@ def run(args) -> int:
     placement = {}
     for item in args.placement:
         cls, _, where = item.partition("=")
-        from ..config import TENSOR_CLASSES
         if cls not in TENSOR_CLASSES or where not in ("dram", "device"):
             raise UserError(f"--placement: expected CLASS=dram or CLASS=device with CLASS in "
                             f"{', '.join(TENSOR_CLASSES)}, got {item!r}")

@@ -22,9 +22,11 @@ import panel as pn
 import param
 
 from ..analysis import ROOFLINE_NOTE, breakdown, roofline_points
-from ..calibrate import host_profile
+from ..calibrate import host_profile, load
 from ..memory.footprint import Footprint
+from ..memory.profiles import get_profile, misses_in_flight
 from ..memory.tiermodel import mode_device
+from ..memory.validation import device_curves
 from ..projection import run_modeled_step, tier_projection
 from .common import (BAR_COLOR, MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_all, hatch_by, hv_pane,
                      kernel_color, modeled_bars, not_available, phase_color, run_options, safe_call)
@@ -281,9 +283,6 @@ class BreakdownPage(pn.viewable.Viewer):
 
     def _device_section(self, rec: dict):
         """The run's device profile as the model sees it (modeled curves; none for a DRAM run)."""
-        from ..calibrate import load
-        from ..memory.profiles import get_profile, misses_in_flight
-        from ..memory.validation import device_curves
         cfg = rec.get("config") or {}
         dev = safe_call(mode_device, cfg.get("memory_mode") or "dram", cfg.get("device_profile"))[0]
         if dev is None:

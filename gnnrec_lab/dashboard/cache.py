@@ -33,7 +33,9 @@ import param
 
 from ..config import CACHE_TRACE_BATCH, CACHE_TRACE_KINDS, SIMULATED_CACHE_POLICIES, field_label
 from ..errors import UserError
-from ..data import list_datasets
+from ..data import list_datasets, load
+from ..graph import BipartiteGraph
+from ..store import parse_json_field
 from .common import Lab, error_note, fmt_bytes, not_available, safe_call
 
 OPTIMIZERS = ("sgd", "adagrad", "adam")
@@ -136,8 +138,6 @@ class SimOutcome:
 
 def load_graph(dataset: str):
     """The training graph of ``dataset`` (default split) as a BipartiteGraph."""
-    from ..data import load
-    from ..graph import BipartiteGraph
     ds = load(dataset)
     return BipartiteGraph(ds.train, ds.n_users, ds.n_items)
 
@@ -294,7 +294,7 @@ def cached_runs(store, status: Optional[str] = None, limit: int = 200) -> pd.Dat
     if hasattr(store, "_frame"):
         # one query instead of parsing every run's result (store.py has no public reader for this yet)
         raw = store._frame(sql + " ORDER BY id DESC LIMIT ?", params + (int(limit),))
-        from ..store import parse_json_field   # a damaged row is skipped, not the table
+        # parse_json_field: a damaged row is skipped, not the table
         recs = [(r.id, r.name, r.status, cfg, json.loads(r.row_store) if r.row_store else {})
                 for r in raw.itertuples() for cfg in [parse_json_field(r.config, r.id, "config")[0]] if cfg]
     else:

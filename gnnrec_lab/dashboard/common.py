@@ -18,9 +18,12 @@ import pandas as pd
 import panel as pn
 import param
 
+from ..errors import UserError
 from ..memory.tiermodel import mode_device
+from ..preflight import footprint_error
 from ..runner import Runner
 from ..store import Store
+from .security import launch_policy
 
 # One colour rule for every plot: a phase, a kernel and a run each keep one colour on every page
 # and for every run; hatching (never colour) is what marks a bar as modeled.
@@ -309,13 +312,11 @@ class Lab(param.Parameterized):
         The dashboard's launch policy (:mod:`.security`): ``file:`` placements only
         under allowed directories, a cap on active runs; and the pre-flight footprint check.
         """
-        from .security import launch_policy
         policy = launch_policy()
         why = policy.placement_error(config.placement)
         if why is None and include_active and self.store is not None:
             why = policy.active_error(self.store.status)
         if why is None:
-            from ..preflight import footprint_error
             why = footprint_error(config, memory_limit_bytes=policy.memory_limit_bytes)
         return why
 
@@ -326,8 +327,6 @@ class Lab(param.Parameterized):
         """
         if self.runner is None:
             raise RuntimeError(f"the runner is not available yet ({self.runner_reason})")
-        from ..errors import UserError
-        from .security import launch_policy
         why = self.launch_error(config)
         if why:
             raise UserError(why)

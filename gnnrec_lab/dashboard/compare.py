@@ -20,6 +20,7 @@ import param
 
 from ..config import FIELD_DOCS, field_label
 from ..memory.tiermodel import modeled_seconds
+from ..proc import load_cell
 from ..store import TEST_METRICS
 from .common import (OVERLOADED_LABEL, Lab, category_color, hv_pane, id_column, not_available, run_color, safe_call,
                      status_css)
@@ -62,7 +63,6 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
         if f"{key}_s" in df.columns:
             df[f"{key}_ms"] = df[f"{key}_s"].astype(float) * 1e3
     if "load_max" in df.columns:   # the machine's load during the run, marked where it exceeded the cores
-        from ..proc import load_cell
         df["load"] = [load_cell(m, c, o, OVERLOADED_LABEL) for m, c, o in
                       zip(df["load_max"], df.get("cpus", [None] * len(df)), df.get("overloaded", [None] * len(df)))]
     cols = [c for c in TABLE_COLUMNS if c in df.columns]

@@ -23,11 +23,14 @@ from ..config import (BACKENDS, CACHE_POLICIES, LR_RULES, MEMORY_MODES, MODELS, 
                       TENSOR_CLASSES, RunConfig, field_help, field_label)
 from ..errors import ConfigError, UserError
 from ..data import describe, list_datasets
+from ..memory.placement import file_placed
 from ..memory.profiles import load_profiles
 from ..memory.tiermodel import mode_device, mode_label
+from ..preflight import memory_verdict
 from ..projection import dram_reference, host_calibration, tier_projection
 from .common import (MODELED_NOTE, OVERLOADED_LABEL, Lab, fmt_bytes, hatch_all, modeled_bars, not_available,
                      safe_call)
+from .security import launch_policy
 
 # The one-click example offered on a fresh install (small enough for two cores).
 EXAMPLE_CONFIG = dict(dataset="ml-100k", model="lightgcn", layers=3, dim=64, batch_size=2048,
@@ -152,8 +155,6 @@ def memory_prediction(config: RunConfig) -> tuple[Optional[dict], Optional[str]]
     """:func:`~gnnrec_lab.preflight.memory_verdict` of ``config`` under this dashboard's launch
     policy: the predicted DRAM bytes (modeled), by class, and the limit that applies (the same
     numbers the Launch button's pre-flight check uses), or ``(None, reason)``."""
-    from ..preflight import memory_verdict
-    from .security import launch_policy
     counts, why = safe_call(describe, config.dataset, data_dir=config.data_dir)
     if counts is None:
         return None, why
@@ -164,7 +165,6 @@ def memory_chart(v: dict):
     """The predicted DRAM bytes stacked by tensor class in one bar, with the limit that applies as a
     red dashed line, both on one GiB axis that holds them (modeled bars are hatched)."""
     import holoviews as hv
-    from ..memory.placement import file_placed
     off = set(file_placed(getattr(v.get("config"), "placement", {}) or {}))
     fp = {k: b for k, b in v["footprint"].items() if k != "runtime" and k not in off and b > 0}
     df = pd.DataFrame({"what": "predicted in DRAM (modeled)", "tensor_class": list(fp),

@@ -36,7 +36,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..memory.tiermodel import mode_device
+from ..memory.tiermodel import mode_device, run_step_time
 from ..projection import host_calibration
 from .common import (FAILED_STATUSES, Lab, PALETTE, error_note, fmt_bytes, fmt_seconds, kernel_color, not_available,
                      run_options, safe_call)
@@ -349,7 +349,6 @@ class LiveMonitor(param.Parameterized):
             if fp is not None and not fp.empty:
                 pred = fp[fp["kind"] == "predicted"]
                 self._footprint = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
-        from ..memory.tiermodel import run_step_time
         res, why = safe_call(run_step_time, self.totals, self._host, self._cfg, footprint=self._footprint,
                              steps=self.kernel_steps)
         self.modeled, self.modeled_reason = res, (why or "")

@@ -38,6 +38,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import DataError
+from ..graph import BipartiteGraph, locality_order
 from ..home import lab_home
 from . import readers, storage, synthetic
 from .dataset import Dataset
@@ -505,7 +506,6 @@ def _ensure_order(sd: Path, meta: dict, progress: bool) -> None:
             return
     except (OSError, ValueError, EOFError):
         pass
-    from ..graph import BipartiteGraph, locality_order
     t0 = time.perf_counter()
     if progress:
         print(f"ordering {meta['name']} ({n:,} nodes, {ORDER_METHOD} order) ...", file=sys.stderr, flush=True)

@@ -50,7 +50,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ..errors import UserError
-from ..recorder import get_recorder, profiler_active, profiler_range
+from ..graph import CSR, BipartiteGraph
+from ..recorder import Recorder, get_recorder, profiler_active, profiler_range, use_recorder
 from . import buffers, costs
 from .backends import BACKEND_CLASSES
 
@@ -695,7 +696,6 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
     """Compile (or load from the disk cache) every native kernel for ``dtype`` on a
     tiny graph, so later calls are never slowed by the JIT. Returns the seconds
     spent, also added to the active recorder's ``jit_seconds``."""
-    from ..graph import BipartiteGraph
     rec = get_recorder()
     j0 = rec.jit_seconds
     g = BipartiteGraph(np.array([[0, 0], [1, 1], [1, 0]]), 2, 2)
@@ -703,7 +703,6 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
     x = torch.ones((adj.n_cols, 2), dtype=dtype, requires_grad=True)
     u = torch.ones((adj.n_rows, 2), dtype=dtype, requires_grad=True)
     with use_backend("native"):
-        from ..recorder import Recorder, use_recorder
         scratch = Recorder(enabled=False)  # keep the warm-up calls out of the caller's records
         with use_recorder(scratch):
             y = spmm(adj, x)
@@ -716,7 +715,6 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
             lt = bpr_l2_loss(h, u, i0, i1, i0, 0.1)[0] + sq_norm_rows(u, i1, 0.1)
             (y.sum() + s.sum() + z.sum() + r.sum() + h.sum() + lt).backward()
         # a non-symmetric matrix with per-edge values exercises the other specialisations
-        from ..graph import CSR
         a = CSR(np.array([0, 1, 2], dtype=np.int64), np.array([1, 0], dtype=np.int32), 2, 3,
                 values=np.ones(2, dtype=np.float32))
         with use_recorder(scratch):

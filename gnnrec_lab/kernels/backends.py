@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 import torch
 
+from ..recorder import get_recorder
 from . import buffers
 from . import native as nk
 
@@ -109,7 +110,6 @@ class NativeBackend(Backend):
     def _call(kernel, *args):
         dt = nk.ensure_compiled(kernel, args)
         if dt:
-            from ..recorder import get_recorder
             get_recorder().jit_seconds += dt
         return kernel(*args)
 

@@ -27,6 +27,9 @@ floating point operations).
 """
 from __future__ import annotations
 
+from . import native as nk
+from .backends import _aux
+
 INDPTR_BYTES = 8
 PERM_BYTES = 4  # the native edge permutation is int32 below 2**31 entries
 
@@ -88,8 +91,6 @@ def spmm_cached(adj, dim: int, elem: int, extra_read: int = 0, extra_written: in
     cache (see :func:`~gnnrec_lab.kernels.native.distinct_gathers`). Always <= :func:`spmm`'s
     bytes, so a bound on it is the lower, and with a locality order the meaningful, one. The
     distinct count is one pass over the CSR, cached on it per budget."""
-    from . import native as nk
-    from .backends import _aux
     row = dim * elem
     budget = max(1, int(CACHE_SHARE * (cache_bytes or llc_bytes())) // row)
     aux = _aux(adj)

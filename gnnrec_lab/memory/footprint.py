@@ -83,7 +83,8 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from ..errors import UserError
+from ..bounds import MAX_INTERACTIONS, MAX_ROWS, integer
+from ..errors import ConfigError, UserError
 
 # Peak RSS that compiling the training kernels adds to a run (measured: the first ML-100K
 # LightGCN run of a fresh environment, numba 0.68.1, empty disk cache, peaked at 648.6 MiB, the
@@ -119,8 +120,6 @@ def check_counts(counts: dict, param: str = "counts", strict: bool = False) -> d
     shared bounded parsers and against each other: a user-item graph holds at most n_users x n_items
     distinct interactions. Returns a copy with the counts as ints; ConfigError names ``param``.
     ``strict``: other keys are refused (what a user typed), else kept (a dataset's description)."""
-    from ..bounds import MAX_INTERACTIONS, MAX_ROWS, integer
-    from ..errors import ConfigError
     if not isinstance(counts, dict):
         raise ConfigError(param, f"expected a dict of {', '.join(COUNT_NAMES)}, got {type(counts).__name__}")
     unknown = sorted(set(counts) - set(COUNT_NAMES) - {"n_valid", "n_test", "n_interactions"})
