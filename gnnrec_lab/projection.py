@@ -33,11 +33,13 @@ def _or_reason(fn, *a, **kw) -> tuple:
 
 def stored_run_records(store, run_id) -> tuple:
     """``(kernel totals, steps, predicted footprint by class or None, config dict)`` of a stored run:
-    the inputs :func:`run_step_time` takes, read the same way by every view."""
-    rec = store.get_run(run_id)
-    totals = store.kernel_totals_frame(run_id)
-    steps = store.kernel_step_count(run_id)
-    fpf = store.footprint_frame(run_id)
+    the inputs :func:`run_step_time` takes, read the same way by every view, from one committed
+    state of the store (a running run's totals and its step count agree)."""
+    with store.snapshot():
+        rec = store.get_run(run_id)
+        totals = store.kernel_totals_frame(run_id)
+        steps = store.kernel_step_count(run_id)
+        fpf = store.footprint_frame(run_id)
     pred = fpf[fpf["kind"] == "predicted"] if len(fpf) else fpf
     fp = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
     return totals, steps, fp, rec.get("config") or {}
@@ -141,9 +143,11 @@ def dram_reference(store, config, host) -> Optional[dict]:
 
 def reference_records(store, run_id: int) -> list:
     """A stored run's training kernels as one step of KernelRecords (each kernel's mean per step,
-    measured): the input :func:`advise` models instead of :func:`step_records`."""
-    totals = store.kernel_totals_frame(run_id)
-    steps = max(1, store.kernel_step_count(run_id))
+    measured): the input :func:`~gnnrec_lab.memory.advise.advise` models instead of
+    :func:`~gnnrec_lab.memory.advise.step_records`."""
+    with store.snapshot():
+        totals = store.kernel_totals_frame(run_id)
+        steps = max(1, store.kernel_step_count(run_id))
     recs = []
     for r in totals.itertuples():
         if r.phase not in TRAIN_PHASES:
@@ -156,7 +160,8 @@ def reference_records(store, run_id: int) -> list:
 
 
 def host_calibration() -> tuple[Optional[dict], Optional[str]]:
-    """This host's calibration (measured), never measured on the way (a page or a summary must not wait for it): ``(host, None)`` or ``(None, reason)``."""
+    """This host's calibration (measured), never measured on the way (a page must not wait for it):
+    ``(host, None)`` or ``(None, reason)``."""
     host, why = _or_reason(host_profile, measure_if_missing=False)
     if host is None:
         return None, f"host calibration: {why}"
@@ -173,9 +178,9 @@ def run_modeled_step(store, run_id, device: Optional[str] = None) -> tuple[Optio
 
 
 def tier_projection(store, run_id: int,
-                     placement: Optional[dict] = None) -> tuple[Optional[pd.DataFrame], Optional[str]]:
-    """:func:`step_time_projection` of ``run_id`` (under ``placement``)
-    with this host's calibration: ``(frame, None)``, or ``(None, reason)`` the page shows instead of the chart."""
+                    placement: Optional[dict] = None) -> tuple[Optional[pd.DataFrame], Optional[str]]:
+    """:func:`step_time_projection` of ``run_id`` (under ``placement``) with this host's calibration:
+    ``(frame, None)``, or ``(None, reason)`` the page shows instead of the chart."""
     host, why = host_calibration()
     if host is None:
         return None, why
