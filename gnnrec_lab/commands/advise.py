@@ -60,10 +60,7 @@ def _counts(args) -> dict:
                 raise UserError(f"--counts: expected NAME=INTEGER pairs, got {part!r}")
             out[k.strip()] = v
         return check_counts(out, "--counts", strict=True)
-    try:
-        from ..data import describe
-    except ImportError:
-        raise UserError("--counts is needed: the dataset registry is not available") from None
+    from ..data import describe
     return describe(args.dataset)
 
 

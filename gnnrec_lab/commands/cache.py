@@ -97,10 +97,7 @@ def _trace_request(args):
     fanouts = _fanouts(args) if model != "mf" else []
     if model == "mf" and args.fanouts is not None:
         raise UserError("--fanouts applies to sampled models (lightgcn, ngcf), not --model mf")
-    try:
-        from ..data import load
-    except ImportError as e:  # the data package is built by another part of the project
-        raise UserError(f"--dataset: dataset loading is unavailable ({e})") from None
+    from ..data import load
     ds = load(args.dataset, seed=seed)
     graph = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
     return graph, {"kind": "mf" if model == "mf" else "sampled", "batch_size": batch_size, "fanouts": fanouts,

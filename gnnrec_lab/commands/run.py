@@ -41,15 +41,9 @@ def _print_summary(result, out=None):
     print(f"{result.steps} steps in {result.train_seconds:.2f} s measured "
           f"({result.train_seconds / n * 1e3:.1f} ms/step); kernel JIT/warm-up {result.jit_seconds:.2f} s "
           f"not counted", file=out)
-    try:
-        from ..analysis import breakdown, format_breakdown
-        print("per-kernel time (measured on this machine):", file=out)
-        print(format_breakdown(breakdown(result.kernel_frame())), file=out)
-    except ImportError:
-        df = result.kernel_frame()
-        if len(df):
-            df = df.assign(seconds=df.ns / 1e9).drop(columns="ns")
-            print(df.to_string(index=False), file=out)
+    from ..analysis import breakdown, format_breakdown
+    print("per-kernel time (measured on this machine):", file=out)
+    print(format_breakdown(breakdown(result.kernel_frame())), file=out)
     if result.modeled:
         from ..train import modeled_line
         print(modeled_line(result.modeled), file=out)
