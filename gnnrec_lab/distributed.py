@@ -55,7 +55,6 @@ ENGINE = "distdgl"
 GRAPH_PREFIX = "gnnrec"
 PHASES = ("sampling", "remote_fetch", "compute", "grad_sync")
 SHM_SIZE = "4g"                 # the tmpfs each machine's /dev/shm gets (allocated on use only)
-START_TIMEOUT_S = 120.0
 PRIVATE_SHM_ENV = "GNNREC_LAB_PRIVATE_SHM"   # set by the launcher on machines it put in `unshare -m`
 
 

@@ -43,7 +43,6 @@ MAX_CACHED = 16
 EXECUTOR = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-sim")
 _results: "OrderedDict[tuple, SimOutcome]" = OrderedDict()
 _results_lock = threading.Lock()
-MODELED_TAG = "modeled"
 
 
 # ----------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """GNN recommenders built only from :mod:`gnnrec_lab.kernels` and ``torch.nn``.
 
 Every model exposes ``propagate(adj) -> Tensor`` (final node representations,
-users first then items), ``layer0`` (the trainable embedding table) and
-``out_dim``; :func:`bpr_loss` scores a batch of (user, positive, negative)
+users first then items) and ``layer0`` (the trainable embedding table);
+:func:`bpr_loss` scores a batch of (user, positive, negative)
 triples on those representations.
 """
 from __future__ import annotations

@@ -77,10 +77,6 @@ class NGCF(nn.Module):
     def layer0(self) -> torch.Tensor:
         return self.embedding
 
-    @property
-    def out_dim(self) -> int:
-        return self.dim * (self.layers + 1)
-
     def propagate(self, adj) -> torch.Tensor:
         """Final representations of all nodes (full graph)."""
         return self.propagate_blocks([adj] * self.layers, self.embedding)
