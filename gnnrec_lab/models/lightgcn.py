@@ -61,16 +61,11 @@ class LightGCN(nn.Module):
 
 
 class MF(LightGCN):
-    """Matrix factorisation: LightGCN with zero layers (embeddings scored directly)."""
+    """Matrix factorisation: LightGCN with zero layers (no blocks to propagate through, so the
+    embeddings are scored directly)."""
 
     def __init__(self, n_users: int, n_items: int, dim: int = 64, init_std: float = 0.1):
         super().__init__(n_users, n_items, dim=dim, layers=0, init_std=init_std)
-
-    def propagate(self, adj) -> torch.Tensor:
-        return self.embedding
-
-    def propagate_blocks(self, blocks, x: torch.Tensor) -> torch.Tensor:
-        return x
 
 
 def bpr_loss(model, out: torch.Tensor, users, pos, neg, l2: float):
