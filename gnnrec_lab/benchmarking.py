@@ -401,7 +401,8 @@ def recording_overhead(size: str = "medium", dim: int = 64, layers: int = 3, rep
     if size not in SIZES:
         raise UserError(f"--size: got {size!r}, allowed: {', '.join(SIZES)}")
     adj = power_law_graph(*SIZES[size]).adj
-    from .models.lightgcn import LightGCN, bpr_loss_rows
+    from .models.lightgcn import LightGCN
+    from .models.loss import bpr_loss_rows
     K.warmup(torch.float32)
     torch.manual_seed(0)
     model = LightGCN(adj.n_rows, 0, dim=dim, layers=layers)  # node ids 0..n-1; users/items split irrelevant here

@@ -460,7 +460,7 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
     from .evaluate import evaluate
     from .graph import BipartiteGraph
     from .models import build_model
-    from .models.lightgcn import bpr_loss_rows
+    from .models.loss import bpr_loss_rows
     from .sampling import bpr_batches
 
     W = spec.partitions

@@ -33,7 +33,8 @@ from .config import RunConfig, expect_config
 from .errors import UserError
 from .evaluate import evaluate
 from .graph import BipartiteGraph
-from .models import bpr_loss, bpr_loss_rows, build_model
+from .models import build_model
+from .models.loss import bpr_loss, bpr_loss_rows
 from .optim import build_optimizer, lr_at, state_tensors
 from .memory import footprint, peak_rss_bytes
 from .memory.footprint import Footprint
