@@ -86,7 +86,7 @@ def _export(store, args) -> int:
     raise UserError(f"--to: got {target!r}, allowed: mlflow, tensorboard DIR")
 
 
-def _fmt(v, col: str) -> str:
+def _table_cell(v, col: str) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     if col == "started":
@@ -161,7 +161,7 @@ def _list(store, args) -> int:
         print(f"no runs{' with status ' + args.status if args.status else ''} in {store.path}")
         return 0
     recs = df.to_dict(orient="records")
-    rows = [[_load_cell(r) if col == "load_max" else _fmt(r[col], col) for _, col in TABLE] for r in recs]
+    rows = [[_load_cell(r) if col == "load_max" else _table_cell(r[col], col) for _, col in TABLE] for r in recs]
     print(_table(rows, [h for h, _ in TABLE]))
     if any(r.get("overloaded") for r in recs):
         print(f"{OVERLOADED_MARK} load average (1 min) above the core count during the run: its measured times "

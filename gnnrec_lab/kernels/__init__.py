@@ -508,7 +508,7 @@ class _RowsLoss(torch.autograd.Function):
                 for t in held:
                     t.mul_(scale)
         span.run("bpr_loss" if out is not None else "l2_reg", layers[0] if out is not None else layers[1],
-                 "backward", bname, lambda: costs._cost(nb, nb, nb // elem, "stream"), hand_over)
+                 "backward", bname, lambda: costs.kernel_cost(nb, nb, nb // elem, "stream"), hand_over)
         return (*grads, None, None, None, None, None, None, None)
 
 
@@ -583,7 +583,8 @@ def gemm(x: torch.Tensor, w: torch.Tensor, *, layer: int = -1) -> torch.Tensor:
 
 
 def _elementwise_cost(tensors, out) -> dict:
-    return costs._cost(sum(t.numel() * _elem(t) for t in tensors), out.numel() * _elem(out), out.numel(), "stream")
+    return costs.kernel_cost(sum(t.numel() * _elem(t) for t in tensors), out.numel() * _elem(out), out.numel(),
+                             "stream")
 
 
 class _Elementwise(torch.autograd.Function):
@@ -609,7 +610,7 @@ class _Elementwise(torch.autograd.Function):
         wanted = [t for t in ins if t.requires_grad]
         nbytes = lambda ts: sum(t.numel() * _elem(t) for t in ts)  # noqa: E731
         grads = iter(span.run(ctx.name, ctx.layer, "backward", "torch",
-                              lambda: costs._cost(g.numel() * _elem(g) + nbytes(ins), nbytes(wanted), g.numel(),
+                              lambda: costs.kernel_cost(g.numel() * _elem(g) + nbytes(ins), nbytes(wanted), g.numel(),
                                                 "stream"),
                               _grad_retained, out, wanted, g))
         return (None, None, None) + tuple(next(grads) if t.requires_grad else None for t in ins)
@@ -656,7 +657,8 @@ class _LinComb(torch.autograd.Function):
             return out
         nb = ctx.shape_bytes
         return span.run(name, layer, None, "torch",
-                        lambda: costs._cost(nb * len(tensors), nb, tensors[0].numel() * len(tensors), "stream"), run)
+                        lambda: costs.kernel_cost(nb * len(tensors), nb, tensors[0].numel() * len(tensors),
+                                                  "stream"), run)
 
     @staticmethod
     def backward(ctx, g):
@@ -668,7 +670,7 @@ class _LinComb(torch.autograd.Function):
         def run():
             return tuple((g if c == 1 else g * c) if n else None for c, n in zip(ctx.coeffs, need))
         grads = span.run(ctx.name, ctx.layer, "backward", "torch",
-                         lambda: costs._cost(nb, nb * scaled, g.numel() * scaled, "stream"), run)
+                         lambda: costs.kernel_cost(nb, nb * scaled, g.numel() * scaled, "stream"), run)
         return (None, None, None) + grads
 
 
