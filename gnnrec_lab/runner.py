@@ -74,10 +74,10 @@ def recover_dead(store: Store, exclude: Sequence[int] = ()) -> list[int]:
             continue
         run_dir = store.home / "runs" / str(run_id)
         tail = tail_lines(run_dir / "stderr.log") or None
-        rec = memory_limit_of(run_dir)
-        verdict = oom_verdict(rec, None)
-        if rec and rec.get("cgroup"):
-            MemoryCgroup(rec["cgroup"], rec["limit_bytes"]).remove(timeout_s=0.5)
+        limit = memory_limit_of(run_dir)
+        verdict = oom_verdict(limit, None)
+        if limit and limit.get("cgroup"):
+            MemoryCgroup(limit["cgroup"], limit["limit_bytes"]).remove(timeout_s=0.5)
         if verdict:
             if store.set_status(run_id, "oom", error=verdict, stderr_tail=tail, only_if=("running",)):
                 dead.append(run_id)
@@ -154,11 +154,11 @@ class Runner:
         try:
             config = RunConfig.from_dict(self.store.get_run(run_id, need=("config",))["config"])
             argv = numa_prefix(config) + [self.python, "-m", "gnnrec_lab.worker", str(run_id)]
-            rec = memory_limit_of(run_dir)
-            if rec is not None:
-                cg = MemoryCgroup.create(f"run-{run_id}-{uuid.uuid4().hex[:8]}", rec["limit_bytes"])
+            limit = memory_limit_of(run_dir)
+            if limit is not None:
+                cg = MemoryCgroup.create(f"run-{run_id}-{uuid.uuid4().hex[:8]}", limit["limit_bytes"])
                 self._cgroups[run_id] = cg
-                write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
+                write_limit(run_dir, {**limit, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
                                        "cgroup_version": cg.version})
                 argv = cg.wrap(argv)
             env = dict(os.environ, GNNREC_LAB_HOME=str(self.store.home), PYTHONUNBUFFERED="1")
@@ -220,10 +220,10 @@ class Runner:
         verdict, cg = None, self._cgroups.pop(run_id, None)
         if cg is not None:
             # read the kernel's counters before the cgroup goes away
-            rec = memory_limit_of(run_dir) or {}
-            verdict = oom_verdict(rec, rc)
+            limit = memory_limit_of(run_dir) or {}
+            verdict = oom_verdict(limit, rc)
             use = cg.usage()
-            write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
+            write_limit(run_dir, {**limit, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
                                    "cgroup_version": cg.version, "max_usage_bytes": use["max_usage_bytes"], "failcnt": use["failcnt"],
                                    "oom_kills": cg.oom_kills()})
             self.store.add_event(run_id, "memory_limit",
@@ -367,14 +367,14 @@ def kernel_oom_kill(pid: int, kmsg: Optional[str] = None) -> Optional[str]:
     try:
         while True:
             try:
-                rec = os.read(fd, 8192)
+                chunk = os.read(fd, 8192)
             except BlockingIOError:
                 break
             except OSError:  # EPIPE: the ring buffer overwrote what we were reading; go on
                 continue
-            if not rec:
+            if not chunk:
                 break
-            for line in rec.decode("utf-8", "replace").splitlines():   # /dev/kmsg: one record per read
+            for line in chunk.decode("utf-8", "replace").splitlines():   # /dev/kmsg: one record per read
                 msg = line.split(";", 1)[-1].strip()
                 if pat.search(msg):
                     found = msg[:200]

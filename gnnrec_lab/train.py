@@ -206,7 +206,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
         ended = None   # "diverged", "cancelled" or "interrupted" when the run ends early
         # sampled mode: one sampler thread for all epochs (closed when training ends, however it ends)
         sampler = _sampled_batches(run.graph, config, run.steps_per_epoch) if run.sampled else None
-        with use_recorder(run.rec), (sampler or contextlib.nullcontext()):
+        with use_recorder(run.recorder), (sampler or contextlib.nullcontext()):
             for epoch in range(1, config.epochs + 1):
                 if signals.signum is not None:   # arrived while preparing, compiling or evaluating
                     ended = _note_stop(run, rep, signals.status, epoch - 1)
@@ -235,7 +235,7 @@ class _Run:
     total_steps: int
     eval_users: Optional[np.ndarray]         # None: rank every user
     result: RunResult
-    rec: Recorder = field(default_factory=Recorder)
+    recorder: Recorder = field(default_factory=Recorder)
     totals: _KernelTotals = field(default_factory=_KernelTotals)
     tier_totals: dict = field(default_factory=dict)   # the store's grouping (recorder.store_key): what the tier model projects
     phase_s: dict = field(default_factory=dict)
@@ -338,10 +338,10 @@ def _compile_kernels(run, rep) -> None:
     result = run.result
     if uncached_kernels():   # the warm-ups below compile them (whatever the backend)
         rep.on_event("compiling", COMPILING_MESSAGE)
-    with use_recorder(run.rec):
+    with use_recorder(run.recorder):
         t_jit = time.perf_counter()
         kernels.warmup()
-        result.jit_seconds = run.rec.jit_seconds or (time.perf_counter() - t_jit)
+        result.jit_seconds = run.recorder.jit_seconds or (time.perf_counter() - t_jit)
     # the machine's load is sampled before the first step, after the middle one and after the
     # last: a run timed while other work held the cores is flagged wherever it is shown
     run.load["start"] = load_sample()
@@ -413,7 +413,7 @@ def _note_stop(run, rep, status: str, epoch: int) -> str:
 
 def _start_step(run) -> float:
     """Point the recorder at the next step and set the optimizer's learning rate; return it."""
-    run.rec.step = run.step
+    run.recorder.step = run.step
     lr = lr_at(run.step, run.config, run.steps_per_epoch, run.total_steps)
     for g in (run.opt.param_groups if run.opt is not None else ()):
         g["lr"] = lr
@@ -422,17 +422,17 @@ def _start_step(run) -> float:
 
 def _full_step(run, batches):
     """Full-graph step: propagate every node's embedding, BPR on the batch, update all parameters."""
-    rec, model, opt = run.rec, run.model, run.opt
-    with rec.in_phase("sampling"), rec.timed("bpr_sample", pattern="gather", backend="numpy"):
+    recorder, model, opt = run.recorder, run.model, run.opt
+    with recorder.in_phase("sampling"), recorder.timed("bpr_sample", pattern="gather", backend="numpy"):
         users, pos, neg = (torch.from_numpy(a) for a in next(batches))
-    with rec.in_phase("forward"):
+    with recorder.in_phase("forward"):
         out = model.propagate(run.graph.adj)
-    with rec.in_phase("loss"):
+    with recorder.in_phase("loss"):
         loss, _ = bpr_loss(model, out, users, pos, neg, run.config.l2)
-    with rec.in_phase("backward"):
+    with recorder.in_phase("backward"):
         opt.zero_grad(set_to_none=True)
         loss.backward()
-    with rec.in_phase("optimizer"):
+    with recorder.in_phase("optimizer"):
         opt.step()
     return loss
 
@@ -440,29 +440,30 @@ def _full_step(run, batches):
 def _sampled_step(run, batches, lr: float, cover):
     """Sampled step: the batch's k-hop sub-graph, its layer-0 rows fetched from the row store,
     propagated through the blocks; the rows' gradients go back to the row store."""
-    rec, model, opt, row_store, step = run.rec, run.model, run.opt, run.row_store, run.step
-    with rec.in_phase("sampling"), rec.timed("sample_wait", pattern="compute", backend="numpy"):
+    recorder, model, opt, row_store, step = run.recorder, run.model, run.opt, run.row_store, run.step
+    with recorder.in_phase("sampling"), recorder.timed("sample_wait", pattern="compute", backend="numpy"):
         (users, pos, neg), sub = next(batches)  # built ahead by the prefetch thread
         # the oracle plans over the next min(L, MAX_SAMPLE_AHEAD) batches (fewer only at the run's
         # end): wait for the sampler to fill its window, not for thread timing
         ahead = [s.nodes for _, s in batches.window(fill=run.config.cache_policy == "oracle")]
-    rec.record("sample_subgraph", int(sub.build_seconds * 1e9), phase="sampling", pattern="gather", backend="numpy")
+    recorder.record("sample_subgraph", int(sub.build_seconds * 1e9), phase="sampling", pattern="gather",
+                    backend="numpy")
     _note_subgraph(run.sampled_stats, sub)
     cover.add(sub.nodes)
     rows = torch.from_numpy(sub.nodes)
     row_store.lookahead(ahead)
-    with rec.in_phase("forward"):
+    with recorder.in_phase("forward"):
         x0 = row_store.fetch(step, rows).requires_grad_(True)
         out = model.propagate_blocks(sub.blocks, x0)
-    with rec.in_phase("loss"):
+    with recorder.in_phase("loss"):
         si = torch.from_numpy(sub.seed_index)
         b = len(users)
         loss, _ = bpr_loss_rows(out, x0, si[:b], si[b:2 * b], si[2 * b:], run.config.l2)
-    with rec.in_phase("backward"):
+    with recorder.in_phase("backward"):
         if opt is not None:
             opt.zero_grad(set_to_none=True)
         loss.backward()
-    with rec.in_phase("optimizer"):
+    with recorder.in_phase("optimizer"):
         row_store.update(step, rows, x0.grad, lr)
         if opt is not None:
             opt.step()
@@ -471,7 +472,7 @@ def _sampled_step(run, batches, lr: float, cover):
 
 def _record_step(run, rep, epoch: int, loss, seconds: float) -> float:
     """Fold the step's kernel records into the run's totals, report the step; return its loss."""
-    records = run.rec.take()
+    records = run.recorder.take()
     run.totals.add(records)
     sum_records(records, store_key, into=run.tier_totals)
     for r in records:
@@ -512,9 +513,9 @@ def _evaluate_and_check_stop(run, rep, epoch: int) -> bool:
 
 def _evaluate(run, split: str) -> dict:
     run.model.eval()
-    with run.rec.in_phase("evaluation"):
+    with run.recorder.in_phase("evaluation"):
         m = evaluate(run.model, run.graph.adj, run.dataset, split, topk=run.config.topk, users=run.eval_users)
-    run.rec.take()  # evaluation kernels are not training-step kernels
+    run.recorder.take()  # evaluation kernels are not training-step kernels
     return m
 
 

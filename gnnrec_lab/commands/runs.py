@@ -107,10 +107,10 @@ def _table_cell(v, col: str) -> str:
     return str(v)
 
 
-def _load_cell(rec: dict) -> str:
+def _load_cell(row: dict) -> str:
     """The list's load column (:func:`~gnnrec_lab.proc.load_cell`)."""
     from ..proc import load_cell
-    return load_cell(rec.get("load_max"), rec.get("cpus"), rec.get("overloaded"), OVERLOADED_MARK)
+    return load_cell(row.get("load_max"), row.get("cpus"), row.get("overloaded"), OVERLOADED_MARK)
 
 
 # Evaluation outputs that are counts, not metrics (printed as integers).

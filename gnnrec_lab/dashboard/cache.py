@@ -299,12 +299,12 @@ def cached_runs(store, status: Optional[str] = None, limit: int = 200) -> pd.Dat
     else:
         recs = []
         for rid in sorted(store.run_ids(status), reverse=True):
-            rec = store.get_run(rid)
-            cfg = rec.get("config") or {}
+            run = store.get_run(rid)
+            cfg = run.get("config") or {}
             if cfg.get("cache_policy", "none") == "none":
                 continue
-            rs = (((rec.get("result") or {}).get("info") or {}).get("sampled") or {}).get("row_store") or {}
-            recs.append((rid, rec.get("name"), rec.get("status"), cfg, rs))
+            rs = (((run.get("result") or {}).get("info") or {}).get("sampled") or {}).get("row_store") or {}
+            recs.append((rid, run.get("name"), run.get("status"), cfg, rs))
             if len(recs) >= limit:
                 break
     rows = []

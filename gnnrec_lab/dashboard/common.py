@@ -270,10 +270,10 @@ class Lab(param.Parameterized):
     def run(self, run_id) -> Optional[dict]:
         if self.store is None or run_id is None:
             return None
-        rec, _ = safe_call(self.store.get_run, run_id)
-        if rec is None:
+        run, _ = safe_call(self.store.get_run, run_id)
+        if run is None:
             return None
-        return dict(rec) if not isinstance(rec, dict) else rec
+        return dict(run) if not isinstance(run, dict) else run
 
     def status(self, run_id) -> str:
         """Status of a run: the runner's view when it has one, else the store's."""
@@ -283,8 +283,8 @@ class Lab(param.Parameterized):
             st, _ = safe_call(self.runner.status, run_id)
             if st is not None:
                 return st.get("status", str(st)) if isinstance(st, dict) else str(st)
-        rec = self.run(run_id)
-        return str(rec.get("status", "unknown")) if rec else "unknown"
+        run = self.run(run_id)
+        return str(run.get("status", "unknown")) if run else "unknown"
 
     def launch_error(self, config, include_active: bool = True) -> Optional[str]:
         """Why ``config`` may not be launched from the browser now (one line), or None.

@@ -167,16 +167,17 @@ class ComparePage(pn.viewable.Viewer):
             if st is not None and not st.empty:
                 loss.append(hv.Curve(st, "step", "loss", label=f"#{rid}").opts(color=run_color(rid)))
         ev, _ = safe_call(store.evals_frame, self.selected)
-        rec = []
+        recall_curves = []
         if ev is not None and not ev.empty:
             v = ev[(ev["split"] == "valid") & (ev["metric"].str.lower() == "recall@20")]
-            rec = [hv.Curve(g, "epoch", "value", label=f"#{rid}").opts(color=run_color(rid))
-                   for rid, g in v.groupby("run_id")]
+            recall_curves = [hv.Curve(g, "epoch", "value", label=f"#{rid}").opts(color=run_color(rid))
+                             for rid, g in v.groupby("run_id")]
         opts = dict(responsive=True, height=300, legend_position="right", tools=["hover"])
         plots = []
         plots.append(hv.Overlay(loss).opts(title="Training loss (measured)", **opts) if loss
                      else pn.pane.Markdown("*No steps recorded for the selected runs.*"))
-        plots.append(hv.Overlay(rec).opts(title="Validation Recall@20", ylabel="recall@20", **opts) if rec
+        plots.append(hv.Overlay(recall_curves).opts(title="Validation Recall@20", ylabel="recall@20", **opts)
+                     if recall_curves
                      else pn.pane.Markdown("*No validation Recall@20 for the selected runs.*"))
         return pn.Row(*[hv_pane(p) if not isinstance(p, pn.pane.Markdown) else p for p in plots],
                       sizing_mode="stretch_width")

@@ -295,14 +295,14 @@ class LiveMonitor(param.Parameterized):
         store = self.lab.store if self.lab is not None else None
         if store is None or self.run_id is None:
             return 0
-        rec = self.lab.run(self.run_id)
-        if rec is None:
+        run = self.lab.run(self.run_id)
+        if run is None:
             self.error = f"run {self.run_id} is not in the store"
             return 0
-        self.error = rec.get("error") or ""
+        self.error = run.get("error") or ""
         self.status = self.lab.status(self.run_id)
-        cfg = rec.get("config") or {}
-        info = rec.get("info") or {}
+        cfg = run.get("config") or {}
+        info = run.get("info") or {}
         self._cfg, self._info = cfg, info
         self.memory_mode = str(cfg.get("memory_mode") or "dram")
         self.device = _mode_device(self.memory_mode, cfg.get("device_profile"))
@@ -339,14 +339,14 @@ class LiveMonitor(param.Parameterized):
             self._modeled_at, self._modeled_dirty = now, False
             self._update_modeled(store)
         self.compiling = self.status == "running" and self.done == 0 and _compiling(store, self.run_id)
-        self.elapsed_s = float(rec.get("duration_s") or 0.0)
-        self.rss_bytes = self._rss(rec) if self.status == "running" else None
+        self.elapsed_s = float(run.get("duration_s") or 0.0)
+        self.rss_bytes = self._rss(run) if self.status == "running" else None
         return n_new
 
-    def _rss(self, rec: dict) -> Optional[int]:
+    def _rss(self, run: dict) -> Optional[int]:
         """Resident set size (bytes) of the run's worker process, measured now with psutil."""
         import psutil
-        pid = rec.get("pid")
+        pid = run.get("pid")
         if not pid:
             return None
         try:

@@ -125,12 +125,12 @@ class Span:
     is inside torch.profiler's event for the Function; the recorder's bookkeeping (``cost()``,
     the record itself) and compilation time are not. Public for code outside the kernels that
     records a piece of work the same way (train's optimizer-step hooks)."""
-    __slots__ = ("rec", "t0", "jit0")
+    __slots__ = ("recorder", "t0", "jit0")
 
     def __init__(self):
-        self.rec = rec = get_recorder()
-        if rec.enabled:
-            self.jit0 = rec.jit_seconds
+        self.recorder = recorder = get_recorder()
+        if recorder.enabled:
+            self.jit0 = recorder.jit_seconds
             self.t0 = time.perf_counter_ns()
 
     def run(self, name, layer, phase, backend_name, cost: Callable[[], dict], fn, *args, profile: bool = True):
@@ -139,15 +139,15 @@ class Span:
         an active torch profiler ``fn`` runs inside ``record_function("gnnrec_lab.<name>.<phase>")``
         (``profile=False``: the caller holds that range itself)."""
         if profile and profiler_active():
-            with profiler_range(name, phase or self.rec.phase):
+            with profiler_range(name, phase or self.recorder.phase):
                 out = fn(*args)
         else:
             out = fn(*args)
-        rec = self.rec
-        if rec.enabled:
-            rec.record(name, rec.ns_since(self.t0, self.jit0), layer=layer, phase=phase, backend=backend_name,
-                       **cost())
-            self.jit0 = rec.jit_seconds
+        recorder = self.recorder
+        if recorder.enabled:
+            recorder.record(name, recorder.ns_since(self.t0, self.jit0), layer=layer, phase=phase,
+                            backend=backend_name, **cost())
+            self.jit0 = recorder.jit_seconds
             self.t0 = time.perf_counter_ns()
         return out
 
@@ -698,8 +698,8 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
     tiny graph, so later calls are never slowed by the JIT. Returns the seconds
     spent, also added to the active recorder's ``jit_seconds``."""
     from ..graph import BipartiteGraph
-    rec = get_recorder()
-    j0 = rec.jit_seconds
+    recorder = get_recorder()
+    j0 = recorder.jit_seconds
     g = BipartiteGraph(np.array([[0, 0], [1, 1], [1, 0]]), 2, 2)
     adj = g.adj
     x = torch.ones((adj.n_cols, 2), dtype=dtype, requires_grad=True)
@@ -727,5 +727,5 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
             blk = CSR(np.array([0, 1, 2], dtype=np.int64), np.array([1, 2], dtype=np.int32), 2, 3, None,
                       np.ones(2, dtype=np.float32), np.ones(3, dtype=np.float32))
             layer_mean([blk], torch.ones((3, 2), dtype=dtype, requires_grad=True), 0.5).sum().backward()
-        rec.jit_seconds += scratch.jit_seconds
-    return rec.jit_seconds - j0
+        recorder.jit_seconds += scratch.jit_seconds
+    return recorder.jit_seconds - j0

@@ -268,14 +268,14 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
                        placement_assumption=f"{ALL_ON_DEVICE} (DRAM caches Optane)",
                        note=f"DRAM ({dram_gb:g} GiB) caches Optane; modeled hit rate {st['hit_rate']:.3f}")
         else:
-            rec = recommend_placement(recs, host, dev, fp, dram_bytes)
-            row.update(modeled_step_s=rec["modeled_step_s"], fits=rec["modeled_step_s"] is not None,
-                       keep_in_dram=rec["dram"], on_device=rec["device"],
-                       placement={c: ("dram" if c in rec["dram"] else "device") for c in TENSOR_CLASSES},
+            recommended = recommend_placement(recs, host, dev, fp, dram_bytes)
+            row.update(modeled_step_s=recommended["modeled_step_s"], fits=recommended["modeled_step_s"] is not None,
+                       keep_in_dram=recommended["dram"], on_device=recommended["device"],
+                       placement={c: ("dram" if c in recommended["dram"] else "device") for c in TENSOR_CLASSES},
                        placement_assumption=ADVISED_SPLIT,
                        all_on_device_step_s=project_step(recs, host, dev)["modeled_s"])
-            if rec.get("note"):
-                row["note"] = rec["note"]
+            if recommended.get("note"):
+                row["note"] = recommended["note"]
         t = row.get("modeled_step_s")
         row["ratio_to_dram"] = t / base_s if t and base_s else None
         if row.get("all_on_device_step_s") and base_s:

@@ -483,13 +483,13 @@ class RunProjection:
 def stored_run_records(store, run_id) -> tuple:
     """``(kernel totals, steps, predicted footprint by class or None, config dict)`` of a stored run:
     the inputs :func:`run_step_time` takes, read the same way by every view."""
-    rec = store.get_run(run_id)
+    run = store.get_run(run_id)
     totals = store.kernel_totals_frame(run_id)
     steps = store.kernel_step_count(run_id)
     fpf = store.footprint_frame(run_id)
     pred = fpf[fpf["kind"] == "predicted"] if len(fpf) else fpf
     fp = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
-    return totals, steps, fp, rec.get("config") or {}
+    return totals, steps, fp, run.get("config") or {}
 
 
 def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
