@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from ..formatting import fmt_ms
 from ..bounds import integer, number
 from .common import add_field_argument, bounded, field_type
 
@@ -171,7 +172,7 @@ def main(args) -> int:
     print(f"run {run_id}: DistDGL, {args.partitions} partitions, {result['steps']} steps/trainer, "
           f"epoch {sum(result['epoch_seconds']) / max(1, len(result['epoch_seconds'])):.2f} s (measured)")
     print("per mini-batch (median over all trainers, measured): " + ", ".join(
-        f"{k} {med[k] * 1e3:.1f} ms" for k in D.PHASES) + f"; batch {med['total'] * 1e3:.1f} ms; "
+        f"{k} {fmt_ms(med[k])}" for k in D.PHASES) + f"; batch {fmt_ms(med['total'])}; "
           f"phases sum to {d['phase_sum_over_batch'] * 100:.1f}% of the batch time (means)")
     b = d["bytes_between_partitions"]
     print(f"between partitions (counted): {b['per_batch'] / 2**20:.2f} MiB per batch "

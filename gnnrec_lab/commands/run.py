@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
+from ..formatting import fmt_bytes, fmt_ms
 from .common import add_config_arguments, add_config_file_argument, config_from_args
 
 
@@ -39,7 +40,7 @@ def _print_summary(result, out=None):
     print(f"test metrics (best valid epoch {result.best_epoch}): {ms}", file=out)
     n = max(result.steps, 1)
     print(f"{result.steps} steps in {result.train_seconds:.2f} s measured "
-          f"({result.train_seconds / n * 1e3:.1f} ms/step); kernel JIT/warm-up {result.jit_seconds:.2f} s "
+          f"({fmt_ms(result.train_seconds / n)}/step); kernel JIT/warm-up {result.jit_seconds:.2f} s "
           f"not counted", file=out)
     from ..analysis import breakdown, format_breakdown
     print("per-kernel time (measured on this machine):", file=out)
@@ -49,8 +50,8 @@ def _print_summary(result, out=None):
         print(modeled_line(result.modeled), file=out)
     fp = result.footprint
     if fp.predicted:
-        print(f"footprint: predicted {fp.predicted_total / 2**20:.1f} MiB (modeled), peak RSS "
-              f"{fp.peak_rss / 2**20:.1f} MiB (measured)", file=out)
+        print(f"footprint: predicted {fmt_bytes(fp.predicted_total)} (modeled), peak RSS "
+              f"{fmt_bytes(fp.peak_rss)} (measured)", file=out)
 
 
 def _check_trace_path(path: str) -> None:

@@ -7,6 +7,7 @@ import sys
 import time
 
 from ..bounds import MAX_SECONDS, number
+from ..formatting import fmt_duration, fmt_ms
 from .common import bounded, run_id
 
 TABLE = (  # (header, column in runs_frame)
@@ -97,9 +98,9 @@ def _table_cell(v, col: str) -> str:
             pass
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.timestamp()))  # local, as `runs show`
     if col in ("duration_s", "train_s", "modeled_train_s"):
-        return _duration(float(v))
+        return fmt_duration(float(v))
     if col in ("step_s", "modeled_step_s"):
-        return f"{float(v) * 1e3:.1f} ms"
+        return fmt_ms(v)
     if col.endswith("recall@20"):
         return f"{float(v):.4f}"
     if col == "load_max":
@@ -127,17 +128,8 @@ def _metric(name: str, value: float) -> str:
 def _parts(run: dict) -> str:
     """'  (startup 3.1 s, kernel JIT 1m 28s, training 9.5 s, other 2.0 s)' from Store.get_run's parts."""
     names = (("startup_s", "startup"), ("jit_s", "kernel JIT"), ("train_s", "training"), ("other_s", "other"))
-    parts = [f"{label} {_duration(run[k])}" for k, label in names if run.get(k) is not None]
+    parts = [f"{label} {fmt_duration(run[k])}" for k, label in names if run.get(k) is not None]
     return f"  ({', '.join(parts)})" if parts else ""
-
-
-def _duration(s: float) -> str:
-    """Seconds as '12.3 s', '4m 05s' or '2h 03m'."""
-    if s < 60:
-        return f"{s:.1f} s"
-    if s < 3600:
-        return f"{int(s // 60)}m {int(s % 60):02d}s"
-    return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
@@ -209,14 +201,14 @@ def _show(store, run_id: int, as_json: bool) -> int:
         print(f"  modeled    {modeled_line(modeled)}")
         train = modeled_seconds(run.get("train_s"), modeled_ratio(modeled))
         if train is not None:
-            print(f"  modeled    training {_duration(train)} on {modeled.get('device')} (the "
-                  f"{_duration(run['train_s'])} measured here x {modeled_ratio(modeled):.2f})")
+            print(f"  modeled    training {fmt_duration(train)} on {modeled.get('device')} (the "
+                  f"{fmt_duration(run['train_s'])} measured here x {modeled_ratio(modeled):.2f})")
     if cfg.get("placement"):
         print(f"  placement  {cfg['placement']}")
     print(f"  created    {ts(run['created'])}")
     print(f"  started    {ts(run['started'])}")
     print(f"  finished   {ts(run['finished'])}")
-    print(f"  duration   {_duration(run['duration_s']) if run['duration_s'] is not None else '-'}" + _parts(run))
+    print(f"  duration   {fmt_duration(run['duration_s'])}" + _parts(run))
     if run["pid"]:
         print(f"  pid        {run['pid']}")
     if run["sweep"]:

@@ -23,9 +23,10 @@ import param
 
 from ..analysis import ROOFLINE_NOTE, breakdown, roofline_points
 from ..calibrate import host_profile
+from ..formatting import fmt_bytes, fmt_ms
 from ..memory.footprint import Footprint
 from ..memory.tiermodel import mode_device
-from .common import (BAR_COLOR, MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_all, hatch_by, hv_pane,
+from .common import (BAR_COLOR, MODELED_NOTE, Lab, dram_bytes, hatch_all, hatch_by, hv_pane,
                      kernel_color, not_available, phase_color, run_options, safe_call)
 from .launch import modeled_bars, run_modeled_step, tier_projection
 
@@ -214,8 +215,8 @@ class BreakdownPage(pn.viewable.Viewer):
             return not_available("Kernel time by phase on the run's device (memory tier model)", why)
         return pn.Column(pn.pane.Markdown(
             f"{MODELED_NOTE} Below, the step modeled on **{step['device']}** ({step['memory_mode']}): "
-            f"**{step['modeled_s'] * 1e3:.1f} ms per step (modeled)**, {step['ratio']:.2f}x the "
-            f"{step['measured_s'] * 1e3:.1f} ms measured on DRAM; the measured chart above is the same step on DRAM. "
+            f"**{fmt_ms(step['modeled_s'])} per step (modeled)**, {step['ratio']:.2f}x the "
+            f"{fmt_ms(step['measured_s'])} measured on DRAM; the measured chart above is the same step on DRAM. "
             f"Placement: {step.get('placement_assumption', '?')}."),
             hv_pane(self.modeled_kernel_bars(step)), sizing_mode="stretch_width")
 
@@ -275,7 +276,7 @@ class BreakdownPage(pn.viewable.Viewer):
         note = f"{MODELED_NOTE} Placement: {df.attrs.get('placement_assumption', '?')}."
         if not chosen.empty and chosen["kind"].iloc[0] == "modeled":
             note += (f" This run's memory mode uses **{chosen['device'].iloc[0]}**: "
-                     f"{chosen['seconds'].iloc[0] * 1e3:.1f} ms per step (modeled).")
+                     f"{fmt_ms(chosen['seconds'].iloc[0])} per step (modeled).")
         return pn.Column(pn.pane.Markdown(note),
                          hv_pane(modeled_bars(df, "device", "seconds", "s per step")), sizing_mode="stretch_width")
 

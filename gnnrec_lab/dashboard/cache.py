@@ -34,7 +34,8 @@ import param
 from ..config import CACHE_TRACE_BATCH, CACHE_TRACE_KINDS, SIMULATED_CACHE_POLICIES, field_label
 from ..errors import UserError
 from ..data import list_datasets
-from .common import Lab, error_note, fmt_bytes, not_available, safe_call
+from ..formatting import fmt_bytes, fmt_percent
+from .common import Lab, error_note, not_available, safe_call
 
 OPTIMIZERS = ("sgd", "adagrad", "adam")
 LIVE_POLL_MS = 2000
@@ -352,7 +353,7 @@ def live_text(run: dict, stats: Optional[dict]) -> str:
         return head + ": no slow-tier records yet."
     est = ""
     if cfg.get("cache_policy") in ("lru", "lfu", "none"):
-        est = f" → live hit rate **{100 * (1 - stats['read_ratio']):.1f}%**"
+        est = f" → live hit rate **{fmt_percent(1 - stats['read_ratio'])}**"
     return (head + f" — after {stats['steps']:,} steps (measured): {stats['rows_read']:,.0f} rows read from the "
             f"slow tier for {stats['rows_accessed']:,.0f} rows needed (read ratio {stats['read_ratio']:.3f}{est}); "
             f"{fmt_bytes(stats['bytes_read'])} read, {fmt_bytes(stats['bytes_written'])} written back, "

@@ -181,27 +181,6 @@ def dram_bytes() -> int:
     return int(psutil.virtual_memory().total)
 
 
-def fmt_bytes(n: float) -> str:
-    """``n`` bytes as a short human string (binary units)."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
-def fmt_seconds(s: Optional[float]) -> str:
-    if s is None or s != s:
-        return "–"
-    s = float(s)
-    if s < 60:
-        return f"{s:.0f} s"
-    if s < 3600:
-        return f"{int(s // 60)} min {int(s % 60):02d} s"
-    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
-
-
 # ----------------------------------------------------------------------------
 # process-wide store and runner
 _lock = threading.Lock()

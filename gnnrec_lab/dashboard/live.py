@@ -37,8 +37,9 @@ import pandas as pd
 import panel as pn
 import param
 
+from ..formatting import fmt_bytes, fmt_duration, fmt_ms
 from ..memory.tiermodel import mode_device
-from .common import (FAILED_STATUSES, Lab, PALETTE, error_note, fmt_bytes, fmt_seconds, kernel_color, not_available,
+from .common import (FAILED_STATUSES, Lab, PALETTE, error_note, kernel_color, not_available,
                      run_options, safe_call)
 
 POLL_MS = 1000
@@ -232,8 +233,8 @@ def modeled_text(m: "LiveMonitor") -> str:
     if not st:
         why = f": {m.modeled_reason}" if m.modeled_reason else " after the first step"
         return f"{head} · **modeled step time** –{why}"
-    return (f"{head} · **step time {st['modeled_s'] * 1e3:.1f} ms modeled** on {st['device']} "
-            f"({st['ratio']:.2f}x the {st['measured_s'] * 1e3:.1f} ms measured on DRAM, {st['steps']} steps; "
+    return (f"{head} · **step time {fmt_ms(st['modeled_s'])} modeled** on {st['device']} "
+            f"({st['ratio']:.2f}x the {fmt_ms(st['measured_s'])} measured on DRAM, {st['steps']} steps; "
             f"placement: {st.get('placement_assumption', '?')})")
 
 
@@ -399,13 +400,13 @@ def header_text(m: LiveMonitor) -> str:
     eta, eta_note = m.eta_note()
     total = f"{m.total:,}" if m.total else "?"
     rss = fmt_bytes(m.rss_bytes) + " (measured now)" if m.rss_bytes else "–"
-    eta_s = fmt_seconds(eta) if m.status in ACTIVE else '–'
+    eta_s = fmt_duration(eta, missing="–") if m.status in ACTIVE else '–'
     if m.status in ACTIVE and eta is not None and eta_note.startswith("steps only"):
         eta_s = f"≥ {eta_s} ({eta_note})"
     status = (f"{m.status} (compiling kernels)" if m.compiling
               else f'<span style="color:#d62728">{m.status}</span>' if m.status in FAILED_STATUSES else m.status)
     return (f"**run** #{m.run_id} · **status** {status} · **steps** {m.done:,} / {total} · "
-            f"**elapsed** {fmt_seconds(m.elapsed_s)} · **ETA** {eta_s} · **worker RSS** {rss}")
+            f"**elapsed** {fmt_duration(m.elapsed_s, missing='–')} · **ETA** {eta_s} · **worker RSS** {rss}")
 
 
 def test_text(m: LiveMonitor) -> str:
