@@ -46,6 +46,7 @@ from .reporting import MultiReporter, ProgressReporter, Reporter
 from .rows import make_row_store
 from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
 from .signals import StopSignals
+from .status import RunStatus
 
 # Rank every user unless that means scoring more than this many (user, item) pairs.
 FULL_RANKING_MAX_PAIRS = 5e10
@@ -61,7 +62,7 @@ class RunResult:
     """What a finished run returns (and the CLI prints with ``--json``)."""
 
     config: RunConfig
-    status: str = "finished"                 # finished | cancelled | interrupted | diverged (DivergenceBound)
+    status: RunStatus = RunStatus.FINISHED   # finished | cancelled | interrupted | diverged (DivergenceBound)
     epochs: int = 0
     steps: int = 0
     train_seconds: float = 0.0               # measured wall time in training steps
@@ -203,7 +204,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
         run = _prepare(config, dataset, progress)
         run.signals = signals
         _compile_kernels(run, rep)
-        ended = None   # "diverged", "cancelled" or "interrupted" when the run ends early
+        ended: Optional[RunStatus] = None   # diverged, cancelled or interrupted when the run ends early
         # sampled mode: one sampler thread for all epochs (closed when training ends, however it ends)
         sampler = _sampled_batches(run.graph, config, run.steps_per_epoch) if run.sampled else None
         with use_recorder(run.recorder), (sampler or contextlib.nullcontext()):
@@ -216,7 +217,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
                     break
             # no test metrics for a diverged model (they would look like a result), nor after a signal
             # (whoever sent it wants the run to end now)
-            if ended != "diverged" and signals.signum is None:
+            if ended is not RunStatus.DIVERGED and signals.signum is None:
                 _test(run)
         return _finish(run, rep, ended)
 
@@ -354,8 +355,8 @@ def _compile_kernels(run, rep) -> None:
     rep.on_event("jit", f"kernel compilation/warm-up {result.jit_seconds:.2f} s (not counted as kernel time)")
 
 
-def _train_epoch(run, rep, epoch: int, sampler) -> Optional[str]:
-    """One epoch of training steps; returns "diverged", "cancelled" or "interrupted" when it ends the run."""
+def _train_epoch(run, rep, epoch: int, sampler) -> Optional[RunStatus]:
+    """One epoch of training steps; returns diverged, cancelled or interrupted when it ends the run."""
     config = run.config
     run.model.train()
     # one generator per epoch (seeded (seed, epoch); the sampled mode's sampler does the same);
@@ -375,34 +376,34 @@ def _train_epoch(run, rep, epoch: int, sampler) -> Optional[str]:
         t_epoch += dt
         why = run.divergence.update(lv)
         if why:   # nothing after a blown-up loss means anything
-            ended = "diverged"
+            ended = RunStatus.DIVERGED
             break
         if run.signals.signum is not None:   # between kernels: the step is complete
             ended = run.signals.status
             break
         if rep.should_stop():
-            ended = "cancelled"
+            ended = RunStatus.CANCELLED
             break
     run.t_train += t_epoch
     if run.sampled:
         # evaluation reads the whole table; the sampler runs on into the next epoch, so an
         # oracle cache can prefetch its first batches meanwhile
-        run.row_store.sync(keep_future=ended != "cancelled" and epoch < config.epochs)
+        run.row_store.sync(keep_future=ended is not RunStatus.CANCELLED and epoch < config.epochs)
         run.sampled_stats["redundancy"].append(cover.redundancy())
     result = run.result
     result.epochs, result.steps = epoch, run.step
     result.epoch_seconds.append(t_epoch)
     rep.on_epoch(epoch, t_epoch, i + 1, loss_sum / (i + 1))
-    if ended == "diverged":
-        result.status = "diverged"
+    if ended is RunStatus.DIVERGED:
+        result.status = RunStatus.DIVERGED
         result.info["diverged"] = diverged_message(why, run.step, epoch, config)
-        rep.on_event("diverged", result.info["diverged"])
+        rep.on_event(RunStatus.DIVERGED, result.info["diverged"])
     elif ended:
         _note_stop(run, rep, ended, epoch)
     return ended
 
 
-def _note_stop(run, rep, status: str, epoch: int) -> str:
+def _note_stop(run, rep, status: RunStatus, epoch: int) -> RunStatus:
     """Record that a signal or a cancel request ended the run (``status`` cancelled or interrupted)."""
     how = run.signals.words or "a cancel request"
     run.result.status = status
@@ -526,7 +527,7 @@ def _test(run) -> None:
     run.result.test = _evaluate(run, "test")
 
 
-def _finish(run, rep, ended: Optional[str]) -> RunResult:
+def _finish(run, rep, ended: Optional[RunStatus]) -> RunResult:
     """Complete the result (times, kernels, sampled-mode stats, modeled projection, peak RSS)
     and report it once."""
     config, result = run.config, run.result

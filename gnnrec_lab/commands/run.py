@@ -5,6 +5,7 @@ import json
 import sys
 
 from ..formatting import fmt_bytes, fmt_ms
+from ..status import RunStatus
 from .common import add_config_arguments, add_config_file_argument, config_from_args
 
 
@@ -124,22 +125,22 @@ def main(args) -> int:
         export_chrome_trace(result.step_records, args.trace)
     if args.json:
         print(json.dumps(result.to_dict() | {"run_id": run_id}, default=str))
-    elif result.status == "finished" or (result.status == "cancelled" and result.test):
+    elif result.status is RunStatus.FINISHED or (result.status is RunStatus.CANCELLED and result.test):
         _print_summary(result)
     if run_id is not None and not args.json:
         print(f"stored as run {run_id} (`gnnrec-lab runs show {run_id}`)")
-    if result.status == "diverged":
+    if result.status is RunStatus.DIVERGED:
         from ..worker import EXIT_DIVERGED
         red = ("\033[31m", "\033[0m") if sys.stderr.isatty() else ("", "")
         print(f"{red[0]}gnnrec-lab: error: {result.info['diverged']}{red[1]}", file=sys.stderr)
         return EXIT_DIVERGED
-    if result.status in ("interrupted", "cancelled"):
+    if result.status.is_stopped:
         from ..signals import EXIT_INTERRUPTED, EXIT_TERMINATED
         print(f"gnnrec-lab: {result.info.get('stopped', result.status)}", file=sys.stderr)
-        if result.status == "interrupted":
+        if result.status is RunStatus.INTERRUPTED:
             return EXIT_INTERRUPTED
         return EXIT_TERMINATED if "SIGTERM" in result.info.get("stopped", "") else 1
-    return 0 if result.status == "finished" else 1
+    return 0 if result.status is RunStatus.FINISHED else 1
 
 
 def train_stored(config, progress: bool = False, store_it: bool = True, own_sigterm: bool = True, **train_kw):
@@ -165,14 +166,14 @@ def train_stored(config, progress: bool = False, store_it: bool = True, own_sigt
     from ..store import Store
     from ..worker import failure, finish_run
     store = Store()
-    run_id = store.add_run(config, status="running")
+    run_id = store.add_run(config, status=RunStatus.RUNNING)
     store.set_fields(run_id, pid=os.getpid(), pid_start=proc_start_ticks(os.getpid()))
     reporter = store.reporter(run_id)
     try:
         result = train(config, reporter=reporter, progress=progress, **train_kw)
     except BaseException as e:
         status, error, _ = failure(e)
-        store.set_status(run_id, status, error=error, only_if=("running",))
+        store.set_status(run_id, status, error=error, only_if=(RunStatus.RUNNING,))
         raise
     finish_run(store, run_id, result, reporter)
     return result, run_id

@@ -8,6 +8,7 @@ import time
 
 from ..bounds import MAX_SECONDS, number
 from ..formatting import fmt_duration, fmt_ms
+from ..status import RunStatus
 from .common import bounded, run_id
 
 TABLE = (  # (header, column in runs_frame)
@@ -31,8 +32,7 @@ def register(subparsers) -> None:
                                           "'(modeled)' columns scale them by the run's modeled/measured "
                                           "step-time ratio (as `runs show` and `whatif` print it).")
     p.add_argument("--json", action="store_true", help="print the list as JSON (machine-readable)")
-    from ..store import STATUSES
-    p.add_argument("--status", choices=STATUSES,
+    p.add_argument("--status", choices=[s.value for s in RunStatus],
                    help="list only runs with this status (default: every status)")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     s = sub.add_parser("show", help="everything stored about one run")
@@ -185,7 +185,7 @@ def _show(store, run_id: int, as_json: bool) -> int:
     for why in run["damaged"]:
         print(f"  damaged    {why} (kept as it is; shown as missing below)")
     print(f"  status     {run['status']}" + ("  (cancel requested)" if run["cancel_requested"] and
-                                            run["status"] == "running" else ""))
+                                            run["status"] is RunStatus.RUNNING else ""))
     # the durations below are timed on this host even for a modeled memory mode (its kernels run on
     # DRAM here): the 'modeled' lines say what they would be on the device
     print("  time       measured on this host" + ("" if run["measured"] == "measured" else
@@ -236,7 +236,7 @@ def _show(store, run_id: int, as_json: bool) -> int:
             print(f"  footprint  {r.tensor_class:<18} {r.bytes / 2**20:10.2f} MiB  {r.kind}")
     if run["error"]:
         print("  error      " + run["error"].rstrip().replace("\n", "\n             "))
-    if run["stderr_tail"] and run["status"] in ("failed", "oom"):
+    if run["stderr_tail"] and run["status"].is_crash:
         print(f"  stderr (last lines, full log in {store.home / 'runs' / str(run_id) / 'stderr.log'}):")
         for line in run["stderr_tail"].splitlines():
             print("    " + line)
@@ -287,5 +287,5 @@ def main(args) -> int:
             print(f"gnnrec-lab: {e}", file=sys.stderr)
             return 1
         print(f"run {args.id}: {status}")
-        return 0 if status == "finished" else 1
+        return 0 if status is RunStatus.FINISHED else 1
     raise AssertionError(action)

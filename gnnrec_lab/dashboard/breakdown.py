@@ -26,6 +26,7 @@ from ..calibrate import host_profile
 from ..formatting import fmt_bytes, fmt_ms
 from ..memory.footprint import Footprint
 from ..memory.tiermodel import mode_device
+from ..status import RunStatus
 from .common import (BAR_COLOR, MODELED_NOTE, Lab, dram_bytes, hatch_all, hatch_by, hv_pane,
                      kernel_color, not_available, phase_color, run_options, safe_call)
 from .launch import modeled_bars, run_modeled_step, tier_projection
@@ -176,7 +177,7 @@ class BreakdownPage(pn.viewable.Viewer):
         runs = self.lab.runs()
         if runs.empty or "status" not in runs.columns:
             return None
-        fin = runs[runs["status"] == "finished"]
+        fin = runs[runs["status"] == RunStatus.FINISHED]
         idc = "id" if "id" in runs.columns else "run_id"
         return (fin if not fin.empty else runs)[idc].max().item()
 

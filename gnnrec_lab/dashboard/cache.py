@@ -35,6 +35,7 @@ from ..config import CACHE_TRACE_BATCH, CACHE_TRACE_KINDS, SIMULATED_CACHE_POLIC
 from ..errors import UserError
 from ..data import list_datasets
 from ..formatting import fmt_bytes, fmt_percent
+from ..status import RunStatus
 from .common import Lab, error_note, not_available, safe_call
 
 OPTIMIZERS = ("sgd", "adagrad", "adam")
@@ -276,7 +277,7 @@ RUN_COLUMNS = ["id", "name", "status", "dataset", "policy", "cache_size", "looka
                "misses", "prefetched_rows", "fetch_s", "stall_s", "read_bytes", "written_bytes", "io_mode"]
 
 
-def cached_runs(store, status: Optional[str] = None, limit: int = 200) -> pd.DataFrame:
+def cached_runs(store, status: Optional[RunStatus] = None, limit: int = 200) -> pd.DataFrame:
     """Runs with a cache policy (newest first): config, status, and the row store's *measured* counters.
 
     Counter columns are NaN until the run finishes (they are written with its result).
@@ -565,7 +566,7 @@ class CachePage(pn.viewable.Viewer):
         if store is None:
             return ""
         try:
-            running = cached_runs(store, status="running", limit=1)
+            running = cached_runs(store, status=RunStatus.RUNNING, limit=1)
             if running.empty:
                 if self.live_md.object:      # a run just ended: its counters are in the table now
                     self.live_md.object = ""

@@ -20,6 +20,7 @@ import param
 
 from ..memory.tiermodel import mode_device
 from ..runner import Runner
+from ..status import RunStatus
 from ..store import Store
 
 # One colour rule for every plot: a phase, a kernel and a run each keep one colour on every page
@@ -154,13 +155,11 @@ def not_available(what: str, reason: Optional[str] = None) -> pn.pane.Alert:
     return pn.pane.Alert(text + ".", alert_type="warning", sizing_mode="stretch_width")
 
 
-# Run statuses that mean the run failed: shown in red wherever a run's status appears.
-FAILED_STATUSES = ("failed", "oom", "diverged")
-
-
 def status_css(status) -> str:
-    """CSS for a status cell: red and bold for a failed run (diverged included)."""
-    return "color: #d62728; font-weight: bold" if status in FAILED_STATUSES else ""
+    """CSS for a status cell: red and bold for a failed run (:attr:`RunStatus.is_failure`, diverged
+    included), as wherever a run's status appears."""
+    st = RunStatus.of(status)
+    return "color: #d62728; font-weight: bold" if st is not None and st.is_failure else ""
 
 
 def error_note(message: str) -> pn.pane.Alert:

@@ -20,6 +20,7 @@ import param
 
 from ..config import FIELD_DOCS, field_label
 from ..memory.tiermodel import modeled_seconds
+from ..status import RunStatus
 from ..store import TEST_METRICS
 from .common import (OVERLOADED_LABEL, Lab, category_color, hv_pane, id_column, not_available, run_color, safe_call,
                      status_css)
@@ -82,7 +83,7 @@ def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
     if runs is None or runs.empty:
         return pd.DataFrame(columns=["id", "epoch_s", "modeled_epoch_s", "group"])
     idc = id_column(runs)
-    fin = runs[runs["status"] == "finished"] if "status" in runs.columns else runs
+    fin = runs[runs["status"] == RunStatus.FINISHED] if "status" in runs.columns else runs
     out = []
     for rid in fin[idc].tolist():
         with _epoch_lock:

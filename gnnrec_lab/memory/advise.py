@@ -17,6 +17,7 @@ from typing import Optional
 from ..config import TENSOR_CLASSES
 from ..kernels import costs
 from ..recorder import KernelRecord
+from ..status import RunStatus
 from .footprint import F32, footprint as predict_footprint, optimizer_states, total
 from .profiles import host_device
 from . import tiermodel
@@ -158,7 +159,7 @@ def dram_reference(store, config, host) -> Optional[dict]:
     "kind": "measured"}`` (seconds per step).
     """
     from .tiermodel import stored_run_step_time
-    runs = store.runs_frame(status="finished")
+    runs = store.runs_frame(status=RunStatus.FINISHED)
     if runs.empty:
         return None
     rows = [r for r in runs.to_dict("records") if r.get("memory_mode") == "dram" and _same_shape(r, config)]
