@@ -220,12 +220,14 @@ def check_value(param: str, constraints, value, text: bool = False):
     return value
 
 
-def check(table: Mapping[str, list], values: Mapping[str, Any], label: Callable[[str], str] = str) -> dict:
+def check(table: Mapping[str, list], values: Mapping[str, Any], label: Callable[[str], str] = str,
+          text: bool = False) -> dict:
     """``values`` with every field of ``table`` checked and normalised, then every cross-field rule
-    checked; ConfigError(``label(field)``, reason) at the first refusal."""
+    checked; ConfigError(``label(field)``, reason) at the first refusal. ``text``: values may be
+    what a user typed."""
     out = dict(values)
     for name, constraints in table.items():
-        out[name] = check_value(label(name), constraints, values.get(name))
+        out[name] = check_value(label(name), constraints, values.get(name), text=text)
     for name, constraints in table.items():
         for rule in rules(constraints):
             reason = rule(out)

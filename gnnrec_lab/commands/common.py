@@ -50,7 +50,10 @@ def bounded(check, *args, **kw):
 
 
 def field_type(name: str):
-    """argparse ``type`` of RunConfig field ``name``: its bounded checker for a numeric field."""
+    """argparse ``type`` of RunConfig field ``name``, generated from its entry in
+    ``config.RUN_CONSTRAINTS``: a numeric field's text is read by its own constraints (the bounds and
+    words RunConfig refuses with); placement's ``CLASS=PLACE`` text becomes its mapping; any other
+    field stays text, checked when the RunConfig is built."""
     from ..config import NUMERIC_FIELDS, check_field
     if name == "placement":
         return _parse_placement
