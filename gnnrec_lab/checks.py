@@ -38,9 +38,9 @@ class Constraint:
     def parse(self, param: str, value, text: bool = False):
         raise NotImplementedError
 
-    def accepts(self, value) -> bool:
+    def accepts(self, value, text: bool = False) -> bool:
         try:
-            self.parse("value", value)
+            self.parse("value", value, text=text)
             return True
         except ConfigError:
             return False
@@ -236,16 +236,16 @@ def check(table: Mapping[str, list], values: Mapping[str, Any], label: Callable[
     return out
 
 
-def broken_values(constraints) -> list:
+def broken_values(constraints, text: bool = False) -> list:
     """``(constraint, value)`` for every value constraint of a field and each value that breaks it
-    and that no other alternative accepts: what the generated tests try."""
+    and that no alternative accepts (read as ``text`` reads it): what the generated tests try."""
     alts = [c for c in alternatives(constraints) if c is not None]
     out = []
     for c in alts:
         for v in c.violations():
             if v is None and None in constraints:
                 continue
-            if not any(o.accepts(v) for o in alts if o is not c):
+            if not any(o.accepts(v, text) for o in alts):
                 out.append((c, v))
     return out
 
