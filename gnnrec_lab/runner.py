@@ -35,6 +35,8 @@ import time
 import uuid
 from typing import Optional, Sequence
 
+from .bounds import MAX_SECONDS, integer, number
+from .checks import Interval, Kind, Text, check
 from .cgroup import MemoryCgroup, check_limit, limit_reached, memory_limit_of, oom_verdict, write_limit
 from .errors import UserError
 from .memory.placement import numa_prefix
@@ -47,6 +49,13 @@ from .worker import tail_lines
 SPAWN_GRACE_S = 60.0
 # after a worker recorded its final status, how long wait() gives it to exit (s)
 REAP_GRACE_S = 10.0
+# What a Runner accepts (gnnrec_lab.checks).
+RUNNER_CONSTRAINTS: dict[str, list] = {
+    "max_concurrent": [Interval(integer, lo=1, hi=None)],
+    "pick_up": [Kind(bool, "True or False")],
+    "python": [Text("the path of a Python interpreter", strip=True, nul=False)],
+    "poll_s": [Interval(number, lo=0, lo_open=True, hi=MAX_SECONDS, unit="s")],
+}
 
 
 # ---------------------------------------------------------------------------
@@ -99,8 +108,7 @@ class Runner:
 
     def __init__(self, store: Optional[Store] = None, max_concurrent: int = 1, *, pick_up: bool = True,
                  python: str = sys.executable, poll_s: float = 0.1):
-        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
-            raise UserError(f"max_concurrent must be an integer >= 1, got {max_concurrent!r}")
+        check(RUNNER_CONSTRAINTS, dict(max_concurrent=max_concurrent, pick_up=pick_up, python=python, poll_s=poll_s))
         self.store = store or Store()
         self.max_concurrent = max_concurrent
         self.pick_up = pick_up

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from .config import TUPLE_FIELDS, RunConfig
+from .config import TUPLE_FIELDS, RunConfig, mf_layers
 from .errors import UserError
 from .memory.footprint import Footprint
 from .status import RunStatus
@@ -74,8 +74,7 @@ def expand(base: "RunConfig | dict | None", grid: dict) -> list[RunConfig]:
     points, seen = [], set()
     for combo in itertools.product(*(v for _, v in axes)):
         d = dict(base_d, **dict(zip(keys, combo)))
-        if d.get("model") == "mf" and "layers" not in keys:
-            d["layers"] = 0
+        d["layers"] = mf_layers(d.get("model"), d.get("layers"), "layers" in keys)
         cfg = RunConfig.from_dict(d)
         key = cfg.to_json()
         if key not in seen:

@@ -193,8 +193,7 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
 
 
 def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
-    expect_config(config, "train")
-    config.validate()
+    expect_config(config, "train")   # a RunConfig is checked when built and frozen after
     rep = MultiReporter(reporter, ProgressReporter() if progress else None)
     _set_threads(config)
     torch.manual_seed(config.seed)

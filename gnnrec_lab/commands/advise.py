@@ -66,10 +66,10 @@ def _counts(args) -> dict:
 
 
 def run(args) -> int:
-    from ..config import RunConfig
+    from ..config import RunConfig, mf_layers
     from ..memory.advise import GiB, advise
     from ..memory.profiles import load_host_profile
-    layers = 0 if args.model == "mf" else args.layers
+    layers = mf_layers(args.model, args.layers)
     cfg = RunConfig(dataset=args.dataset, model=args.model, ngcf_form=args.ngcf_form, layers=layers,
                     dim=args.dim, batch_size=args.batch_size, optimizer=args.optimizer)
     counts = _counts(args)

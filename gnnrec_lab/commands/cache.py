@@ -11,7 +11,7 @@ import json
 import sys
 
 from ..bounds import integers
-from ..config import CACHE_TRACE_BATCH, MAXIMA, NUMERIC_FIELDS, SIMULATED_CACHE_POLICIES
+from ..config import CACHE_TRACE_BATCH, MAXIMA, SIMULATED_CACHE_POLICIES, check_field
 from ..errors import UserError
 from ..formatting import fmt_percent
 from .common import bounded, field_type
@@ -64,8 +64,7 @@ def register(subparsers) -> None:
 def _field(flag: str, name: str, value) -> int:
     """``value`` checked with RunConfig field ``name``'s bounds, the error naming ``flag`` (the parser
     has checked what the CLI gives; callers that build ``args`` themselves get the same check)."""
-    check, bounds = NUMERIC_FIELDS[name]
-    return check(flag, value, **bounds)
+    return check_field(name, value, param=flag)
 
 
 def _fanouts(args) -> list[int]:
