@@ -5,9 +5,9 @@ no cycle (``tests/test_layers.py`` walks every import, those inside functions in
 imports each module alone in a fresh interpreter). From the bottom:
 
 ``util``
-    leaf utilities every layer may use: errors, bounds, provenance, status, the process runtime,
-    ``/proc`` facts, the kernel recorder, signals, cgroups, the emulated cluster's machines, the
-    lab's home directory and the place syntax of a placement.
+    leaf utilities every layer may use: errors, bounds and constraint checks, formatting,
+    provenance, status, the process runtime, ``/proc`` facts, the kernel recorder, signals, cgroups,
+    the emulated cluster's machines, the lab's home directory and the place syntax of a placement.
 ``core``
     what a run is (:mod:`~gnnrec_lab.config`) and what it computes on: datasets, the bipartite
     graph, sampling, the kernels.
@@ -40,12 +40,12 @@ from __future__ import annotations
 # Bottom first. Module names are relative to the package; a package's __init__ goes by the
 # package's name ("gnnrec_lab" is the package itself).
 LAYERS: dict[str, tuple[str, ...]] = {
-    "util": ("errors", "bounds", "provenance", "status", "runtime", "proc", "recorder", "signals", "cgroup",
-             "cluster", "home", "places", "layers"),
+    "util": ("errors", "bounds", "checks", "formatting", "provenance", "status", "runtime", "proc", "recorder",
+             "signals", "cgroup", "cluster", "home", "places", "layers"),
     "core": ("config", "data", "data.dataset", "data.readers", "data.registry", "data.split", "data.storage",
              "data.synthetic", "graph", "sampling", "kernels", "kernels.backends", "kernels.buffers",
              "kernels.costs", "kernels.native"),
-    "models": ("models", "models.lightgcn", "models.ngcf", "optim", "evaluate", "reporting"),
+    "models": ("models", "models.lightgcn", "models.loss", "models.ngcf", "optim", "evaluate", "reporting"),
     "memory": ("memory", "memory.advise", "memory.footprint", "memory.placement", "memory.profiles",
                "memory.tiermodel", "memory.topology", "memory.validation", "cache", "cache.aio",
                "cache.cached_rows", "cache.oracle_table", "cache.policies", "cache.simulate", "cache.slow_tier",

@@ -21,6 +21,7 @@ from .errors import UserError
 from .memory.profiles import load_profiles
 from .memory.tiermodel import TRAIN_PHASES, mode_device, placement_assumption, run_step_time
 from .recorder import KernelRecord
+from .status import RunStatus
 
 
 def _or_reason(fn, *a, **kw) -> tuple:
@@ -36,13 +37,13 @@ def stored_run_records(store, run_id) -> tuple:
     the inputs :func:`run_step_time` takes, read the same way by every view, from one committed
     state of the store (a running run's totals and its step count agree)."""
     with store.snapshot():
-        rec = store.get_run(run_id)
+        run = store.get_run(run_id)
         totals = store.kernel_totals_frame(run_id)
         steps = store.kernel_step_count(run_id)
         fpf = store.footprint_frame(run_id)
     pred = fpf[fpf["kind"] == "predicted"] if len(fpf) else fpf
     fp = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
-    return totals, steps, fp, rec.get("config") or {}
+    return totals, steps, fp, run.get("config") or {}
 
 
 def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
@@ -115,7 +116,7 @@ def dram_reference(store, config, host) -> Optional[dict]:
     "runs": [{"run_id", "measured_s", "load_max", "overloaded"}], "min_s", "median_s", "max_s",
     "kind": "measured"}`` (seconds per step).
     """
-    runs = store.runs_frame(status="finished")
+    runs = store.runs_frame(status=RunStatus.FINISHED)
     if runs.empty:
         return None
     rows = [r for r in runs.to_dict("records") if r.get("memory_mode") == "dram" and _same_shape(r, config)]

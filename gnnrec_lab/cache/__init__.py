@@ -13,7 +13,6 @@ from .slow_tier import SlowTier
 from .traces import Trace, mf_trace, sampled_trace, skew
 
 
-
 def __getattr__(name):
     # the real cached tier needs torch; import it only when asked for (the simulator CLI stays light)
     if name in ("CachedRows", "make_cached_rows"):

@@ -18,6 +18,7 @@ from .. import preflight
 from ..bounds import MAX_ANTAGONISTS, MAX_REPEATS, integer, integers
 from ..config import MAXIMA
 from ..errors import UserError
+from ..formatting import fmt_bytes
 from .common import bounded
 
 
@@ -43,8 +44,8 @@ def _check_memory(args) -> None:
     need = 4 * max(dims) * (4 * (users + items) + 2 * 2 * nnz)
     free = preflight.available_bytes()
     if need > free:
-        raise UserError(f"--dims: {max(dims):,} on graph {sizes[-1]} needs about {preflight._fmt(need)} of operands, more than "
-                        f"the {preflight._fmt(free)} available now; use smaller --dims or --sizes")
+        raise UserError(f"--dims: {max(dims):,} on graph {sizes[-1]} needs about {fmt_bytes(need)} of operands, "
+                        f"more than the {fmt_bytes(free)} available now; use smaller --dims or --sizes")
 
 
 MIN_RECORDING_REPEATS = 3   # paired A/B ratios the recording overhead's median and quartiles need

@@ -12,7 +12,7 @@ import dataclasses
 
 from ..bounds import INT64_MAX, integer, number
 from ..config import (FIELD_DOCS, NUMERIC_FIELDS, TUPLE_FIELDS, RunConfig, check_field, field_help, file_error,
-                      read_config_file)
+                      mf_layers, read_config_file)
 from ..errors import ConfigError
 
 
@@ -51,7 +51,10 @@ def bounded(check, *args, **kw):
 
 
 def field_type(name: str):
-    """argparse ``type`` of RunConfig field ``name``: its bounded checker for a numeric field."""
+    """argparse ``type`` of RunConfig field ``name``, generated from its entry in
+    ``config.RUN_CONSTRAINTS``: a numeric field's text is read by its own constraints (the bounds and
+    words RunConfig refuses with); placement's ``CLASS=PLACE`` text becomes its mapping; any other
+    field stays text, checked when the RunConfig is built."""
     if name == "placement":
         return _parse_placement
     if name not in NUMERIC_FIELDS:
@@ -150,8 +153,7 @@ def config_from_args(args, base: RunConfig | None = None) -> RunConfig:
     d = (base or RunConfig()).to_dict()
     d.update(from_file)
     d.update(flags)
-    if d.get("model") == "mf" and "layers" not in flags and "layers" not in from_file:
-        d["layers"] = 0
+    d["layers"] = mf_layers(d.get("model"), d.get("layers"), "layers" in flags or "layers" in from_file)
     try:
         return RunConfig.from_dict(d)
     except ConfigError as e:

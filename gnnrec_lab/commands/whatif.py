@@ -10,8 +10,8 @@ import math
 
 from ..config import TENSOR_CLASSES
 from ..errors import UserError
-from ..store import Store
 from ..bounds import MAX_BYTES, MAX_DRAM_GIB, integer, number
+from ..store import Store
 from .common import bounded, run_id
 
 
