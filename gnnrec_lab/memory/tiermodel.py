@@ -25,13 +25,14 @@ accesses of the classes placed there at host cost (:func:`page_cache_hit_rate`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import pandas as pd
 
 from ..errors import UserError
-from ..recorder import RECORD_FIELDS
+from ..provenance import Provenance, part, parts
+from ..recorder import records_frame
 from .profiles import DeviceProfile, get_profile, host_device, load_profiles, misses_in_flight
 
 COMPONENTS = ("stream_read", "stream_write", "random_read", "random_write")
@@ -145,22 +146,8 @@ def _cost(p: DeviceProfile, comp: str, row_bytes: int, threads, remote: bool, hi
 
 
 def _frame(records) -> pd.DataFrame:
-    if isinstance(records, pd.DataFrame):
-        df = records.copy()
-    else:
-        rows = []
-        for r in records:
-            if isinstance(r, dict):
-                rows.append(r)
-            elif hasattr(r, "_asdict"):
-                rows.append(r._asdict())
-            else:
-                rows.append({f: getattr(r, f) for f in RECORD_FIELDS})
-        df = pd.DataFrame(rows)
-    need = ("name", "phase", "ns", "bytes_read", "bytes_written", "pattern")
-    missing = [c for c in need if c not in df.columns]
-    if missing and len(df):
-        raise UserError(f"kernel records: missing field {missing[0]!r}")
+    df = records_frame(records, columns=None,
+                       require=("name", "phase", "ns", "bytes_read", "bytes_written", "pattern")).copy()
     for c, default in (("layer", -1), ("step", -1), ("flops", 0), ("random_bytes", 0), ("row_bytes", 0),
                        ("calls", 1)):
         if c not in df.columns:
@@ -341,9 +328,9 @@ def project(records, host, device, placement: Optional[dict] = None, footprint=N
     if pr.device.kind == "file":      # the page cache's share, for this placement
         hit = pr.cache_hit(_placement_on_device(placement))
     out["hit_rate"] = hit if hit is not None else float("nan")
-    out["kind"] = "modeled"
+    out["kind"] = Provenance.MODELED
     out = out.drop(columns=["ns", "modeled_ns"])
-    out.attrs.update({"kind": "modeled", "device": pr.device.name, "baseline": pr.base.name,
+    out.attrs.update({"kind": Provenance.MODELED, "device": pr.device.name, "baseline": pr.base.name,
                       "threads": pr.threads, "hit_rate": hit, "measured_column": "measured_s",
                       "modeled_column": "modeled_s"})
     return out.sort_values("measured_s", ascending=False, ignore_index=True)
@@ -373,7 +360,7 @@ def project_step(records, host, device, placement=None, footprint=None, *, steps
             "phases_measured_s": {r.phase: r.measured_s / steps for r in per.itertuples()},
             "kernels": [{"name": r.name, "phase": r.phase, "measured_s": r.measured_s / steps,
                          "modeled_s": r.modeled_s / steps} for r in kern.itertuples()],
-            "hit_rate": kern.attrs["hit_rate"], "kind": "modeled", "measured_kind": "measured"}
+            "hit_rate": kern.attrs["hit_rate"], "kind": Provenance.MODELED, "measured_kind": Provenance.MEASURED}
 
 
 # ----------------------------------------------------------------------
@@ -451,16 +438,14 @@ class RunProjection:
     (:func:`run_step_time`). ``to_dict`` is the ``modeled`` part of a run's result."""
     device: str
     memory_mode: str
-    measured_s_per_step: float
-    modeled_s_per_step: float
+    measured_s_per_step: float = part(Provenance.MEASURED)
+    modeled_s_per_step: float = part(Provenance.MODELED)
     ratio: Optional[float] = None
     steps: Optional[int] = None
     hit_rate: Optional[float] = None
     host_calibrated_at: Optional[str] = None
-    kernels: list = field(default_factory=list)
+    kernels: list = part(Provenance.MODELED, default_factory=list)
     placement_assumption: Optional[str] = None
-    KINDS: ClassVar[dict] = {"measured_s_per_step": "measured", "modeled_s_per_step": "modeled",
-                             "kernels": "modeled"}
 
     @classmethod
     def of_run(cls, records, host, config, *, footprint=None, steps: Optional[int] = None) -> "RunProjection":
@@ -469,11 +454,12 @@ class RunProjection:
         return cls(device=st["device"], memory_mode=st["memory_mode"], measured_s_per_step=st["measured_s"],
                    modeled_s_per_step=st["modeled_s"], ratio=st["ratio"], steps=st["steps"],
                    hit_rate=st["hit_rate"], host_calibrated_at=host.get("measured_at"),
-                   kernels=[dict(k, kind="modeled") for k in st["kernels"]],
+                   kernels=[dict(k, kind=Provenance.MODELED) for k in st["kernels"]],
                    placement_assumption=st["placement_assumption"])
 
     def to_dict(self) -> dict:
-        return {"device": self.device, "kind": "modeled", "kinds": dict(self.KINDS), "memory_mode": self.memory_mode,
+        return {"device": self.device, "kind": Provenance.MODELED, "kinds": parts(self),
+                "memory_mode": self.memory_mode,
                 "measured_s_per_step": self.measured_s_per_step, "modeled_s_per_step": self.modeled_s_per_step,
                 "ratio": self.ratio, "steps": self.steps, "hit_rate": self.hit_rate,
                 "host_calibrated_at": self.host_calibrated_at, "kernels": self.kernels,
@@ -487,7 +473,7 @@ def stored_run_records(store, run_id) -> tuple:
     totals = store.kernel_totals_frame(run_id)
     steps = store.kernel_step_count(run_id)
     fpf = store.footprint_frame(run_id)
-    pred = fpf[fpf["kind"] == "predicted"] if len(fpf) else fpf
+    pred = fpf[fpf["kind"] == Provenance.MODELED] if len(fpf) else fpf
     fp = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
     return totals, steps, fp, rec.get("config") or {}
 
@@ -529,10 +515,11 @@ def step_time_projection(store, run_id, host, placement: Optional[dict] = None) 
             reasons.append(f"{name}: {type(e).__name__}: {e}")
             continue
         measured = res["measured_s"]
-        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind="modeled", chosen=name == own))
+        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind=Provenance.MODELED, chosen=name == own))
     if measured is None:
         raise UserError("; ".join(reasons) or "no projection")
-    rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind="measured", chosen=own is None))
+    rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind=Provenance.MEASURED,
+                        chosen=own is None))
     out = pd.DataFrame(rows)
     out.attrs["placement_assumption"] = placement_assumption(placement if placement is not None
                                                              else dict(cfg.get("placement") or {}))
