@@ -50,6 +50,7 @@ from typing import Optional
 import numpy as np
 
 from .errors import UserError
+from .provenance import Provenance
 
 ENGINE = "distdgl"
 GRAPH_PREFIX = "gnnrec"
@@ -779,7 +780,7 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
     r0 = reports[0]
     summary = summarize(reports)
     result = {
-        "engine": ENGINE, "kind": "measured", "status": "finished", "config": config.to_dict() if config else None,
+        "engine": ENGINE, "kind": Provenance.MEASURED, "status": "finished", "config": config.to_dict() if config else None,
         "epochs": len(r0["epoch_seconds"]), "steps": r0["steps"], "train_seconds": r0["train_seconds"],
         "epoch_seconds": r0["epoch_seconds"], "best_epoch": r0["best_epoch"], "best_valid": r0["best_valid"],
         "test": r0["test"], "history": r0["history"], "time_to_target_s": r0["time_to_target_s"],

@@ -535,7 +535,7 @@ class Store:
 
     def add_footprint(self, run_id: int, footprint: dict, kind: str) -> None:
         """Bytes per tensor class; ``kind`` is MODELED (predicted from shapes; the older spelling
-        'predicted' is read as that) or MEASURED (allocated), a :class:`Provenance`."""
+        predicted is read as that) or MEASURED (allocated), a :class:`Provenance`."""
         with self._write() as con:
             self._insert_footprint(con, run_id, footprint, kind)
 
@@ -696,8 +696,8 @@ class Store:
                            + ",".join("?" * len(ids)) + ") ORDER BY run_id, rowid", ids)
 
     def footprint_frame(self, run_id: int):
-        """Bytes per tensor class; ``kind`` says modeled (predicted from shapes; 'predicted' in stores
-        before schema 4, which opening migrates) or measured (allocated)."""
+        """Bytes per tensor class; ``kind`` says modeled (predicted from shapes; spelled predicted in
+        stores before schema 4, which opening migrates) or measured (allocated)."""
         return self._frame("SELECT tensor_class, bytes, kind FROM footprints WHERE run_id=? ORDER BY kind, rowid",
                            (int(run_id),))
 

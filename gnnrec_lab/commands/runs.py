@@ -7,6 +7,7 @@ import sys
 import time
 
 from ..bounds import MAX_SECONDS, number
+from ..provenance import Provenance
 from .common import bounded, run_id
 
 TABLE = (  # (header, column in runs_frame)
@@ -196,7 +197,7 @@ def _show(store, run_id: int, as_json: bool) -> int:
                                             run["status"] == "running" else ""))
     # the durations below are timed on this host even for a modeled memory mode (its kernels run on
     # DRAM here): the 'modeled' lines say what they would be on the device
-    print("  time       measured on this host" + ("" if run["measured"] == "measured" else
+    print("  time       measured on this host" + ("" if run["measured"] == Provenance.MEASURED else
                                                  " (DRAM); modeled on the device: the 'modeled' lines"))
     print(f"  config     {cfg.get('dataset')} {cfg.get('model')} layers={cfg.get('layers')} dim={cfg.get('dim')} "
           f"batch={cfg.get('batch_size')}")

@@ -25,6 +25,7 @@ from ..analysis import ROOFLINE_NOTE, breakdown, roofline_points
 from ..calibrate import host_profile
 from ..memory.footprint import Footprint
 from ..memory.tiermodel import mode_device
+from ..provenance import Provenance
 from .common import (BAR_COLOR, MODELED_NOTE, Lab, dram_bytes, fmt_bytes, hatch_all, hatch_by, hv_pane,
                      kernel_color, not_available, phase_color, run_options, safe_call)
 from .launch import modeled_bars, run_modeled_step, tier_projection
@@ -253,8 +254,9 @@ class BreakdownPage(pn.viewable.Viewer):
             return pn.pane.Markdown("*No footprint recorded for this run.*")
         dram = dram_bytes()
         fp = fp.assign(GiB=fp["bytes"] / 2**30,
-                       kind=fp["kind"].map(lambda k: "modeled (predicted)" if k == "predicted" else "measured"))
-        fp["hatch"] = [" " if k == "measured" else "/" for k in fp["kind"]]
+                       kind=fp["kind"].map(lambda k: "modeled (predicted)" if k == Provenance.MODELED
+                                          else Provenance.MEASURED))
+        fp["hatch"] = [" " if k == Provenance.MEASURED else "/" for k in fp["kind"]]
         bars = hv.Bars(fp, ["tensor_class", "kind"], ["GiB", "hatch"]).opts(
             color=BAR_COLOR, hooks=[hatch_by("hatch")], responsive=True, height=300, xrotation=30, tools=["hover"],
             title="Footprint by tensor class (hatched = modeled)", ylabel="GiB")
@@ -273,7 +275,7 @@ class BreakdownPage(pn.viewable.Viewer):
             return not_available("Measured DRAM vs modeled Optane/CXL (memory tier model)", why)
         chosen = df[df["chosen"]] if "chosen" in df.columns else df.iloc[0:0]
         note = f"{MODELED_NOTE} Placement: {df.attrs.get('placement_assumption', '?')}."
-        if not chosen.empty and chosen["kind"].iloc[0] == "modeled":
+        if not chosen.empty and chosen["kind"].iloc[0] == Provenance.MODELED:
             note += (f" This run's memory mode uses **{chosen['device'].iloc[0]}**: "
                      f"{chosen['seconds'].iloc[0] * 1e3:.1f} ms per step (modeled).")
         return pn.Column(pn.pane.Markdown(note),

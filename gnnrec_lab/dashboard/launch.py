@@ -27,6 +27,7 @@ from ..data import describe, list_datasets
 from ..memory.advise import dram_reference
 from ..memory.profiles import load_profiles
 from ..memory.tiermodel import mode_device, mode_label, step_time_projection, stored_run_step_time
+from ..provenance import Provenance
 from .common import BAR_COLOR, MODELED_NOTE, OVERLOADED_LABEL, Lab, fmt_bytes, hatch_all, hatch_by, not_available, safe_call
 
 # The one-click example offered on a fresh install (small enough for two cores).
@@ -398,7 +399,7 @@ class LaunchPage(pn.viewable.Viewer):
         lines = [spread_text(ref), f"The modeled bars assume **{df.attrs.get('placement_assumption')}** (the "
                                    f"form's placement; `gnnrec-lab advise` also shows the advised split).",
                  MODELED_NOTE]
-        row = df[df["device"] == own] if own else df[df["kind"] == "measured"]
+        row = df[df["device"] == own] if own else df[df["kind"] == Provenance.MEASURED]
         if not row.empty:
             lines.append(f"This run ({mode_label(cfg.memory_mode, cfg.device_profile)}): "
                          f"**{row['seconds'].iloc[0] * 1e3:.1f} ms per step ({row['kind'].iloc[0]})**.")
@@ -454,13 +455,13 @@ class LaunchPage(pn.viewable.Viewer):
 def modeled_bars(df: pd.DataFrame, x: str, y: str, ylabel: str):
     """Bars of ``y`` by ``x`` with measured solid and modeled hatched, and a kind label on each bar.
 
-    ``df`` needs a ``kind`` column ('measured' | 'modeled').
+    ``df`` needs a ``kind`` column (a :class:`~gnnrec_lab.provenance.Provenance`).
     """
     import holoviews as hv
     df = df.copy()
     df["label"] = [f"{k}" for k in df["kind"]]
     df["color"] = BAR_COLOR        # hatching, not colour, marks the modeled bars
-    df["hatch"] = [" " if k == "measured" else "/" for k in df["kind"]]
+    df["hatch"] = [" " if k == Provenance.MEASURED else "/" for k in df["kind"]]
     bars = hv.Bars(df, x, [y, "kind", "color", "hatch"]).opts(
         color="color", hooks=[hatch_by("hatch")], responsive=True, height=280, xrotation=20,
         ylabel=ylabel, tools=["hover"], title=f"{ylabel}: measured (solid) vs modeled (hatched)")

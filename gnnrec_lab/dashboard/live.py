@@ -38,6 +38,8 @@ import panel as pn
 import param
 
 from ..memory.tiermodel import mode_device
+from ..provenance import Provenance
+from ..recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS
 from .common import (FAILED_STATUSES, Lab, PALETTE, error_note, fmt_bytes, fmt_seconds, kernel_color, not_available,
                      run_options, safe_call)
 
@@ -53,7 +55,6 @@ MAX_CHART_STEPS = 2000
 MODELED_EVERY_S = 5.0
 # Steps whose pace the ETA looks at (the newest ones).
 ETA_WINDOW = 200
-_SUM = ("calls", "ns", "bytes_read", "bytes_written", "flops", "random_bytes")
 
 
 def progress_percent(done: int, total: Optional[int]) -> Optional[float]:
@@ -115,12 +116,12 @@ def kernel_ms_per_step(kernels: pd.DataFrame) -> pd.DataFrame:
 def kernel_totals(kernels: pd.DataFrame, into: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """Per-step kernel rows summed per (name, phase, layer, pattern), widest ``row_bytes`` kept
     (``Store.kernel_totals_frame``'s grouping), added to ``into``: the tier model's input."""
-    keys = ["name", "phase", "layer", "pattern"]
+    keys = list(STORE_KEY)
     parts = [d for d in (into, kernels) if d is not None and not d.empty]
     if not parts:
-        return pd.DataFrame(columns=keys + list(_SUM) + ["row_bytes"])
-    df = pd.concat([d[keys + list(_SUM) + ["row_bytes"]] for d in parts], ignore_index=True)
-    agg = {c: "sum" for c in _SUM}
+        return pd.DataFrame(columns=keys + list(TOTAL_FIELDS))
+    df = pd.concat([d[keys + list(TOTAL_FIELDS)] for d in parts], ignore_index=True)
+    agg = {c: "sum" for c in SUMMED_FIELDS}
     agg["row_bytes"] = "max"
     return df.groupby(keys, as_index=False, sort=False).agg(agg).sort_values("ns", ascending=False,
                                                                              ignore_index=True)
@@ -368,7 +369,7 @@ class LiveMonitor(param.Parameterized):
         if self._footprint is None:
             fp, _ = safe_call(store.footprint_frame, self.run_id)
             if fp is not None and not fp.empty:
-                pred = fp[fp["kind"] == "predicted"]
+                pred = fp[fp["kind"] == Provenance.MODELED]
                 self._footprint = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
         from ..memory.tiermodel import run_step_time
         res, why = safe_call(run_step_time, self.totals, self._host, self._cfg, footprint=self._footprint,

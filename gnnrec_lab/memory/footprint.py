@@ -402,7 +402,7 @@ def current_rss_bytes() -> int:
 
 
 def measure_peak() -> dict:
-    """Measured memory of this process: ``peak_rss_bytes``, ``rss_bytes``, ``kind='measured'``."""
+    """Measured memory of this process: ``peak_rss_bytes``, ``rss_bytes``, ``kind`` (MEASURED)."""
     return {"peak_rss_bytes": peak_rss_bytes(), "rss_bytes": current_rss_bytes(), "kind": Provenance.MEASURED}
 
 

@@ -1,6 +1,7 @@
 """The tier model: a kernel's measured DRAM time projected onto another memory tier.
 
-Every number this module returns is **modeled** (rows carry ``kind="modeled"``);
+Every number this module returns is **modeled** (rows carry ``kind`` MODELED, a
+:class:`~gnnrec_lab.provenance.Provenance`);
 only ``measured_s`` (the input) is measured. Equations and assumptions are in
 ``docs/tier_model.md``; in short, for each kernel group
 
@@ -312,7 +313,7 @@ def project(records, host, device, placement: Optional[dict] = None, footprint=N
 
     Returns columns ``by`` + calls, bytes_read, bytes_written, random_bytes, flops,
     ``measured_s`` (measured), ``modeled_s`` (modeled), ``ratio`` = modeled/measured,
-    ``device``, ``hit_rate`` (Memory Mode, else NaN) and ``kind`` = "modeled".
+    ``device``, ``hit_rate`` (Memory Mode, else NaN) and ``kind`` (MODELED).
     """
     pr = prepare(records, host, device, footprint, baseline=baseline, threads=threads, remote=remote,
                  dram_cache_bytes=dram_cache_bytes, extra_paths=extra_paths)
@@ -344,7 +345,7 @@ def project_step(records, host, device, placement=None, footprint=None, *, steps
     """Per-training-step totals: ``measured_s`` (measured) and ``modeled_s`` (modeled) seconds
     per step over the training phases (evaluation excluded), ``ratio``, per-phase modeled
     seconds, ``steps`` (given, else distinct steps >= 0 in the records; 1 when none are
-    numbered) and ``kind="modeled"``."""
+    numbered), ``kind`` (MODELED) and ``measured_kind`` (MEASURED, of ``measured_s``)."""
     df = _frame(records)
     if steps is None:
         steps = int(df.loc[df["step"] >= 0, "step"].nunique()) if len(df) else 0
@@ -490,8 +491,8 @@ def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
 def step_time_projection(store, run_id, host, placement: Optional[dict] = None) -> pd.DataFrame:
     """Step time (s) of a stored run measured here and projected onto each slower device profile.
 
-    A frame ``device, seconds, kind, chosen``: one 'measured' row (the run's own training-step
-    kernel time on this host's DRAM) and one 'modeled' row per non-DRAM device profile
+    A frame ``device, seconds, kind, chosen``: one MEASURED row (the run's own training-step
+    kernel time on this host's DRAM) and one MODELED row per non-DRAM device profile
     (:func:`run_step_time`, the run's placement), ``chosen`` marking the device of the run's own
     memory mode. ``placement`` replaces the run's own (the Launch page projects the form's).
     The frame's ``attrs["placement_assumption"]`` names the placement in words.
