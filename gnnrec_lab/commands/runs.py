@@ -242,7 +242,8 @@ def _show(store, run_id: int, as_json: bool) -> int:
             print(f"  warning    {load_warning(run['load'])}")
     if not fp.empty:
         for r in fp.itertuples():
-            print(f"  footprint  {r.tensor_class:<18} {r.bytes / 2**20:10.2f} MiB  {r.kind}")
+            kind = "predicted (modeled)" if r.kind == Provenance.MODELED else r.kind
+            print(f"  footprint  {r.tensor_class:<18} {r.bytes / 2**20:10.2f} MiB  {kind}")
     if run["error"]:
         print("  error      " + run["error"].rstrip().replace("\n", "\n             "))
     if run["stderr_tail"] and run["status"] in ("failed", "oom"):
