@@ -34,7 +34,8 @@ def _rec(name, phase, layer, rd, wr, flops, pattern, row_bytes=0, rnd=0) -> dict
 
 
 def step_kernels(config, counts: dict) -> list:
-    """Kernel work of one training step (no times): dicts with KernelRecord fields but ``ns``.
+    """Kernel work of one training step (no times): dicts with KernelRecord fields but ``ns``, ``backend``
+    and ``provenance`` (:func:`step_records` adds them).
 
     Approximations (documented in docs/tier_model.md): backward kernels mirror forward ones
     (the adjacency is symmetric; GEMM backward does twice the flops); elementwise work is

@@ -80,7 +80,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import UserError
