@@ -11,9 +11,10 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from .bounds import integer, integers, number
+from .checks import Interval, Options, Parsed, Rule, Text, check, check_value
 from .errors import ConfigError, UserError
 
 MODELS = ("lightgcn", "ngcf", "mf")
@@ -55,45 +56,138 @@ MAXIMA = {"layers": 64, "dim": 65_536, "batch_size": 1 << 27, "epochs": 1_000_00
           "topk": 100_000, "cache_size": 1 << 40}
 MAX_SEED = 2**32 - 1     # numpy/numba seed range
 
-# Every numeric field and what it accepts: the checker of gnnrec_lab.bounds and its bounds. RunConfig
-# validates with these, and the CLI's --field flags parse with the same ones (commands/common.py).
-NUMERIC_FIELDS: dict[str, tuple] = {
-    "layers": (integer, dict(lo=0, hi=MAXIMA["layers"])),   # 0 only for mf (checked with the model)
-    "dim": (integer, dict(lo=1, hi=MAXIMA["dim"])),
-    "batch_size": (integer, dict(lo=1, hi=MAXIMA["batch_size"])),
-    "epochs": (integer, dict(lo=1, hi=MAXIMA["epochs"])),
-    "lr": (number, dict(lo=0, lo_open=True)),
-    "l2": (number, dict(lo=0)),
-    "momentum": (number, dict(lo=0, hi=1)),
-    "weight_decay": (number, dict(lo=0)),
-    "ref_batch_size": (integer, dict(lo=1, hi=MAXIMA["ref_batch_size"])),
-    "warmup_steps": (integer, dict(lo=0, hi=MAXIMA["warmup_steps"])),
-    "warmup_epochs": (number, dict(lo=0, hi=float(MAXIMA["epochs"]))),
-    "seed": (integer, dict(lo=0, hi=MAX_SEED)),
-    "fanouts": (integers, dict(lo=1, hi=MAXIMA["fanouts"], max_len=MAXIMA["layers"])),
-    "topk": (integers, dict(lo=1, hi=MAXIMA["topk"], max_len=MAXIMA["layers"])),
-    "eval_every": (integer, dict(lo=1, hi=MAXIMA["eval_every"])),
-    "patience": (integer, dict(lo=0, hi=MAXIMA["patience"])),
-    "target_recall": (number, dict(lo=0, hi=1, lo_open=True)),
-    "eval_users": (integer, dict(lo=1, hi=MAXIMA["eval_users"])),
-    "max_steps_per_epoch": (integer, dict(lo=1, hi=MAXIMA["max_steps_per_epoch"])),
-    "lookahead": (integer, dict(lo=1, hi=MAXIMA["lookahead"])),
-    "threads": (integer, dict(lo=1, hi=MAXIMA["threads"])),
+# The layers a graph model propagates over. Model mf has none (MF_LAYERS): mf_layers gives it 0 where
+# no layers were asked for, and the table's rule _layers_fit_model refuses any other count; the two
+# are the one place that knows it.
+LAYERS = Interval(integer, lo=1, hi=MAXIMA["layers"])
+MF_LAYERS = 0
+
+
+def mf_layers(model, layers, given: bool = False):
+    """The layers a run of ``model`` gets: model mf has none (:data:`MF_LAYERS`) unless ``layers``
+    was ``given`` explicitly (then the table's rule judges it); any other model keeps ``layers``."""
+    return MF_LAYERS if model == "mf" and not given else layers
+
+
+# -- cross-field rules and parsers of RUN_CONSTRAINTS ------------------------------------------------
+def _layers_fit_model(c) -> Optional[str]:
+    """Model mf has no propagation layers; every other model has at least one."""
+    if c["model"] == "mf" and c["layers"] != MF_LAYERS:
+        return f"model 'mf' has no propagation layers; use {MF_LAYERS}, got {c['layers']}"
+    if c["model"] != "mf" and not LAYERS.accepts(c["layers"]):   # 0 layers is mf's alone: say so in the range
+        try:
+            LAYERS.parse("layers", c["layers"])
+        except ConfigError as e:
+            return e.reason
+    return None
+
+
+def _one_fanout_per_layer(c) -> Optional[str]:
+    """A sampled graph model samples at every layer."""
+    if c["mode"] == "sampled" and c["model"] != "mf" and len(c["fanouts"]) != c["layers"]:
+        return f"needs one fan-out per layer ({c['layers']}), got {len(c['fanouts'])}"
+    return None
+
+
+def _cache_needs_sampled(c) -> Optional[str]:
+    """The embedding cache sits in front of the sampled mode's slow-tier table."""
+    if c["cache_policy"] != "none" and c["mode"] != "sampled":
+        return f"an embedding cache needs mode='sampled', got mode={c['mode']!r}"
+    return None
+
+
+def _ascending_unique(ks: tuple) -> tuple:
+    return tuple(sorted(set(ks)))
+
+
+def _cache_size(param: str, value) -> str:
+    """A row count or a share of rows, as its stripped text."""
+    cs = str(value).strip()
+    try:
+        ok = (0 < float(cs[:-1]) <= 100) if cs.endswith("%") else 0 < int(cs) <= MAXIMA["cache_size"]
+    except ValueError:
+        ok = False
+    if not ok or isinstance(value, bool):
+        raise ConfigError(param, f"must be a row count from 1 to {MAXIMA['cache_size']:,} (e.g. 50000) "
+                                 f"or a share of rows in (0, 100]% (e.g. 5%), got {value!r}")
+    return cs
+
+
+def _placement(param: str, value) -> dict:
+    """The placement mapping, checked (known classes, well-formed places) and copied."""
+    from .memory.placement import parse_placement
+    parse_placement(value)
+    return dict(value)
+
+
+# What a RunConfig accepts, field -> constraints (gnnrec_lab.checks: a value meets one of the field's
+# alternatives, then every Rule holds). RunConfig checks with it when built, the CLI's --field flags
+# parse with the same entries (commands/common.py), and tests/test_checks.py breaks each one once.
+RUN_CONSTRAINTS: dict[str, list] = {
+    "dataset": [Text("a dataset name")],
+    "model": [Options(MODELS)],
+    "ngcf_form": [Options(NGCF_FORMS)],
+    "layers": [LAYERS, Interval(integer, lo=MF_LAYERS, hi=MF_LAYERS),
+               Rule(_layers_fit_model, dict(model="mf", layers=2))],
+    "dim": [Interval(integer, lo=1, hi=MAXIMA["dim"])],
+    "batch_size": [Interval(integer, lo=1, hi=MAXIMA["batch_size"])],
+    "epochs": [Interval(integer, lo=1, hi=MAXIMA["epochs"])],
+    "lr": [Interval(number, lo=0, lo_open=True)],
+    "l2": [Interval(number, lo=0)],
+    "optimizer": [Options(OPTIMIZERS)],
+    "momentum": [Interval(number, lo=0, hi=1)],
+    "weight_decay": [Interval(number, lo=0)],
+    "lr_rule": [Options(LR_RULES)],
+    "ref_batch_size": [Interval(integer, lo=1, hi=MAXIMA["ref_batch_size"])],
+    "warmup_steps": [Interval(integer, lo=0, hi=MAXIMA["warmup_steps"])],
+    "warmup_epochs": [Interval(number, lo=0, hi=float(MAXIMA["epochs"]))],
+    "schedule": [Options(SCHEDULES)],
+    "seed": [Interval(integer, lo=0, hi=MAX_SEED)],
+    "backend": [Options(BACKENDS)],
+    "mode": [Options(MODES)],
+    "fanouts": [Interval(integers, lo=1, hi=MAXIMA["fanouts"], max_len=MAXIMA["layers"]),
+                Rule(_one_fanout_per_layer, dict(mode="sampled", layers=2, fanouts=(10,)))],
+    "topk": [Interval(integers, _ascending_unique, lo=1, hi=MAXIMA["topk"], max_len=MAXIMA["layers"])],
+    "eval_every": [Interval(integer, lo=1, hi=MAXIMA["eval_every"])],
+    "patience": [Interval(integer, lo=0, hi=MAXIMA["patience"])],
+    "target_recall": [None, Interval(number, lo=0, hi=1, lo_open=True)],
+    "eval_users": [None, Interval(integer, lo=1, hi=MAXIMA["eval_users"])],
+    "max_steps_per_epoch": [None, Interval(integer, lo=1, hi=MAXIMA["max_steps_per_epoch"])],
+    "cache_policy": [Options(CACHE_POLICIES), Rule(_cache_needs_sampled, dict(cache_policy="lru", mode="full"))],
+    "cache_size": [Parsed(_cache_size, breaks=("0", "0%", "150%", "lots", 1 << 41, True))],
+    "lookahead": [Interval(integer, lo=1, hi=MAXIMA["lookahead"])],
+    "memory_mode": [Options(MEMORY_MODES)],
+    "placement": [Parsed(_placement, breaks=({"weights": "dram"}, {"embeddings": "ssd"}, "embeddings=dram"))],
+    "device_profile": [None, Text("a device profile name", strip=True)],
+    "threads": [None, Interval(integer, lo=1, hi=MAXIMA["threads"])],
+    "data_dir": [None, Text("a directory path (or unset for the default)", strip=True, nul=False)],
+    "name": [None, Text("a label of at most 200 characters", empty=True, max_len=200)],
 }
+
+# Every numeric field (the ones read by the bounded checkers of gnnrec_lab.bounds) and its constraints;
+# the CLI's --field flags parse with them (commands/common.py).
+NUMERIC_FIELDS: dict[str, list] = {n: cs for n, cs in RUN_CONSTRAINTS.items()
+                                   if any(isinstance(c, Interval) for c in cs)}
 # numeric fields whose None means "unset" (see FIELD_DOCS' unset words)
-OPTIONAL_FIELDS = ("target_recall", "eval_users", "max_steps_per_epoch", "threads")
+OPTIONAL_FIELDS = tuple(n for n, cs in NUMERIC_FIELDS.items() if None in cs)
 
 
-def check_field(name: str, value, text: bool = True):
-    """``value`` for numeric RunConfig field ``name``, checked against its bounds (ConfigError naming
-    the field otherwise); ``text``: the value may be what a user typed."""
-    check, bounds = NUMERIC_FIELDS[name]
-    return check(name, value, text=text, **bounds)
+def check_field(name: str, value, text: bool = True, param: Optional[str] = None):
+    """``value`` for numeric RunConfig field ``name``, checked against its constraints (ConfigError
+    naming ``param``, the field by default, otherwise); ``text``: the value may be what a user typed."""
+    return check_value(param or name, NUMERIC_FIELDS[name], value, text=text)
 
 
-@dataclass
+def _checker(name: str):
+    """The bounds checker (integer, number or integers) that reads numeric field ``name``."""
+    return next(c.check for c in NUMERIC_FIELDS[name] if isinstance(c, Interval))
+
+
+@dataclass(frozen=True)
 class RunConfig:
-    """One training run. All sizes in elements unless a name says bytes."""
+    """One training run, checked against :data:`RUN_CONSTRAINTS` when built and frozen after: a
+    changed run is ``config.replace(field=value)``, checked again. All sizes in elements unless a
+    name says bytes."""
 
     dataset: str = "ml-100k"
     model: str = "lightgcn"
@@ -133,63 +227,21 @@ class RunConfig:
     data_dir: Optional[str] = None
     name: Optional[str] = None       # free-form label
 
+    _parameter_constraints: ClassVar[dict] = RUN_CONSTRAINTS
+
     def __post_init__(self):
-        self.validate()
+        # built once, here: ints and tuples normalised (numpy ints, lists; topk ascending, once each),
+        # the cache size stripped, the placement copied; floats are kept as given
+        for name, value in check(self._parameter_constraints, self._values()).items():
+            if value is not getattr(self, name) and not isinstance(value, float):
+                object.__setattr__(self, name, value)
 
-    # ------------------------------------------------------------------
+    def _values(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
     def validate(self) -> "RunConfig":
-        def choice(param, allowed):
-            v = getattr(self, param)
-            if v not in allowed:
-                raise ConfigError(param, f"got {v!r}, allowed: {', '.join(allowed)}")
-
-        if not isinstance(self.dataset, str) or not self.dataset:
-            raise ConfigError("dataset", f"must be a dataset name, got {self.dataset!r}")
-        choice("model", MODELS)
-        choice("ngcf_form", NGCF_FORMS)
-        if self.model != "mf":   # 0 layers is mf's alone: say so in the range
-            integer("layers", self.layers, 1, MAXIMA["layers"], text=False)
-        # every number through the shared bounded checkers (the CLI's flags use the same ones)
-        for name in NUMERIC_FIELDS:
-            v = getattr(self, name)
-            if v is None and name in OPTIONAL_FIELDS:
-                continue
-            checked = check_field(name, v, text=False)
-            if not isinstance(checked, float):   # ints and tuples normalised (numpy ints, lists)
-                setattr(self, name, checked)
-        if self.model == "mf" and self.layers != 0:
-            raise ConfigError("layers", f"model 'mf' has no propagation layers; use 0, got {self.layers}")
-        choice("optimizer", OPTIMIZERS)
-        choice("lr_rule", LR_RULES)
-        choice("schedule", SCHEDULES)
-        choice("backend", BACKENDS)
-        choice("mode", MODES)
-        if self.mode == "sampled" and self.model != "mf" and len(self.fanouts) != self.layers:
-            raise ConfigError("fanouts", f"needs one fan-out per layer ({self.layers}), got {len(self.fanouts)}")
-        self.topk = tuple(sorted(set(self.topk)))
-        choice("cache_policy", CACHE_POLICIES)
-        if self.cache_policy != "none" and self.mode != "sampled":
-            raise ConfigError("cache_policy", f"an embedding cache needs mode='sampled', got mode={self.mode!r}")
-        cs = str(self.cache_size).strip()
-        try:
-            ok = (0 < float(cs[:-1]) <= 100) if cs.endswith("%") else 0 < int(cs) <= MAXIMA["cache_size"]
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ConfigError("cache_size", f"must be a row count from 1 to {MAXIMA['cache_size']:,} (e.g. 50000) "
-                                            f"or a share of rows in (0, 100]% (e.g. 5%), got {self.cache_size!r}")
-        self.cache_size = cs
-        choice("memory_mode", MEMORY_MODES)
-        from .memory.placement import parse_placement
-        parse_placement(self.placement)
-        if self.data_dir is not None and (not isinstance(self.data_dir, str) or not self.data_dir.strip()
-                                          or "\0" in self.data_dir):
-            raise ConfigError("data_dir", f"must be a directory path (or unset for the default), got {self.data_dir!r}")
-        if self.device_profile is not None and (not isinstance(self.device_profile, str)
-                                                or not self.device_profile.strip()):
-            raise ConfigError("device_profile", f"must be a device profile name, got {self.device_profile!r}")
-        if self.name is not None and (not isinstance(self.name, str) or len(self.name) > 200):
-            raise ConfigError("name", f"must be a label of at most 200 characters, got {str(self.name)[:40]!r}")
+        """This config, checked again (it was when built; nothing is changed)."""
+        check(self._parameter_constraints, self._values())
         return self
 
     # ------------------------------------------------------------------
@@ -373,8 +425,8 @@ def field_help(name: str, default: Any = dataclasses.MISSING) -> str:
 # Run files: RunConfig's fields as YAML (``gnnrec-lab run --config run.yaml``), as RecBole and
 # Hydra users keep their runs. The file is only a mapping of field -> value; RunConfig validates it.
 # which fields are floats and which tuples, read off NUMERIC_FIELDS' checkers (the CLI's flags use TUPLE_FIELDS too)
-_FLOAT_FIELDS = tuple(n for n, (check, _) in NUMERIC_FIELDS.items() if check is number)
-TUPLE_FIELDS = tuple(n for n, (check, _) in NUMERIC_FIELDS.items() if check is integers)   # fanouts, topk
+_FLOAT_FIELDS = tuple(n for n in NUMERIC_FIELDS if _checker(n) is number)
+TUPLE_FIELDS = tuple(n for n in NUMERIC_FIELDS if _checker(n) is integers)   # fanouts, topk
 
 
 class ConfigFileError(ConfigError):

@@ -49,14 +49,17 @@ from typing import Optional
 
 import numpy as np
 
+from .bounds import INT64_MAX, integer, integers, number
+from .checks import Interval, Kind, Options, Rule, Text, alternatives, check
+from .config import LAYERS, RUN_CONSTRAINTS
 from .errors import UserError
 from .provenance import Provenance
+from .status import RunStatus
 
 ENGINE = "distdgl"
 GRAPH_PREFIX = "gnnrec"
 PHASES = ("sampling", "remote_fetch", "compute", "grad_sync")
 SHM_SIZE = "4g"                 # the tmpfs each machine's /dev/shm gets (allocated on use only)
-START_TIMEOUT_S = 120.0
 PRIVATE_SHM_ENV = "GNNREC_LAB_PRIVATE_SHM"   # set by the launcher on machines it put in `unshare -m`
 
 
@@ -71,9 +74,71 @@ def require_dgl() -> None:
                         "build the DGL lane with `make dgl` and run `.venv-dgl/bin/gnnrec-lab distributed ...`")
 
 
+MODELS = ("lightgcn", "ngcf")     # the graph models a partitioned run trains (mf samples no neighbours)
+CLUSTERS = ("local", "emulated")
+MAX_PARTITIONS = 64               # simulated machines on one host
+
+
+def _one_fanout_per_layer(s) -> Optional[str]:
+    """Every trainer samples at every layer."""
+    if len(s["fanouts"]) != s["layers"]:
+        return f"needs one fan-out per layer ({s['layers']}), got {len(s['fanouts'])}"
+    return None
+
+
+def _batch_covers_partitions(s) -> Optional[str]:
+    """Each trainer takes batch_size // partitions triples: at least one."""
+    if s["batch_size"] < s["partitions"]:
+        return f"must be at least partitions ({s['partitions']}), got {s['batch_size']}"
+    return None
+
+
+def _run_field(name: str) -> list:
+    """RunConfig's value constraints of field ``name`` (its rules read RunConfig's other fields)."""
+    return alternatives(RUN_CONSTRAINTS[name])
+
+
+_PATH = Text("a directory path", strip=True, nul=False)
+# What a DistSpec accepts (gnnrec_lab.checks): the fields it shares with RunConfig as RunConfig
+# takes them, the cluster's own below. `gnnrec-lab distributed` checks its flags with the same table.
+DIST_CONSTRAINTS: dict[str, list] = {
+    "workdir": [_PATH],
+    "graph_name": [Text("a graph name", strip=True)],
+    "partitions": [Interval(integer, lo=1, hi=MAX_PARTITIONS)],
+    "dataset": _run_field("dataset"),
+    "model": [Options(MODELS)],
+    "layers": [LAYERS],
+    "dim": _run_field("dim"),
+    "fanouts": _run_field("fanouts") + [Rule(_one_fanout_per_layer, dict(layers=2, fanouts=[10]))],
+    "batch_size": _run_field("batch_size") + [Rule(_batch_covers_partitions, dict(partitions=4, batch_size=2))],
+    "epochs": _run_field("epochs"),
+    "lr": _run_field("lr"),
+    "l2": _run_field("l2"),
+    "seed": _run_field("seed"),
+    "eval_every": _run_field("eval_every"),
+    "patience": _run_field("patience"),
+    "eval_users": _run_field("eval_users"),
+    "target_recall": _run_field("target_recall"),
+    "max_steps_per_epoch": _run_field("max_steps_per_epoch"),
+    "data_dir": _run_field("data_dir"),
+    "run_id": [None, Interval(integer, lo=1, hi=INT64_MAX)],
+    "home": [None, _PATH],
+    "ports": [Interval(integers, lo=1, hi=65535, max_len=MAX_PARTITIONS), Options(([],))],
+    "master_port": [Interval(integer, lo=0, hi=65535)],
+    "ip_config": [Text("an ip_config file's path (empty: one made for this host)", empty=True, nul=False)],
+    "isolate": [Kind(bool, "True or False")],
+    "cluster": [Options(CLUSTERS)],
+    "cores_per_machine": [Interval(integer, lo=1, hi=4096)],
+    "link_gbit": [Interval(number, lo=0, hi=10000, unit="Gbit/s")],
+    "timeout_s": [Interval(number, lo=1, hi=7 * 86400, unit="s")],
+    "ngcf_form": _run_field("ngcf_form"),
+}
+
+
 @dataclass
 class DistSpec:
-    """What every process of a run reads (written as ``spec.json`` in the work folder)."""
+    """What every process of a run reads (written as ``spec.json`` in the work folder), checked
+    against :data:`DIST_CONSTRAINTS` when built (and when each process loads it)."""
 
     workdir: str
     graph_name: str
@@ -105,6 +170,9 @@ class DistSpec:
     link_gbit: float = 10.0         # emulated cluster: tbf rate of each link, Gbit/s (0: unshaped)
     timeout_s: float = 3600.0       # the launcher stops every machine after this long
     ngcf_form: str = "edge"
+
+    def __post_init__(self):
+        check(DIST_CONSTRAINTS, self.__dict__)
 
     def path(self, name: str) -> Path:
         return Path(self.workdir) / name
@@ -462,7 +530,7 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
     from .evaluate import evaluate
     from .graph import BipartiteGraph
     from .models import build_model
-    from .models.lightgcn import bpr_loss_rows
+    from .models.loss import bpr_loss_rows
     from .sampling import bpr_batches
 
     W = spec.partitions
@@ -689,7 +757,7 @@ def comparison_frame(store=None, run_ids=None, results=()):
     import pandas as pd
     rows = [comparison_row(r) for r in results]
     if store is not None:
-        for rid in (store.run_ids("finished") if run_ids is None else list(run_ids)):
+        for rid in (store.run_ids(RunStatus.FINISHED) if run_ids is None else list(run_ids)):
             res = store.get_run(rid).get("result")
             if res:
                 rows.append(comparison_row(res, rid))
@@ -780,7 +848,8 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
     r0 = reports[0]
     summary = summarize(reports)
     result = {
-        "engine": ENGINE, "kind": Provenance.MEASURED, "status": "finished", "config": config.to_dict() if config else None,
+        "engine": ENGINE, "kind": Provenance.MEASURED, "status": RunStatus.FINISHED,
+        "config": config.to_dict() if config else None,
         "epochs": len(r0["epoch_seconds"]), "steps": r0["steps"], "train_seconds": r0["train_seconds"],
         "epoch_seconds": r0["epoch_seconds"], "best_epoch": r0["best_epoch"], "best_valid": r0["best_valid"],
         "test": r0["test"], "history": r0["history"], "time_to_target_s": r0["time_to_target_s"],

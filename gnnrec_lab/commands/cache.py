@@ -11,8 +11,9 @@ import json
 import sys
 
 from ..bounds import integers
-from ..config import CACHE_TRACE_BATCH, MAXIMA, NUMERIC_FIELDS, SIMULATED_CACHE_POLICIES
+from ..config import CACHE_TRACE_BATCH, MAXIMA, SIMULATED_CACHE_POLICIES, check_field
 from ..errors import UserError
+from ..formatting import fmt_percent
 from ..provenance import Provenance
 from .common import bounded, field_type
 
@@ -64,8 +65,7 @@ def register(subparsers) -> None:
 def _field(flag: str, name: str, value) -> int:
     """``value`` checked with RunConfig field ``name``'s bounds, the error naming ``flag`` (the parser
     has checked what the CLI gives; callers that build ``args`` themselves get the same check)."""
-    check, bounds = NUMERIC_FIELDS[name]
-    return check(flag, value, **bounds)
+    return check_field(name, value, param=flag)
 
 
 def _fanouts(args) -> list[int]:
@@ -98,10 +98,7 @@ def _trace_request(args):
     fanouts = _fanouts(args) if model != "mf" else []
     if model == "mf" and args.fanouts is not None:
         raise UserError("--fanouts applies to sampled models (lightgcn, ngcf), not --model mf")
-    try:
-        from ..data import load
-    except ImportError as e:  # the data package is built by another part of the project
-        raise UserError(f"--dataset: dataset loading is unavailable ({e})") from None
+    from ..data import load
     ds = load(args.dataset, seed=seed)
     graph = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
     return graph, {"kind": "mf" if model == "mf" else "sampled", "batch_size": batch_size, "fanouts": fanouts,
@@ -157,7 +154,7 @@ def _sim(args) -> int:
             print(f"{r['policy']:<18}{'n/a':>9}  (see note)")
             notes.append(f"{r['policy']}: {r['note']}")
             continue
-        print(f"{r['policy']:<18}{100 * r['hit_rate']:>8.1f}%{100 * r['stall_rate']:>7.1f}%"
+        print(f"{r['policy']:<18}{fmt_percent(r['hit_rate']):>9}{fmt_percent(r['stall_rate']):>8}"
               f"{r['read_bytes'] / 1e9:>10.3f}{r['written_bytes'] / 1e9:>12.3f}{r['prefetch_bytes'] / 1e9:>13.3f}"
               f"{r['peak_occupancy_rows']:>11,}{r['sim_seconds']:>8.2f}")
     for n in notes:

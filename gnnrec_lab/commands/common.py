@@ -50,7 +50,10 @@ def bounded(check, *args, **kw):
 
 
 def field_type(name: str):
-    """argparse ``type`` of RunConfig field ``name``: its bounded checker for a numeric field."""
+    """argparse ``type`` of RunConfig field ``name``, generated from its entry in
+    ``config.RUN_CONSTRAINTS``: a numeric field's text is read by its own constraints (the bounds and
+    words RunConfig refuses with); placement's ``CLASS=PLACE`` text becomes its mapping; any other
+    field stays text, checked when the RunConfig is built."""
     from ..config import NUMERIC_FIELDS, check_field
     if name == "placement":
         return _parse_placement
@@ -144,15 +147,14 @@ def add_config_file_argument(parser, multi: bool = False) -> None:
 def config_from_args(args, base: RunConfig | None = None) -> RunConfig:
     """The RunConfig of ``args``: ``base`` (RunConfig's defaults), then ``--config FILE``, then the
     flags; an invalid field from the file is named with the file and its line."""
-    from ..config import file_error, read_config_file
+    from ..config import file_error, mf_layers, read_config_file
     path = getattr(args, "config", None)
     from_file, lines = read_config_file(path) if path else ({}, {})
     flags = config_overrides(args)
     d = (base or RunConfig()).to_dict()
     d.update(from_file)
     d.update(flags)
-    if d.get("model") == "mf" and "layers" not in flags and "layers" not in from_file:
-        d["layers"] = 0
+    d["layers"] = mf_layers(d.get("model"), d.get("layers"), "layers" in flags or "layers" in from_file)
     try:
         return RunConfig.from_dict(d)
     except ConfigError as e:

@@ -16,11 +16,18 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..bounds import integer, number
+from ..formatting import fmt_ms
+from ..status import RunStatus
+from ..checks import check, check_value
+from ..distributed import CLUSTERS, DIST_CONSTRAINTS, MODELS
 from .common import add_field_argument, bounded, field_type
 
 
-MAX_PARTITIONS = 64   # simulated machines on one host
+def _spec_type(name: str):
+    """argparse type of DistSpec field ``name``: its constraints (DIST_CONSTRAINTS) read the text."""
+    def parse(param, text):
+        return check_value(param, DIST_CONSTRAINTS[name], text, text=True)
+    return bounded(parse, name)
 
 
 class _Stopped(BaseException):
@@ -36,10 +43,10 @@ def register(sub):
                        description=__doc__.splitlines()[0])
     add_field_argument(p, "dataset", default="synth-gowalla")
     p.add_argument("--model", default="lightgcn",
-                   help="recommender to train, lightgcn or ngcf (default: %(default)s)")
+                   help=f"recommender to train, {' or '.join(MODELS)} (default: %(default)s)")
     add_field_argument(p, "layers", default=2)
     add_field_argument(p, "dim")
-    p.add_argument("--partitions", type=bounded(integer, "--partitions", 1, MAX_PARTITIONS), default=2,
+    p.add_argument("--partitions", type=_spec_type("partitions"), default=2,
                    help="graph partitions, one simulated machine (a server and a trainer) each (default: %(default)s)")
     p.add_argument("--fanouts", type=field_type("fanouts"), default=None,
                    help="neighbours sampled per node at each layer, first hop first, comma-separated, one per "
@@ -57,17 +64,17 @@ def register(sub):
     p.add_argument("--ip-config", default=None,
                    help="file with one 'HOST PORT' line per machine, for real machines (default: every machine on "
                         "127.0.0.1, one port each)")
-    p.add_argument("--cluster", default="local", choices=("local", "emulated"),
+    p.add_argument("--cluster", default="local", choices=CLUSTERS,
                    help="local: every machine a process group on 127.0.0.1 sharing this host's cores; emulated: "
                         "every machine a network namespace with its own address, C cores and a shaped link, "
                         "started as on real hosts (root; default: %(default)s)")
-    p.add_argument("--cores-per-machine", type=bounded(integer, "--cores-per-machine", 1, 4096), default=1,
+    p.add_argument("--cores-per-machine", type=_spec_type("cores_per_machine"), default=1,
                    help="emulated cluster: cores each machine's server and trainer are pinned to "
                         "(default: %(default)s)")
-    p.add_argument("--link-gbit", type=bounded(number, "--link-gbit", 0, 10000), default=10.0,
+    p.add_argument("--link-gbit", type=_spec_type("link_gbit"), default=10.0,
                    help="emulated cluster: each link's rate in Gbit/s (tc tbf), 0 leaves links unshaped "
                         "(default: %(default)s)")
-    p.add_argument("--timeout", type=bounded(number, "--timeout", 1, 7 * 86400), default=3600.0,
+    p.add_argument("--timeout", type=_spec_type("timeout_s"), default=3600.0,
                    help="seconds after which every machine is stopped and the run fails (default: %(default)s)")
     p.add_argument("--keep-partitions", action="store_true", help="keep the partition files in the run folder")
     p.add_argument("--shared-shm", action="store_true",
@@ -82,18 +89,12 @@ def register(sub):
 
 
 def _check(args):
-    if args.model not in ("lightgcn", "ngcf"):
-        raise UserError(f"--model: got {args.model!r}, allowed: lightgcn, ngcf")
-    for name in ("layers", "dim", "partitions", "batch_size", "epochs", "eval_every"):
-        v = getattr(args, name)
-        if v < 1:
-            raise UserError(f"--{name.replace('_', '-')}: must be a positive integer, got {v}")
     if args.fanouts is None:
         args.fanouts = [10] * args.layers
-    if len(args.fanouts) != args.layers:
-        raise UserError(f"--fanouts: needs one fan-out per layer ({args.layers}), got {len(args.fanouts)}")
-    if args.batch_size < args.partitions:
-        raise UserError(f"--batch-size: must be at least --partitions ({args.partitions}), got {args.batch_size}")
+    # the flags that make the DistSpec, checked with its table (named as flags)
+    flags = ("model", "layers", "dim", "partitions", "fanouts", "batch_size", "epochs", "eval_every", "cluster",
+             "cores_per_machine", "link_gbit")
+    check({k: DIST_CONSTRAINTS[k] for k in flags}, {k: getattr(args, k) for k in flags}, label=lambda k: f"--{k.replace('_', '-')}")
     if args.cluster == "emulated":
         if args.ip_config is not None:
             raise UserError("--ip-config: not with --cluster emulated, which makes its own (one address per machine)")
@@ -128,7 +129,7 @@ def main(args) -> int:
                        max_steps_per_epoch=args.max_steps_per_epoch,
                        name=args.name or f"distdgl {args.partitions} partitions")
     store = Store()
-    run_id = store.add_run(config, status="running")
+    run_id = store.add_run(config, status=RunStatus.RUNNING)
     workdir = store.run_dir(run_id) / "distdgl"
     workdir.mkdir(parents=True, exist_ok=True)
     spec = D.DistSpec(workdir=str(workdir), graph_name=f"{D.GRAPH_PREFIX}{run_id}_{workdir.stat().st_ino}",
@@ -151,7 +152,7 @@ def main(args) -> int:
         if isinstance(e, KeyboardInterrupt):
             e = _Stopped("interrupted (Ctrl-C)", 130)
         msg = str(e) if isinstance(e, (RuntimeError, UserError, _Stopped)) else f"{type(e).__name__}: {e}"
-        store.set_status(run_id, "failed", error=msg[-4000:])
+        store.set_status(run_id, RunStatus.FAILED, error=msg[-4000:])
         if isinstance(e, (RuntimeError, UserError, _Stopped)):
             print(f"gnnrec-lab: error: run {run_id}: {msg}", file=sys.stderr)
             return e.code if isinstance(e, _Stopped) else 1
@@ -161,7 +162,7 @@ def main(args) -> int:
         if not args.keep_partitions:
             shutil.rmtree(workdir / "parts", ignore_errors=True)
             (workdir / "best_emb.npy").unlink(missing_ok=True)
-    store.set_status(run_id, "finished")
+    store.set_status(run_id, RunStatus.FINISHED)
     result["run_id"] = run_id
     if args.json:
         print(json.dumps(result, default=float))
@@ -171,7 +172,7 @@ def main(args) -> int:
     print(f"run {run_id}: DistDGL, {args.partitions} partitions, {result['steps']} steps/trainer, "
           f"epoch {sum(result['epoch_seconds']) / max(1, len(result['epoch_seconds'])):.2f} s (measured)")
     print("per mini-batch (median over all trainers, measured): " + ", ".join(
-        f"{k} {med[k] * 1e3:.1f} ms" for k in D.PHASES) + f"; batch {med['total'] * 1e3:.1f} ms; "
+        f"{k} {fmt_ms(med[k])}" for k in D.PHASES) + f"; batch {fmt_ms(med['total'])}; "
           f"phases sum to {d['phase_sum_over_batch'] * 100:.1f}% of the batch time (means)")
     b = d["bytes_between_partitions"]
     print(f"between partitions (counted): {b['per_batch'] / 2**20:.2f} MiB per batch "

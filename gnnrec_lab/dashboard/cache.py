@@ -31,19 +31,22 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..config import CACHE_TRACE_BATCH, CACHE_TRACE_KINDS, SIMULATED_CACHE_POLICIES, field_label
-from ..errors import UserError
+from ..bounds import integer, integers
+from ..checks import Interval, Options, Parsed, Subset, Text, check
+from ..config import (CACHE_TRACE_BATCH, CACHE_TRACE_KINDS, MAX_SEED, MAXIMA, OPTIMIZERS,
+                      SIMULATED_CACHE_POLICIES, field_label)
+from ..errors import ConfigError, UserError
 from ..data import list_datasets
-from .common import Lab, error_note, fmt_bytes, not_available, safe_call
+from ..formatting import fmt_bytes, fmt_percent
+from ..status import RunStatus
+from .common import Lab, error_note, not_available, safe_call
 
-OPTIMIZERS = ("sgd", "adagrad", "adam")
 LIVE_POLL_MS = 2000
 MAX_CACHED = 16
 # One simulation at a time for the whole server: the machine may have two cores.
 EXECUTOR = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-sim")
 _results: "OrderedDict[tuple, SimOutcome]" = OrderedDict()
 _results_lock = threading.Lock()
-MODELED_TAG = "modeled"
 
 
 # ----------------------------------------------------------------------------
@@ -101,22 +104,41 @@ class SimRequest:
     seed: int = 0
 
     def checked(self) -> "SimRequest":
-        """This request if valid; else UserError naming the field."""
-        if self.trace not in CACHE_TRACE_KINDS:
-            raise UserError(f"trace: must be one of {', '.join(CACHE_TRACE_KINDS)}, got {self.trace!r}")
-        for name in ("batch_size", "dim", "epochs"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise UserError(f"{name.replace('_', ' ')}: must be a positive integer, got {v!r}")
-        if not self.policies or set(self.policies) - set(SIMULATED_CACHE_POLICIES):
-            raise UserError(f"policies: choose among {', '.join(SIMULATED_CACHE_POLICIES)}, got {list(self.policies)}")
-        if self.optimizer not in OPTIMIZERS:
-            raise UserError(f"optimizer: must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if not self.cache_sizes or not self.lookaheads:
-            raise UserError("cache sizes and look-aheads: give at least one of each")
-        if not str(self.dataset).strip():
-            raise UserError("dataset: choose a dataset")
+        """This request if valid (:data:`SIM_CONSTRAINTS`); else ConfigError naming the field in the
+        form's words ("batch size")."""
+        check(SIM_CONSTRAINTS, {f: getattr(self, f) for f in SIM_CONSTRAINTS}, label=_form_name)
         return self
+
+
+def _form_name(field_name: str) -> str:
+    return field_name.replace("_", " ").replace("lookaheads", "look-aheads")
+
+
+def _cache_sizes(param: str, value) -> tuple:
+    """One or more cache sizes, each a row count or a share of rows (:func:`parse_cache_sizes`)."""
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) for v in value):
+        raise ConfigError(param, f"must be one or more sizes (5% of rows or 5000 rows), got {value!r}")
+    try:
+        return tuple(parse_cache_sizes(",".join(value)))
+    except UserError as e:
+        raise ConfigError(param, str(e).removeprefix("cache sizes: ")) from None
+
+
+# What a simulation request accepts (gnnrec_lab.checks; the form's fields, named in its words). The
+# optimizer is one a run can use (config.OPTIMIZERS): its per-row state moves with the row.
+SIM_CONSTRAINTS: dict[str, list] = {
+    "dataset": [Text("a dataset name (choose a dataset)", strip=True)],
+    "trace": [Options(CACHE_TRACE_KINDS)],
+    "batch_size": [Interval(integer, lo=1, hi=MAXIMA["batch_size"])],
+    "fanouts": [Interval(integers, lo=1, hi=MAXIMA["fanouts"], max_len=MAXIMA["layers"])],
+    "cache_sizes": [Parsed(_cache_sizes, breaks=((), ("5%", "lots"), "5%"))],
+    "lookaheads": [Interval(integers, lo=1, hi=MAXIMA["lookahead"], max_len=1024)],
+    "policies": [Subset(SIMULATED_CACHE_POLICIES)],
+    "dim": [Interval(integer, lo=1, hi=MAXIMA["dim"])],
+    "optimizer": [Options(OPTIMIZERS)],
+    "epochs": [Interval(integer, lo=1, hi=MAXIMA["epochs"])],
+    "seed": [Interval(integer, lo=0, hi=MAX_SEED)],
+}
 
 
 @dataclass
@@ -276,7 +298,7 @@ RUN_COLUMNS = ["id", "name", "status", "dataset", "policy", "cache_size", "looka
                "misses", "prefetched_rows", "fetch_s", "stall_s", "read_bytes", "written_bytes", "io_mode"]
 
 
-def cached_runs(store, status: Optional[str] = None, limit: int = 200) -> pd.DataFrame:
+def cached_runs(store, status: Optional[RunStatus] = None, limit: int = 200) -> pd.DataFrame:
     """Runs with a cache policy (newest first): config, status, and the row store's *measured* counters.
 
     Counter columns are NaN until the run finishes (they are written with its result).
@@ -300,12 +322,12 @@ def cached_runs(store, status: Optional[str] = None, limit: int = 200) -> pd.Dat
     else:
         recs = []
         for rid in sorted(store.run_ids(status), reverse=True):
-            rec = store.get_run(rid)
-            cfg = rec.get("config") or {}
+            run = store.get_run(rid)
+            cfg = run.get("config") or {}
             if cfg.get("cache_policy", "none") == "none":
                 continue
-            rs = (((rec.get("result") or {}).get("info") or {}).get("sampled") or {}).get("row_store") or {}
-            recs.append((rid, rec.get("name"), rec.get("status"), cfg, rs))
+            rs = (((run.get("result") or {}).get("info") or {}).get("sampled") or {}).get("row_store") or {}
+            recs.append((rid, run.get("name"), run.get("status"), cfg, rs))
             if len(recs) >= limit:
                 break
     rows = []
@@ -353,7 +375,7 @@ def live_text(run: dict, stats: Optional[dict]) -> str:
         return head + ": no slow-tier records yet."
     est = ""
     if cfg.get("cache_policy") in ("lru", "lfu", "none"):
-        est = f" → live hit rate **{100 * (1 - stats['read_ratio']):.1f}%**"
+        est = f" → live hit rate **{fmt_percent(1 - stats['read_ratio'])}**"
     return (head + f" — after {stats['steps']:,} steps (measured): {stats['rows_read']:,.0f} rows read from the "
             f"slow tier for {stats['rows_accessed']:,.0f} rows needed (read ratio {stats['read_ratio']:.3f}{est}); "
             f"{fmt_bytes(stats['bytes_read'])} read, {fmt_bytes(stats['bytes_written'])} written back, "
@@ -565,7 +587,7 @@ class CachePage(pn.viewable.Viewer):
         if store is None:
             return ""
         try:
-            running = cached_runs(store, status="running", limit=1)
+            running = cached_runs(store, status=RunStatus.RUNNING, limit=1)
             if running.empty:
                 if self.live_md.object:      # a run just ended: its counters are in the table now
                     self.live_md.object = ""

@@ -83,7 +83,9 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Optional
 
-from ..errors import UserError
+from ..bounds import MAX_INTERACTIONS, MAX_ROWS, integer
+from ..checks import Interval, Rule, check
+from ..errors import ConfigError, UserError
 from ..provenance import Provenance, part, parts
 
 # Peak RSS that compiling the training kernels adds to a run (measured: the first ML-100K
@@ -115,40 +117,47 @@ def optimizer_states(optimizer: str, momentum: float = 0.9) -> int:
 COUNT_NAMES = ("n_users", "n_items", "n_train")
 
 
+def _train_fits_graph(c) -> Optional[str]:
+    """A user-item graph holds at most n_users x n_items distinct interactions."""
+    if c["n_train"] > c["n_users"] * c["n_items"]:
+        return (f"{c['n_train']:,} is more than n_users x n_items ({c['n_users']:,} x {c['n_items']:,}), "
+                f"the most distinct interactions there can be")
+    return None
+
+
+# What dataset counts a footprint accepts (gnnrec_lab.checks); the first three are required
+# (COUNT_NAMES), the others optional. A refusal names the counts' parameter and the count.
+COUNT_CONSTRAINTS: dict[str, list] = {
+    "n_users": [Interval(integer, lo=1, hi=MAX_ROWS)],
+    "n_items": [Interval(integer, lo=1, hi=MAX_ROWS)],
+    "n_train": [Interval(integer, lo=0, hi=MAX_INTERACTIONS),
+                Rule(_train_fits_graph, dict(n_users=10, n_items=10, n_train=101))],
+    "n_valid": [None, Interval(integer, lo=0, hi=MAX_INTERACTIONS)],
+    "n_test": [None, Interval(integer, lo=0, hi=MAX_INTERACTIONS)],
+    "n_interactions": [None, Interval(integer, lo=0, hi=MAX_INTERACTIONS)],
+}
+
+
 def check_counts(counts: dict, param: str = "counts", strict: bool = False) -> dict:
     """Dataset counts (``n_users``, ``n_items``, ``n_train``; numbers or their text) checked with the
     shared bounded parsers and against each other: a user-item graph holds at most n_users x n_items
     distinct interactions. Returns a copy with the counts as ints; ConfigError names ``param``.
     ``strict``: other keys are refused (what a user typed), else kept (a dataset's description)."""
-    from ..bounds import MAX_INTERACTIONS, MAX_ROWS, integer
-    from ..errors import ConfigError
     if not isinstance(counts, dict):
         raise ConfigError(param, f"expected a dict of {', '.join(COUNT_NAMES)}, got {type(counts).__name__}")
-    unknown = sorted(set(counts) - set(COUNT_NAMES) - {"n_valid", "n_test", "n_interactions"})
+    unknown = sorted(set(counts) - set(COUNT_CONSTRAINTS))
     if unknown and strict:
         raise ConfigError(param, f"unknown count {unknown[0]!r}; expected {', '.join(COUNT_NAMES)}")
-    c = dict(counts)
     for k in COUNT_NAMES:
-        if k not in c:
+        if k not in counts:
             raise ConfigError(param, f"{k} is missing; give {', '.join(f'{n}=N' for n in COUNT_NAMES)}")
-        c[k] = integer(f"{param}: {k}", c[k], 0 if k == "n_train" else 1,
-                       MAX_INTERACTIONS if k == "n_train" else MAX_ROWS)
-    for k in ("n_valid", "n_test", "n_interactions"):
-        if k in c:
-            c[k] = integer(f"{param}: {k}", c[k], 0, MAX_INTERACTIONS)
-    if c["n_train"] > c["n_users"] * c["n_items"]:
-        raise ConfigError(param, f"n_train {c['n_train']:,} is more than n_users x n_items "
-                                 f"({c['n_users']:,} x {c['n_items']:,}), the most distinct interactions there can be")
-    return c
+    c = check(COUNT_CONSTRAINTS, counts, label=lambda k: f"{param}: {k}", text=True)
+    return {k: v for k, v in c.items() if k in counts}
 
 
 def _counts(config, counts: Optional[dict]) -> dict:
     if counts is None:
-        try:
-            from ..data import describe
-        except ImportError:
-            raise UserError("footprint: dataset counts are needed; pass counts=dict(n_users=..., n_items=..., "
-                            "n_train=...) (gnnrec_lab.data.describe is not available)") from None
+        from ..data import describe
         counts = describe(config.dataset)
     c = check_counts(counts)
     if "n_interactions" not in c:
@@ -393,12 +402,8 @@ def peak_rss_bytes() -> int:
 
 def current_rss_bytes() -> int:
     """Resident set size of this process now, bytes (measured)."""
-    try:
-        import psutil
-        return int(psutil.Process().memory_info().rss)
-    except ImportError:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    import psutil
+    return int(psutil.Process().memory_info().rss)
 
 
 def measure_peak() -> dict:
