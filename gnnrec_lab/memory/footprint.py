@@ -415,4 +415,5 @@ def compare(predicted: dict, measured_peak_bytes: int) -> dict:
     """Predicted total vs measured peak: bytes of each, and ``error`` = predicted/measured - 1."""
     p = total(predicted)
     return {"predicted_bytes": p, "predicted_kind": Provenance.MODELED,
-            "measured_peak_bytes": int(measured_peak_bytes), "measured_kind": Provenance.MEASURED, "error": p / measured_peak_bytes - 1 if measured_peak_bytes else float("nan")}
+            "measured_peak_bytes": int(measured_peak_bytes), "measured_kind": Provenance.MEASURED,
+            "error": p / measured_peak_bytes - 1 if measured_peak_bytes else float("nan")}
