@@ -134,7 +134,8 @@ def hatch_hook(kind=None, column: str = "hatch"):
     """A HoloViews hook that hatches bars as :data:`BAR_STYLES` says, so modeled bars look
     different from measured ones even in grey print: every bar as ``kind`` (a chart that is
     modeled throughout), or with no ``kind`` each bar by its ``column`` value (its
-    :func:`bar_style` pattern). The hook sets the pattern on the Bokeh glyph.
+    :func:`bar_style` pattern; the column reaches the plot where a hover tool shows the value
+    dimensions). The hook sets the pattern on the Bokeh glyph.
     """
     pattern = {"field": column} if kind is None else bar_style(kind)["hatch_pattern"]
 
@@ -270,7 +271,7 @@ class Lab(param.Parameterized):
         set again (nothing redraws)."""
         df = None
         if self.store is not None:
-            df, _ = safe_call(self.store.runs_frame, default=pd.DataFrame())
+            df, _ = safe_call(lambda: self.store.runs_frame(), default=pd.DataFrame())
         df = df if df is not None else pd.DataFrame()
         if self.runs is None or not df.equals(self.runs):
             self.runs = df
