@@ -234,7 +234,7 @@ def shared_runner(store):
 
 
 class Lab(param.Parameterized):
-    """Session state every page reads: the store, the runner and the chosen run.
+    """Session state every page reads: the store, the runner, the run table and the chosen run.
 
     Pass ``store``/``runner`` to drive the pages from a notebook or a test; by
     default the process-wide ones are used. ``read_only`` (a reason) serves the pages without a
@@ -364,7 +364,7 @@ def run_label(row: dict) -> str:
     def get(key):
         v = row.get(key, cfg.get(key) if isinstance(cfg, dict) else None)
         return None if v is None or v != v else v   # NaN from a frame: unknown
-    parts = [f"#{row.get('run_id', row.get('id', '?'))}"]
+    parts = [f"#{row.get('id', '?')}"]
     for key in ("model", "dataset"):
         if get(key) is not None:
             parts.append(str(get(key)))
