@@ -97,7 +97,7 @@ ROOFLINE_NOTE = ("Roofline: each kernel's measured GFLOP/s against its arithmeti
                  "to DRAM).")
 
 
-def _fmt(v, spec: str) -> str:
+def _number_or_dash(v, spec: str) -> str:
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
 
 
@@ -109,9 +109,10 @@ def format_breakdown(df: pd.DataFrame) -> str:
             f"{'GFLOP/s':>8} {'flop/B':>7} {'% bound':>8}")
     lines = [head, "-" * len(head)]
     for r in df.itertuples(index=False):
-        lines.append(f"{r.kernel:<14.14} {r.phase:<10.10} {r.calls:>6d} {r.seconds:>9.4f} {_fmt(100 * r.share, '5.1f')}%"
-                     f" {r.bytes / 1e9:>8.3f} {_fmt(r.GBps, '7.2f')} {_fmt(r.GFLOPs, '8.2f')}"
-                     f" {_fmt(r.intensity, '7.2f')} {_fmt(r.pct_of_bound, '7.1f')}%")
+        lines.append(f"{r.kernel:<14.14} {r.phase:<10.10} {r.calls:>6d} {r.seconds:>9.4f}"
+                     f" {_number_or_dash(100 * r.share, '5.1f')}%"
+                     f" {r.bytes / 1e9:>8.3f} {_number_or_dash(r.GBps, '7.2f')} {_number_or_dash(r.GFLOPs, '8.2f')}"
+                     f" {_number_or_dash(r.intensity, '7.2f')} {_number_or_dash(r.pct_of_bound, '7.1f')}%")
     lines.append(f"{'total':<14} {'':<10} {int(df['calls'].sum()):>6d} {df['seconds'].sum():>9.4f}")
     lines.append("time: measured; " + BOUND_NOTE)
     return "\n".join(lines)

@@ -189,13 +189,13 @@ def _bench_sizes(sizes, dims, backends, kernels, repeats, bw, include_pyg, emit)
                     nbytes: dict = {}
                     with K.use_backend(backend):
                         for r in range(repeats + 1):
-                            rec = Recorder()
-                            rec.phase = "forward"
-                            with use_recorder(rec):
+                            recorder = Recorder()
+                            recorder.phase = "forward"
+                            with use_recorder(recorder):
                                 _run_kernel(kernel, adj, dim, graph.n_nodes, r)
                             if r == 0:
                                 continue  # warm-up: caches per-matrix helpers, faults pages in
-                            for k in rec.records:
+                            for k in recorder.records:
                                 key = (k.name, k.phase)
                                 times.setdefault(key, []).append(k.ns / 1e9)
                                 nbytes[key] = k.bytes_read + k.bytes_written
@@ -401,7 +401,8 @@ def recording_overhead(size: str = "medium", dim: int = 64, layers: int = 3, rep
     if size not in SIZES:
         raise UserError(f"--size: got {size!r}, allowed: {', '.join(SIZES)}")
     adj = power_law_graph(*SIZES[size]).adj
-    from .models.lightgcn import LightGCN, bpr_loss_rows
+    from .models.lightgcn import LightGCN
+    from .models.loss import bpr_loss_rows
     K.warmup(torch.float32)
     torch.manual_seed(0)
     model = LightGCN(adj.n_rows, 0, dim=dim, layers=layers)  # node ids 0..n-1; users/items split irrelevant here
@@ -419,8 +420,8 @@ def recording_overhead(size: str = "medium", dim: int = 64, layers: int = 3, rep
 
     on, off = Recorder(), Recorder(enabled=False)
 
-    def sample(rec, n):
-        with use_recorder(rec):
+    def sample(recorder, n):
+        with use_recorder(recorder):
             t0 = time.perf_counter()
             for _ in range(n):
                 step()
@@ -439,7 +440,7 @@ def recording_overhead(size: str = "medium", dim: int = 64, layers: int = 3, rep
     try:
         for r in range(repeats):
             order = (("recorded", on), ("unrecorded", off)) if r % 2 == 0 else (("unrecorded", off), ("recorded", on))
-            got = {label: sample(rec, n) for label, rec in order}
+            got = {label: sample(recorder, n) for label, recorder in order}
             for label, v in got.items():
                 t[label].append(v)
             ratios.append(got["recorded"] / got["unrecorded"])
@@ -473,8 +474,8 @@ def _per_record_cost(layers: int, repeats: int, calls: int = 300) -> float:
     g = torch.ones((adj.n_rows, 4))
     on, off = Recorder(), Recorder(enabled=False)
 
-    def block(rec):
-        with use_recorder(rec):
+    def block(recorder):
+        with use_recorder(recorder):
             t0 = time.perf_counter()
             for _ in range(calls):
                 K.spmm(adj, x).backward(g)

@@ -317,11 +317,11 @@ def memory_limit_of(run_dir: Path) -> Optional[dict]:
         return None
 
 
-def oom_verdict(rec: Optional[dict], rc: Optional[int]) -> Optional[str]:
+def oom_verdict(limit: Optional[dict], rc: Optional[int]) -> Optional[str]:
     """The 'oom' error message when a run's cgroup says its worker was killed by the limit."""
-    if not rec or not rec.get("cgroup"):
+    if not limit or not limit.get("cgroup"):
         return None
-    cg = MemoryCgroup(rec["cgroup"], rec["limit_bytes"], rec.get("cgroup_version"))
+    cg = MemoryCgroup(limit["cgroup"], limit["limit_bytes"], limit.get("cgroup_version"))
     kills = cg.oom_kills()
     use = cg.usage()
     killed = (kills or 0) > 0 or (kills is None and rc == -signal.SIGKILL and use["failcnt"] > 0)
@@ -347,8 +347,8 @@ def check_limit(memory_limit_bytes) -> Optional[int]:
     return limit
 
 
-def write_limit(run_dir: Path, rec: dict) -> None:
+def write_limit(run_dir: Path, limit: dict) -> None:
     tmp = Path(run_dir) / (LIMIT_FILE + ".tmp")
-    tmp.write_text(json.dumps(rec))
+    tmp.write_text(json.dumps(limit))
     os.replace(tmp, Path(run_dir) / LIMIT_FILE)
 

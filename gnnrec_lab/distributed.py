@@ -50,12 +50,12 @@ from typing import Optional
 import numpy as np
 
 from .errors import UserError
+from .status import RunStatus
 
 ENGINE = "distdgl"
 GRAPH_PREFIX = "gnnrec"
 PHASES = ("sampling", "remote_fetch", "compute", "grad_sync")
 SHM_SIZE = "4g"                 # the tmpfs each machine's /dev/shm gets (allocated on use only)
-START_TIMEOUT_S = 120.0
 PRIVATE_SHM_ENV = "GNNREC_LAB_PRIVATE_SHM"   # set by the launcher on machines it put in `unshare -m`
 
 
@@ -461,7 +461,7 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
     from .evaluate import evaluate
     from .graph import BipartiteGraph
     from .models import build_model
-    from .models.lightgcn import bpr_loss_rows
+    from .models.loss import bpr_loss_rows
     from .sampling import bpr_batches
 
     W = spec.partitions
@@ -688,7 +688,7 @@ def comparison_frame(store=None, run_ids=None, results=()):
     import pandas as pd
     rows = [comparison_row(r) for r in results]
     if store is not None:
-        for rid in (store.run_ids("finished") if run_ids is None else list(run_ids)):
+        for rid in (store.run_ids(RunStatus.FINISHED) if run_ids is None else list(run_ids)):
             res = store.get_run(rid).get("result")
             if res:
                 rows.append(comparison_row(res, rid))
@@ -779,7 +779,8 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
     r0 = reports[0]
     summary = summarize(reports)
     result = {
-        "engine": ENGINE, "kind": "measured", "status": "finished", "config": config.to_dict() if config else None,
+        "engine": ENGINE, "kind": "measured", "status": RunStatus.FINISHED,
+        "config": config.to_dict() if config else None,
         "epochs": len(r0["epoch_seconds"]), "steps": r0["steps"], "train_seconds": r0["train_seconds"],
         "epoch_seconds": r0["epoch_seconds"], "best_epoch": r0["best_epoch"], "best_valid": r0["best_valid"],
         "test": r0["test"], "history": r0["history"], "time_to_target_s": r0["time_to_target_s"],

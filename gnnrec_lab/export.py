@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from .errors import UserError
+from .status import RunStatus
 
 EXPERIMENT = "gnnrec-lab"
 TAG_RUN = "gnnrec_lab.run_id"
 TAG_STORE = "gnnrec_lab.store"
 # what the store's statuses are in MLflow's run lifecycle
-MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "oom": "FAILED", "diverged": "FAILED",
-                 "cancelled": "KILLED", "interrupted": "KILLED", "running": "RUNNING", "queued": "SCHEDULED"}
+MLFLOW_STATUS = {RunStatus.FINISHED: "FINISHED", RunStatus.FAILED: "FAILED", RunStatus.OOM: "FAILED",
+                 RunStatus.DIVERGED: "FAILED", RunStatus.CANCELLED: "KILLED", RunStatus.INTERRUPTED: "KILLED",
+                 RunStatus.RUNNING: "RUNNING", RunStatus.QUEUED: "SCHEDULED"}
 
 
 # ----------------------------------------------------------------------

@@ -16,6 +16,7 @@ import os
 from typing import Optional
 
 from .errors import ConfigError, UserError
+from .formatting import fmt_bytes
 
 # which setting drives each tensor class's size (named in the refusal)
 DRIVERS = {"embeddings": "dim", "optimizer": "dim/optimizer", "gradients": "dim", "activations": "dim/layers",
@@ -27,15 +28,6 @@ def available_bytes() -> int:
     """Memory available to a new process now (bytes, measured: psutil ``available``)."""
     import psutil
     return int(psutil.virtual_memory().available)
-
-
-def _fmt(n: float) -> str:
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
-        n /= 1024
-    return f"{n:.1f} PiB"
 
 
 def dram_footprint(config, counts: dict) -> tuple[int, dict]:
@@ -85,8 +77,8 @@ def memory_verdict(config, counts: dict, *, memory_limit_bytes: Optional[int] = 
 
 def memory_refusal(v: dict) -> str:
     """The refusal of a launch whose predicted DRAM bytes exceed the limit (:func:`memory_verdict`)."""
-    return (f"footprint: predicted {_fmt(v['dram_bytes'])} in DRAM (modeled; largest: {v['largest']} "
-            f"{_fmt(v['largest_bytes'])}, set by {v['driver']}) exceeds the {_fmt(v['limit_bytes'])} of "
+    return (f"footprint: predicted {fmt_bytes(v['dram_bytes'])} in DRAM (modeled; largest: {v['largest']} "
+            f"{fmt_bytes(v['largest_bytes'])}, set by {v['driver']}) exceeds the {fmt_bytes(v['limit_bytes'])} of "
             f"{v['limit_name']}; lower it or place classes on file:DIR")
 
 

@@ -166,10 +166,10 @@ def get_recorder() -> Recorder:
 
 
 @contextlib.contextmanager
-def use_recorder(rec: Recorder) -> Iterator[Recorder]:
+def use_recorder(recorder: Recorder) -> Iterator[Recorder]:
     global _current
-    prev, _current = _current, rec
+    prev, _current = _current, recorder
     try:
-        yield rec
+        yield recorder
     finally:
         _current = prev

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from .formatting import fmt_duration
+
 
 class Reporter:
     def on_start(self, config, info: dict) -> None:
@@ -91,7 +93,7 @@ class ProgressReporter(Reporter):
         ms = format_metrics(metrics)
         if split == "valid":
             e, s, l = self._last
-            _say(f"epoch {e:3d}  loss {l:.4f}  {s:6.2f} s  valid {ms}")
+            _say(f"epoch {e:3d}  loss {l:.4f}  {fmt_duration(s):>8}  valid {ms}")
         else:
             _say(f"test (best epoch {epoch})  {ms}")
 

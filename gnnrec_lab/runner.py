@@ -39,7 +39,8 @@ from .cgroup import MemoryCgroup, check_limit, limit_reached, memory_limit_of, o
 from .errors import UserError
 from .memory.placement import numa_prefix
 from .proc import pid_alive, proc_start_ticks
-from .store import TERMINAL, Store
+from .status import RunStatus
+from .store import Store
 from .worker import tail_lines
 
 # a running row with no pid yet is being spawned; after this long its spawner is presumed dead (s)
@@ -57,7 +58,7 @@ def recover_dead(store: Store, exclude: Sequence[int] = ()) -> list[int]:
     """
     dead = []
     now = time.time()
-    for run_id in store.run_ids("running"):
+    for run_id in store.run_ids(RunStatus.RUNNING):
         if run_id in exclude:
             continue
         run = store.get_run(run_id)
@@ -68,23 +69,23 @@ def recover_dead(store: Store, exclude: Sequence[int] = ()) -> list[int]:
             continue
         if run["cancel_requested"]:
             # a cancel escalated to a signal: the worker could not record its own end
-            if store.set_status(run_id, "cancelled", error="cancelled: worker stopped by a signal",
-                                only_if=("running",)):
+            if store.set_status(run_id, RunStatus.CANCELLED, error="cancelled: worker stopped by a signal",
+                                only_if=(RunStatus.RUNNING,)):
                 dead.append(run_id)
             continue
         run_dir = store.home / "runs" / str(run_id)
         tail = tail_lines(run_dir / "stderr.log") or None
-        rec = memory_limit_of(run_dir)
-        verdict = oom_verdict(rec, None)
-        if rec and rec.get("cgroup"):
-            MemoryCgroup(rec["cgroup"], rec["limit_bytes"]).remove(timeout_s=0.5)
+        limit = memory_limit_of(run_dir)
+        verdict = oom_verdict(limit, None)
+        if limit and limit.get("cgroup"):
+            MemoryCgroup(limit["cgroup"], limit["limit_bytes"]).remove(timeout_s=0.5)
         if verdict:
-            if store.set_status(run_id, "oom", error=verdict, stderr_tail=tail, only_if=("running",)):
+            if store.set_status(run_id, RunStatus.OOM, error=verdict, stderr_tail=tail, only_if=(RunStatus.RUNNING,)):
                 dead.append(run_id)
             continue
-        if store.set_status(run_id, "failed", error="worker process disappeared (pid "
+        if store.set_status(run_id, RunStatus.FAILED, error="worker process disappeared (pid "
                             f"{run['pid']} is gone without recording a final status)",
-                            stderr_tail=tail, only_if=("running",)):
+                            stderr_tail=tail, only_if=(RunStatus.RUNNING,)):
             dead.append(run_id)
     return dead
 
@@ -127,7 +128,7 @@ class Runner:
         expect_config(config, "Runner.launch")
         numa_prefix(config)  # refuse an impossible placement before anything is recorded
         limit = check_limit(memory_limit_bytes)
-        run_id = self.store.add_run(config, status="queued", sweep=sweep)
+        run_id = self.store.add_run(config, status=RunStatus.QUEUED, sweep=sweep)
         if limit is not None:
             # another runner sharing this store could claim the run before this file exists
             # (a ~1 ms window); runs launched through one runner or launch_detached are safe
@@ -154,11 +155,11 @@ class Runner:
         try:
             config = RunConfig.from_dict(self.store.get_run(run_id, need=("config",))["config"])
             argv = numa_prefix(config) + [self.python, "-m", "gnnrec_lab.worker", str(run_id)]
-            rec = memory_limit_of(run_dir)
-            if rec is not None:
-                cg = MemoryCgroup.create(f"run-{run_id}-{uuid.uuid4().hex[:8]}", rec["limit_bytes"])
+            limit = memory_limit_of(run_dir)
+            if limit is not None:
+                cg = MemoryCgroup.create(f"run-{run_id}-{uuid.uuid4().hex[:8]}", limit["limit_bytes"])
                 self._cgroups[run_id] = cg
-                write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
+                write_limit(run_dir, {**limit, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
                                        "cgroup_version": cg.version})
                 argv = cg.wrap(argv)
             env = dict(os.environ, GNNREC_LAB_HOME=str(self.store.home), PYTHONUNBUFFERED="1")
@@ -169,7 +170,7 @@ class Runner:
                                         start_new_session=True)
         except Exception as e:  # noqa: BLE001 - a run that cannot start is recorded as failed
             msg = str(e) if isinstance(e, UserError) else f"could not start worker: {type(e).__name__}: {e}"
-            self.store.set_status(run_id, "failed", error=msg, only_if=("running",))
+            self.store.set_status(run_id, RunStatus.FAILED, error=msg, only_if=(RunStatus.RUNNING,))
             cg = self._cgroups.pop(run_id, None)
             if cg is not None:
                 cg.remove(timeout_s=0.5)
@@ -182,7 +183,7 @@ class Runner:
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
-            if not self._procs and not (self.pick_up and self.store.run_ids("queued")):
+            if not self._procs and not (self.pick_up and self.store.run_ids(RunStatus.QUEUED)):
                 return
             self._thread = threading.Thread(target=self._monitor, name="gnnrec-lab-runner", daemon=True)
             self._thread.start()
@@ -191,7 +192,7 @@ class Runner:
         while not self._stopping:
             self.poll()
             with self._lock:
-                idle = not self._procs and not (self.pick_up and self.store.run_ids("queued"))
+                idle = not self._procs and not (self.pick_up and self.store.run_ids(RunStatus.QUEUED))
                 if idle:
                     self._thread = None
                     return
@@ -220,10 +221,10 @@ class Runner:
         verdict, cg = None, self._cgroups.pop(run_id, None)
         if cg is not None:
             # read the kernel's counters before the cgroup goes away
-            rec = memory_limit_of(run_dir) or {}
-            verdict = oom_verdict(rec, rc)
+            limit = memory_limit_of(run_dir) or {}
+            verdict = oom_verdict(limit, rc)
             use = cg.usage()
-            write_limit(run_dir, {**rec, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
+            write_limit(run_dir, {**limit, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
                                    "cgroup_version": cg.version, "max_usage_bytes": use["max_usage_bytes"], "failcnt": use["failcnt"],
                                    "oom_kills": cg.oom_kills()})
             self.store.add_event(run_id, "memory_limit",
@@ -232,37 +233,39 @@ class Runner:
                                  f"{'reached the limit' if limit_reached(use) else 'stayed under the limit'}")
             cg.remove()
         run = self.store.get_run(run_id)
-        if run["status"] in TERMINAL:
-            if run["status"] in ("failed", "oom") and not run["stderr_tail"] and tail:
+        if run["status"].is_terminal:
+            if run["status"].is_crash and not run["stderr_tail"] and tail:
                 self.store.set_fields(run_id, stderr_tail=tail)
             return
         if verdict:
-            status, error = "oom", verdict
+            status, error = RunStatus.OOM, verdict
         elif cg is not None and rc == 125:
-            status, error = "failed", f"could not put the worker into its memory cgroup {cg.path} (see stderr)"
+            status, error = RunStatus.FAILED, f"could not put the worker into its memory cgroup {cg.path} (see stderr)"
         elif run["cancel_requested"]:
-            status, error = "cancelled", f"cancelled: worker ended by {_describe_rc(rc)}"
+            status, error = RunStatus.CANCELLED, f"cancelled: worker ended by {_describe_rc(rc)}"
         elif rc == -signal.SIGKILL:
             line = kernel_oom_kill(pid) if pid else None
             if line:
-                status, error = "oom", f"out of memory: the kernel's OOM killer killed the worker ({line})"
+                status, error = RunStatus.OOM, f"out of memory: the kernel's OOM killer killed the worker ({line})"
             else:
-                status, error = "failed", ("killed (SIGKILL): the worker was killed by a signal without a cancel "
-                                           "request; neither its memory cgroup nor the kernel log records an "
-                                           "out-of-memory kill, so it was killed from outside (kill -9?)")
+                status, error = RunStatus.FAILED, ("killed (SIGKILL): the worker was killed by a signal without a "
+                                                   "cancel request; neither its memory cgroup nor the kernel log "
+                                                   "records an out-of-memory kill, so it was killed from outside "
+                                                   "(kill -9?)")
         elif rc == 0:
-            status, error = "failed", "worker exited without recording a final status"
+            status, error = RunStatus.FAILED, "worker exited without recording a final status"
         else:
-            status, error = "failed", f"worker ended by {_describe_rc(rc)}"
-        self.store.set_status(run_id, status, error=error, stderr_tail=tail, only_if=("running", "queued"))
+            status, error = RunStatus.FAILED, f"worker ended by {_describe_rc(rc)}"
+        self.store.set_status(run_id, status, error=error, stderr_tail=tail,
+                              only_if=(RunStatus.RUNNING, RunStatus.QUEUED))
 
     # -- queries and control ------------------------------------------------
-    def status(self, run_id: int) -> str:
+    def status(self, run_id: int) -> RunStatus:
         """Current status of ``run_id`` (after reaping any worker that just ended)."""
         self.poll()
         return self.store.status(run_id)
 
-    def wait(self, run_id: int, timeout: Optional[float] = None) -> str:
+    def wait(self, run_id: int, timeout: Optional[float] = None) -> RunStatus:
         """Block until ``run_id`` ends; returns its final status. Raises TimeoutError after ``timeout`` s.
 
         For a worker this runner started, it also waits (up to ``REAP_GRACE_S``) for the process
@@ -272,7 +275,7 @@ class Runner:
         reap_by = None
         while True:
             st = self.status(run_id)
-            if st in TERMINAL:
+            if st.is_terminal:
                 if run_id not in self._procs:
                     return st
                 reap_by = reap_by or time.monotonic() + REAP_GRACE_S
@@ -285,15 +288,15 @@ class Runner:
     def _wait_terminal(self, run_id: int, seconds: float) -> bool:
         end = time.monotonic() + seconds
         while True:
-            if self.status(run_id) in TERMINAL:
+            if self.status(run_id).is_terminal:
                 return True
             proc = self._procs.get(run_id)
             if proc is None:
                 run = self.store.get_run(run_id)
                 if not pid_alive(run["pid"], run["pid_start"]) and run["pid"] is not None:
                     # a worker we did not start is gone: it was cancelled, say so
-                    self.store.set_status(run_id, "cancelled", error="cancelled: worker stopped by a signal",
-                                          only_if=("running",))
+                    self.store.set_status(run_id, RunStatus.CANCELLED, error="cancelled: worker stopped by a signal",
+                                          only_if=(RunStatus.RUNNING,))
                     return True
             if time.monotonic() >= end:
                 return False
@@ -316,7 +319,7 @@ class Runner:
         except ProcessLookupError:
             pass
 
-    def cancel(self, run_id: int, grace_s: float = 5.0) -> str:
+    def cancel(self, run_id: int, grace_s: float = 5.0) -> RunStatus:
         """Cancel a run and return its final status.
 
         Raises the cancel flag (the training loop stops at its next step check);
@@ -324,9 +327,9 @@ class Runner:
         A queued run is cancelled at once; an ended run is left as it is.
         """
         st = self.store.status(run_id)
-        if st in TERMINAL:
+        if st.is_terminal:
             return st
-        if self.store.request_cancel(run_id) in TERMINAL:
+        if self.store.request_cancel(run_id).is_terminal:
             return self.store.status(run_id)
         for sig in (None, signal.SIGTERM, signal.SIGKILL):
             if sig is not None:
@@ -334,8 +337,8 @@ class Runner:
             if self._wait_terminal(run_id, grace_s if sig != signal.SIGKILL else max(grace_s, 5.0)):
                 return self.store.status(run_id)
         # the process could not be stopped or observed: record the request honestly
-        self.store.set_status(run_id, "cancelled", error="cancelled: worker did not confirm its end",
-                              only_if=("running",))
+        self.store.set_status(run_id, RunStatus.CANCELLED, error="cancelled: worker did not confirm its end",
+                              only_if=(RunStatus.RUNNING,))
         return self.store.status(run_id)
 
     def running(self) -> list[int]:
@@ -367,14 +370,14 @@ def kernel_oom_kill(pid: int, kmsg: Optional[str] = None) -> Optional[str]:
     try:
         while True:
             try:
-                rec = os.read(fd, 8192)
+                chunk = os.read(fd, 8192)
             except BlockingIOError:
                 break
             except OSError:  # EPIPE: the ring buffer overwrote what we were reading; go on
                 continue
-            if not rec:
+            if not chunk:
                 break
-            for line in rec.decode("utf-8", "replace").splitlines():   # /dev/kmsg: one record per read
+            for line in chunk.decode("utf-8", "replace").splitlines():   # /dev/kmsg: one record per read
                 msg = line.split(";", 1)[-1].strip()
                 if pat.search(msg):
                     found = msg[:200]
@@ -405,7 +408,7 @@ def launch_detached(config, *, store: Optional[Store] = None, max_concurrent: in
     store = store or Store()
     numa_prefix(config)
     limit = check_limit(memory_limit_bytes)
-    run_id = store.add_run(config, status="queued")
+    run_id = store.add_run(config, status=RunStatus.QUEUED)
     if limit is not None:
         write_limit(store.run_dir(run_id), {"limit_bytes": limit})
     log = open(store.home / "supervisor.log", "ab")
@@ -422,7 +425,7 @@ def supervise(max_concurrent: int = 1, store: Optional[Store] = None) -> int:
     runner = Runner(store or Store(), max_concurrent=max_concurrent)
     while True:
         runner.poll()
-        if not runner.running() and not runner.store.run_ids("queued"):
+        if not runner.running() and not runner.store.run_ids(RunStatus.QUEUED):
             return 0
         # queued runs waiting on another runner's workers: keep polling until a slot frees
         time.sleep(runner.poll_s * 2)

@@ -258,13 +258,6 @@ def sample_subgraph(graph: BipartiteGraph, seed_nodes: np.ndarray, fanouts: Sequ
     return SubGraph(nodes, n_hop, blocks, seed_index.astype(np.int64), time.perf_counter() - t0)
 
 
-def sampled_batches(graph: BipartiteGraph, batch_size: int, fanouts: Sequence[int],
-                    rng: np.random.Generator) -> Iterator[tuple[tuple[np.ndarray, np.ndarray, np.ndarray], SubGraph]]:
-    """One epoch of BPR batches, each with the sub-graph around its users, positives and negatives."""
-    for users, pos, neg in bpr_batches(graph, batch_size, rng):
-        yield (users, pos, neg), sample_subgraph(graph, batch_nodes(graph, users, pos, neg), fanouts, rng)
-
-
 def redundancy_factor(batches: Iterable) -> float:
     """Sum over batches of sampled nodes / number of distinct nodes over all batches.
 

@@ -20,7 +20,9 @@ import sys
 import threading
 from typing import Optional
 
-SIGNAL_STATUS = {signal.SIGINT: "interrupted", signal.SIGTERM: "cancelled"}
+from .status import RunStatus
+
+SIGNAL_STATUS = {signal.SIGINT: RunStatus.INTERRUPTED, signal.SIGTERM: RunStatus.CANCELLED}
 SIGNAL_WORDS = {signal.SIGINT: "SIGINT (Ctrl-C)", signal.SIGTERM: "SIGTERM"}
 EXIT_INTERRUPTED = 130   # 128 + SIGINT, what shells report for Ctrl-C
 EXIT_TERMINATED = 143    # 128 + SIGTERM
@@ -65,7 +67,7 @@ class StopSignals:
         self._previous.clear()
 
     @property
-    def status(self) -> Optional[str]:
+    def status(self) -> Optional[RunStatus]:
         """The status a run stopped by the recorded signal ends with (None: no signal)."""
         return SIGNAL_STATUS.get(self.signum)
 

@@ -2,10 +2,17 @@
 
 A ``StrEnum`` so it is stored in SQLite and JSON as its plain value and compares
 equal to the strings older stores hold.
+
+Every status is either *active* (queued, running: a worker may still write to the run) or
+*terminal*; a terminal one is exactly one of finished, a *failure* (failed, oom, diverged) or
+*stopped* on request (cancelled, interrupted). A *crash* (failed, oom) is the failure the
+training loop did not decide itself: an exception or a kill, whose stderr says why; the other
+terminal statuses are what a training function's result reports.
 """
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Optional
 
 
 class RunStatus(StrEnum):
@@ -18,9 +25,18 @@ class RunStatus(StrEnum):
     OOM = "oom"                    # killed by the memory limit
     DIVERGED = "diverged"          # the loss left train.DivergenceBound
 
+    @classmethod
+    def of(cls, value) -> Optional["RunStatus"]:
+        """``value`` (a member or its plain string) as a RunStatus; None for anything else
+        (the dashboard's ``"none"``/``"unknown"`` placeholders, a run that vanished)."""
+        try:
+            return cls(value)
+        except ValueError:
+            return None
+
     @property
     def is_terminal(self) -> bool:
-        """The run has ended and will not change status again."""
+        """The run has ended and will not change status again (the store stamps ``finished``)."""
         return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
 
     @property
@@ -32,3 +48,13 @@ class RunStatus(StrEnum):
     def is_failure(self) -> bool:
         """Ended without finishing of its own accord and not by the user's request."""
         return self in (RunStatus.FAILED, RunStatus.OOM, RunStatus.DIVERGED)
+
+    @property
+    def is_stopped(self) -> bool:
+        """Ended early by a request: a cancel, SIGTERM or Ctrl-C."""
+        return self in (RunStatus.CANCELLED, RunStatus.INTERRUPTED)
+
+    @property
+    def is_crash(self) -> bool:
+        """A failure the training loop did not decide (an exception or a kill): its stderr says why."""
+        return self in (RunStatus.FAILED, RunStatus.OOM)

@@ -28,14 +28,19 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from .errors import UserError
 from .recorder import store_key, sum_records
 from .reporting import Reporter
+from .status import RunStatus
 
-# diverged: the loss left the divergence bound (train.DivergenceBound; a failure the run itself detected);
-# interrupted: Ctrl-C (SIGINT); cancelled: a cancel request or SIGTERM (the error names which)
-STATUSES = ("queued", "running", "finished", "failed", "cancelled", "interrupted", "oom", "diverged")
-TERMINAL = ("finished", "failed", "cancelled", "interrupted", "oom", "diverged")
 FOOTPRINT_KINDS = ("predicted", "measured")
 # Each SQLite call waits this long for another writer before giving up (ms).
 BUSY_TIMEOUT_MS = 30_000
+
+
+def _checked_status(status) -> RunStatus:
+    """``status`` (a RunStatus or its plain value) as a RunStatus; ValueError naming the valid ones."""
+    st = RunStatus.of(status)
+    if st is None:
+        raise ValueError(f"status must be one of {tuple(s.value for s in RunStatus)}, got {status!r}")
+    return st
 
 
 def lab_home(home: "str | os.PathLike | None" = None) -> Path:
@@ -327,10 +332,9 @@ class Store:
         return d
 
     # -- runs ---------------------------------------------------------------
-    def add_run(self, config, status: str = "queued", sweep: Optional[str] = None) -> int:
+    def add_run(self, config, status: RunStatus = RunStatus.QUEUED, sweep: Optional[str] = None) -> int:
         """Insert a run for ``config`` (a RunConfig) and return its id."""
-        if status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        status = _checked_status(status)
         from .config import expect_config
         expect_config(config, "Store.add_run")
         now = time.time()
@@ -338,7 +342,7 @@ class Store:
             cur = con.execute(
                 "INSERT INTO runs(name, config, status, created, started, measured, sweep) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (config.name, config.to_json(), status, now, now if status == "running" else None,
+                (config.name, config.to_json(), status, now, now if status is RunStatus.RUNNING else None,
                  "measured" if config.measured else "modeled", sweep))
             return int(cur.lastrowid)
 
@@ -363,19 +367,20 @@ class Store:
             raise UserError(f"run {run_id} is damaged: {bad[0]}; the row was kept as it is "
                             f"(`gnnrec-lab runs show {run_id}` shows what is readable)")
         d["cancel_requested"] = bool(d["cancel_requested"])
-        end = d["finished"] or (time.time() if d["status"] == "running" else None)
+        d["status"] = RunStatus(d["status"])   # SQLite holds the plain value
+        end = d["finished"] or (time.time() if d["status"] is RunStatus.RUNNING else None)
         train_s = con.execute("SELECT SUM(seconds) FROM steps WHERE run_id=?", (int(run_id),)).fetchone()[0]
         d.update(time_parts(d["started"], end, d["info"], train_s))
         return d
 
-    def status(self, run_id: int) -> str:
+    def status(self, run_id: int) -> RunStatus:
         row = self._query("SELECT status FROM runs WHERE id=?", (int(run_id),))
         if not row:
             raise UserError(f"run {run_id}: no such run in {self.path}")
-        return row[0][0]
+        return RunStatus(row[0][0])
 
-    def set_status(self, run_id: int, status: str, *, error: Optional[str] = None,
-                   only_if: Optional[Iterable[str]] = None, **fields) -> bool:
+    def set_status(self, run_id: int, status: RunStatus, *, error: Optional[str] = None,
+                   only_if: Optional[Iterable[RunStatus]] = None, **fields) -> bool:
         """Set a run's status (and ``error``, ``pid``, ``pid_start``, ``stderr_tail``, ``result``...).
 
         Entering ``running`` stamps ``started``; entering a terminal status stamps
@@ -383,8 +388,7 @@ class Store:
         one of those (so a runner never overwrites what the worker decided).
         Returns whether the row changed.
         """
-        if status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        status = _checked_status(status)
         allowed = {"pid", "pid_start", "stderr_tail", "result", "host", "info"}
         bad = set(fields) - allowed
         if bad:
@@ -395,9 +399,9 @@ class Store:
         if "result" in sets and not isinstance(sets["result"], (str, type(None))):
             sets["result"] = json.dumps(sets["result"])
         now = time.time()
-        if status == "running":
+        if status is RunStatus.RUNNING:
             sets["started"] = now
-        if status in TERMINAL:
+        if status.is_terminal:
             sets["finished"] = now
         sql = "UPDATE runs SET " + ", ".join(f"{k}=?" for k in sets) + " WHERE id=?"
         params = list(sets.values()) + [int(run_id)]
@@ -425,27 +429,28 @@ class Store:
         """
         # read-only pre-check: pollers call this often, and the write lock would
         # make every call queue behind the workers' step transactions
-        q, n = self._query("SELECT SUM(status='queued'), SUM(status='running') FROM runs "
-                           "WHERE status IN ('queued', 'running')")[0]
+        queued, running = RunStatus.QUEUED, RunStatus.RUNNING
+        q, n = self._query("SELECT SUM(status=?), SUM(status=?) FROM runs WHERE status IN (?, ?)",
+                           (queued, running, queued, running))[0]
         if not q or (n or 0) >= max_running:
             return None
         with self._write() as con:
-            n = con.execute("SELECT COUNT(*) FROM runs WHERE status='running'").fetchone()[0]
+            n = con.execute("SELECT COUNT(*) FROM runs WHERE status=?", (running,)).fetchone()[0]
             if n >= max_running:
                 return None
-            row = con.execute("SELECT id FROM runs WHERE status='queued' ORDER BY id LIMIT 1").fetchone()
+            row = con.execute("SELECT id FROM runs WHERE status=? ORDER BY id LIMIT 1", (queued,)).fetchone()
             if row is None:
                 return None
-            con.execute("UPDATE runs SET status='running', started=?, pid=NULL, pid_start=NULL "
-                        "WHERE id=?", (time.time(), row[0]))
+            con.execute("UPDATE runs SET status=?, started=?, pid=NULL, pid_start=NULL "
+                        "WHERE id=?", (running, time.time(), row[0]))
             return int(row[0])
 
-    def request_cancel(self, run_id: int) -> str:
+    def request_cancel(self, run_id: int) -> RunStatus:
         """Raise the cancel flag; a queued run is cancelled at once. Returns the status afterwards."""
         with self._write() as con:
             con.execute("UPDATE runs SET cancel_requested=1 WHERE id=?", (int(run_id),))
-            con.execute("UPDATE runs SET status='cancelled', finished=?, error='cancelled before it started' "
-                        "WHERE id=? AND status='queued'", (time.time(), int(run_id)))
+            con.execute("UPDATE runs SET status=?, finished=?, error='cancelled before it started' "
+                        "WHERE id=? AND status=?", (RunStatus.CANCELLED, time.time(), int(run_id), RunStatus.QUEUED))
         return self.status(run_id)
 
     def cancel_requested(self, run_id: int) -> bool:
@@ -454,11 +459,11 @@ class Store:
 
     def find_finished(self, config_json: str) -> Optional[int]:
         """Id of the newest finished run whose config JSON equals ``config_json`` exactly, else None."""
-        row = self._query("SELECT id FROM runs WHERE config=? AND status='finished' ORDER BY id DESC LIMIT 1",
-                          (config_json,))
+        row = self._query("SELECT id FROM runs WHERE config=? AND status=? ORDER BY id DESC LIMIT 1",
+                          (config_json, RunStatus.FINISHED))
         return int(row[0][0]) if row else None
 
-    def run_ids(self, status: Optional[str] = None) -> list[int]:
+    def run_ids(self, status: Optional[RunStatus] = None) -> list[int]:
         if status is None:
             return [r[0] for r in self._query("SELECT id FROM runs ORDER BY id")]
         return [r[0] for r in self._query("SELECT id FROM runs WHERE status=? ORDER BY id", (status,))]
@@ -566,8 +571,10 @@ class Store:
         return StoreReporter(self, run_id, poll_s=poll_s)
 
     # -- readers (pandas) ------------------------------------------------
-    def runs_frame(self, status: Optional[str] = None):
+    def runs_frame(self, status: Optional[RunStatus] = None):
         """One row per run: identity, status, config essentials, timings (s) and headline metrics.
+
+        ``status`` holds the stored value (a plain string, equal to its :class:`RunStatus`).
 
         ``best_valid_recall@20`` is the best validation Recall@20 seen;
         ``test_recall@20`` the last test Recall@20 recorded, and likewise ``test_ndcg@20``,
@@ -615,7 +622,7 @@ class Store:
         df["device"] = [mode_device(c.get("memory_mode", "dram"), c.get("device_profile")) for c in cfgs]
         now = time.time()
         end = df["finished"].where(df["finished"].notna(),
-                                   df["status"].map(lambda s: now if s == "running" else None))
+                                   df["status"].map(lambda s: now if s == RunStatus.RUNNING else None))
         parts = [time_parts(s, e, i, t) for s, e, i, t in zip(df["started"], end.astype(float), infos, df["train_s"])]
         for key in ("duration_s",) + TIME_PARTS:
             df[key] = pd.Series([p[key] for p in parts], index=df.index, dtype=float)

@@ -28,11 +28,13 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence
+from enum import StrEnum
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 from .config import TUPLE_FIELDS, RunConfig
 from .errors import UserError
 from .memory.footprint import Footprint
+from .status import RunStatus
 
 RECALL_KEY = "recall@20"
 # Fields a sweep may not vary: they are per-run identity, not an experiment axis.
@@ -193,6 +195,13 @@ def format_table(df, markdown: bool = False) -> str:
 # ---------------------------------------------------------------------------
 # running a sweep through the runner
 # ---------------------------------------------------------------------------
+class PointState(StrEnum):
+    """A sweep point that has no run behind it (once it has one, its status is the run's RunStatus)."""
+
+    PENDING = "pending"             # not launched yet
+    NOT_STARTED = "not started"     # the sweep was interrupted before it was queued; it never will be
+
+
 @dataclass
 class SweepPoint:
     """One point of a sweep and what became of it."""
@@ -201,7 +210,7 @@ class SweepPoint:
     config: RunConfig
     run_id: Optional[int] = None
     reused: bool = False            # finished earlier (exact config match): not run again
-    status: str = "pending"
+    status: Union[RunStatus, PointState] = PointState.PENDING
     wall_s: Optional[float] = None  # launch -> end observed by the sweep (measured)
     run_s: Optional[float] = None   # the worker's own started -> finished (measured)
     error: Optional[str] = None
@@ -238,7 +247,7 @@ class SweepOutcome:
 
     @property
     def ok(self) -> bool:
-        return not self.interrupted and all(p.status == "finished" for p in self.points)
+        return not self.interrupted and all(p.status == RunStatus.FINISHED for p in self.points)
 
 
 class Sweep:
@@ -277,7 +286,6 @@ class Sweep:
         re-raises after the outcome is complete.
         """
         from .runner import Runner
-        from .store import TERMINAL
         self.check_datasets()
         points = [SweepPoint(i, c) for i, c in enumerate(self.configs)]
         total = len(points)
@@ -286,7 +294,7 @@ class Sweep:
             rid = self.store.find_finished(p.config.to_json())
             if rid is not None:
                 run = self.store.get_run(rid)
-                p.run_id, p.reused, p.status, p.result = rid, True, "finished", run["result"] or {}
+                p.run_id, p.reused, p.status, p.result = rid, True, RunStatus.FINISHED, run["result"] or {}
                 p.run_s = run["duration_s"]
                 if on_point:
                     on_point(p, total)
@@ -309,12 +317,12 @@ class Sweep:
             for p in todo:
                 p.run_id = runner.launch(p.config, sweep=self.id)
                 pending[p.run_id] = p
-                p.status = "queued"
+                p.status = RunStatus.QUEUED
             while pending:
                 runner.poll()
                 for rid in sorted(pending):
                     st = self.store.status(rid)
-                    if st not in TERMINAL:
+                    if not st.is_terminal:
                         continue
                     now = time.monotonic()
                     p = pending.pop(rid)
@@ -333,7 +341,7 @@ class Sweep:
             # Ctrl-C may land inside launch(): the run row exists but its id never reached us
             by_id = {p.run_id: p for p in todo if p.run_id is not None}
             for rid in self.store.run_ids():
-                if rid >= first_new and rid not in pending and self.store.status(rid) not in TERMINAL:
+                if rid >= first_new and rid not in pending and not self.store.status(rid).is_terminal:
                     run = self.store.get_run(rid)
                     if run["sweep"] == self.id:
                         p = by_id.get(rid) or next((q for q in todo if q.run_id is None
@@ -343,14 +351,14 @@ class Sweep:
                             pending[rid] = p
             for p in todo:
                 if p.run_id is None:
-                    p.status, p.error = "not started", "interrupted (Ctrl-C) before it was queued"
+                    p.status, p.error = PointState.NOT_STARTED, "interrupted (Ctrl-C) before it was queued"
             self._cancel_rest(runner, pending, on_point, total, reason="interrupted (Ctrl-C)")
             runner.close()
             raise SweepInterrupted(outcome) from None
         runner.close()
         return outcome
 
-    def _settle(self, p: SweepPoint, status: str, wall_s: Optional[float]) -> None:
+    def _settle(self, p: SweepPoint, status: RunStatus, wall_s: Optional[float]) -> None:
         run = self.store.get_run(p.run_id)
         p.status, p.error, p.result = status, run["error"], run["result"] or {}
         p.run_s, p.wall_s = run["duration_s"], wall_s
@@ -358,7 +366,7 @@ class Sweep:
     def _cancel_rest(self, runner, pending: dict, on_point, total: int, reason: str) -> None:
         # queued points first (instant), so none of them starts while a running one is stopped;
         # a second Ctrl-C must not leave points queued for the next runner to pick up
-        order = sorted(pending, key=lambda rid: self.store.status(rid) != "queued")
+        order = sorted(pending, key=lambda rid: self.store.status(rid) is not RunStatus.QUEUED)
         main = threading.current_thread() is threading.main_thread()
         old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
         try:
@@ -392,7 +400,7 @@ def progress_line(p: SweepPoint, total: int, fields: Sequence[str]) -> str:
     if p.reused:
         return head + f"finished earlier, not re-run (exact config match, run {p.run_id})"
     s = summary_row(p.result)
-    if p.status != "finished":
+    if p.status != RunStatus.FINISHED:
         why = (p.error or "").strip().splitlines()
         return head + p.status + (f" ({why[-1]})" if why else "")
     bits = [p.status]

@@ -33,7 +33,8 @@ from .config import RunConfig, expect_config
 from .errors import UserError
 from .evaluate import evaluate
 from .graph import BipartiteGraph
-from .models import bpr_loss, bpr_loss_rows, build_model
+from .models import build_model
+from .models.loss import bpr_loss, bpr_loss_rows
 from .optim import build_optimizer, lr_at, state_tensors
 from .memory import footprint, peak_rss_bytes
 from .memory.footprint import Footprint
@@ -45,6 +46,7 @@ from .reporting import MultiReporter, ProgressReporter, Reporter
 from .rows import make_row_store
 from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
 from .signals import StopSignals
+from .status import RunStatus
 
 # Rank every user unless that means scoring more than this many (user, item) pairs.
 FULL_RANKING_MAX_PAIRS = 5e10
@@ -60,7 +62,7 @@ class RunResult:
     """What a finished run returns (and the CLI prints with ``--json``)."""
 
     config: RunConfig
-    status: str = "finished"                 # finished | cancelled | interrupted | diverged (DivergenceBound)
+    status: RunStatus = RunStatus.FINISHED   # finished | cancelled | interrupted | diverged (DivergenceBound)
     epochs: int = 0
     steps: int = 0
     train_seconds: float = 0.0               # measured wall time in training steps
@@ -202,10 +204,10 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
         run = _prepare(config, dataset, progress)
         run.signals = signals
         _compile_kernels(run, rep)
-        ended = None   # "diverged", "cancelled" or "interrupted" when the run ends early
+        ended: Optional[RunStatus] = None   # diverged, cancelled or interrupted when the run ends early
         # sampled mode: one sampler thread for all epochs (closed when training ends, however it ends)
         sampler = _sampled_batches(run.graph, config, run.steps_per_epoch) if run.sampled else None
-        with use_recorder(run.rec), (sampler or contextlib.nullcontext()):
+        with use_recorder(run.recorder), (sampler or contextlib.nullcontext()):
             for epoch in range(1, config.epochs + 1):
                 if signals.signum is not None:   # arrived while preparing, compiling or evaluating
                     ended = _note_stop(run, rep, signals.status, epoch - 1)
@@ -215,7 +217,7 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
                     break
             # no test metrics for a diverged model (they would look like a result), nor after a signal
             # (whoever sent it wants the run to end now)
-            if ended != "diverged" and signals.signum is None:
+            if ended is not RunStatus.DIVERGED and signals.signum is None:
                 _test(run)
         return _finish(run, rep, ended)
 
@@ -234,7 +236,7 @@ class _Run:
     total_steps: int
     eval_users: Optional[np.ndarray]         # None: rank every user
     result: RunResult
-    rec: Recorder = field(default_factory=Recorder)
+    recorder: Recorder = field(default_factory=Recorder)
     totals: _KernelTotals = field(default_factory=_KernelTotals)
     tier_totals: dict = field(default_factory=dict)   # the store's grouping (recorder.store_key): what the tier model projects
     phase_s: dict = field(default_factory=dict)
@@ -337,10 +339,10 @@ def _compile_kernels(run, rep) -> None:
     result = run.result
     if uncached_kernels():   # the warm-ups below compile them (whatever the backend)
         rep.on_event("compiling", COMPILING_MESSAGE)
-    with use_recorder(run.rec):
+    with use_recorder(run.recorder):
         t_jit = time.perf_counter()
         kernels.warmup()
-        result.jit_seconds = run.rec.jit_seconds or (time.perf_counter() - t_jit)
+        result.jit_seconds = run.recorder.jit_seconds or (time.perf_counter() - t_jit)
     # the machine's load is sampled before the first step, after the middle one and after the
     # last: a run timed while other work held the cores is flagged wherever it is shown
     run.load["start"] = load_sample()
@@ -353,8 +355,8 @@ def _compile_kernels(run, rep) -> None:
     rep.on_event("jit", f"kernel compilation/warm-up {result.jit_seconds:.2f} s (not counted as kernel time)")
 
 
-def _train_epoch(run, rep, epoch: int, sampler) -> Optional[str]:
-    """One epoch of training steps; returns "diverged", "cancelled" or "interrupted" when it ends the run."""
+def _train_epoch(run, rep, epoch: int, sampler) -> Optional[RunStatus]:
+    """One epoch of training steps; returns diverged, cancelled or interrupted when it ends the run."""
     config = run.config
     run.model.train()
     # one generator per epoch (seeded (seed, epoch); the sampled mode's sampler does the same);
@@ -374,34 +376,34 @@ def _train_epoch(run, rep, epoch: int, sampler) -> Optional[str]:
         t_epoch += dt
         why = run.divergence.update(lv)
         if why:   # nothing after a blown-up loss means anything
-            ended = "diverged"
+            ended = RunStatus.DIVERGED
             break
         if run.signals.signum is not None:   # between kernels: the step is complete
             ended = run.signals.status
             break
         if rep.should_stop():
-            ended = "cancelled"
+            ended = RunStatus.CANCELLED
             break
     run.t_train += t_epoch
     if run.sampled:
         # evaluation reads the whole table; the sampler runs on into the next epoch, so an
         # oracle cache can prefetch its first batches meanwhile
-        run.row_store.sync(keep_future=ended != "cancelled" and epoch < config.epochs)
+        run.row_store.sync(keep_future=ended is not RunStatus.CANCELLED and epoch < config.epochs)
         run.sampled_stats["redundancy"].append(cover.redundancy())
     result = run.result
     result.epochs, result.steps = epoch, run.step
     result.epoch_seconds.append(t_epoch)
     rep.on_epoch(epoch, t_epoch, i + 1, loss_sum / (i + 1))
-    if ended == "diverged":
-        result.status = "diverged"
+    if ended is RunStatus.DIVERGED:
+        result.status = RunStatus.DIVERGED
         result.info["diverged"] = diverged_message(why, run.step, epoch, config)
-        rep.on_event("diverged", result.info["diverged"])
+        rep.on_event(RunStatus.DIVERGED, result.info["diverged"])
     elif ended:
         _note_stop(run, rep, ended, epoch)
     return ended
 
 
-def _note_stop(run, rep, status: str, epoch: int) -> str:
+def _note_stop(run, rep, status: RunStatus, epoch: int) -> RunStatus:
     """Record that a signal or a cancel request ended the run (``status`` cancelled or interrupted)."""
     how = run.signals.words or "a cancel request"
     run.result.status = status
@@ -412,7 +414,7 @@ def _note_stop(run, rep, status: str, epoch: int) -> str:
 
 def _start_step(run) -> float:
     """Point the recorder at the next step and set the optimizer's learning rate; return it."""
-    run.rec.step = run.step
+    run.recorder.step = run.step
     lr = lr_at(run.step, run.config, run.steps_per_epoch, run.total_steps)
     for g in (run.opt.param_groups if run.opt is not None else ()):
         g["lr"] = lr
@@ -421,17 +423,17 @@ def _start_step(run) -> float:
 
 def _full_step(run, batches):
     """Full-graph step: propagate every node's embedding, BPR on the batch, update all parameters."""
-    rec, model, opt = run.rec, run.model, run.opt
-    with rec.in_phase("sampling"), rec.timed("bpr_sample", pattern="gather", backend="numpy"):
+    recorder, model, opt = run.recorder, run.model, run.opt
+    with recorder.in_phase("sampling"), recorder.timed("bpr_sample", pattern="gather", backend="numpy"):
         users, pos, neg = (torch.from_numpy(a) for a in next(batches))
-    with rec.in_phase("forward"):
+    with recorder.in_phase("forward"):
         out = model.propagate(run.graph.adj)
-    with rec.in_phase("loss"):
+    with recorder.in_phase("loss"):
         loss, _ = bpr_loss(model, out, users, pos, neg, run.config.l2)
-    with rec.in_phase("backward"):
+    with recorder.in_phase("backward"):
         opt.zero_grad(set_to_none=True)
         loss.backward()
-    with rec.in_phase("optimizer"):
+    with recorder.in_phase("optimizer"):
         opt.step()
     return loss
 
@@ -439,29 +441,30 @@ def _full_step(run, batches):
 def _sampled_step(run, batches, lr: float, cover):
     """Sampled step: the batch's k-hop sub-graph, its layer-0 rows fetched from the row store,
     propagated through the blocks; the rows' gradients go back to the row store."""
-    rec, model, opt, row_store, step = run.rec, run.model, run.opt, run.row_store, run.step
-    with rec.in_phase("sampling"), rec.timed("sample_wait", pattern="compute", backend="numpy"):
+    recorder, model, opt, row_store, step = run.recorder, run.model, run.opt, run.row_store, run.step
+    with recorder.in_phase("sampling"), recorder.timed("sample_wait", pattern="compute", backend="numpy"):
         (users, pos, neg), sub = next(batches)  # built ahead by the prefetch thread
         # the oracle plans over the next min(L, MAX_SAMPLE_AHEAD) batches (fewer only at the run's
         # end): wait for the sampler to fill its window, not for thread timing
         ahead = [s.nodes for _, s in batches.window(fill=run.config.cache_policy == "oracle")]
-    rec.record("sample_subgraph", int(sub.build_seconds * 1e9), phase="sampling", pattern="gather", backend="numpy")
+    recorder.record("sample_subgraph", int(sub.build_seconds * 1e9), phase="sampling", pattern="gather",
+                    backend="numpy")
     _note_subgraph(run.sampled_stats, sub)
     cover.add(sub.nodes)
     rows = torch.from_numpy(sub.nodes)
     row_store.lookahead(ahead)
-    with rec.in_phase("forward"):
+    with recorder.in_phase("forward"):
         x0 = row_store.fetch(step, rows).requires_grad_(True)
         out = model.propagate_blocks(sub.blocks, x0)
-    with rec.in_phase("loss"):
+    with recorder.in_phase("loss"):
         si = torch.from_numpy(sub.seed_index)
         b = len(users)
         loss, _ = bpr_loss_rows(out, x0, si[:b], si[b:2 * b], si[2 * b:], run.config.l2)
-    with rec.in_phase("backward"):
+    with recorder.in_phase("backward"):
         if opt is not None:
             opt.zero_grad(set_to_none=True)
         loss.backward()
-    with rec.in_phase("optimizer"):
+    with recorder.in_phase("optimizer"):
         row_store.update(step, rows, x0.grad, lr)
         if opt is not None:
             opt.step()
@@ -470,7 +473,7 @@ def _sampled_step(run, batches, lr: float, cover):
 
 def _record_step(run, rep, epoch: int, loss, seconds: float) -> float:
     """Fold the step's kernel records into the run's totals, report the step; return its loss."""
-    records = run.rec.take()
+    records = run.recorder.take()
     run.totals.add(records)
     sum_records(records, store_key, into=run.tier_totals)
     for r in records:
@@ -511,9 +514,9 @@ def _evaluate_and_check_stop(run, rep, epoch: int) -> bool:
 
 def _evaluate(run, split: str) -> dict:
     run.model.eval()
-    with run.rec.in_phase("evaluation"):
+    with run.recorder.in_phase("evaluation"):
         m = evaluate(run.model, run.graph.adj, run.dataset, split, topk=run.config.topk, users=run.eval_users)
-    run.rec.take()  # evaluation kernels are not training-step kernels
+    run.recorder.take()  # evaluation kernels are not training-step kernels
     return m
 
 
@@ -524,7 +527,7 @@ def _test(run) -> None:
     run.result.test = _evaluate(run, "test")
 
 
-def _finish(run, rep, ended: Optional[str]) -> RunResult:
+def _finish(run, rep, ended: Optional[RunStatus]) -> RunResult:
     """Complete the result (times, kernels, sampled-mode stats, modeled projection, peak RSS)
     and report it once."""
     config, result = run.config, run.result

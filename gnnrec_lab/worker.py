@@ -33,11 +33,11 @@ import traceback
 
 from .errors import UserError
 from .signals import EXIT_INTERRUPTED, Terminated, signal_cause
+from .status import RunStatus
 
 TRAIN_FN_ENV = "GNNREC_LAB_TRAIN_FN"
 DEFAULT_TRAIN_FN = "gnnrec_lab.train:train"
 EXIT_OK, EXIT_FAILED, EXIT_OOM, EXIT_DIVERGED = 0, 1, 3, 4
-RESULT_STATUSES = ("finished", "cancelled", "interrupted", "diverged")
 STDERR_TAIL_LINES = 50
 
 
@@ -73,20 +73,21 @@ def tail_lines(path, n: int = STDERR_TAIL_LINES, max_bytes: int = 64 * 1024) -> 
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-n:])
 
 
-def finish_run(store, run_id: int, result, reporter=None) -> str:
+def finish_run(store, run_id: int, result, reporter=None) -> RunStatus:
     """Record a training function's ``result`` and its final status; return the status.
 
     The result is written once: a :class:`~gnnrec_lab.store.StoreReporter` given as
     ``reporter`` has already written it from ``on_finish`` (a training function that never
     called it, e.g. a test fake, gets it written here)."""
-    status = getattr(result, "status", "finished")
-    if status not in RESULT_STATUSES:
-        status = "finished"
+    status = RunStatus.of(getattr(result, "status", RunStatus.FINISHED))
+    # a result says how its training loop ended; an active status or a crash is not one of those
+    if status is None or status.is_active or status.is_crash:
+        status = RunStatus.FINISHED
     if not getattr(reporter, "recorded", False):
         store.record_result(run_id, result)
     info = getattr(result, "info", None) or {}
-    error = info.get("diverged") if status == "diverged" else info.get("stopped")
-    store.set_status(run_id, status, error=error, only_if=("running",))
+    error = info.get("diverged") if status is RunStatus.DIVERGED else info.get("stopped")
+    store.set_status(run_id, status, error=error, only_if=(RunStatus.RUNNING,))
     return status
 
 
@@ -95,27 +96,28 @@ def failure(exc: BaseException) -> tuple:
     even wrapped in a compiled kernel's SystemError, is the signal's ending, not a failure)."""
     sig = signal_cause(exc)
     if isinstance(sig, KeyboardInterrupt):
-        return "interrupted", "interrupted: stopped at once by a second SIGINT (Ctrl-C)", EXIT_INTERRUPTED
+        return RunStatus.INTERRUPTED, "interrupted: stopped at once by a second SIGINT (Ctrl-C)", EXIT_INTERRUPTED
     if isinstance(sig, Terminated):
-        return "cancelled", "cancelled: stopped at once by SIGTERM (outside the training loop, or a second one)", EXIT_OK
+        return (RunStatus.CANCELLED,
+                "cancelled: stopped at once by SIGTERM (outside the training loop, or a second one)", EXIT_OK)
     if isinstance(exc, UserError):
-        return "failed", str(exc), EXIT_FAILED
+        return RunStatus.FAILED, str(exc), EXIT_FAILED
     if "disk is full" in str(exc).lower() or getattr(exc, "errno", None) == errno.ENOSPC:
-        return "failed", f"failed: the disk is full ({type(exc).__name__}: {exc})", EXIT_FAILED
+        return RunStatus.FAILED, f"failed: the disk is full ({type(exc).__name__}: {exc})", EXIT_FAILED
     if is_out_of_memory(exc):
-        return "oom", (f"out of memory: {type(exc).__name__}: {exc}".rstrip(": ")
-                       + " (an allocation failed inside the run: lower batch_size or dim, or place "
-                         "tensors on a larger tier)"), EXIT_OOM
-    return "failed", traceback.format_exc(), EXIT_FAILED
+        return RunStatus.OOM, (f"out of memory: {type(exc).__name__}: {exc}".rstrip(": ")
+                               + " (an allocation failed inside the run: lower batch_size or dim, or place "
+                                 "tensors on a larger tier)"), EXIT_OOM
+    return RunStatus.FAILED, traceback.format_exc(), EXIT_FAILED
 
 
 def _on_sigterm(signum, frame):
     raise Terminated()
 
 
-def exit_status(status: str) -> int:
+def exit_status(status: RunStatus) -> int:
     """The worker's exit status for a run's final ``status``."""
-    return {"diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}.get(status, EXIT_OK)
+    return {RunStatus.DIVERGED: EXIT_DIVERGED, RunStatus.INTERRUPTED: EXIT_INTERRUPTED}.get(status, EXIT_OK)
 
 
 def run_worker(run_id: int, store=None) -> int:
@@ -128,18 +130,19 @@ def run_worker(run_id: int, store=None) -> int:
     run_dir = store.run_dir(run_id)
     stderr_path = run_dir / "stderr.log"
 
-    def fail(status: str, error: str, code: int) -> int:
+    def fail(status: RunStatus, error: str, code: int) -> int:
         sys.stderr.flush()
         store.set_status(run_id, status, error=error, stderr_tail=tail_lines(stderr_path) or None,
-                         only_if=("queued", "running"))
+                         only_if=(RunStatus.QUEUED, RunStatus.RUNNING))
         return code
 
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         run = store.get_run(run_id, need=("config",))
         config = RunConfig.from_dict(run["config"])
-        if not store.set_status(run_id, "running", pid=os.getpid(), pid_start=proc_start_ticks(os.getpid()),
-                                host=json.dumps(host_info()), only_if=("queued", "running")):
+        if not store.set_status(run_id, RunStatus.RUNNING, pid=os.getpid(),
+                                pid_start=proc_start_ticks(os.getpid()), host=json.dumps(host_info()),
+                                only_if=(RunStatus.QUEUED, RunStatus.RUNNING)):
             return EXIT_OK  # cancelled (or otherwise ended) before this process got going
         train_fn = resolve_train_fn()
         reporter = store.reporter(run_id)

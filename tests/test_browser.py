@@ -165,10 +165,10 @@ def test_launch_tiny_run_watch_it_and_see_its_breakdown(tmp_path, browser):
         # it and the worker trained it), then the Live page, which the launch opened and which
         # polls the store every second, shows that end. A fixed 10 s for the Live heading alone
         # failed once in a fresh clone under load, while the page was still being built.
-        from gnnrec_lab.store import TERMINAL, Store
+        from gnnrec_lab.store import Store
         store = Store(tmp_path / "home")
         deadline = time.monotonic() + 45
-        while not (len(store.runs_frame()) == 1 and store.status(1) in TERMINAL):
+        while not (len(store.runs_frame()) == 1 and store.status(1).is_terminal):
             if time.monotonic() > deadline:
                 page.screenshot(path=str(ARTIFACTS / "live-failed.png"), full_page=True)
                 raise AssertionError(f"run 1 did not end: {store.runs_frame()[['id', 'status']]}")

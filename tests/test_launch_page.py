@@ -9,7 +9,8 @@ import panel as pn
 import pytest
 
 from gnnrec_lab.config import RunConfig
-from gnnrec_lab.dashboard.common import OVERLOADED_LABEL, Lab, fmt_bytes
+from gnnrec_lab.dashboard.common import OVERLOADED_LABEL, Lab
+from gnnrec_lab.formatting import fmt_bytes
 from gnnrec_lab.dashboard.fake import fake_records
 from gnnrec_lab.dashboard.security import LaunchPolicy, set_launch_policy
 

@@ -8,7 +8,7 @@ from gnnrec_lab.errors import UserError
 from gnnrec_lab.graph import BipartiteGraph
 from _graphs import power_law_graph
 from gnnrec_lab.sampling import (Prefetcher, SubGraph, batch_nodes, bpr_batches, redundancy_factor,
-                                 sample_negatives, sample_subgraph, sampled_batches)
+                                 sample_negatives, sample_subgraph)
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,8 @@ def test_redundancy_factor():
 
 
 def test_sampled_batches_redundancy(graph):
-    subs = [sg for _, sg in sampled_batches(graph, 256, [5, 5], np.random.default_rng(0))]
+    rng = np.random.default_rng(0)   # one epoch of BPR batches, each with its sub-graph, as training samples them
+    subs = [sample_subgraph(graph, batch_nodes(graph, u, p, n), [5, 5], rng) for u, p, n in bpr_batches(graph, 256, rng)]
     r = redundancy_factor(subs)
     assert r > 1.0  # hubs appear in almost every batch
     assert r == sum(s.nodes.shape[0] for s in subs) / len(np.unique(np.concatenate([s.nodes for s in subs])))

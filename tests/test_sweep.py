@@ -14,7 +14,7 @@ import pytest
 
 from gnnrec_lab import RunConfig
 from gnnrec_lab.errors import ConfigError, DataError, UserError
-from gnnrec_lab.store import TERMINAL, Store
+from gnnrec_lab.store import Store
 from gnnrec_lab.sweep import (Sweep, SweepInterrupted, expand, format_table, progress_line, summary_frame,
                               summary_row, sweep_id, time_to_reach, varied_fields)
 

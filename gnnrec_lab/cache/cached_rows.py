@@ -287,12 +287,12 @@ class CachedRows:
         dt = time.perf_counter() - t0
         self.fetch_seconds += dt
         self.fetches += 1
-        rec = get_recorder()
+        recorder = get_recorder()
         nread = self.tier.bytes_read - self.sync_bytes_read - self._rec_read
         self._rec_read += nread
-        rec.record("row_fetch", int((dt - wb_s) * 1e9), bytes_read=nread, bytes_written=x.numel() * 4,
-                   pattern="gather", row_bytes=self.tier.stride, random_bytes=nread, phase="forward",
-                   backend=self.tier.io_mode)
+        recorder.record("row_fetch", int((dt - wb_s) * 1e9), bytes_read=nread, bytes_written=x.numel() * 4,
+                        pattern="gather", row_bytes=self.tier.stride, random_bytes=nread, phase="forward",
+                        backend=self.tier.io_mode)
         if wb_s > 0:
             self._record_writeback(wb_s, "forward")
         return x

@@ -45,9 +45,6 @@ from ..errors import UserError
 
 INF = np.int64(2**62)   # "never used again"
 
-# counts returned by every kernel, in this order
-COUNT_FIELDS = ("hits", "misses", "evictions", "prefetched", "peak_occupancy", "final_resident")
-
 
 # -- a max-heap of (int64 key, int64 row) with lazy deletion ---------------------------------
 

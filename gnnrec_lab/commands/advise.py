@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from ..errors import UserError
+from ..formatting import fmt_ms
 from ..bounds import MAX_DRAM_GIB, number
 from .common import add_field_argument, bounded
 
@@ -60,10 +61,7 @@ def _counts(args) -> dict:
                 raise UserError(f"--counts: expected NAME=INTEGER pairs, got {part!r}")
             out[k.strip()] = v
         return check_counts(out, "--counts", strict=True)
-    try:
-        from ..data import describe
-    except ImportError:
-        raise UserError("--counts is needed: the dataset registry is not available") from None
+    from ..data import describe
     return describe(args.dataset)
 
 
@@ -94,8 +92,8 @@ def run(args) -> int:
     src = a["step_source"]
     print(f"DRAM step: {src['text']}")
     if ref is not None:
-        spread = ", ".join(f"#{x['run_id']} {x['measured_s'] * 1e3:.1f} ms" + (" (load > cores)" if x["overloaded"]
-                                                                              else "") for x in ref["runs"])
+        spread = ", ".join(f"#{x['run_id']} {fmt_ms(x['measured_s'])}" + (" (load > cores)" if x["overloaded"]
+                                                                           else "") for x in ref["runs"])
         print(f"  stored DRAM runs of this shape (measured step): {spread}")
     print("memory modes (step times modeled from the DRAM step and the tier model; App Direct, CXL and remote "
           "NUMA keep the advised split in DRAM, 'all on device' puts every tensor class on the device, as "

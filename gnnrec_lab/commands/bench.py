@@ -34,7 +34,8 @@ def _check_memory(args) -> None:
     a kernel's inputs and outputs are node rows (n_nodes x dim) and, for the edge kernels, edge
     rows (nnz x dim), float32 (~4 node-row and 2 edge-row tensors alive at once, forward and backward)."""
     from ..benchmarking import SIZES
-    from ..preflight import _fmt, available_bytes
+    from ..formatting import fmt_bytes
+    from ..preflight import available_bytes
     sizes = [s for s in (args.sizes if args.target == "kernels" else args.sizes[:1]) if s in SIZES]
     dims = args.dims if args.target == "kernels" else args.dims[:1]
     if not sizes:
@@ -43,8 +44,8 @@ def _check_memory(args) -> None:
     need = 4 * max(dims) * (4 * (users + items) + 2 * 2 * nnz)
     free = available_bytes()
     if need > free:
-        raise UserError(f"--dims: {max(dims):,} on graph {sizes[-1]} needs about {_fmt(need)} of operands, more than "
-                        f"the {_fmt(free)} available now; use smaller --dims or --sizes")
+        raise UserError(f"--dims: {max(dims):,} on graph {sizes[-1]} needs about {fmt_bytes(need)} of operands, "
+                        f"more than the {fmt_bytes(free)} available now; use smaller --dims or --sizes")
 
 
 MIN_RECORDING_REPEATS = 3   # paired A/B ratios the recording overhead's median and quartiles need

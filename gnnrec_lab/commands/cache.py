@@ -13,6 +13,7 @@ import sys
 from ..bounds import integers
 from ..config import CACHE_TRACE_BATCH, MAXIMA, NUMERIC_FIELDS, SIMULATED_CACHE_POLICIES
 from ..errors import UserError
+from ..formatting import fmt_percent
 from .common import bounded, field_type
 
 
@@ -97,10 +98,7 @@ def _trace_request(args):
     fanouts = _fanouts(args) if model != "mf" else []
     if model == "mf" and args.fanouts is not None:
         raise UserError("--fanouts applies to sampled models (lightgcn, ngcf), not --model mf")
-    try:
-        from ..data import load
-    except ImportError as e:  # the data package is built by another part of the project
-        raise UserError(f"--dataset: dataset loading is unavailable ({e})") from None
+    from ..data import load
     ds = load(args.dataset, seed=seed)
     graph = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
     return graph, {"kind": "mf" if model == "mf" else "sampled", "batch_size": batch_size, "fanouts": fanouts,
@@ -156,7 +154,7 @@ def _sim(args) -> int:
             print(f"{r['policy']:<18}{'n/a':>9}  (see note)")
             notes.append(f"{r['policy']}: {r['note']}")
             continue
-        print(f"{r['policy']:<18}{100 * r['hit_rate']:>8.1f}%{100 * r['stall_rate']:>7.1f}%"
+        print(f"{r['policy']:<18}{fmt_percent(r['hit_rate']):>9}{fmt_percent(r['stall_rate']):>8}"
               f"{r['read_bytes'] / 1e9:>10.3f}{r['written_bytes'] / 1e9:>12.3f}{r['prefetch_bytes'] / 1e9:>13.3f}"
               f"{r['peak_occupancy_rows']:>11,}{r['sim_seconds']:>8.2f}")
     for n in notes:

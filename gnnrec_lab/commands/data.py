@@ -58,7 +58,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
-def _fmt(n) -> str:
+def _count_cell(n) -> str:
     return f"{n:,}" if isinstance(n, int) else str(n)
 
 
@@ -73,7 +73,8 @@ def cmd_list(args) -> int:
     where, why = (Path(args.data_dir).expanduser(), "--data-dir") if args.data_dir else data_dir_source()
     print(f"data directory: {where} ({why})")
     head = ("name", "kind", "users", "items", "interactions", "prepared")
-    table = [head] + [(r["name"], r["kind"], _fmt(r["n_users"]), _fmt(r["n_items"]), _fmt(r["n_interactions"]),
+    table = [head] + [(r["name"], r["kind"], _count_cell(r["n_users"]), _count_cell(r["n_items"]),
+                       _count_cell(r["n_interactions"]),
                        "yes" if r["prepared"] else "no") for r in rows]
     widths = [max(len(row[k]) for row in table) for k in range(len(head))]
     for j, row in enumerate(table):

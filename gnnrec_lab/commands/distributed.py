@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from ..formatting import fmt_ms
 from ..bounds import integer, number
+from ..status import RunStatus
 from .common import add_field_argument, bounded, field_type
 
 
@@ -128,7 +130,7 @@ def main(args) -> int:
                        max_steps_per_epoch=args.max_steps_per_epoch,
                        name=args.name or f"distdgl {args.partitions} partitions")
     store = Store()
-    run_id = store.add_run(config, status="running")
+    run_id = store.add_run(config, status=RunStatus.RUNNING)
     workdir = store.run_dir(run_id) / "distdgl"
     workdir.mkdir(parents=True, exist_ok=True)
     spec = D.DistSpec(workdir=str(workdir), graph_name=f"{D.GRAPH_PREFIX}{run_id}_{workdir.stat().st_ino}",
@@ -151,7 +153,7 @@ def main(args) -> int:
         if isinstance(e, KeyboardInterrupt):
             e = _Stopped("interrupted (Ctrl-C)", 130)
         msg = str(e) if isinstance(e, (RuntimeError, UserError, _Stopped)) else f"{type(e).__name__}: {e}"
-        store.set_status(run_id, "failed", error=msg[-4000:])
+        store.set_status(run_id, RunStatus.FAILED, error=msg[-4000:])
         if isinstance(e, (RuntimeError, UserError, _Stopped)):
             print(f"gnnrec-lab: error: run {run_id}: {msg}", file=sys.stderr)
             return e.code if isinstance(e, _Stopped) else 1
@@ -161,7 +163,7 @@ def main(args) -> int:
         if not args.keep_partitions:
             shutil.rmtree(workdir / "parts", ignore_errors=True)
             (workdir / "best_emb.npy").unlink(missing_ok=True)
-    store.set_status(run_id, "finished")
+    store.set_status(run_id, RunStatus.FINISHED)
     result["run_id"] = run_id
     if args.json:
         print(json.dumps(result, default=float))
@@ -171,7 +173,7 @@ def main(args) -> int:
     print(f"run {run_id}: DistDGL, {args.partitions} partitions, {result['steps']} steps/trainer, "
           f"epoch {sum(result['epoch_seconds']) / max(1, len(result['epoch_seconds'])):.2f} s (measured)")
     print("per mini-batch (median over all trainers, measured): " + ", ".join(
-        f"{k} {med[k] * 1e3:.1f} ms" for k in D.PHASES) + f"; batch {med['total'] * 1e3:.1f} ms; "
+        f"{k} {fmt_ms(med[k])}" for k in D.PHASES) + f"; batch {fmt_ms(med['total'])}; "
           f"phases sum to {d['phase_sum_over_batch'] * 100:.1f}% of the batch time (means)")
     b = d["bytes_between_partitions"]
     print(f"between partitions (counted): {b['per_batch'] / 2**20:.2f} MiB per batch "

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
+from ..formatting import fmt_bytes, fmt_ms
+from ..status import RunStatus
 from .common import add_config_arguments, add_config_file_argument, config_from_args
 
 
@@ -39,24 +41,18 @@ def _print_summary(result, out=None):
     print(f"test metrics (best valid epoch {result.best_epoch}): {ms}", file=out)
     n = max(result.steps, 1)
     print(f"{result.steps} steps in {result.train_seconds:.2f} s measured "
-          f"({result.train_seconds / n * 1e3:.1f} ms/step); kernel JIT/warm-up {result.jit_seconds:.2f} s "
+          f"({fmt_ms(result.train_seconds / n)}/step); kernel JIT/warm-up {result.jit_seconds:.2f} s "
           f"not counted", file=out)
-    try:
-        from ..analysis import breakdown, format_breakdown
-        print("per-kernel time (measured on this machine):", file=out)
-        print(format_breakdown(breakdown(result.kernel_frame())), file=out)
-    except ImportError:
-        df = result.kernel_frame()
-        if len(df):
-            df = df.assign(seconds=df.ns / 1e9).drop(columns="ns")
-            print(df.to_string(index=False), file=out)
+    from ..analysis import breakdown, format_breakdown
+    print("per-kernel time (measured on this machine):", file=out)
+    print(format_breakdown(breakdown(result.kernel_frame())), file=out)
     if result.modeled:
         from ..train import modeled_line
         print(modeled_line(result.modeled), file=out)
     fp = result.footprint
     if fp.predicted:
-        print(f"footprint: predicted {fp.predicted_total / 2**20:.1f} MiB (modeled), peak RSS "
-              f"{fp.peak_rss / 2**20:.1f} MiB (measured)", file=out)
+        print(f"footprint: predicted {fmt_bytes(fp.predicted_total)} (modeled), peak RSS "
+              f"{fmt_bytes(fp.peak_rss)} (measured)", file=out)
 
 
 def _check_trace_path(path: str) -> None:
@@ -129,22 +125,22 @@ def main(args) -> int:
         export_chrome_trace(result.step_records, args.trace)
     if args.json:
         print(json.dumps(result.to_dict() | {"run_id": run_id}, default=str))
-    elif result.status == "finished" or (result.status == "cancelled" and result.test):
+    elif result.status is RunStatus.FINISHED or (result.status is RunStatus.CANCELLED and result.test):
         _print_summary(result)
     if run_id is not None and not args.json:
         print(f"stored as run {run_id} (`gnnrec-lab runs show {run_id}`)")
-    if result.status == "diverged":
+    if result.status is RunStatus.DIVERGED:
         from ..worker import EXIT_DIVERGED
         red = ("\033[31m", "\033[0m") if sys.stderr.isatty() else ("", "")
         print(f"{red[0]}gnnrec-lab: error: {result.info['diverged']}{red[1]}", file=sys.stderr)
         return EXIT_DIVERGED
-    if result.status in ("interrupted", "cancelled"):
+    if result.status.is_stopped:
         from ..signals import EXIT_INTERRUPTED, EXIT_TERMINATED
         print(f"gnnrec-lab: {result.info.get('stopped', result.status)}", file=sys.stderr)
-        if result.status == "interrupted":
+        if result.status is RunStatus.INTERRUPTED:
             return EXIT_INTERRUPTED
         return EXIT_TERMINATED if "SIGTERM" in result.info.get("stopped", "") else 1
-    return 0 if result.status == "finished" else 1
+    return 0 if result.status is RunStatus.FINISHED else 1
 
 
 def train_stored(config, progress: bool = False, store_it: bool = True, own_sigterm: bool = True, **train_kw):
@@ -170,14 +166,14 @@ def train_stored(config, progress: bool = False, store_it: bool = True, own_sigt
     from ..store import Store
     from ..worker import failure, finish_run
     store = Store()
-    run_id = store.add_run(config, status="running")
+    run_id = store.add_run(config, status=RunStatus.RUNNING)
     store.set_fields(run_id, pid=os.getpid(), pid_start=proc_start_ticks(os.getpid()))
     reporter = store.reporter(run_id)
     try:
         result = train(config, reporter=reporter, progress=progress, **train_kw)
     except BaseException as e:
         status, error, _ = failure(e)
-        store.set_status(run_id, status, error=error, only_if=("running",))
+        store.set_status(run_id, status, error=error, only_if=(RunStatus.RUNNING,))
         raise
     finish_run(store, run_id, result, reporter)
     return result, run_id

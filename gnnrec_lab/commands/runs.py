@@ -7,6 +7,8 @@ import sys
 import time
 
 from ..bounds import MAX_SECONDS, number
+from ..formatting import fmt_duration, fmt_ms
+from ..status import RunStatus
 from .common import bounded, run_id
 
 TABLE = (  # (header, column in runs_frame)
@@ -30,8 +32,7 @@ def register(subparsers) -> None:
                                           "'(modeled)' columns scale them by the run's modeled/measured "
                                           "step-time ratio (as `runs show` and `whatif` print it).")
     p.add_argument("--json", action="store_true", help="print the list as JSON (machine-readable)")
-    from ..store import STATUSES
-    p.add_argument("--status", choices=STATUSES,
+    p.add_argument("--status", choices=[s.value for s in RunStatus],
                    help="list only runs with this status (default: every status)")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     s = sub.add_parser("show", help="everything stored about one run")
@@ -86,7 +87,7 @@ def _export(store, args) -> int:
     raise UserError(f"--to: got {target!r}, allowed: mlflow, tensorboard DIR")
 
 
-def _fmt(v, col: str) -> str:
+def _table_cell(v, col: str) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     if col == "started":
@@ -97,9 +98,9 @@ def _fmt(v, col: str) -> str:
             pass
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.timestamp()))  # local, as `runs show`
     if col in ("duration_s", "train_s", "modeled_train_s"):
-        return _duration(float(v))
+        return fmt_duration(float(v))
     if col in ("step_s", "modeled_step_s"):
-        return f"{float(v) * 1e3:.1f} ms"
+        return fmt_ms(v)
     if col.endswith("recall@20"):
         return f"{float(v):.4f}"
     if col == "load_max":
@@ -107,10 +108,10 @@ def _fmt(v, col: str) -> str:
     return str(v)
 
 
-def _load_cell(rec: dict) -> str:
+def _load_cell(row: dict) -> str:
     """The list's load column (:func:`~gnnrec_lab.proc.load_cell`)."""
     from ..proc import load_cell
-    return load_cell(rec.get("load_max"), rec.get("cpus"), rec.get("overloaded"), OVERLOADED_MARK)
+    return load_cell(row.get("load_max"), row.get("cpus"), row.get("overloaded"), OVERLOADED_MARK)
 
 
 # Evaluation outputs that are counts, not metrics (printed as integers).
@@ -127,17 +128,8 @@ def _metric(name: str, value: float) -> str:
 def _parts(run: dict) -> str:
     """'  (startup 3.1 s, kernel JIT 1m 28s, training 9.5 s, other 2.0 s)' from Store.get_run's parts."""
     names = (("startup_s", "startup"), ("jit_s", "kernel JIT"), ("train_s", "training"), ("other_s", "other"))
-    parts = [f"{label} {_duration(run[k])}" for k, label in names if run.get(k) is not None]
+    parts = [f"{label} {fmt_duration(run[k])}" for k, label in names if run.get(k) is not None]
     return f"  ({', '.join(parts)})" if parts else ""
-
-
-def _duration(s: float) -> str:
-    """Seconds as '12.3 s', '4m 05s' or '2h 03m'."""
-    if s < 60:
-        return f"{s:.1f} s"
-    if s < 3600:
-        return f"{int(s // 60)}m {int(s % 60):02d}s"
-    return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
@@ -161,7 +153,7 @@ def _list(store, args) -> int:
         print(f"no runs{' with status ' + args.status if args.status else ''} in {store.path}")
         return 0
     recs = df.to_dict(orient="records")
-    rows = [[_load_cell(r) if col == "load_max" else _fmt(r[col], col) for _, col in TABLE] for r in recs]
+    rows = [[_load_cell(r) if col == "load_max" else _table_cell(r[col], col) for _, col in TABLE] for r in recs]
     print(_table(rows, [h for h, _ in TABLE]))
     if any(r.get("overloaded") for r in recs):
         print(f"{OVERLOADED_MARK} load average (1 min) above the core count during the run: its measured times "
@@ -193,7 +185,7 @@ def _show(store, run_id: int, as_json: bool) -> int:
     for why in run["damaged"]:
         print(f"  damaged    {why} (kept as it is; shown as missing below)")
     print(f"  status     {run['status']}" + ("  (cancel requested)" if run["cancel_requested"] and
-                                            run["status"] == "running" else ""))
+                                            run["status"] is RunStatus.RUNNING else ""))
     # the durations below are timed on this host even for a modeled memory mode (its kernels run on
     # DRAM here): the 'modeled' lines say what they would be on the device
     print("  time       measured on this host" + ("" if run["measured"] == "measured" else
@@ -209,14 +201,14 @@ def _show(store, run_id: int, as_json: bool) -> int:
         print(f"  modeled    {modeled_line(modeled)}")
         train = modeled_seconds(run.get("train_s"), modeled_ratio(modeled))
         if train is not None:
-            print(f"  modeled    training {_duration(train)} on {modeled.get('device')} (the "
-                  f"{_duration(run['train_s'])} measured here x {modeled_ratio(modeled):.2f})")
+            print(f"  modeled    training {fmt_duration(train)} on {modeled.get('device')} (the "
+                  f"{fmt_duration(run['train_s'])} measured here x {modeled_ratio(modeled):.2f})")
     if cfg.get("placement"):
         print(f"  placement  {cfg['placement']}")
     print(f"  created    {ts(run['created'])}")
     print(f"  started    {ts(run['started'])}")
     print(f"  finished   {ts(run['finished'])}")
-    print(f"  duration   {_duration(run['duration_s']) if run['duration_s'] is not None else '-'}" + _parts(run))
+    print(f"  duration   {fmt_duration(run['duration_s'])}" + _parts(run))
     if run["pid"]:
         print(f"  pid        {run['pid']}")
     if run["sweep"]:
@@ -244,7 +236,7 @@ def _show(store, run_id: int, as_json: bool) -> int:
             print(f"  footprint  {r.tensor_class:<18} {r.bytes / 2**20:10.2f} MiB  {r.kind}")
     if run["error"]:
         print("  error      " + run["error"].rstrip().replace("\n", "\n             "))
-    if run["stderr_tail"] and run["status"] in ("failed", "oom"):
+    if run["stderr_tail"] and run["status"].is_crash:
         print(f"  stderr (last lines, full log in {store.home / 'runs' / str(run_id) / 'stderr.log'}):")
         for line in run["stderr_tail"].splitlines():
             print("    " + line)
@@ -295,5 +287,5 @@ def main(args) -> int:
             print(f"gnnrec-lab: {e}", file=sys.stderr)
             return 1
         print(f"run {args.id}: {status}")
-        return 0 if status == "finished" else 1
+        return 0 if status is RunStatus.FINISHED else 1
     raise AssertionError(action)

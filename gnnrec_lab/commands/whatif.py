@@ -55,10 +55,7 @@ def _records(args):
         return recs, None, None, {}
     if not args.run_id:
         raise UserError("whatif: give a RUN_ID or --records FILE")
-    try:
-        from ..store import Store
-    except ImportError:
-        raise UserError("whatif: the run store is not available; use --records FILE") from None
+    from ..store import Store
     from ..memory.tiermodel import stored_run_records
     store = Store()
     store.get_run(args.run_id, need=("config",))   # a damaged config is named, not projected as defaults

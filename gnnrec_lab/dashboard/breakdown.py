@@ -23,10 +23,12 @@ import param
 
 from ..analysis import ROOFLINE_NOTE, breakdown, roofline_points
 from ..calibrate import host_profile
+from ..formatting import fmt_bytes, fmt_ms
 from ..memory.footprint import Footprint
 from ..memory.tiermodel import mode_device
 from ..provenance import Provenance
-from .common import (BAR_COLOR, MODELED_NOTE, Lab, bar_style, dram_bytes, fmt_bytes, hatch_hook, hv_pane,
+from ..status import RunStatus
+from .common import (BAR_COLOR, MODELED_NOTE, Lab, bar_style, dram_bytes, hatch_hook, hv_pane,
                      kernel_color, not_available, phase_color, run_selector, safe_call)
 from .launch import modeled_bars, run_modeled_step, tier_projection
 
@@ -60,10 +62,10 @@ def modeled_kernel_phase_ms(step: Optional[dict]) -> pd.DataFrame:
     return g.sort_values(["name", "phase"])[["name", "phase", "ms"]].assign(name=lambda d: d["name"].astype(str))
 
 
-def mode_header(rec: dict) -> str:
+def mode_header(run: dict) -> str:
     """What the Breakdown header says about time: measured here, and (modeled memory modes) which
     memory mode and device profile the modeled charts use."""
-    cfg = rec.get("config") or {}
+    cfg = run.get("config") or {}
     mode = cfg.get("memory_mode") or "dram"
     dev = safe_call(mode_device, mode, cfg.get("device_profile"))[0]
     if mode == "dram" or dev is None:
@@ -150,7 +152,7 @@ def newest_finished(runs: pd.DataFrame):
     """The run the Breakdown page shows until one is chosen: the newest finished, else the newest."""
     if runs is None or runs.empty or "status" not in runs.columns:
         return None
-    fin = runs[runs["status"] == "finished"]
+    fin = runs[runs["status"] == RunStatus.FINISHED]
     return (fin if not fin.empty else runs)["id"].max().item()
 
 
@@ -184,9 +186,9 @@ class BreakdownPage(pn.viewable.Viewer):
             xlabel="kernel",
             title=f"Kernel time by phase, modeled on {step['device']}", legend_position="right")
 
-    def _modeled_kernel_section(self, run_id, rec: dict):
+    def _modeled_kernel_section(self, run_id, run: dict):
         """Measured DRAM kernel x phase next to the same step modeled on the run's device."""
-        cfg = rec.get("config") or {}
+        cfg = run.get("config") or {}
         if (cfg.get("memory_mode") or "dram") == "dram":
             return pn.Spacer(height=0)
         step, why = run_modeled_step(self.lab, run_id)
@@ -194,8 +196,8 @@ class BreakdownPage(pn.viewable.Viewer):
             return not_available("Kernel time by phase on the run's device (memory tier model)", why)
         return pn.Column(pn.pane.Markdown(
             f"{MODELED_NOTE} Below, the step modeled on **{step['device']}** ({step['memory_mode']}): "
-            f"**{step['modeled_s'] * 1e3:.1f} ms per step (modeled)**, {step['ratio']:.2f}x the "
-            f"{step['measured_s'] * 1e3:.1f} ms measured on DRAM; the measured chart above is the same step on DRAM. "
+            f"**{fmt_ms(step['modeled_s'])} per step (modeled)**, {step['ratio']:.2f}x the "
+            f"{fmt_ms(step['measured_s'])} measured on DRAM; the measured chart above is the same step on DRAM. "
             f"Placement: {step.get('placement_assumption', '?')}."),
             hv_pane(self.modeled_kernel_bars(step)), sizing_mode="stretch_width")
 
@@ -225,7 +227,7 @@ class BreakdownPage(pn.viewable.Viewer):
             color="black", line_dash="dashed")
         return pn.Column(note, hv_pane(scatter * roof), sizing_mode="stretch_width")
 
-    def _footprint_section(self, fp: Optional[pd.DataFrame], rec: dict):
+    def _footprint_section(self, fp: Optional[pd.DataFrame], run: dict):
         import holoviews as hv
         if fp is None or fp.empty:
             return pn.pane.Markdown("*No footprint recorded for this run.*")
@@ -237,7 +239,7 @@ class BreakdownPage(pn.viewable.Viewer):
             color=BAR_COLOR, hooks=[hatch_hook()], responsive=True, height=300, xrotation=30, tools=["hover"],
             title="Footprint by tensor class (hatched = modeled)", ylabel="GiB")
         line = hv.HLine(dram / 2**30).opts(color="red", line_dash="dashed")
-        peak = Footprint.from_dict((rec.get("result") or {}).get("footprint")).peak_rss
+        peak = Footprint.from_dict((run.get("result") or {}).get("footprint")).peak_rss
         text = f"DRAM of this machine: {fmt_bytes(dram)} (red dashed line, off-scale when far above the bars)."
         if peak:
             text += f" Peak RSS of the worker: **{fmt_bytes(peak)}** (measured)."
@@ -253,16 +255,16 @@ class BreakdownPage(pn.viewable.Viewer):
         note = f"{MODELED_NOTE} Placement: {df.attrs.get('placement_assumption', '?')}."
         if not chosen.empty and chosen["kind"].iloc[0] == "modeled":
             note += (f" This run's memory mode uses **{chosen['device'].iloc[0]}**: "
-                     f"{chosen['seconds'].iloc[0] * 1e3:.1f} ms per step (modeled).")
+                     f"{fmt_ms(chosen['seconds'].iloc[0])} per step (modeled).")
         return pn.Column(pn.pane.Markdown(note),
                          hv_pane(modeled_bars(df, "device", "seconds", "s per step")), sizing_mode="stretch_width")
 
-    def _device_section(self, rec: dict):
+    def _device_section(self, run: dict):
         """The run's device profile as the model sees it (modeled curves; none for a DRAM run)."""
         from ..calibrate import load
         from ..memory.profiles import get_profile, misses_in_flight
         from ..memory.validation import device_curves
-        cfg = rec.get("config") or {}
+        cfg = run.get("config") or {}
         dev = safe_call(mode_device, cfg.get("memory_mode") or "dram", cfg.get("device_profile"))[0]
         if dev is None:
             return pn.Spacer(height=0)
@@ -293,19 +295,19 @@ class BreakdownPage(pn.viewable.Viewer):
             return not_available("Breakdown (run store)", self.lab.store_reason)
         if self.run_id is None:
             return pn.pane.Markdown("*No run selected. Launch one on the Launch page.*")
-        rec = self.lab.run(self.run_id) or {}
+        run = self.lab.run(self.run_id) or {}
         kernels, why = safe_call(store.kernels_frame, self.run_id)
         fp, _ = safe_call(store.footprint_frame, self.run_id)
-        status = rec.get("status", "unknown")
-        head = pn.pane.Markdown(f"### Run #{self.run_id} — {status}\n\n{mode_header(rec)}")
+        status = run.get("status", "unknown")
+        head = pn.pane.Markdown(f"### Run #{self.run_id} — {status}\n\n{mode_header(run)}")
         if kernels is None or kernels.empty:
             return pn.Column(head, pn.pane.Markdown(
                 f"*No kernel records for run {self.run_id} yet{' (' + why + ')' if why else ''}.*"),
-                self._footprint_section(fp, rec), sizing_mode="stretch_width")
-        return pn.Column(head, self._kernel_section(kernels), self._modeled_kernel_section(self.run_id, rec),
+                self._footprint_section(fp, run), sizing_mode="stretch_width")
+        return pn.Column(head, self._kernel_section(kernels), self._modeled_kernel_section(self.run_id, run),
                          self._table_section(kernels),
-                         self._roofline_section(kernels), self._footprint_section(fp, rec),
-                         self._tier_section(self.run_id), self._device_section(rec), sizing_mode="stretch_width")
+                         self._roofline_section(kernels), self._footprint_section(fp, run),
+                         self._tier_section(self.run_id), self._device_section(run), sizing_mode="stretch_width")
 
     def __panel__(self):
         return pn.Column("## Breakdown", self.selector, self.body, sizing_mode="stretch_width")

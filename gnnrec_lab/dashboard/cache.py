@@ -34,7 +34,9 @@ import param
 from ..config import CACHE_TRACE_BATCH, CACHE_TRACE_KINDS, SIMULATED_CACHE_POLICIES, field_label
 from ..errors import UserError
 from ..data import list_datasets
-from .common import Lab, error_note, fmt_bytes, not_available, safe_call
+from ..formatting import fmt_bytes, fmt_percent
+from ..status import RunStatus
+from .common import Lab, error_note, not_available, safe_call
 
 OPTIMIZERS = ("sgd", "adagrad", "adam")
 LIVE_POLL_MS = 2000
@@ -43,7 +45,6 @@ MAX_CACHED = 16
 EXECUTOR = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-sim")
 _results: "OrderedDict[tuple, SimOutcome]" = OrderedDict()
 _results_lock = threading.Lock()
-MODELED_TAG = "modeled"
 
 
 # ----------------------------------------------------------------------------
@@ -276,7 +277,7 @@ RUN_COLUMNS = ["id", "name", "status", "dataset", "policy", "cache_size", "looka
                "misses", "prefetched_rows", "fetch_s", "stall_s", "read_bytes", "written_bytes", "io_mode"]
 
 
-def cached_runs(store, status: Optional[str] = None, limit: int = 200) -> pd.DataFrame:
+def cached_runs(store, status: Optional[RunStatus] = None, limit: int = 200) -> pd.DataFrame:
     """Runs with a cache policy (newest first): config, status, and the row store's *measured* counters.
 
     Counter columns are NaN until the run finishes (they are written with its result).
@@ -300,12 +301,12 @@ def cached_runs(store, status: Optional[str] = None, limit: int = 200) -> pd.Dat
     else:
         recs = []
         for rid in sorted(store.run_ids(status), reverse=True):
-            rec = store.get_run(rid)
-            cfg = rec.get("config") or {}
+            run = store.get_run(rid)
+            cfg = run.get("config") or {}
             if cfg.get("cache_policy", "none") == "none":
                 continue
-            rs = (((rec.get("result") or {}).get("info") or {}).get("sampled") or {}).get("row_store") or {}
-            recs.append((rid, rec.get("name"), rec.get("status"), cfg, rs))
+            rs = (((run.get("result") or {}).get("info") or {}).get("sampled") or {}).get("row_store") or {}
+            recs.append((rid, run.get("name"), run.get("status"), cfg, rs))
             if len(recs) >= limit:
                 break
     rows = []
@@ -353,7 +354,7 @@ def live_text(run: dict, stats: Optional[dict]) -> str:
         return head + ": no slow-tier records yet."
     est = ""
     if cfg.get("cache_policy") in ("lru", "lfu", "none"):
-        est = f" → live hit rate **{100 * (1 - stats['read_ratio']):.1f}%**"
+        est = f" → live hit rate **{fmt_percent(1 - stats['read_ratio'])}**"
     return (head + f" — after {stats['steps']:,} steps (measured): {stats['rows_read']:,.0f} rows read from the "
             f"slow tier for {stats['rows_accessed']:,.0f} rows needed (read ratio {stats['read_ratio']:.3f}{est}); "
             f"{fmt_bytes(stats['bytes_read'])} read, {fmt_bytes(stats['bytes_written'])} written back, "
@@ -565,7 +566,7 @@ class CachePage(pn.viewable.Viewer):
         if store is None:
             return ""
         try:
-            running = cached_runs(store, status="running", limit=1)
+            running = cached_runs(store, status=RunStatus.RUNNING, limit=1)
             if running.empty:
                 if self.live_md.object:      # a run just ended: its counters are in the table now
                     self.live_md.object = ""

@@ -22,6 +22,7 @@ import param
 from ..memory.tiermodel import mode_device
 from ..provenance import Provenance
 from ..runner import Runner
+from ..status import RunStatus
 from ..store import Store
 
 # One colour rule for every plot: a phase, a kernel and a run each keep one colour on every page
@@ -156,13 +157,11 @@ def not_available(what: str, reason: Optional[str] = None) -> pn.pane.Alert:
     return pn.pane.Alert(text + ".", alert_type="warning", sizing_mode="stretch_width")
 
 
-# Run statuses that mean the run failed: shown in red wherever a run's status appears.
-FAILED_STATUSES = ("failed", "oom", "diverged")
-
-
 def status_css(status) -> str:
-    """CSS for a status cell: red and bold for a failed run (diverged included)."""
-    return "color: #d62728; font-weight: bold" if status in FAILED_STATUSES else ""
+    """CSS for a status cell: red and bold for a failed run (:attr:`RunStatus.is_failure`, diverged
+    included), as wherever a run's status appears."""
+    st = RunStatus.of(status)
+    return "color: #d62728; font-weight: bold" if st is not None and st.is_failure else ""
 
 
 def error_note(message: str) -> pn.pane.Alert:
@@ -181,27 +180,6 @@ def dram_bytes() -> int:
     """Installed DRAM of this machine in bytes (psutil)."""
     import psutil
     return int(psutil.virtual_memory().total)
-
-
-def fmt_bytes(n: float) -> str:
-    """``n`` bytes as a short human string (binary units)."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
-def fmt_seconds(s: Optional[float]) -> str:
-    if s is None or s != s:
-        return "–"
-    s = float(s)
-    if s < 60:
-        return f"{s:.0f} s"
-    if s < 3600:
-        return f"{int(s // 60)} min {int(s % 60):02d} s"
-    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
 
 
 # ----------------------------------------------------------------------------
@@ -292,10 +270,10 @@ class Lab(param.Parameterized):
     def run(self, run_id) -> Optional[dict]:
         if self.store is None or run_id is None:
             return None
-        rec, _ = safe_call(self.store.get_run, run_id)
-        if rec is None:
+        run, _ = safe_call(self.store.get_run, run_id)
+        if run is None:
             return None
-        return dict(rec) if not isinstance(rec, dict) else rec
+        return dict(run) if not isinstance(run, dict) else run
 
     def status(self, run_id) -> str:
         """Status of a run: the runner's view when it has one, else the store's."""
@@ -305,8 +283,8 @@ class Lab(param.Parameterized):
             st, _ = safe_call(self.runner.status, run_id)
             if st is not None:
                 return st.get("status", str(st)) if isinstance(st, dict) else str(st)
-        rec = self.run(run_id)
-        return str(rec.get("status", "unknown")) if rec else "unknown"
+        run = self.run(run_id)
+        return str(run.get("status", "unknown")) if run else "unknown"
 
     def launch_error(self, config, include_active: bool = True) -> Optional[str]:
         """Why ``config`` may not be launched from the browser now (one line), or None.

@@ -20,6 +20,7 @@ import param
 
 from ..config import FIELD_DOCS, field_label
 from ..memory.tiermodel import modeled_seconds
+from ..status import RunStatus
 from ..store import TEST_METRICS
 from .common import (OVERLOADED_LABEL, Lab, category_color, hv_pane, not_available, run_color, safe_call,
                      status_css)
@@ -80,7 +81,7 @@ def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
     columns and ``group`` ("memory mode · dataset", what the scatter plots colour by)."""
     if runs is None or runs.empty:
         return pd.DataFrame(columns=["id", "epoch_s", "modeled_epoch_s", "group"])
-    fin = runs[runs["status"] == "finished"] if "status" in runs.columns else runs
+    fin = runs[runs["status"] == RunStatus.FINISHED] if "status" in runs.columns else runs
     out = []
     for rid in fin["id"].tolist():
         with _epoch_lock:
@@ -163,16 +164,17 @@ class ComparePage(pn.viewable.Viewer):
             if st is not None and not st.empty:
                 loss.append(hv.Curve(st, "step", "loss", label=f"#{rid}").opts(color=run_color(rid)))
         ev, _ = safe_call(store.evals_frame, self.selected)
-        rec = []
+        recall_curves = []
         if ev is not None and not ev.empty:
             v = ev[(ev["split"] == "valid") & (ev["metric"].str.lower() == "recall@20")]
-            rec = [hv.Curve(g, "epoch", "value", label=f"#{rid}").opts(color=run_color(rid))
-                   for rid, g in v.groupby("run_id")]
+            recall_curves = [hv.Curve(g, "epoch", "value", label=f"#{rid}").opts(color=run_color(rid))
+                             for rid, g in v.groupby("run_id")]
         opts = dict(responsive=True, height=300, legend_position="right", tools=["hover"])
         plots = []
         plots.append(hv.Overlay(loss).opts(title="Training loss (measured)", **opts) if loss
                      else pn.pane.Markdown("*No steps recorded for the selected runs.*"))
-        plots.append(hv.Overlay(rec).opts(title="Validation Recall@20", ylabel="recall@20", **opts) if rec
+        plots.append(hv.Overlay(recall_curves).opts(title="Validation Recall@20", ylabel="recall@20", **opts)
+                     if recall_curves
                      else pn.pane.Markdown("*No validation Recall@20 for the selected runs.*"))
         return pn.Row(*[hv_pane(p) if not isinstance(p, pn.pane.Markdown) else p for p in plots],
                       sizing_mode="stretch_width")

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..config import RunConfig
 from ..recorder import KernelRecord
+from ..status import RunStatus
 
 # the kernels a real full-graph LightGCN step records (fused loss terms, no separate gathers)
 KERNELS = (("spmm", "forward", "gather"), ("spmm", "backward", "gather"), ("bpr_loss", "loss", "gather"),
@@ -40,7 +41,7 @@ def fill_store(store, n_runs: int = 10, steps: int = 20, epochs: int = 2, seed: 
         cfg = RunConfig(dataset="synth-tiny", model=str(rng.choice(["lightgcn", "ngcf"])), layers=layers,
                         dim=dim, batch_size=int(rng.choice([512, 1024, 2048, 4096])), epochs=epochs,
                         name=f"fake-{first + i}")
-        rid = store.add_run(cfg, status="running")
+        rid = store.add_run(cfg, status=RunStatus.RUNNING)
         store.record_start(rid, {"steps_per_epoch": steps // epochs,
                                  "footprint_predicted": {"graph": 2_000_000, "embeddings": 700 * dim * 4 * (layers + 1),
                                                          "optimizer": 2 * 700 * dim * 4}})
@@ -54,6 +55,6 @@ def fill_store(store, n_runs: int = 10, steps: int = 20, epochs: int = 2, seed: 
                 store.add_epoch(rid, e, float(rng.uniform(0.2, 1.0)), per_epoch, 1 / s)
                 store.add_eval(rid, e, s, "valid", {"recall@20": 0.05 * e + rng.uniform(0, .01),
                                                     "ndcg@20": 0.03 * e}, float(s))
-        store.set_status(rid, "finished")
+        store.set_status(rid, RunStatus.FINISHED)
         ids.append(rid)
     return ids

@@ -24,13 +24,14 @@ import param
 from ..config import (BACKENDS, CACHE_POLICIES, FIELD_DOCS, LR_RULES, MEMORY_MODES, MODELS, MODES, NGCF_FORMS,
                       OPTIMIZERS, TENSOR_CLASSES, RunConfig, field_help, field_label)
 from ..errors import ConfigError, UserError
+from ..formatting import fmt_bytes, fmt_ms
 from ..calibrate import host_profile
 from ..data import describe, list_datasets
 from ..memory.advise import dram_reference
 from ..memory.profiles import load_profiles
 from ..memory.tiermodel import mode_device, mode_label, step_time_projection, stored_run_step_time
 from ..provenance import Provenance
-from .common import MODELED_NOTE, OVERLOADED_LABEL, Lab, bar_style, fmt_bytes, hatch_hook, not_available, safe_call
+from .common import MODELED_NOTE, OVERLOADED_LABEL, Lab, bar_style, hatch_hook, not_available, safe_call
 
 # The one-click example offered on a fresh install (small enough for two cores).
 EXAMPLE_CONFIG = dict(dataset="ml-100k", model="lightgcn", layers=3, dim=64, batch_size=2048,
@@ -221,14 +222,13 @@ def reference_runs(lab: Lab, config: RunConfig) -> tuple[Optional[dict], Optiona
 
 def spread_text(ref: dict) -> str:
     """Which stored DRAM runs of the shape there are, how far apart they measured, which one predicts."""
-    ms = lambda s: f"{s * 1e3:.1f} ms"  # noqa: E731
-    runs = ", ".join(f"#{r['run_id']} {ms(r['measured_s'])}" + (f" ({OVERLOADED_LABEL})" if r["overloaded"] else "")
+    runs = ", ".join(f"#{r['run_id']} {fmt_ms(r['measured_s'])}" + (f" ({OVERLOADED_LABEL})" if r["overloaded"] else "")
                      for r in ref["runs"])
     n = len(ref["runs"])
-    spread = (f"they measured {ms(ref['min_s'])} to {ms(ref['max_s'])} per step (median {ms(ref['median_s'])}): "
-              if n > 1 else "")
+    spread = (f"they measured {fmt_ms(ref['min_s'])} to {fmt_ms(ref['max_s'])} per step "
+              f"(median {fmt_ms(ref['median_s'])}): " if n > 1 else "")
     return (f"{n} stored DRAM run{'s' if n > 1 else ''} of this shape ({runs}); {spread}predicted from the "
-            f"**fastest**, run **#{ref['run_id']}** ({ms(ref['measured_s'])} per step, measured), because load "
+            f"**fastest**, run **#{ref['run_id']}** ({fmt_ms(ref['measured_s'])} per step, measured), because load "
             f"from other work only ever adds time.")
 
 
@@ -431,7 +431,7 @@ class LaunchPage(pn.viewable.Viewer):
         row = df[df["device"] == own] if own else df[df["kind"] == "measured"]
         if not row.empty:
             lines.append(f"This run ({mode_label(cfg.memory_mode, cfg.device_profile)}): "
-                         f"**{row['seconds'].iloc[0] * 1e3:.1f} ms per step ({row['kind'].iloc[0]})**.")
+                         f"**{fmt_ms(row['seconds'].iloc[0])} per step ({row['kind'].iloc[0]})**.")
         return pn.Column(
             pn.pane.Markdown("\n\n".join(lines), css_classes=["launch-step-note"], sizing_mode="stretch_width"),
             pn.pane.HoloViews(modeled_bars(df, "device", "seconds", "s per step"), sizing_mode="stretch_width"),

@@ -37,12 +37,12 @@ import pandas as pd
 import panel as pn
 import param
 
+from ..formatting import fmt_bytes, fmt_duration, fmt_ms
 from ..memory.tiermodel import mode_device
-from .common import (FAILED_STATUSES, Lab, PALETTE, error_note, fmt_bytes, fmt_seconds, kernel_color, not_available,
-                     run_selector, safe_call)
+from ..status import RunStatus
+from .common import Lab, PALETTE, error_note, kernel_color, not_available, run_selector, safe_call
 
 POLL_MS = 1000
-ACTIVE = ("queued", "running")
 LOSS_COLUMNS = {"step": pd.Series(dtype=float), "loss": pd.Series(dtype=float)}
 KERNEL_COLUMNS = {"step": pd.Series(dtype=float), "name": pd.Series(dtype=object),
                   "ms": pd.Series(dtype=float)}
@@ -232,8 +232,8 @@ def modeled_text(m: "LiveMonitor") -> str:
     if not st:
         why = f": {m.modeled_reason}" if m.modeled_reason else " after the first step"
         return f"{head} · **modeled step time** –{why}"
-    return (f"{head} · **step time {st['modeled_s'] * 1e3:.1f} ms modeled** on {st['device']} "
-            f"({st['ratio']:.2f}x the {st['measured_s'] * 1e3:.1f} ms measured on DRAM, {st['steps']} steps; "
+    return (f"{head} · **step time {fmt_ms(st['modeled_s'])} modeled** on {st['device']} "
+            f"({st['ratio']:.2f}x the {fmt_ms(st['measured_s'])} measured on DRAM, {st['steps']} steps; "
             f"placement: {st.get('placement_assumption', '?')})")
 
 
@@ -290,19 +290,31 @@ class LiveMonitor(param.Parameterized):
         self._clear_run_state()
         self.poll()
 
+    @property
+    def active(self) -> bool:
+        """The run is queued or running (False with no run, or one that could not be read)."""
+        st = RunStatus.of(self.status)
+        return st is not None and st.is_active
+
+    @property
+    def failed(self) -> bool:
+        """The run failed (:attr:`RunStatus.is_failure`, diverged included)."""
+        st = RunStatus.of(self.status)
+        return st is not None and st.is_failure
+
     def poll(self) -> int:
         """Read new steps, kernels, evaluations, status and RSS; return how many steps were new."""
         store = self.lab.store if self.lab is not None else None
         if store is None or self.run_id is None:
             return 0
-        rec = self.lab.run(self.run_id)
-        if rec is None:
+        run = self.lab.run(self.run_id)
+        if run is None:
             self.error = f"run {self.run_id} is not in the store"
             return 0
-        self.error = rec.get("error") or ""
+        self.error = run.get("error") or ""
         self.status = self.lab.status(self.run_id)
-        cfg = rec.get("config") or {}
-        info = rec.get("info") or {}
+        cfg = run.get("config") or {}
+        info = run.get("info") or {}
         self._cfg, self._info = cfg, info
         self.memory_mode = str(cfg.get("memory_mode") or "dram")
         self.device = _mode_device(self.memory_mode, cfg.get("device_profile"))
@@ -335,18 +347,18 @@ class LiveMonitor(param.Parameterized):
             if ev is not None and (self.evals is None or len(ev) != len(self.evals)):
                 self.evals = ev
         now = time.monotonic()
-        if self._modeled_dirty and (self.status not in ACTIVE or now - self._modeled_at >= MODELED_EVERY_S):
+        if self._modeled_dirty and (not self.active or now - self._modeled_at >= MODELED_EVERY_S):
             self._modeled_at, self._modeled_dirty = now, False
             self._update_modeled(store)
-        self.compiling = self.status == "running" and self.done == 0 and _compiling(store, self.run_id)
-        self.elapsed_s = float(rec.get("duration_s") or 0.0)
-        self.rss_bytes = self._rss(rec) if self.status == "running" else None
+        self.compiling = self.status == RunStatus.RUNNING and self.done == 0 and _compiling(store, self.run_id)
+        self.elapsed_s = float(run.get("duration_s") or 0.0)
+        self.rss_bytes = self._rss(run) if self.status == RunStatus.RUNNING else None
         return n_new
 
-    def _rss(self, rec: dict) -> Optional[int]:
+    def _rss(self, run: dict) -> Optional[int]:
         """Resident set size (bytes) of the run's worker process, measured now with psutil."""
         import psutil
-        pid = rec.get("pid")
+        pid = run.get("pid")
         if not pid:
             return None
         try:
@@ -399,20 +411,20 @@ def header_text(m: LiveMonitor) -> str:
     eta, eta_note = m.eta_note()
     total = f"{m.total:,}" if m.total else "?"
     rss = fmt_bytes(m.rss_bytes) + " (measured now)" if m.rss_bytes else "–"
-    eta_s = fmt_seconds(eta) if m.status in ACTIVE else '–'
-    if m.status in ACTIVE and eta is not None and eta_note.startswith("steps only"):
+    eta_s = fmt_duration(eta, missing="–") if m.active else '–'
+    if m.active and eta is not None and eta_note.startswith("steps only"):
         eta_s = f"≥ {eta_s} ({eta_note})"
     status = (f"{m.status} (compiling kernels)" if m.compiling
-              else f'<span style="color:#d62728">{m.status}</span>' if m.status in FAILED_STATUSES else m.status)
+              else f'<span style="color:#d62728">{m.status}</span>' if m.failed else m.status)
     return (f"**run** #{m.run_id} · **status** {status} · **steps** {m.done:,} / {total} · "
-            f"**elapsed** {fmt_seconds(m.elapsed_s)} · **ETA** {eta_s} · **worker RSS** {rss}")
+            f"**elapsed** {fmt_duration(m.elapsed_s, missing='–')} · **ETA** {eta_s} · **worker RSS** {rss}")
 
 
 def test_text(m: LiveMonitor) -> str:
     """The line with the run's test metrics (measured after training), or when they will appear."""
     t = m.metrics("test")
     if t.empty:
-        return ("*Test metrics appear when training ends.*" if m.status in ACTIVE
+        return ("*Test metrics appear when training ends.*" if m.active
                 else "*No test metrics recorded for this run.*")
     last = t.groupby("metric", sort=True)["value"].last()
     return "**test metrics** (measured, after training): " + " · ".join(f"{k} **{v:.4f}**" for k, v in last.items())
@@ -422,7 +434,8 @@ def default_run(runs: pd.DataFrame):
     """The run the Live page shows until one is chosen: a running one, else the newest."""
     if runs is None or runs.empty:
         return None
-    active = runs[runs["status"].isin(ACTIVE)] if "status" in runs.columns else runs.iloc[0:0]
+    active = (runs[runs["status"].map(lambda s: RunStatus(s).is_active)] if "status" in runs.columns
+              else runs.iloc[0:0])
     return (active if not active.empty else runs)["id"].max().item()
 
 
@@ -532,9 +545,9 @@ class LivePage(pn.viewable.Viewer):
         m = self.monitor
         pct = progress_percent(m.done, m.total)   # the ETA itself is header_text's
         if pct is None:  # unknown total: busy stripes while active, else full or empty
-            pct = -1 if m.status in ACTIVE else (100 if m.status == "finished" else 0)
+            pct = -1 if m.active else (100 if m.status == RunStatus.FINISHED else 0)
         _set(self.progress, "value", int(pct))
-        _set(self.cancel_button, "disabled", m.status not in ACTIVE or self.lab.runner is None)
+        _set(self.cancel_button, "disabled", not m.active or self.lab.runner is None)
         if m.run_id is None:
             _set(self.status_md, "object", "*No run selected. Launch one on the Launch page.*")
             _set(self.mode_md, "object", "")
@@ -543,7 +556,7 @@ class LivePage(pn.viewable.Viewer):
             _set(self.status_md, "object", header_text(m))
             _set(self.mode_md, "object", modeled_text(m))
             _set(self.test_md, "object", test_text(m))
-        failed = bool(m.error) and m.status in FAILED_STATUSES
+        failed = bool(m.error) and m.failed
         _set(self.error_alert, "object", f"Run {m.status}: {m.error.splitlines()[-1]}" if failed else "")
         _set(self.error_alert, "visible", failed)
 
@@ -551,7 +564,7 @@ class LivePage(pn.viewable.Viewer):
         m = self.monitor
         if m.run_id is None:
             return ""
-        if m.status in ACTIVE:
+        if m.active:
             return f"*{what} of run #{m.run_id}: waiting for the first step.*"
         return f"*Run #{m.run_id} recorded no steps ({m.status}).*"
 
@@ -613,7 +626,7 @@ class LivePage(pn.viewable.Viewer):
         m = self.monitor
         if m.run_id is None:
             wait = ""
-        elif m.status in ACTIVE:
+        elif m.active:
             wait = f"*Validation metrics of run #{m.run_id} appear after its first evaluation.*"
         else:
             wait = f"*Run #{m.run_id} recorded no validation metrics.*"

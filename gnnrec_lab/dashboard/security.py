@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 from ..errors import UserError
 from ..memory.placement import file_placed
+from ..status import RunStatus
 
 TOKEN_COOKIE = "gnnrec_lab_token"
 # paths that answer without the login token (they reveal nothing)
@@ -262,10 +263,10 @@ class LaunchPolicy:
             active = []
             for rid in self.launched:
                 try:
-                    st = status_of(rid)
+                    st = RunStatus.of(status_of(rid))
                 except Exception:  # noqa: BLE001 - a run that vanished from the store is not active
                     continue
-                if st in ("queued", "running"):
+                if st is not None and st.is_active:
                     active.append(rid)
             self.launched[:] = active
             if len(active) >= self.max_active:

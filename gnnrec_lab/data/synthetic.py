@@ -24,7 +24,6 @@ size; the output is streamed, sorted by user then item, to a callback.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Callable, Optional
 
@@ -355,7 +354,3 @@ def community_of(p: SynthParams):
     """(user_community, item_community) int32 arrays of a resolved parameter set: the planted structure."""
     m = _Model(p)
     return m.user_community, m.item_community
-
-
-def expected_chunks(p: SynthParams) -> int:
-    return max(1, math.ceil(p.interactions / CHUNK_DRAWS))

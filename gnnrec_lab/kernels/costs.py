@@ -31,7 +31,8 @@ INDPTR_BYTES = 8
 PERM_BYTES = 4  # the native edge permutation is int32 below 2**31 entries
 
 
-def _cost(read, written, flops, pattern, row_bytes=0, random=0) -> dict:
+def kernel_cost(read, written, flops, pattern, row_bytes=0, random=0) -> dict:
+    """One kernel call's bytes, flops and access pattern, as ``Recorder.record`` takes them."""
     return dict(bytes_read=int(read), bytes_written=int(written), flops=int(flops),
                 pattern=pattern, row_bytes=int(row_bytes), random_bytes=int(random))
 
@@ -55,7 +56,7 @@ def spmm(adj, dim: int, elem: int, extra_read: int = 0, extra_written: int = 0) 
     nnz = adj.nnz
     gathered = nnz * dim * elem
     read = INDPTR_BYTES * (adj.n_rows + 1) + adj.index_bytes * nnz + weight_bytes(adj) + gathered + extra_read
-    return _cost(read, adj.n_rows * dim * elem + extra_written, 2 * nnz * dim, "gather", dim * elem, gathered)
+    return kernel_cost(read, adj.n_rows * dim * elem + extra_written, 2 * nnz * dim, "gather", dim * elem, gathered)
 
 
 # The share of the last-level cache the cache-aware model lets gathered rows occupy (the rest holds
@@ -110,7 +111,7 @@ def spmm_edge(adj, dim: int, elem: int) -> dict:
     nnz = adj.nnz
     read = (INDPTR_BYTES * (adj.n_rows + 1) + (adj.index_bytes * nnz if adj.col_scale is not None else 0)
             + weight_bytes(adj) + nnz * dim * elem)
-    return _cost(read, adj.n_rows * dim * elem, 2 * nnz * dim, "stream")
+    return kernel_cost(read, adj.n_rows * dim * elem, 2 * nnz * dim, "stream")
 
 
 def edge_broadcast(adj, dim: int, elem: int) -> dict:
@@ -118,7 +119,7 @@ def edge_broadcast(adj, dim: int, elem: int) -> dict:
     nnz = adj.nnz
     read = (INDPTR_BYTES * (adj.n_rows + 1) + (adj.index_bytes * nnz if adj.col_scale is not None else 0)
             + weight_bytes(adj) + adj.n_rows * dim * elem)
-    return _cost(read, nnz * dim * elem, nnz * dim, "stream")
+    return kernel_cost(read, nnz * dim * elem, nnz * dim, "stream")
 
 
 def sddmm(adj, dim: int, elem: int, op: str) -> dict:
@@ -128,8 +129,8 @@ def sddmm(adj, dim: int, elem: int, op: str) -> dict:
     gathered = nnz * dim * elem
     read = (INDPTR_BYTES * (adj.n_rows + 1) + adj.index_bytes * nnz + adj.n_rows * dim * elem + gathered)
     if op == "dot":
-        return _cost(read, nnz * elem, 2 * nnz * dim, "gather", dim * elem, gathered)
-    return _cost(read, nnz * dim * elem, nnz * dim, "gather", dim * elem, gathered)
+        return kernel_cost(read, nnz * elem, 2 * nnz * dim, "gather", dim * elem, gathered)
+    return kernel_cost(read, nnz * dim * elem, nnz * dim, "gather", dim * elem, gathered)
 
 
 def sddmm_backward(adj, dim: int, elem: int, op: str, need_u: bool, need_v: bool) -> dict:
@@ -150,20 +151,20 @@ def sddmm_backward(adj, dim: int, elem: int, op: str, need_u: bool, need_v: bool
         flops += 2 * nnz * dim
         # mul: the D-wide gradient rows are reached through the permutation too
         random += nnz * row + (g_edge if op == "mul" else 0)
-    return _cost(read, written, flops, "gather", row, random)
+    return kernel_cost(read, written, flops, "gather", row, random)
 
 
 def gather(n: int, dim: int, elem: int, idx_bytes: int) -> dict:
     """``table[idx]``: read the index, one random table row per index, write the rows."""
     rows = n * dim * elem
-    return _cost(n * idx_bytes + rows, rows, 0, "gather", dim * elem, rows)
+    return kernel_cost(n * idx_bytes + rows, rows, 0, "gather", dim * elem, rows)
 
 
 def scatter_add(n: int, n_table: int, dim: int, elem: int, idx_bytes: int) -> dict:
     """Backward of gather: zero a dense ``(n_table, D)`` gradient (written once),
     then read-modify-write one random row per index."""
     rows = n * dim * elem
-    return _cost(n * idx_bytes + rows + rows, n_table * dim * elem + rows, n * dim, "scatter",
+    return kernel_cost(n * idx_bytes + rows + rows, n_table * dim * elem + rows, n * dim, "scatter",
                  dim * elem, 2 * rows)
 
 
@@ -172,7 +173,7 @@ def bpr_rows(b: int, n_table: int, dim: int, elem: int, idx_bytes: int) -> dict:
     zero the dense ``(n_table, D)`` gradient, read-modify-write 3b random gradient rows;
     ~8 flops per element of a triple (two dots as one, three row updates)."""
     rows = 3 * b * dim * elem
-    return _cost(3 * b * idx_bytes + 2 * rows, n_table * dim * elem + rows, 8 * b * dim, "gather",
+    return kernel_cost(3 * b * idx_bytes + 2 * rows, n_table * dim * elem + rows, 8 * b * dim, "gather",
                  dim * elem, 2 * rows)
 
 
@@ -188,12 +189,12 @@ def sq_norm_rows(m: int, n_table: int, dim: int, elem: int, idx_bytes: int, part
         read, written, random = read + rows, rows, random + rows
     if part == "both":
         written += n_table * dim * elem
-    return _cost(read, written, flops, "gather", dim * elem, random)
+    return kernel_cost(read, written, flops, "gather", dim * elem, random)
 
 
 def gemm(m: int, k: int, n: int, elem: int) -> dict:
     """``(m,k) @ (k,n)``: both operands read once, the result written once."""
-    return _cost((m * k + k * n) * elem, m * n * elem, 2 * m * k * n, "compute")
+    return kernel_cost((m * k + k * n) * elem, m * n * elem, 2 * m * k * n, "compute")
 
 
 def gemm_backward(m: int, k: int, n: int, elem: int, need_x: bool, need_w: bool) -> dict:
@@ -207,4 +208,4 @@ def gemm_backward(m: int, k: int, n: int, elem: int, need_x: bool, need_w: bool)
         read += (m * k + m * n) * elem
         written += k * n * elem
         flops += 2 * m * k * n
-    return _cost(read, written, flops, "compute")
+    return kernel_cost(read, written, flops, "compute")

@@ -17,13 +17,15 @@ from typing import Optional
 from ..config import TENSOR_CLASSES
 from ..kernels import costs
 from ..recorder import KernelRecord
+from ..status import RunStatus
 from .footprint import F32, footprint as predict_footprint, optimizer_states, total
 from .profiles import host_device
 from . import tiermodel
-from .tiermodel import ALL_ON_DEVICE, TRAIN_PHASES, _cost, prepare, project_step, split_bytes
+from .tiermodel import ALL_ON_DEVICE, TRAIN_PHASES, ns_per_byte, prepare, project_step, split_bytes
 
-# Memory mode -> the device profile it is modeled with by default.
-MODE_DEVICES = {"dram": "host", **tiermodel.MODE_DEVICES}
+# Every memory mode advise compares -> the device profile it is modeled with by default
+# (dram on the host's own profile; the others as tiermodel.MODE_DEVICES).
+ADVISED_MODE_DEVICES = {"dram": "host", **tiermodel.MODE_DEVICES}
 GiB = 1 << 30
 
 
@@ -91,7 +93,7 @@ def step_records(config, counts: dict, host: dict) -> list:
     recs = []
     for r in step_kernels(config, counts):
         parts = split_bytes(r["bytes_read"], r["bytes_written"], r["random_bytes"], r["pattern"])
-        mem = sum(nb * _cost(hp, comp, r["row_bytes"], threads, False, None) for comp, nb in parts.items() if nb)
+        mem = sum(nb * ns_per_byte(hp, comp, r["row_bytes"], threads, False, None) for comp, nb in parts.items() if nb)
         ns = max(mem, r["flops"] * gemm)
         recs.append(KernelRecord(r["name"], r["phase"], r["layer"], r["step"], int(round(ns)), r["bytes_read"],
                                  r["bytes_written"], r["flops"], r["pattern"], r["row_bytes"], r["random_bytes"],
@@ -157,7 +159,7 @@ def dram_reference(store, config, host) -> Optional[dict]:
     "kind": "measured"}`` (seconds per step).
     """
     from .tiermodel import stored_run_step_time
-    runs = store.runs_frame(status="finished")
+    runs = store.runs_frame(status=RunStatus.FINISHED)
     if runs.empty:
         return None
     rows = [r for r in runs.to_dict("records") if r.get("memory_mode") == "dram" and _same_shape(r, config)]
@@ -252,7 +254,7 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
     base = project_step(recs, host, "host")
     base_s = base["measured_s"] if reference is not None else base["modeled_s"]
     modes = {}
-    for mode, dev in MODE_DEVICES.items():
+    for mode, dev in ADVISED_MODE_DEVICES.items():
         row = {"device": dev, "kind": "modeled"}
         if mode == "dram":
             row.update(modeled_step_s=base_s, fits=need <= dram_bytes, kind=source["kind"],
@@ -267,14 +269,14 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
                        placement_assumption=f"{ALL_ON_DEVICE} (DRAM caches Optane)",
                        note=f"DRAM ({dram_gb:g} GiB) caches Optane; modeled hit rate {st['hit_rate']:.3f}")
         else:
-            rec = recommend_placement(recs, host, dev, fp, dram_bytes)
-            row.update(modeled_step_s=rec["modeled_step_s"], fits=rec["modeled_step_s"] is not None,
-                       keep_in_dram=rec["dram"], on_device=rec["device"],
-                       placement={c: ("dram" if c in rec["dram"] else "device") for c in TENSOR_CLASSES},
+            recommended = recommend_placement(recs, host, dev, fp, dram_bytes)
+            row.update(modeled_step_s=recommended["modeled_step_s"], fits=recommended["modeled_step_s"] is not None,
+                       keep_in_dram=recommended["dram"], on_device=recommended["device"],
+                       placement={c: ("dram" if c in recommended["dram"] else "device") for c in TENSOR_CLASSES},
                        placement_assumption=ADVISED_SPLIT,
                        all_on_device_step_s=project_step(recs, host, dev)["modeled_s"])
-            if rec.get("note"):
-                row["note"] = rec["note"]
+            if recommended.get("note"):
+                row["note"] = recommended["note"]
         t = row.get("modeled_step_s")
         row["ratio_to_dram"] = t / base_s if t and base_s else None
         if row.get("all_on_device_step_s") and base_s:

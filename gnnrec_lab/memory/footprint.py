@@ -143,11 +143,7 @@ def check_counts(counts: dict, param: str = "counts", strict: bool = False) -> d
 
 def _counts(config, counts: Optional[dict]) -> dict:
     if counts is None:
-        try:
-            from ..data import describe
-        except ImportError:
-            raise UserError("footprint: dataset counts are needed; pass counts=dict(n_users=..., n_items=..., "
-                            "n_train=...) (gnnrec_lab.data.describe is not available)") from None
+        from ..data import describe
         counts = describe(config.dataset)
     c = check_counts(counts)
     if "n_interactions" not in c:
@@ -393,12 +389,8 @@ def peak_rss_bytes() -> int:
 
 def current_rss_bytes() -> int:
     """Resident set size of this process now, bytes (measured)."""
-    try:
-        import psutil
-        return int(psutil.Process().memory_info().rss)
-    except ImportError:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    import psutil
+    return int(psutil.Process().memory_info().rss)
 
 
 def measure_peak() -> dict:

@@ -417,9 +417,5 @@ def load_host_profile(path=None) -> dict:
         if not isinstance(d, dict):
             raise UserError(f"--host-profile: {path} must hold one JSON object")
         return d
-    try:
-        from ..calibrate import host_profile
-    except ImportError:
-        raise UserError("no host calibration available: run `gnnrec-lab calibrate` or pass --host-profile FILE") \
-            from None
+    from ..calibrate import host_profile
     return host_profile(measure_if_missing=True, quick=True)

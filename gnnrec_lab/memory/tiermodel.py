@@ -129,14 +129,14 @@ def mm_hit_rate(footprint_bytes: float, cache_bytes: float) -> float:
 
 
 # ----------------------------------------------------------------------
-def _cost(p: DeviceProfile, comp: str, row_bytes: int, threads, remote: bool, hit: Optional[float],
+def ns_per_byte(p: DeviceProfile, comp: str, row_bytes: int, threads, remote: bool, hit: Optional[float],
           mlp: Optional[float] = None) -> float:
     """ns per byte of component ``comp`` on profile ``p`` (memory mode mixes hit and miss);
     ``mlp``: misses in flight per thread for the latency floor of random rows."""
     if p.is_memory_mode:
         h = 1.0 if hit is None else hit
-        return (h * _cost(p.hit_profile, comp, row_bytes, threads, remote, None, mlp)
-                + (1 - h) * _cost(p.miss, comp, row_bytes, threads, remote, None, mlp))
+        return (h * ns_per_byte(p.hit_profile, comp, row_bytes, threads, remote, None, mlp)
+                + (1 - h) * ns_per_byte(p.miss, comp, row_bytes, threads, remote, None, mlp))
     write = comp.endswith("write")
     if comp.startswith("stream"):
         return p.stream_ns_per_byte(write=write, threads=threads, remote=remote)
@@ -295,9 +295,9 @@ def prepare(records, host, device, footprint=None, *, baseline: Optional[str] = 
         for comp, nbytes in parts.items():
             if nbytes <= 0:
                 continue
-            h_ns = nbytes * _cost(hostp, comp, r.row_bytes, threads, False, None)
-            ratio = _cost(dev, comp, r.row_bytes, threads, remote, hit, mlp) / _cost(base, comp, r.row_bytes,
-                                                                                     threads, False, None, mlp)
+            h_ns = nbytes * ns_per_byte(hostp, comp, r.row_bytes, threads, False, None)
+            ratio = (ns_per_byte(dev, comp, r.row_bytes, threads, remote, hit, mlp)
+                     / ns_per_byte(base, comp, r.row_bytes, threads, False, None, mlp))
             moved = wr_by if comp.endswith("write") else rd_by
             for cls, frac in owners[comp].items():
                 host_by[cls] = host_by.get(cls, 0.0) + frac * h_ns
@@ -483,13 +483,13 @@ class RunProjection:
 def stored_run_records(store, run_id) -> tuple:
     """``(kernel totals, steps, predicted footprint by class or None, config dict)`` of a stored run:
     the inputs :func:`run_step_time` takes, read the same way by every view."""
-    rec = store.get_run(run_id)
+    run = store.get_run(run_id)
     totals = store.kernel_totals_frame(run_id)
     steps = store.kernel_step_count(run_id)
     fpf = store.footprint_frame(run_id)
     pred = fpf[fpf["kind"] == "predicted"] if len(fpf) else fpf
     fp = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
-    return totals, steps, fp, rec.get("config") or {}
+    return totals, steps, fp, run.get("config") or {}
 
 
 def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,

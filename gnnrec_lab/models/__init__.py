@@ -1,13 +1,13 @@
 """GNN recommenders built only from :mod:`gnnrec_lab.kernels` and ``torch.nn``.
 
 Every model exposes ``propagate(adj) -> Tensor`` (final node representations,
-users first then items), ``layer0`` (the trainable embedding table) and
-``out_dim``; :func:`bpr_loss` scores a batch of (user, positive, negative)
+users first then items) and ``layer0`` (the trainable embedding table);
+:func:`gnnrec_lab.models.loss.bpr_loss` scores a batch of (user, positive, negative)
 triples on those representations.
 """
 from __future__ import annotations
 
-from .lightgcn import LightGCN, MF, bpr_loss, bpr_loss_rows
+from .lightgcn import LightGCN, MF
 from .ngcf import NGCF
 
 
@@ -22,4 +22,4 @@ def build_model(config, n_users: int, n_items: int):
     raise ValueError(config.model)  # RunConfig validated it already
 
 
-__all__ = ["LightGCN", "NGCF", "MF", "bpr_loss", "bpr_loss_rows", "build_model"]
+__all__ = ["LightGCN", "NGCF", "MF", "build_model"]

@@ -38,10 +38,6 @@ class LightGCN(nn.Module):
     def layer0(self) -> torch.Tensor:
         return self.embedding
 
-    @property
-    def out_dim(self) -> int:
-        return self.dim
-
     def propagate(self, adj) -> torch.Tensor:
         """Final representations of all nodes (full graph)."""
         return self.propagate_blocks([adj] * self.layers, self.embedding)
@@ -65,33 +61,8 @@ class LightGCN(nn.Module):
 
 
 class MF(LightGCN):
-    """Matrix factorisation: LightGCN with zero layers (embeddings scored directly)."""
+    """Matrix factorisation: LightGCN with zero layers (no blocks to propagate through, so the
+    embeddings are scored directly)."""
 
     def __init__(self, n_users: int, n_items: int, dim: int = 64, init_std: float = 0.1):
         super().__init__(n_users, n_items, dim=dim, layers=0, init_std=init_std)
-
-    def propagate(self, adj) -> torch.Tensor:
-        return self.embedding
-
-    def propagate_blocks(self, blocks, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-
-def bpr_loss(model, out: torch.Tensor, users, pos, neg, l2: float):
-    """BPR loss with L2 on the batch's layer-0 embeddings (LightGCN's protocol).
-
-    ``users`` are user ids, ``pos``/``neg`` item ids (0-based among items).
-    Returns ``(loss, bpr_part)``; the L2 term is ``l2 * 0.5 * ||e0||^2 / batch``.
-    """
-    return bpr_loss_rows(out, model.layer0, users, pos, neg, l2, item_offset=model.n_users)
-
-
-def bpr_loss_rows(out: torch.Tensor, e0: torch.Tensor, u_rows, p_rows, n_rows, l2: float, item_offset: int = 0):
-    """BPR + L2 given row indices into ``out`` (final) and ``e0`` (layer-0) tables; item rows
-    are ``p_rows + item_offset`` and ``n_rows + item_offset``.
-
-    One autograd node (:func:`gnnrec_lab.kernels.bpr_l2_loss`) whose two kernels each compute
-    their term and its gradient in one pass over the batch's rows (``bpr_loss`` on ``out``,
-    ``l2_reg`` on ``e0``): no gathered copies, no index concatenation, no scatter in backward."""
-    return kernels.bpr_l2_loss(out, e0, u_rows, p_rows, n_rows, l2 / u_rows.shape[0], item_offset=item_offset,
-                               layers=(-1, 0))

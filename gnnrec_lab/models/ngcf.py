@@ -9,11 +9,9 @@ One layer, with :math:`\\hat A = D^{-1/2} A D^{-1/2}` the normalised adjacency (
 
 followed by row-wise L2 normalisation; the output concatenates all layers. This is the
 paper's eq. 7 and RecBole 1.2.1's ``BiGNNLayer`` (``(L + I) E W_1 + (L E) * E W_2``): the
-self-loop enters the sum term only. Until 2026-12-01 the lab also added ``e_i * e_i`` to
-``B`` (the interaction term taken over ``A_hat + I``), which neither the paper nor RecBole
-does; that term is gone (``docs/accuracy.md`` has the numbers before and after).
-Initialisation also follows RecBole (Xavier-normal embeddings per node type and weights; it
-was N(0, 0.1) embeddings, as LightGCN's reference code, before): see ``init_std``.
+self-loop enters the sum term only. Initialisation also follows RecBole (Xavier-normal
+embeddings per node type and weights): see ``init_std``. ``docs/accuracy.md`` has the
+accuracy against RecBole's and how the model came to match it.
 
 * ``form="edge"`` computes ``B`` the way DGL-based implementations do: a
   per-edge message ``e_j * e_i`` (SDDMM, ``nnz x dim`` kept for backward),
@@ -43,8 +41,8 @@ class NGCF(nn.Module):
         form: ``"edge"`` (per-edge messages) or ``"node"`` (aggregate first).
         init_std: ``None`` (default): RecBole 1.2.1's initialisation, Xavier-normal for the user
             and the item table separately (std ``sqrt(2 / (rows + dim))``, 0.045 / 0.034 on
-            ML-100K) and for ``W1``, ``W2``; a number: embeddings N(0, init_std) instead (the
-            lab's default, 0.1, until 2026-12-01; weights were Xavier-uniform then).
+            ML-100K) and for ``W1``, ``W2``; a number: embeddings N(0, init_std) instead
+            (LightGCN's initialisation; weights stay Xavier-normal).
     """
 
     def __init__(self, n_users: int, n_items: int, dim: int = 64, layers: int = 3, form: str = "edge",
@@ -76,10 +74,6 @@ class NGCF(nn.Module):
     @property
     def layer0(self) -> torch.Tensor:
         return self.embedding
-
-    @property
-    def out_dim(self) -> int:
-        return self.dim * (self.layers + 1)
 
     def propagate(self, adj) -> torch.Tensor:
         """Final representations of all nodes (full graph)."""
