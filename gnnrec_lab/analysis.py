@@ -16,28 +16,21 @@ from typing import Iterable, Optional
 
 import pandas as pd
 
-from .recorder import RECORD_FIELDS
+from .provenance import Provenance
+from .recorder import records_frame
 
 BREAKDOWN_COLUMNS = ("kernel", "phase", "calls", "seconds", "share", "bytes", "random_bytes", "flops", "GBps",
                      "GFLOPs", "intensity", "bound_seconds", "pct_of_bound")
 
 
-def records_frame(records) -> pd.DataFrame:
-    """Kernel records (objects, tuples, dicts or a DataFrame) as a DataFrame with the record fields."""
-    if isinstance(records, pd.DataFrame):
-        missing = [f for f in ("name", "phase", "ns", "bytes_read", "bytes_written", "flops") if f not in records]
-        if missing:
-            raise ValueError(f"records frame lacks columns {missing}")
-        return records
-    rows = []
-    for r in records:
-        if isinstance(r, dict):
-            rows.append(r)
-        elif hasattr(r, "__dict__"):
-            rows.append(dict(r.__dict__))
-        else:
-            rows.append(dict(zip(RECORD_FIELDS, r)))
-    return pd.DataFrame(rows, columns=list(RECORD_FIELDS))
+# The record fields a frame given to this module must have (records_frame raises UserError, a ValueError).
+NEEDS = ("name", "phase", "ns", "bytes_read", "bytes_written", "flops")
+
+
+def _provenance(r) -> Provenance:
+    """A record row's provenance; measured where the records do not say (rows read from the store)."""
+    p = getattr(r, "provenance", None)
+    return Provenance(p) if isinstance(p, str) else Provenance.MEASURED
 
 
 def _ceilings(host: Optional[dict]) -> tuple[float, float]:
@@ -62,7 +55,7 @@ def breakdown(records_or_df, host: Optional[dict] = None) -> pd.DataFrame:
     host calibration (``host``, else the cached one; NaN without either); and
     ``pct_of_bound`` = 100 * bound_seconds / seconds.
     """
-    df = records_frame(records_or_df)
+    df = records_frame(records_or_df, require=NEEDS)
     if df.empty:
         return pd.DataFrame(columns=list(BREAKDOWN_COLUMNS))
     # pre-aggregated frames (run totals, the store's per-step rows) carry a "calls" column
@@ -146,7 +139,7 @@ def export_chrome_trace(records: Iterable, path, step: Optional[int] = None) -> 
     (Python, the framework) is not shown. ``args`` carry bytes, flops, access
     pattern, layer, backend and the achieved GB/s.
     """
-    df = records_frame(records)
+    df = records_frame(records, require=NEEDS)
     if "step" in df and (df["step"] >= 0).any():
         step = int(df.loc[df["step"] >= 0, "step"].max()) if step is None else int(step)
         df = df[df["step"] == step]
@@ -165,7 +158,8 @@ def export_chrome_trace(records: Iterable, path, step: Optional[int] = None) -> 
                        "args": {"bytes_read": int(r.bytes_read), "bytes_written": int(r.bytes_written),
                                 "flops": int(r.flops), "pattern": getattr(r, "pattern", ""),
                                 "layer": int(getattr(r, "layer", -1)), "backend": getattr(r, "backend", ""),
-                                "GBps": round(moved / r.ns, 3) if r.ns else None, "time": "measured"}})
+                                "GBps": round(moved / r.ns, 3) if r.ns else None,
+                                "time": _provenance(r)}})
         ts += dur
     Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
     return len(df)

@@ -33,6 +33,7 @@ import numpy as np
 from . import preflight
 from .errors import UserError
 from .home import lab_home
+from .provenance import Provenance
 
 REQUIRED = ("copy_GBps", "triad_GBps", "gather64_GBps", "gather256_GBps", "latency_ns", "gemm_GFLOPs",
             "threads", "cpu", "measured_at")
@@ -329,7 +330,7 @@ def measure_file_tier(directory, *, file_bytes: int = FILE_TIER_BYTES, quick: bo
         os.unlink(path)
     out.update({"directory": str(d.resolve()), "page_cache_bytes": preflight.available_bytes(), "method": "O_DIRECT",
                 "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "cpu": cpu_model(), "quick": bool(quick), "kind": "measured", "loadavg": os.getloadavg()[0]})
+                "cpu": cpu_model(), "quick": bool(quick), "kind": Provenance.MEASURED, "loadavg": os.getloadavg()[0]})
     return out
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .errors import UserError
+from .provenance import Provenance
 
 CGROUP_MOUNTS = Path("/proc/self/mounts")
 CGROUP_SELF = Path("/proc/self/cgroup")
@@ -285,9 +286,9 @@ class MemoryCgroup:
         if self.version == 2:
             hits = self._counter("memory.events", "max")
             return {"max_usage_bytes": num("memory.peak"), "failcnt": -1 if hits is None else hits,
-                    "limit_bytes": self.limit_bytes, "kind": "measured"}
+                    "limit_bytes": self.limit_bytes, "kind": Provenance.MEASURED}
         return {"max_usage_bytes": num("memory.max_usage_in_bytes"), "failcnt": num("memory.failcnt"),
-                "limit_bytes": self.limit_bytes, "kind": "measured"}
+                "limit_bytes": self.limit_bytes, "kind": Provenance.MEASURED}
 
     def remove(self, timeout_s: float = 5.0) -> bool:
         """Remove the cgroup (waits up to ``timeout_s`` for exiting tasks to leave). Returns success."""

@@ -57,6 +57,7 @@ from .config import LAYERS, RUN_CONSTRAINTS, RunConfig
 from .errors import UserError
 from .graph import CSR, BipartiteGraph
 from .proc import host_info
+from .provenance import Provenance
 from .status import RunStatus
 from .store import Store
 
@@ -846,7 +847,7 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
     r0 = reports[0]
     summary = summarize(reports)
     result = {
-        "engine": ENGINE, "kind": "measured", "status": RunStatus.FINISHED,
+        "engine": ENGINE, "kind": Provenance.MEASURED, "status": RunStatus.FINISHED,
         "config": config.to_dict() if config else None,
         "epochs": len(r0["epoch_seconds"]), "steps": r0["steps"], "train_seconds": r0["train_seconds"],
         "epoch_seconds": r0["epoch_seconds"], "best_epoch": r0["best_epoch"], "best_valid": r0["best_valid"],

@@ -28,6 +28,7 @@ from typing import Iterable, Optional
 
 from .config import RunConfig, save_config_file
 from .errors import UserError
+from .provenance import Provenance
 from .status import RunStatus
 
 EXPERIMENT = "gnnrec-lab"
@@ -117,12 +118,12 @@ def write_artifacts(store, run: dict, directory: Path) -> list[Path]:
         pass        # a config this version no longer accepts: the params still carry every field
     k = store.kernel_totals_frame(run_id)
     if len(k):
-        k = k.assign(seconds=k.ns / 1e9, time="measured").drop(columns="ns")
+        k = k.assign(seconds=k.ns / 1e9, time=Provenance.MEASURED).drop(columns="ns")
         k.to_csv(directory / "kernels.csv", index=False)
         files.append(directory / "kernels.csv")
     fp = store.footprint_frame(run_id)
     if len(fp):
-        fp.assign(kind=fp.kind.map(lambda s: f"{s} (modeled)" if s == "predicted" else s)).to_csv(
+        fp.assign(kind=fp.kind.map(lambda s: "predicted (modeled)" if s == Provenance.MODELED else s)).to_csv(
             directory / "footprint.csv", index=False)
         files.append(directory / "footprint.csv")
     last = store.kernels_frame(run_id)

@@ -20,6 +20,7 @@ from .formatting import fmt_bytes
 from .memory.footprint import footprint
 from .memory.placement import file_placed, numa_prefix
 from .memory.profiles import load_profiles
+from .provenance import Provenance
 
 # which setting drives each tensor class's size (named in the refusal)
 DRIVERS = {"embeddings": "dim", "optimizer": "dim/optimizer", "gradients": "dim", "activations": "dim/layers",
@@ -73,7 +74,7 @@ def memory_verdict(config, counts: dict, *, memory_limit_bytes: Optional[int] = 
     big = max((k for k in fp if k != "runtime"), key=lambda k: fp[k])
     return {"dram_bytes": int(dram), "footprint": fp, "limit_bytes": int(avail), "limit_name": where,
             "fits": dram <= avail, "largest": big, "largest_bytes": int(fp[big]),
-            "driver": DRIVERS.get(big, big), "kind": "modeled"}
+            "driver": DRIVERS.get(big, big), "kind": Provenance.MODELED}
 
 
 def memory_refusal(v: dict) -> str:

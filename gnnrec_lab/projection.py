@@ -20,6 +20,7 @@ from .calibrate import host_profile
 from .errors import UserError
 from .memory.profiles import load_profiles
 from .memory.tiermodel import TRAIN_PHASES, mode_device, placement_assumption, run_step_time
+from .provenance import Provenance
 from .recorder import KernelRecord
 from .status import RunStatus
 
@@ -41,7 +42,7 @@ def stored_run_records(store, run_id) -> tuple:
         totals = store.kernel_totals_frame(run_id)
         steps = store.kernel_step_count(run_id)
         fpf = store.footprint_frame(run_id)
-    pred = fpf[fpf["kind"] == "predicted"] if len(fpf) else fpf
+    pred = fpf[fpf["kind"] == Provenance.MODELED] if len(fpf) else fpf
     fp = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
     return totals, steps, fp, run.get("config") or {}
 
@@ -58,8 +59,8 @@ def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
 def step_time_projection(store, run_id, host, placement: Optional[dict] = None) -> pd.DataFrame:
     """Step time (s) of a stored run measured here and projected onto each slower device profile.
 
-    A frame ``device, seconds, kind, chosen``: one 'measured' row (the run's own training-step
-    kernel time on this host's DRAM) and one 'modeled' row per non-DRAM device profile
+    A frame ``device, seconds, kind, chosen``: one MEASURED row (the run's own training-step
+    kernel time on this host's DRAM) and one MODELED row per non-DRAM device profile
     (:func:`run_step_time`, the run's placement), ``chosen`` marking the device of the run's own
     memory mode. ``placement`` replaces the run's own (the Launch page projects the form's).
     The frame's ``attrs["placement_assumption"]`` names the placement in words.
@@ -83,10 +84,11 @@ def step_time_projection(store, run_id, host, placement: Optional[dict] = None) 
             reasons.append(f"{name}: {type(e).__name__}: {e}")
             continue
         measured = res["measured_s"]
-        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind="modeled", chosen=name == own))
+        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind=Provenance.MODELED, chosen=name == own))
     if measured is None:
         raise UserError("; ".join(reasons) or "no projection")
-    rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind="measured", chosen=own is None))
+    rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind=Provenance.MEASURED,
+                        chosen=own is None))
     out = pd.DataFrame(rows)
     out.attrs["placement_assumption"] = placement_assumption(placement if placement is not None
                                                              else dict(cfg.get("placement") or {}))
@@ -114,7 +116,7 @@ def dram_reference(store, config, host) -> Optional[dict]:
     on this host) differ by the load the machine had while they ran; load only ever adds time, so
     the **fastest** is the reference. Returns ``{"run_id", "measured_s", "rule": "fastest",
     "runs": [{"run_id", "measured_s", "load_max", "overloaded"}], "min_s", "median_s", "max_s",
-    "kind": "measured"}`` (seconds per step).
+    "kind"}`` (seconds per step; kind MEASURED).
     """
     runs = store.runs_frame(status=RunStatus.FINISHED)
     if runs.empty:
@@ -139,7 +141,7 @@ def dram_reference(store, config, host) -> Optional[dict]:
     best = min(out, key=lambda x: (x["measured_s"], -x["run_id"]))
     return {"run_id": best["run_id"], "measured_s": best["measured_s"], "rule": "fastest",
             "runs": sorted(out, key=lambda x: x["run_id"]), "min_s": min(times),
-            "median_s": statistics.median(times), "max_s": max(times), "kind": "measured"}
+            "median_s": statistics.median(times), "max_s": max(times), "kind": Provenance.MEASURED}
 
 
 def reference_records(store, run_id: int) -> list:
@@ -149,6 +151,7 @@ def reference_records(store, run_id: int) -> list:
     with store.snapshot():
         totals = store.kernel_totals_frame(run_id)
         steps = max(1, store.kernel_step_count(run_id))
+        backend = str((store.get_run(run_id).get("config") or {}).get("backend") or "")
     recs = []
     for r in totals.itertuples():
         if r.phase not in TRAIN_PHASES:
@@ -156,7 +159,7 @@ def reference_records(store, run_id: int) -> list:
         recs.append(KernelRecord(r.name, r.phase, int(r.layer), 0, int(round(r.ns / steps)),
                                  int(round(r.bytes_read / steps)), int(round(r.bytes_written / steps)),
                                  int(round(r.flops / steps)), r.pattern, int(r.row_bytes or 0),
-                                 int(round((r.random_bytes or 0) / steps)), "measured"))
+                                 int(round((r.random_bytes or 0) / steps)), backend, Provenance.MEASURED))
     return recs
 
 

@@ -20,7 +20,10 @@ import contextlib
 import sys
 import time
 from dataclasses import dataclass, fields
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
+
+from .errors import UserError
+from .provenance import Provenance
 
 PHASES = ("forward", "backward", "optimizer", "loss", "sampling", "evaluation", "other")
 # Access patterns the tier model understands.
@@ -40,10 +43,40 @@ class KernelRecord:
     pattern: str         # dominant access pattern, one of PATTERNS
     row_bytes: int       # width of one randomly accessed row (gather/scatter), 0 for streams
     random_bytes: int    # of bytes_read+bytes_written, how many are random row accesses
-    backend: str         # kernel backend that ran it
+    backend: str         # kernel backend that ran it ("" when none did: a modeled record)
+    # where ``ns`` came from: timed here (MEASURED), or a roofline/tier model's time (MODELED)
+    provenance: Provenance = Provenance.MEASURED
 
 
 RECORD_FIELDS = tuple(f.name for f in fields(KernelRecord))
+
+
+def records_frame(records, columns: Optional[Sequence[str]] = RECORD_FIELDS, require: Sequence[str] = ()):
+    """Kernel records as a pandas DataFrame, one row per record: the one converter every layer uses.
+
+    ``records``: :class:`KernelRecord` objects, named tuples, dicts or plain tuples in
+    :data:`RECORD_FIELDS` order; a DataFrame is returned as it is. ``columns``: the frame's columns
+    (None: every field the records have, e.g. the ``calls`` of pre-aggregated rows). Raises
+    UserError when rows are there but a ``require`` d column is not."""
+    import pandas as pd
+    if isinstance(records, pd.DataFrame):
+        df = records
+    else:
+        rows = []
+        for r in records:
+            if isinstance(r, dict):
+                rows.append(r)
+            elif hasattr(r, "_asdict"):
+                rows.append(r._asdict())
+            elif isinstance(r, tuple):
+                rows.append(dict(zip(RECORD_FIELDS, r)))
+            else:
+                rows.append({f: getattr(r, f) for f in RECORD_FIELDS if hasattr(r, f)})
+        df = pd.DataFrame(rows, columns=None if columns is None else list(columns))
+    missing = [c for c in require if c not in df.columns]
+    if missing and len(df):
+        raise UserError(f"kernel records: missing field {missing[0]!r}")
+    return df
 
 
 class Recorder:
@@ -104,11 +137,8 @@ class Recorder:
         return out
 
     def frame(self, records=None):
-        """Records as a pandas DataFrame (one row per call)."""
-        import pandas as pd
-        recs = self.records if records is None else records
-        return pd.DataFrame([tuple(r.__dict__.values()) if hasattr(r, "__dict__") else tuple(r)
-                             for r in recs], columns=list(RECORD_FIELDS))
+        """Records as a pandas DataFrame (one row per call, :func:`records_frame`)."""
+        return records_frame(self.records if records is None else records)
 
 
 _NO_RANGE = contextlib.nullcontext()
@@ -130,30 +160,68 @@ def profiler_range(name: str, phase: str):
     return torch.profiler.record_function(f"gnnrec_lab.{name}.{phase}")
 
 
+# The fields :func:`store_key` groups by.
+STORE_KEY = ("name", "phase", "layer", "pattern")
+
+
 def store_key(r) -> tuple:
     """How the run store groups one step's kernel records: ``(name, phase, layer, pattern)``
-    (``row_bytes`` kept as the widest). The tier model's inputs use the same grouping everywhere."""
+    (:data:`STORE_KEY`; ``row_bytes`` kept as the widest). The tier model's inputs use the same
+    grouping everywhere."""
     return (r.name, r.phase, int(r.layer), r.pattern)
 
 
+@dataclass(slots=True)
+class KernelTotals:
+    """Kernel records that share a key, summed (:func:`sum_records`): how many ``calls``, their
+    ``ns``, bytes and ``flops`` added up, and ``row_bytes`` the widest row any of them accessed.
+    The store's ``kernel_steps`` columns, in this order (:data:`TOTAL_FIELDS`)."""
+    calls: int = 0
+    ns: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    flops: int = 0
+    random_bytes: int = 0
+    row_bytes: int = 0
+
+    def values(self) -> tuple:
+        """The totals in :data:`TOTAL_FIELDS` order."""
+        return (self.calls, self.ns, self.bytes_read, self.bytes_written, self.flops, self.random_bytes,
+                self.row_bytes)
+
+    def as_dict(self) -> dict:
+        return dict(zip(TOTAL_FIELDS, self.values()))
+
+
+TOTAL_FIELDS = tuple(f.name for f in fields(KernelTotals))
+# The totals that add up over records and steps; ``row_bytes`` keeps the widest instead.
+SUMMED_FIELDS = tuple(f for f in TOTAL_FIELDS if f != "row_bytes")
+
+
 def sum_records(records, key, into: Optional[dict] = None) -> dict:
-    """Sum kernel records by ``key(record)``: ``{key: [calls, ns, bytes_read, bytes_written, flops,
-    random_bytes, max row_bytes]}``. Pass ``into`` to keep adding to running totals."""
+    """Sum kernel records by ``key(record)``: ``{key: KernelTotals}``. Pass ``into`` to keep adding
+    to running totals."""
     agg = {} if into is None else into
     for r in records:
         k = key(r)
-        a = agg.get(k)
-        if a is None:
-            agg[k] = [1, r.ns, r.bytes_read, r.bytes_written, r.flops, r.random_bytes, r.row_bytes]
-        else:
-            a[0] += 1
-            a[1] += r.ns
-            a[2] += r.bytes_read
-            a[3] += r.bytes_written
-            a[4] += r.flops
-            a[5] += r.random_bytes
-            a[6] = max(a[6], r.row_bytes)
+        t = agg.get(k)
+        if t is None:
+            t = agg[k] = KernelTotals()
+        t.calls += 1
+        t.ns += r.ns
+        t.bytes_read += r.bytes_read
+        t.bytes_written += r.bytes_written
+        t.flops += r.flops
+        t.random_bytes += r.random_bytes
+        if r.row_bytes > t.row_bytes:
+            t.row_bytes = r.row_bytes
     return agg
+
+
+def totals_rows(agg: dict, key_fields: Sequence[str]) -> list[dict]:
+    """:func:`sum_records`' totals as one dict per key: the key's parts named by ``key_fields``
+    (e.g. :data:`STORE_KEY`), then the :data:`TOTAL_FIELDS`."""
+    return [{**dict(zip(key_fields, k)), **t.as_dict()} for k, t in agg.items()]
 
 
 _NULL = Recorder(enabled=False)

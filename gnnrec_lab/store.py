@@ -30,11 +30,12 @@ from .errors import UserError
 from .home import lab_home
 from .memory.footprint import Footprint
 from .proc import load_summary
-from .recorder import store_key, sum_records
+from .provenance import Provenance, parts
+from .recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS, store_key, sum_records
 from .reporting import Reporter
 from .status import RunStatus
 
-FOOTPRINT_KINDS = ("predicted", "measured")
+FOOTPRINT_KINDS = (Provenance.MODELED, Provenance.MEASURED)   # predicted (from shapes), allocated
 # Each SQLite call waits this long for another writer before giving up (ms).
 BUSY_TIMEOUT_MS = 30_000
 
@@ -90,7 +91,14 @@ def _m3_control(con: sqlite3.Connection) -> None:
     con.execute("CREATE INDEX runs_config ON runs(config)")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_core, _m2_breakdowns, _m3_control]
+def _m4_provenance(con: sqlite3.Connection) -> None:
+    # One spelling of where a number came from (provenance.Provenance): footprint rows said
+    # 'predicted' for the bytes predicted from shapes, which are modeled. runs.measured already
+    # holds 'measured' or 'modeled'. Literal values: a migration rewrites what was, once.
+    con.execute("UPDATE footprints SET kind='modeled' WHERE kind='predicted'")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_core, _m2_breakdowns, _m3_control, _m4_provenance]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -357,7 +365,7 @@ class Store:
                 "INSERT INTO runs(name, config, status, created, started, measured, sweep) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (config.name, config.to_json(), status, now, now if status is RunStatus.RUNNING else None,
-                 "measured" if config.measured else "modeled", sweep))
+                 Provenance.of(config.measured), sweep))
             return int(cur.lastrowid)
 
     def get_run(self, run_id: int, need: Sequence[str] = ()) -> dict:
@@ -499,7 +507,7 @@ class Store:
                         (json.dumps(info, default=str), json.dumps(host, default=str) if host else None,
                          int(run_id)))
             if predicted:
-                self._insert_footprint(con, run_id, predicted, "predicted")
+                self._insert_footprint(con, run_id, predicted, Provenance.MODELED)
 
     def record_load(self, run_id: int, load: dict) -> None:
         """Keep the run's load samples (``{point: proc.load_sample()}``, measured) in its info as ``load``."""
@@ -516,16 +524,14 @@ class Store:
                  records: Sequence = ()) -> None:
         """Persist one step and its kernel records (aggregated by name/phase/layer/pattern) in one transaction."""
         agg = sum_records(records, store_key)
-        rows = [(run_id, step, k[0], k[1], k[2], a[0], a[1], a[2], a[3], a[4], a[5], a[6], k[3])
-                for k, a in agg.items()]
+        rows = [(run_id, step, *k, *t.values()) for k, t in agg.items()]
         with self._write() as con:
             con.execute("INSERT INTO steps(run_id, step, epoch, loss, seconds, wall) VALUES (?,?,?,?,?,?)",
                         (int(run_id), int(step), int(epoch), float(loss), float(seconds), time.time()))
             if rows:
-                con.executemany(
-                    "INSERT INTO kernel_steps(run_id, step, name, phase, layer, calls, ns, bytes_read, "
-                    "bytes_written, flops, random_bytes, row_bytes, pattern) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    rows)
+                cols = ("run_id", "step") + STORE_KEY + TOTAL_FIELDS
+                con.executemany(f"INSERT INTO kernel_steps({', '.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+                                rows)
 
     def add_epoch(self, run_id: int, epoch: int, seconds: float, steps: int, loss: float) -> None:
         with self._write() as con:
@@ -547,14 +553,19 @@ class Store:
                         (int(run_id), time.time(), str(kind), str(message)))
 
     def add_footprint(self, run_id: int, footprint: dict, kind: str) -> None:
-        """Bytes per tensor class; ``kind`` is 'predicted' (from shapes) or 'measured' (allocated)."""
+        """Bytes per tensor class; ``kind`` is MODELED (predicted from shapes; the older spelling
+        predicted is read as that) or MEASURED (allocated), a :class:`Provenance`."""
         with self._write() as con:
             self._insert_footprint(con, run_id, footprint, kind)
 
     @staticmethod
     def _insert_footprint(con, run_id, footprint: dict, kind: str) -> None:
+        try:
+            kind = Provenance(kind)
+        except ValueError:
+            pass
         if kind not in FOOTPRINT_KINDS:
-            raise ValueError(f"footprint kind must be one of {FOOTPRINT_KINDS}, got {kind!r}")
+            raise ValueError(f"footprint kind must be one of {tuple(map(str, FOOTPRINT_KINDS))}, got {kind!r}")
         con.execute("DELETE FROM footprints WHERE run_id=? AND kind=?", (int(run_id), kind))
         con.executemany("INSERT INTO footprints(run_id, tensor_class, bytes, kind) VALUES (?,?,?,?)",
                         [(int(run_id), str(c), int(b), kind) for c, b in footprint.items()
@@ -563,8 +574,8 @@ class Store:
     def record_result(self, run_id: int, result: Any) -> None:
         """Store a RunResult (or its dict). Its footprint is stored in one shape
         (:class:`~gnnrec_lab.memory.footprint.Footprint`, whatever shape a caller's dict had)
-        and lands in the footprints table: predicted bytes as 'predicted' rows, measured ones
-        (``peak_rss`` among them) as 'measured' rows."""
+        and lands in the footprints table, each part as rows of its kind (:func:`~gnnrec_lab.provenance.parts`):
+        predicted bytes as MODELED rows, measured ones (``peak_rss`` among them) as MEASURED rows."""
         d = result.to_dict() if hasattr(result, "to_dict") else dict(result)
         fp = None
         if d.get("footprint") is not None:
@@ -573,11 +584,9 @@ class Store:
         text = json.dumps(d, default=str)
         with self._write() as con:
             con.execute("UPDATE runs SET result=? WHERE id=?", (text, int(run_id)))
-            if fp is not None:
-                if fp.predicted:
-                    self._insert_footprint(con, run_id, fp.predicted, "predicted")
-                if fp.measured:
-                    self._insert_footprint(con, run_id, fp.measured, "measured")
+            for name, kind in (parts(fp) if fp is not None else {}).items():
+                if getattr(fp, name):
+                    self._insert_footprint(con, run_id, getattr(fp, name), kind)
 
     def reporter(self, run_id: int, poll_s: float = 0.5) -> "StoreReporter":
         """A Reporter that persists everything the training loop reports for ``run_id``."""
@@ -587,6 +596,9 @@ class Store:
     def runs_frame(self, status: Optional[RunStatus] = None):
         """One row per run: identity, status, config essentials, timings (s) and headline metrics.
 
+        ``measured`` is the :class:`~gnnrec_lab.provenance.Provenance` of the run's times on its
+        memory mode: measured for ``dram`` (this host's memory), modeled for a modeled device (timed
+        on this host's DRAM; the device's time is the tier model's projection, ``modeled_*``).
         ``status`` holds the stored value (a plain string, equal to its :class:`RunStatus`).
 
         ``best_valid_recall@20`` is the best validation Recall@20 seen;
@@ -670,9 +682,8 @@ class Store:
     def kernels_frame(self, run_id: int, since_step: int = -1):
         """Kernel records aggregated per step (ns, bytes, flops are sums over ``calls``); only steps
         ``> since_step`` (live polling reads what is new)."""
-        return self._frame("SELECT step, name, phase, layer, calls, ns, bytes_read, bytes_written, flops, "
-                           "random_bytes, row_bytes, pattern FROM kernel_steps WHERE run_id=? AND step>? "
-                           "ORDER BY step, rowid", (int(run_id), int(since_step)))
+        return self._frame(f"SELECT step, name, phase, layer, {', '.join(TOTAL_FIELDS)}, pattern FROM kernel_steps "
+                           "WHERE run_id=? AND step>? ORDER BY step, rowid", (int(run_id), int(since_step)))
 
     def kernel_step_count(self, run_id: int) -> int:
         """How many distinct steps of the run have kernel records."""
@@ -684,11 +695,11 @@ class Store:
         Summed in SQL, so a breakdown of a long run does not load every step's rows.
         ``steps`` counts the steps the kernel appeared in; ns/bytes/flops are sums.
         """
+        key = ", ".join(STORE_KEY)
+        sums = ", ".join(f"SUM({c}) AS {c}" for c in SUMMED_FIELDS)
         return self._frame(
-            "SELECT name, phase, layer, pattern, COUNT(*) AS steps, SUM(calls) AS calls, SUM(ns) AS ns, "
-            "SUM(bytes_read) AS bytes_read, SUM(bytes_written) AS bytes_written, SUM(flops) AS flops, "
-            "SUM(random_bytes) AS random_bytes, MAX(row_bytes) AS row_bytes FROM kernel_steps "
-            "WHERE run_id=? AND step>? GROUP BY name, phase, layer, pattern ORDER BY SUM(ns) DESC",
+            f"SELECT {key}, COUNT(*) AS steps, {sums}, MAX(row_bytes) AS row_bytes FROM kernel_steps "
+            f"WHERE run_id=? AND step>? GROUP BY {key} ORDER BY SUM(ns) DESC",
             (int(run_id), int(since_step)))
 
     def epochs_frame(self, run_id: int):
@@ -704,7 +715,8 @@ class Store:
                            + ",".join("?" * len(ids)) + ") ORDER BY run_id, rowid", ids)
 
     def footprint_frame(self, run_id: int):
-        """Bytes per tensor class; ``kind`` says predicted (from shapes) or measured (allocated)."""
+        """Bytes per tensor class; ``kind`` says modeled (predicted from shapes; spelled predicted in
+        stores before schema 4, which opening migrates) or measured (allocated)."""
         return self._frame("SELECT tensor_class, bytes, kind FROM footprints WHERE run_id=? ORDER BY kind, rowid",
                            (int(run_id),))
 

@@ -43,7 +43,9 @@ from .memory.footprint import Footprint
 from .memory.placement import allocate, place_array, place_of, place_tensor
 from .preflight import batch_size_error
 from .proc import host_info, load_sample
-from .recorder import Recorder, get_recorder, profiler_range, store_key, sum_records, use_recorder
+from .provenance import Provenance, part, parts
+from .recorder import (STORE_KEY, Recorder, get_recorder, profiler_range, store_key, sum_records, totals_rows,
+                       use_recorder)
 from .reporting import MultiReporter, ProgressReporter, Reporter
 from .rows import make_row_store
 from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
@@ -67,20 +69,20 @@ class RunResult:
     status: RunStatus = RunStatus.FINISHED   # finished | cancelled | interrupted | diverged (DivergenceBound)
     epochs: int = 0
     steps: int = 0
-    train_seconds: float = 0.0               # measured wall time in training steps
-    epoch_seconds: list = field(default_factory=list)
+    train_seconds: float = part(Provenance.MEASURED, default=0.0)   # wall time in training steps
+    epoch_seconds: list = part(Provenance.MEASURED, default_factory=list)
     best_epoch: int = -1
-    best_valid: dict = field(default_factory=dict)
-    test: dict = field(default_factory=dict)
-    history: list = field(default_factory=list)          # per evaluation: epoch, step, elapsed_s, metrics
+    best_valid: dict = part(Provenance.MEASURED, default_factory=dict)
+    test: dict = part(Provenance.MEASURED, default_factory=dict)
+    history: list = part(Provenance.MEASURED, default_factory=list)  # per evaluation: epoch, step, elapsed_s, metrics
     time_to_target_s: Optional[float] = None
-    kernels: list = field(default_factory=list)          # per (kernel, phase) totals, measured
-    phases: dict = field(default_factory=dict)           # seconds per phase, measured
+    kernels: list = part(Provenance.MEASURED, default_factory=list)  # per (kernel, phase) totals
+    phases: dict = part(Provenance.MEASURED, default_factory=dict)   # seconds per phase
     footprint: Footprint = field(default_factory=Footprint)  # bytes: predicted by class (modeled), peak RSS (measured)
     info: dict = field(default_factory=dict)             # dataset counts, host, eval sampling
-    jit_seconds: float = 0.0
+    jit_seconds: float = part(Provenance.MEASURED, default=0.0)
     step_records: list = field(default_factory=list)     # one steady-state step's KernelRecords (trace)
-    modeled: dict = field(default_factory=dict)          # tier-model projection for non-DRAM memory modes
+    modeled: dict = part(Provenance.MODELED, default_factory=dict)  # tier-model projection for non-DRAM memory modes
 
     def kernel_frame(self):
         import pandas as pd
@@ -102,9 +104,7 @@ class RunResult:
             "jit_seconds": self.jit_seconds, "modeled": self.modeled,
             # each part's kind: times, metrics and kernels measured here; the footprint holds both;
             # ``modeled`` (non-DRAM memory modes) is the tier model's projection
-            "kind": {"train_seconds": "measured", "epoch_seconds": "measured", "jit_seconds": "measured",
-                     "kernels": "measured", "phases": "measured", "best_valid": "measured", "test": "measured",
-                     "history": "measured", "footprint": dict(Footprint.KINDS), "modeled": "modeled"},
+            "kind": parts(self),
         }
 
 
@@ -136,7 +136,7 @@ class EarlyStopping:
 class _KernelTotals:
     """Running per-(kernel, phase, pattern, row width) sums so long runs do not keep every record."""
 
-    KEYS = ("calls", "ns", "bytes_read", "bytes_written", "flops", "random_bytes")
+    KEY = ("name", "phase", "pattern", "row_bytes")
 
     def __init__(self):
         self.tot: dict = {}
@@ -145,8 +145,7 @@ class _KernelTotals:
         sum_records(records, lambda r: (r.name, r.phase, r.pattern, r.row_bytes), into=self.tot)
 
     def rows(self) -> list[dict]:
-        return [dict(name=k[0], phase=k[1], pattern=k[2], row_bytes=k[3], **dict(zip(self.KEYS, v)))
-                for k, v in sorted(self.tot.items(), key=lambda kv: -kv[1][1])]
+        return sorted(totals_rows(self.tot, self.KEY), key=lambda row: -row["ns"])
 
 
 def _record_steps(opt, config) -> None:
@@ -619,9 +618,7 @@ def _project_run(config, result, tier_totals: dict) -> dict:
     import pandas as pd
     from .memory.tiermodel import RunProjection
     host = host_profile(measure_if_missing=True, quick=True)
-    df = pd.DataFrame([dict(name=k[0], phase=k[1], layer=k[2], pattern=k[3], calls=a[0], ns=a[1], bytes_read=a[2],
-                            bytes_written=a[3], flops=a[4], random_bytes=a[5], row_bytes=a[6])
-                       for k, a in tier_totals.items()])
+    df = pd.DataFrame(totals_rows(tier_totals, STORE_KEY))
     return RunProjection.of_run(df, host, config, footprint=result.footprint.predicted or None,
                                 steps=result.steps).to_dict()
 

@@ -14,6 +14,7 @@ from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.memory.placement import numa_request, numactl_argv
 from gnnrec_lab.places import parse_nodes
+from gnnrec_lab.provenance import Provenance
 from gnnrec_lab.runner import Runner, launch_detached
 from gnnrec_lab.store import Store
 
@@ -56,7 +57,7 @@ def test_finished_run(store):
     assert run["pid"] and run["host"]["hostname"] and run["error"] is None
     assert run["result"]["metrics"] == {"steps": 5}
     assert len(store.steps_frame(rid)) == 5 and len(store.kernels_frame(rid)) == 20  # 3 spmm layers + adam per step
-    assert set(store.footprint_frame(rid).kind) == {"predicted", "measured"}
+    assert set(store.footprint_frame(rid).kind) == {Provenance.MODELED, Provenance.MEASURED}
     assert (store.home / "runs" / str(rid) / "stderr.log").exists()
     assert (store.home / "runs" / str(rid) / "stdout.log").exists()
 
@@ -318,6 +319,6 @@ def test_real_training_through_worker(store, monkeypatch):
     assert {"spmm", "bpr_loss"} <= set(store.kernels_frame(rid).name)
     ev = store.evals_frame(rid)
     assert {"valid", "test"} <= set(ev.split) and "recall@20" in set(ev.metric)
-    assert set(store.footprint_frame(rid).kind) == {"predicted", "measured"}
+    assert set(store.footprint_frame(rid).kind) == {Provenance.MODELED, Provenance.MEASURED}
     row = store.runs_frame().iloc[0]
     assert row["test_recall@20"] == pytest.approx(ev[(ev.split == "test") & (ev.metric == "recall@20")].value.iloc[-1])

@@ -14,6 +14,7 @@ import pytest
 
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
+from gnnrec_lab.provenance import Provenance
 from gnnrec_lab.recorder import KernelRecord
 from gnnrec_lab.proc import pid_alive, proc_start_ticks
 from gnnrec_lab.home import lab_home
@@ -80,8 +81,8 @@ def test_add_run_and_reporter_round_trip(tmp_path):
     ev = s.evals_frame([rid])
     assert len(ev) == 4  # the non-numeric "note" is not stored
     fp = s.footprint_frame(rid)
-    assert set(zip(fp.tensor_class, fp.bytes, fp.kind)) == {("graph", 100, "predicted"),
-                                                           ("embeddings", 200, "predicted"),
+    assert set(zip(fp.tensor_class, fp.bytes, fp.kind)) == {("graph", 100, Provenance.MODELED),
+                                                           ("embeddings", 200, Provenance.MODELED),
                                                            ("embeddings", 210, "measured"),
                                                            ("peak_rss", 999, "measured")}
     assert list(s.events_frame(rid).kind) == ["early_stop"]
@@ -164,6 +165,44 @@ def test_migrates_v1_database(tmp_path):
     assert len(s.steps_frame(1)) == 1
     s.reporter(1).on_step(1, 0, 0.4, 0.1, [rec("spmm", 1, 5)])  # new tables work on the upgraded file
     assert len(s.kernels_frame(1)) == 1
+
+
+def test_store_before_one_provenance_spelling_reads_the_same(tmp_path):
+    """A store at schema 3 wrote footprint rows of predicted bytes as 'predicted'; opened by this
+    code it is migrated once, and every reader sees the same runs, kernels and bytes, the predicted
+    ones as modeled (Provenance). An old caller's 'predicted' still writes modeled rows."""
+    path = tmp_path / "lab.sqlite"
+    con = connect(path)
+    assert migrate(con, upto=3) == 3
+    for name, measured in (("dram", "measured"), ("cxl", "modeled")):
+        con.execute("INSERT INTO runs(name, config, status, created, measured) VALUES (?, ?, 'finished', 1.0, ?)",
+                    (name, RunConfig().to_json(), measured))
+    con.executemany("INSERT INTO footprints(run_id, tensor_class, bytes, kind) VALUES (?,?,?,?)",
+                    [(1, "graph", 100, "predicted"), (1, "embeddings", 200, "predicted"),
+                     (1, "peak_rss", 999, "measured"), (2, "graph", 7, "predicted")])
+    con.execute("INSERT INTO kernel_steps(run_id, step, name, phase, layer, calls, ns, bytes_read, bytes_written, "
+                "flops, random_bytes, row_bytes, pattern) VALUES (1, 0, 'spmm', 'forward', 0, 2, 150, 20, 4, 8, "
+                "10, 64, 'gather')")
+    con.close()
+
+    s = Store(tmp_path)
+    assert s.schema_version == SCHEMA_VERSION
+    fp = s.footprint_frame(1)
+    assert list(zip(fp.tensor_class, fp.bytes, fp.kind)) == [("peak_rss", 999, Provenance.MEASURED),
+                                                            ("graph", 100, Provenance.MODELED),
+                                                            ("embeddings", 200, Provenance.MODELED)]
+    assert set(s.footprint_frame(2).kind) == {"modeled"}
+    assert [s.get_run(i)["measured"] for i in (1, 2)] == [Provenance.MEASURED, Provenance.MODELED]
+    assert list(s.runs_frame().measured) == ["measured", "modeled"]
+    k = s.kernels_frame(1).iloc[0]
+    assert (k["name"], k.calls, k.ns, k.bytes_read, k.bytes_written, k.flops, k.random_bytes, k.row_bytes,
+            k.pattern) == ("spmm", 2, 150, 20, 4, 8, 10, 64, "gather")
+    from gnnrec_lab.projection import stored_run_records
+    assert stored_run_records(s, 1)[2] == {"graph": 100, "embeddings": 200}   # the predicted bytes, as before
+    s.add_footprint(2, {"graph": 8}, "predicted")
+    assert list(zip(s.footprint_frame(2).bytes, s.footprint_frame(2).kind)) == [(8, "modeled")]
+    with pytest.raises(ValueError, match="footprint kind"):
+        s.add_footprint(2, {"graph": 8}, "guessed")
 
 
 def test_refuses_newer_schema(tmp_path):
@@ -336,7 +375,7 @@ def test_footprint_has_one_stored_shape_and_old_results_stay_readable(tmp_path):
     assert stored == {"predicted": {"graph": 100}, "measured": {"peak_rss": 999},
                       "kind": {"predicted": "modeled", "measured": "measured"}}
     fpf = s.footprint_frame(rid)
-    assert set(zip(fpf.tensor_class, fpf.bytes, fpf.kind)) == {("graph", 100, "predicted"),
+    assert set(zip(fpf.tensor_class, fpf.bytes, fpf.kind)) == {("graph", 100, Provenance.MODELED),
                                                              ("peak_rss", 999, "measured")}
 
 

@@ -39,6 +39,7 @@ from ..config import TIER_CACHE_POLICIES
 from ..errors import ConfigError, UserError
 from ..memory.placement import place_of
 from ..optim import SparseRowAdam
+from ..provenance import Provenance
 from ..recorder import get_recorder, profiler_range
 from .policies import INF
 from .simulate import parse_capacity
@@ -492,7 +493,7 @@ class CachedRows:
         acc = self.hits + self.misses
         t = self.tier
         return {
-            "kind": "measured", "policy": self.policy, "capacity_rows": self.capacity,
+            "kind": Provenance.MEASURED, "policy": self.policy, "capacity_rows": self.capacity,
             "capacity_pct": 100.0 * self.capacity / t.n_rows, "lookahead": self.L if self.policy == "oracle" else None,
             "mean_window_batches": self.window_sum / max(self.fetches, 1) if self.policy == "oracle" else None,
             "batches": self.fetches, "accesses": acc, "hits": self.hits, "misses": self.misses,

@@ -14,6 +14,7 @@ from ..bounds import integers
 from ..config import CACHE_TRACE_BATCH, MAXIMA, SIMULATED_CACHE_POLICIES, check_field
 from ..errors import UserError
 from ..formatting import fmt_percent
+from ..provenance import Provenance
 from .common import bounded, field_type
 
 
@@ -136,7 +137,8 @@ def _sim(args) -> int:
     # a policy the cache is too small for has no hit rate (null in JSON, not NaN)
     results = [dict(r, hit_rate=None) if r["note"] else r for r in study.records]
     info = _trace_info(args, trace)
-    info.update(capacity_rows=capacity, row_bytes=rb, bytes="modeled (rows x row_bytes)", sim_seconds="measured")
+    info.update(capacity_rows=capacity, row_bytes=rb, bytes="modeled (rows x row_bytes)",
+                sim_seconds=Provenance.MEASURED)
     if args.json:
         json.dump({"trace": info, "results": results}, sys.stdout, indent=1, default=float)
         print()

@@ -1,7 +1,7 @@
 """``gnnrec-lab devices list | show NAME | validate``: the device profiles, their modeled curves,
 and the model held against published measurements (fitted and held out).
 
-Every bandwidth and latency these commands derive from a profile is *modeled* (``"kind": "modeled"``
+Every bandwidth and latency these commands derive from a profile is *modeled* (``kind`` MODELED
 in JSON, the word ``modeled`` on every printed row); ``published`` values are the literature's.
 """
 from __future__ import annotations

@@ -12,6 +12,7 @@ from ..export import export_mlflow, export_tensorboard
 from ..formatting import fmt_duration, fmt_ms
 from ..proc import LOAD_POINTS, load_cell, load_summary, load_warning
 from ..runner import Runner, recover_dead
+from ..provenance import Provenance
 from ..status import RunStatus
 from ..store import Store, describe_store_error
 from .common import bounded, run_id
@@ -189,7 +190,7 @@ def _show(store, run_id: int, as_json: bool) -> int:
                                             run["status"] is RunStatus.RUNNING else ""))
     # the durations below are timed on this host even for a modeled memory mode (its kernels run on
     # DRAM here): the 'modeled' lines say what they would be on the device
-    print("  time       measured on this host" + ("" if run["measured"] == "measured" else
+    print("  time       measured on this host" + ("" if run["measured"] == Provenance.MEASURED else
                                                  " (DRAM); modeled on the device: the 'modeled' lines"))
     print(f"  config     {cfg.get('dataset')} {cfg.get('model')} layers={cfg.get('layers')} dim={cfg.get('dim')} "
           f"batch={cfg.get('batch_size')}")
@@ -234,7 +235,8 @@ def _show(store, run_id: int, as_json: bool) -> int:
             print(f"  warning    {load_warning(run['load'])}")
     if not fp.empty:
         for r in fp.itertuples():
-            print(f"  footprint  {r.tensor_class:<18} {r.bytes / 2**20:10.2f} MiB  {r.kind}")
+            kind = "predicted (modeled)" if r.kind == Provenance.MODELED else r.kind
+            print(f"  footprint  {r.tensor_class:<18} {r.bytes / 2**20:10.2f} MiB  {kind}")
     if run["error"]:
         print("  error      " + run["error"].rstrip().replace("\n", "\n             "))
     if run["stderr_tail"] and run["status"].is_crash:

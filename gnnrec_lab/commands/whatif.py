@@ -12,6 +12,7 @@ from ..config import TENSOR_CLASSES
 from ..errors import UserError
 from ..bounds import MAX_BYTES, MAX_DRAM_GIB, integer, number
 from ..store import Store
+from ..provenance import Provenance
 from .common import bounded, run_id
 
 
@@ -89,7 +90,7 @@ def run(args) -> int:
     step = run_step_time(records, host, cfg, device=args.device, placement=place, steps=steps, **kw)
     if args.json:
         rows = json.loads(table.to_json(orient="records"))
-        print(json.dumps({"run_id": args.run_id, "device": args.device, "kind": "modeled",
+        print(json.dumps({"run_id": args.run_id, "device": args.device, "kind": Provenance.MODELED,
                           "measured_column": "measured_s", "modeled_column": "modeled_s",
                           "kernels": rows, "step": step}, indent=2))
         return 0

@@ -29,9 +29,10 @@ from ..memory.profiles import get_profile, misses_in_flight
 from ..memory.tiermodel import mode_device
 from ..memory.validation import device_curves
 from ..projection import run_modeled_step, tier_projection
+from ..provenance import Provenance
 from ..status import RunStatus
-from .common import (BAR_COLOR, MODELED_NOTE, Lab, dram_bytes, hatch_all, hatch_by, hv_pane, kernel_color,
-                     modeled_bars, not_available, phase_color, run_options, safe_call)
+from .common import (BAR_COLOR, MODELED_NOTE, Lab, bar_style, dram_bytes, hatch_hook, hv_pane, kernel_color,
+                     modeled_bars, not_available, phase_color, run_selector, safe_call)
 
 
 def phase_cmap(phases) -> dict:
@@ -123,15 +124,6 @@ def roofline_frame(kernels: pd.DataFrame) -> tuple[Optional[pd.DataFrame], Optio
     return pd.DataFrame(pts), ceilings, None
 
 
-def _pick(columns, *needles) -> Optional[str]:
-    low = {c.lower(): c for c in columns}
-    for n in needles:
-        for lc, c in low.items():
-            if n in lc:
-                return c
-    return None
-
-
 def device_curve_plots(curves: dict) -> list:
     """HoloViews plots of one profile's modeled curves (``memory.validation.device_curves``):
     random-row bandwidth against access size, bandwidth against threads, and against the write
@@ -158,6 +150,14 @@ def device_curve_plots(curves: dict) -> list:
     return plots
 
 
+def newest_finished(runs: pd.DataFrame):
+    """The run the Breakdown page shows until one is chosen: the newest finished, else the newest."""
+    if runs is None or runs.empty or "status" not in runs.columns:
+        return None
+    fin = runs[runs["status"] == RunStatus.FINISHED]
+    return (fin if not fin.empty else runs)["id"].max().item()
+
+
 class BreakdownPage(pn.viewable.Viewer):
     """All breakdown plots of one run (``run_id``), read once per selection."""
 
@@ -166,28 +166,7 @@ class BreakdownPage(pn.viewable.Viewer):
 
     def __init__(self, lab: Lab, **params):
         super().__init__(lab=lab, **params)
-        self.selector = pn.widgets.Select(name="Run", options=run_options(lab.runs()), width=360,
-                                          css_classes=["breakdown-select"])
-        if self.run_id is None:
-            self.run_id = lab.run_id if lab.run_id is not None else self._newest_finished()
-        if self.run_id in self.selector.options.values():
-            self.selector.value = self.run_id
-        self.selector.param.watch(lambda e: setattr(self, "run_id", e.new), "value")
-        lab.param.watch(self._lab_changed, ["run_id", "runs_version"])
-
-    def _newest_finished(self):
-        runs = self.lab.runs()
-        if runs.empty or "status" not in runs.columns:
-            return None
-        fin = runs[runs["status"] == RunStatus.FINISHED]
-        idc = "id" if "id" in runs.columns else "run_id"
-        return (fin if not fin.empty else runs)[idc].max().item()
-
-    def _lab_changed(self, event):
-        self.selector.options = run_options(self.lab.runs())
-        if event.name == "run_id" and event.new is not None:
-            self.selector.value = event.new
-            self.run_id = event.new
+        self.selector = run_selector(lab, self.param.run_id, default=newest_finished, css_class="breakdown-select")
 
     # -- sections -------------------------------------------------------------
     def _kernel_section(self, kernels: pd.DataFrame):
@@ -204,8 +183,9 @@ class BreakdownPage(pn.viewable.Viewer):
         import holoviews as hv
         mp = modeled_kernel_phase_ms(step)
         return hv.Bars(mp, ["name", "phase"], "ms").opts(
-            stacked=True, responsive=True, height=320, xrotation=30, tools=["hover"], hooks=[hatch_all("/")],
-            cmap=phase_cmap(mp["phase"]), ylabel="ms per step (modeled)", xlabel="kernel",
+            stacked=True, responsive=True, height=320, xrotation=30, tools=["hover"],
+            hooks=[hatch_hook(Provenance.MODELED)], cmap=phase_cmap(mp["phase"]), ylabel="ms per step (modeled)",
+            xlabel="kernel",
             title=f"Kernel time by phase, modeled on {step['device']}", legend_position="right")
 
     def _modeled_kernel_section(self, run_id, run: dict):
@@ -228,11 +208,9 @@ class BreakdownPage(pn.viewable.Viewer):
         pts, ceil, why = roofline_frame(kernels)
         if pts is None:
             return not_available("Roofline (analysis + calibrated host profile)", why)
-        x = _pick(pts.columns, "intensity", "flops_per_byte", "ai")
-        y = _pick(pts.columns, "gflop", "flops_per_s", "perf")
-        name = _pick(pts.columns, "name", "kernel") or x
-        if x is None or y is None or pts.empty:
-            return not_available("Roofline", f"roofline_points gave columns {list(pts.columns)}")
+        x, y, name = "intensity", "GFLOPs", "name"       # analysis.roofline_points' columns
+        if pts.empty:
+            return not_available("Roofline", "roofline_points gave no points")
         pts = pts[(pts[x] > 0) & (pts[y] > 0)]
         kcolors = {str(k): kernel_color(str(k)) for k in pts[name].unique()}
         scatter = hv.Scatter(pts, x, [y, name]).opts(size=10, color=name, cmap=kcolors, logx=True,
@@ -257,10 +235,11 @@ class BreakdownPage(pn.viewable.Viewer):
             return pn.pane.Markdown("*No footprint recorded for this run.*")
         dram = dram_bytes()
         fp = fp.assign(GiB=fp["bytes"] / 2**30,
-                       kind=fp["kind"].map(lambda k: "modeled (predicted)" if k == "predicted" else "measured"))
-        fp["hatch"] = [" " if k == "measured" else "/" for k in fp["kind"]]
+                       kind=fp["kind"].map(lambda k: "modeled (predicted)" if k == Provenance.MODELED
+                                          else Provenance.MEASURED))
+        fp["hatch"] = [bar_style(k)["hatch_pattern"] for k in fp["kind"]]
         bars = hv.Bars(fp, ["tensor_class", "kind"], ["GiB", "hatch"]).opts(
-            color=BAR_COLOR, hooks=[hatch_by("hatch")], responsive=True, height=300, xrotation=30, tools=["hover"],
+            color=BAR_COLOR, hooks=[hatch_hook()], responsive=True, height=300, xrotation=30, tools=["hover"],
             title="Footprint by tensor class (hatched = modeled)", ylabel="GiB")
         line = hv.HLine(dram / 2**30).opts(color="red", line_dash="dashed")
         peak = Footprint.from_dict((run.get("result") or {}).get("footprint")).peak_rss
@@ -277,7 +256,7 @@ class BreakdownPage(pn.viewable.Viewer):
             return not_available("Measured DRAM vs modeled Optane/CXL (memory tier model)", why)
         chosen = df[df["chosen"]] if "chosen" in df.columns else df.iloc[0:0]
         note = f"{MODELED_NOTE} Placement: {df.attrs.get('placement_assumption', '?')}."
-        if not chosen.empty and chosen["kind"].iloc[0] == "modeled":
+        if not chosen.empty and chosen["kind"].iloc[0] == Provenance.MODELED:
             note += (f" This run's memory mode uses **{chosen['device'].iloc[0]}**: "
                      f"{fmt_ms(chosen['seconds'].iloc[0])} per step (modeled).")
         return pn.Column(pn.pane.Markdown(note),

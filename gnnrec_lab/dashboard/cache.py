@@ -453,7 +453,6 @@ class CachePage(pn.viewable.Viewer):
         self._doc = pn.state.curdoc
         self._live_cb = None
         self.refresh_runs()
-        self.lab.param.watch(lambda e: self.refresh_runs(), "runs_version")
         served = self._doc is not None and self._doc.session_context is not None
         if served:
             self._live_cb = pn.state.add_periodic_callback(self.refresh_live, period=LIVE_POLL_MS)
@@ -556,6 +555,7 @@ class CachePage(pn.viewable.Viewer):
         return pn.Column(*parts, sizing_mode="stretch_width")
 
     # -- measured runs ----------------------------------------------------------------
+    @param.depends("lab.runs", watch=True)
     def refresh_runs(self) -> None:
         store = self.lab.store
         if store is None:

@@ -1,7 +1,8 @@
 """What every dashboard page shares: the lab state, the process-wide store and runner, small helpers.
 
-One :class:`Lab` per browser session holds the selection (which run the Live and
-Breakdown pages show) as ``param`` parameters; the :class:`~gnnrec_lab.store.Store`
+One :class:`Lab` per browser session holds the run table and the selection (which run the
+Live and Breakdown pages show) as ``param`` parameters, which the pages follow (every page's
+run list is one :func:`run_selector`); the :class:`~gnnrec_lab.store.Store`
 and :class:`~gnnrec_lab.runner.Runner` behind it are one per server process, so
 every session reads the same runs and the concurrency limit holds across tabs.
 
@@ -21,6 +22,7 @@ import param
 from ..errors import UserError
 from ..memory.tiermodel import mode_device
 from ..preflight import footprint_error
+from ..provenance import Provenance
 from ..runner import Runner
 from ..status import RunStatus
 from ..store import Store
@@ -40,8 +42,10 @@ KERNEL_COLORS = {"spmm": "#1f77b4", "sddmm": "#aec7e8", "gather": "#17becf", "sc
                  "other": "#7f7f7f"}
 # Bars whose colour has no meaning of its own (one device, one tensor class): one neutral colour.
 BAR_COLOR = "#4c72b0"
-MEASURED_STYLE = dict(color=BAR_COLOR, hatch_pattern=" ")
-MODELED_STYLE = dict(color=BAR_COLOR, hatch_pattern="/")
+# How a bar says where its number comes from, on every page: one colour, solid when measured,
+# hatched when modeled (HoloViews has no hatch option: :func:`hatch_hook` sets it).
+BAR_STYLES = {Provenance.MEASURED: dict(color=BAR_COLOR, hatch_pattern=" "),
+              Provenance.MODELED: dict(color=BAR_COLOR, hatch_pattern="/")}
 MODELED_NOTE = ("Hatched = **modeled** (device profile, not measured on this machine); solid = **measured**. "
                 "Colours name phases, kernels and runs, the same on every page.")
 
@@ -124,26 +128,24 @@ def _display_holoviews_in_panes() -> None:
         Dimensioned, lambda obj: pn.panel(obj)._repr_mimebundle_())
 
 
-def hatch_by(column: str = "hatch"):
-    """A HoloViews hook that hatches each bar by its ``column`` value (' ' = solid, '/' = hatched).
+def bar_style(kind) -> dict:
+    """The style of a bar whose number is ``kind``: measured solid, anything else (modeled,
+    predicted) hatched."""
+    return BAR_STYLES.get(kind, BAR_STYLES[Provenance.MODELED])
 
-    HoloViews has no hatch option; the hook sets it on the Bokeh glyph so
-    modeled bars look different from measured ones even in grey print.
+
+def hatch_hook(kind=None, column: str = "hatch"):
+    """A HoloViews hook that hatches bars as :data:`BAR_STYLES` says, so modeled bars look
+    different from measured ones even in grey print: every bar as ``kind`` (a chart that is
+    modeled throughout), or with no ``kind`` each bar by its ``column`` value (its
+    :func:`bar_style` pattern; the column reaches the plot where a hover tool shows the value
+    dimensions). The hook sets the pattern on the Bokeh glyph.
     """
+    pattern = {"field": column} if kind is None else bar_style(kind)["hatch_pattern"]
+
     def hook(plot, element):
         glyph = plot.handles.get("glyph")
-        if glyph is not None and column in plot.handles["source"].data:
-            glyph.hatch_pattern = {"field": column}
-            glyph.hatch_color = "white"
-            glyph.hatch_alpha = 0.9
-    return hook
-
-
-def hatch_all(pattern: str = "/"):
-    """A HoloViews hook that hatches every bar of a plot (a modeled chart)."""
-    def hook(plot, element):
-        glyph = plot.handles.get("glyph")
-        if glyph is not None:
+        if glyph is not None and (kind is not None or column in plot.handles["source"].data):
             glyph.hatch_pattern = pattern
             glyph.hatch_color = "white"
             glyph.hatch_alpha = 0.9
@@ -153,15 +155,15 @@ def hatch_all(pattern: str = "/"):
 def modeled_bars(df: pd.DataFrame, x: str, y: str, ylabel: str):
     """Bars of ``y`` by ``x`` with measured solid and modeled hatched, and a kind label on each bar.
 
-    ``df`` needs a ``kind`` column ('measured' | 'modeled').
+    ``df`` needs a ``kind`` column (a :class:`~gnnrec_lab.provenance.Provenance`).
     """
     import holoviews as hv
     df = df.copy()
     df["label"] = [f"{k}" for k in df["kind"]]
-    df["color"] = BAR_COLOR        # hatching, not colour, marks the modeled bars
-    df["hatch"] = [" " if k == "measured" else "/" for k in df["kind"]]
+    df["color"] = [bar_style(k)["color"] for k in df["kind"]]        # one colour: hatching marks the modeled bars
+    df["hatch"] = [bar_style(k)["hatch_pattern"] for k in df["kind"]]
     bars = hv.Bars(df, x, [y, "kind", "color", "hatch"]).opts(
-        color="color", hooks=[hatch_by("hatch")], responsive=True, height=280, xrotation=20,
+        color="color", hooks=[hatch_hook()], responsive=True, height=280, xrotation=20,
         ylabel=ylabel, tools=["hover"], title=f"{ylabel}: measured (solid) vs modeled (hatched)")
     labels = hv.Labels(df.assign(y=df[y] * 1.02), [x, "y"], "label").opts(text_font_size="9pt", yoffset=0)
     return bars * labels
@@ -230,7 +232,7 @@ def shared_runner(store):
 
 
 class Lab(param.Parameterized):
-    """Session state every page reads: the store, the runner and the chosen run.
+    """Session state every page reads: the store, the runner, the run table and the chosen run.
 
     Pass ``store``/``runner`` to drive the pages from a notebook or a test; by
     default the process-wide ones are used. ``read_only`` (a reason) serves the pages without a
@@ -238,7 +240,9 @@ class Lab(param.Parameterized):
     """
 
     run_id = param.Parameter(default=None, doc="run shown on the Live and Breakdown pages")
-    runs_version = param.Integer(default=0, doc="bumped whenever the set of runs changes")
+    runs = param.DataFrame(default=None, allow_None=True,
+                           doc="the run table (Store.runs_frame), read when a page first needs it "
+                               "(load_runs) and re-read by refresh_runs; pages follow it")
     page = param.String(default="", doc="page the app should show (Launch, Live, Breakdown, Compare, Cache)")
 
     def __init__(self, store=None, runner=None, read_only: Optional[str] = None, **params):
@@ -259,11 +263,29 @@ class Lab(param.Parameterized):
         self.runner = runner
 
     # -- reads that never raise (a page shows the reason instead) -----------
-    def runs(self) -> pd.DataFrame:
-        if self.store is None:
-            return pd.DataFrame()
-        df, _ = safe_call(self.store.runs_frame, default=pd.DataFrame())
-        return df if df is not None else pd.DataFrame()
+    def refresh_runs(self) -> pd.DataFrame:
+        """Re-read the run table into ``runs`` (the one place it is read); every page that shows
+        runs follows ``runs``, so a changed table reaches them all. An unchanged table is not
+        set again (nothing redraws)."""
+        df = None
+        if self.store is not None:
+            df, _ = safe_call(lambda: self.store.runs_frame(), default=pd.DataFrame())
+        df = df if df is not None else pd.DataFrame()
+        if self.runs is None or not df.equals(self.runs):
+            self.runs = df
+        return self.runs
+
+    def load_runs(self) -> pd.DataFrame:
+        """The run table, read now unless a page read it already (the Launch page opens without it)."""
+        return self.runs if self.runs is not None else self.refresh_runs()
+
+    @param.depends("run_id", watch=True)
+    def _list_chosen_run(self):
+        """A run chosen before the table listed it (launched from the CLI) is listed before the
+        selectors show it."""
+        runs = self.runs
+        if self.run_id is not None and runs is not None and self.run_id not in set(runs.get("id", ())):
+            self.refresh_runs()
 
     def run(self, run_id) -> Optional[dict]:
         if self.store is None or run_id is None:
@@ -312,15 +334,15 @@ class Lab(param.Parameterized):
         limit = policy.memory_limit_bytes
         run_id = self.runner.launch(config, **({"memory_limit_bytes": limit} if limit is not None else {}))
         policy.record(run_id)
+        self.refresh_runs()
         self.run_id = run_id
-        self.runs_version += 1
         return run_id
 
     def cancel(self, run_id) -> None:
         if self.runner is None:
             raise RuntimeError(f"the runner is not available yet ({self.runner_reason})")
         self.runner.cancel(run_id)
-        self.runs_version += 1
+        self.refresh_runs()
 
 
 # How a selector marks a run whose load average exceeded its cores (``runs_frame``'s ``overloaded``).
@@ -336,7 +358,7 @@ def run_label(row: dict) -> str:
     def get(key):
         v = row.get(key, cfg.get(key) if isinstance(cfg, dict) else None)
         return None if v is None or v != v else v   # NaN from a frame: unknown
-    parts = [f"#{row.get('run_id', row.get('id', '?'))}"]
+    parts = [f"#{row.get('id', '?')}"]
     for key in ("model", "dataset"):
         if get(key) is not None:
             parts.append(str(get(key)))
@@ -356,19 +378,27 @@ def run_label(row: dict) -> str:
     return " ".join(parts)
 
 
-def run_options(runs: pd.DataFrame, limit: int = 200) -> dict:
+def run_options(runs: Optional[pd.DataFrame], limit: int = 200) -> dict:
     """``{label: run_id}`` for the newest ``limit`` runs of a runs frame."""
     if runs is None or runs.empty:
         return {}
-    idcol = "run_id" if "run_id" in runs.columns else ("id" if "id" in runs.columns else None)
-    if idcol is None:
-        return {}
-    df = runs.sort_values(idcol, ascending=False).head(limit)
-    return {run_label(r): r[idcol] for r in df.to_dict("records")}
+    df = runs.sort_values("id", ascending=False).head(limit)
+    return {run_label(r): r["id"] for r in df.to_dict("records")}
 
 
-def id_column(runs: pd.DataFrame) -> Optional[str]:
-    for c in ("run_id", "id"):
-        if c in runs.columns:
-            return c
-    return None
+def run_selector(lab: Lab, run: param.Parameter, default=None, css_class: str = "run-select") -> pn.widgets.Select:
+    """The run selector of every page: the newest runs of ``lab.runs`` by label, its value the
+    page's run parameter ``run`` (e.g. ``page.param.run_id``).
+
+    The selection is the lab's: choosing a run sets ``lab.run_id``, and ``lab.run_id`` set anywhere
+    (a launch, another page) is chosen here. Until a run is chosen the page shows the run it was
+    given, else ``default(lab.runs)`` (its own choice, e.g. the newest finished run).
+    """
+    owner, name = run.owner, run.name
+    runs = lab.load_runs()
+    if getattr(owner, name) is None:
+        setattr(owner, name, lab.run_id if lab.run_id is not None or default is None else default(runs))
+    widget = pn.widgets.Select.from_param(run, name="Run", options=pn.bind(run_options, lab.param.runs), width=360,
+                                          css_classes=[css_class])
+    widget.link(lab, value="run_id", bidirectional=True)
+    return widget

@@ -23,7 +23,7 @@ from ..memory.tiermodel import modeled_seconds
 from ..proc import load_cell
 from ..status import RunStatus
 from ..store import TEST_METRICS
-from .common import (OVERLOADED_LABEL, Lab, category_color, hv_pane, id_column, not_available, run_color, safe_call,
+from .common import (OVERLOADED_LABEL, Lab, category_color, hv_pane, not_available, run_color, safe_call,
                      status_css)
 
 # Times measured on this host, each modeled twin beside it (a modeled memory mode's kernels run on
@@ -58,8 +58,7 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs frame reduced to the table's columns (newest first), index = run id."""
     if runs is None or runs.empty:
         return pd.DataFrame(columns=TABLE_COLUMNS).set_index("id")
-    idc = id_column(runs)
-    df = runs.rename(columns={idc: "id"})
+    df = runs.copy()
     for key in ("step", "modeled_step"):
         if f"{key}_s" in df.columns:
             df[f"{key}_ms"] = df[f"{key}_s"].astype(float) * 1e3
@@ -82,10 +81,9 @@ def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
     columns and ``group`` ("memory mode · dataset", what the scatter plots colour by)."""
     if runs is None or runs.empty:
         return pd.DataFrame(columns=["id", "epoch_s", "modeled_epoch_s", "group"])
-    idc = id_column(runs)
     fin = runs[runs["status"] == RunStatus.FINISHED] if "status" in runs.columns else runs
     out = []
-    for rid in fin[idc].tolist():
+    for rid in fin["id"].tolist():
         with _epoch_lock:
             key = (id(store), rid)
             if key not in _epoch_cache:
@@ -97,7 +95,7 @@ def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
     es = pd.DataFrame(out, columns=["id", "epoch_s"])
     keep = [c for c in ("model", "dataset", "layers", "dim", "batch_size", "memory_mode", "modeled_ratio")
             if c in fin.columns]
-    es = es.merge(fin.rename(columns={idc: "id"})[["id"] + keep], on="id", how="left")
+    es = es.merge(fin[["id"] + keep], on="id", how="left")
     ratio = es["modeled_ratio"] if "modeled_ratio" in es else pd.Series(float("nan"), index=es.index)
     es["modeled_epoch_s"] = pd.Series([modeled_seconds(e, r) for e, r in zip(es["epoch_s"], ratio)],
                                       index=es.index, dtype=float)
@@ -138,19 +136,17 @@ class ComparePage(pn.viewable.Viewer):
 
     def __init__(self, lab: Lab, **params):
         super().__init__(lab=lab, **params)
-        runs = lab.runs()
+        lab.load_runs()
         self.table = pn.widgets.Tabulator(
-            runs_table(runs), selectable="checkbox", pagination="remote", page_size=20,
-            header_filters=True, disabled=True, sizing_mode="stretch_width", height=table_height(runs),
-            show_index=True, titles=TABLE_TITLES)
+            pn.bind(runs_table, lab.param.runs), selectable="checkbox", pagination="remote", page_size=20,
+            header_filters=True, disabled=True, sizing_mode="stretch_width",
+            height=pn.bind(table_height, lab.param.runs), show_index=True, titles=TABLE_TITLES)
         self.table.style.map(status_css, subset=["status"])   # diverged, failed, oom in red
         self.table.param.watch(self._selection, "selection")
-        lab.param.watch(lambda e: self.refresh(), "runs_version")
 
     def refresh(self):
-        runs = self.lab.runs()
-        self.table.value = runs_table(runs)
-        self.table.height = table_height(runs)
+        """Re-read the run table (the Refresh button): every page that lists runs follows."""
+        self.lab.refresh_runs()
 
     def _selection(self, event):
         df = self.table.value
@@ -183,9 +179,9 @@ class ComparePage(pn.viewable.Viewer):
         return pn.Row(*[hv_pane(p) if not isinstance(p, pn.pane.Markdown) else p for p in plots],
                       sizing_mode="stretch_width")
 
-    @param.depends("lab.runs_version")
+    @param.depends("lab.runs")
     def scaling(self):
-        es = epoch_seconds(self.lab.store, self.lab.runs())
+        es = epoch_seconds(self.lab.store, self.lab.runs)
         if es.empty:
             return pn.pane.Markdown("*Epoch time vs batch size and depth appears once runs have finished.*")
         note = pn.pane.Markdown(
@@ -196,7 +192,7 @@ class ComparePage(pn.viewable.Viewer):
                                       hv_pane(epoch_scatter(es, "layers", "Epoch time vs depth (layers)")),
                                       sizing_mode="stretch_width"), sizing_mode="stretch_width")
 
-    @param.depends("lab.runs_version")
+    @param.depends("lab.runs")
     def distributed(self):
         """Full-graph vs DistDGL runs (``gnnrec-lab distributed``), from
         :func:`gnnrec_lab.distributed.comparison_frame` (the notebook's table too)."""

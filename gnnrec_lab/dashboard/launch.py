@@ -13,14 +13,16 @@ the projection assumes.
 """
 from __future__ import annotations
 
+import dataclasses
+import typing
 from typing import Optional
 
 import pandas as pd
 import panel as pn
 import param
 
-from ..config import (BACKENDS, CACHE_POLICIES, LR_RULES, MEMORY_MODES, MODELS, MODES, NGCF_FORMS, OPTIMIZERS,
-                      TENSOR_CLASSES, RunConfig, field_help, field_label)
+from ..config import (BACKENDS, CACHE_POLICIES, FIELD_DOCS, LR_RULES, MEMORY_MODES, MODELS, MODES, NGCF_FORMS,
+                      OPTIMIZERS, TENSOR_CLASSES, RunConfig, field_help, field_label)
 from ..errors import ConfigError, UserError
 from ..formatting import fmt_bytes, fmt_ms
 from ..data import describe, list_datasets
@@ -29,7 +31,8 @@ from ..memory.profiles import load_profiles
 from ..memory.tiermodel import mode_device, mode_label
 from ..preflight import memory_verdict
 from ..projection import dram_reference, host_calibration, tier_projection
-from .common import MODELED_NOTE, OVERLOADED_LABEL, Lab, hatch_all, modeled_bars, not_available, safe_call
+from ..provenance import Provenance
+from .common import MODELED_NOTE, OVERLOADED_LABEL, Lab, hatch_hook, modeled_bars, not_available, safe_call
 from .security import launch_policy
 
 # The one-click example offered on a fresh install (small enough for two cores).
@@ -89,38 +92,65 @@ def tensor_class_label(cls: str) -> str:
     return cls.replace("_", " ").capitalize()
 
 
-class LaunchForm(param.Parameterized):
-    """The launch form's state. ``config``/``error`` follow from the fields."""
+# The choices of the form's fields that take one of a list (the config's own lists).
+FORM_CHOICES = {"model": MODELS, "ngcf_form": NGCF_FORMS, "lr_rule": LR_RULES, "optimizer": OPTIMIZERS,
+                "memory_mode": MEMORY_MODES, "backend": BACKENDS, "mode": MODES, "cache_policy": CACHE_POLICIES}
+# Where the form starts from another value than RunConfig's: a first run from the page stays short.
+FORM_DEFAULTS = {"epochs": 5}
 
-    dataset = param.String(default="ml-100k")
-    model = param.Selector(default="lightgcn", objects=list(MODELS))
-    ngcf_form = param.Selector(default="edge", objects=list(NGCF_FORMS))
-    layers = param.Integer(default=3)
-    dim = param.Integer(default=64)
-    batch_size = param.Integer(default=2048)
-    epochs = param.Integer(default=5)
-    lr = param.Number(default=1e-3)
-    lr_rule = param.Selector(default="none", objects=list(LR_RULES))
-    optimizer = param.Selector(default="adam", objects=list(OPTIMIZERS))
-    memory_mode = param.Selector(default="dram", objects=list(MEMORY_MODES))
-    backend = param.Selector(default="native", objects=list(BACKENDS))
-    max_steps_per_epoch = param.Integer(default=None, allow_None=True,
-                                        doc="cap steps per epoch for quick runs (empty = no cap)")
-    device_profile = param.String(default="", doc="device profile of a modeled memory mode ('' = the mode's default)")
-    eval_users = param.Integer(default=None, allow_None=True, doc="evaluate a seeded sample of users (empty = all)")
-    patience = param.Integer(default=RunConfig.patience)
-    seed = param.Integer(default=RunConfig.seed)
-    mode = param.Selector(default="full", objects=list(MODES))
-    fanouts = param.String(default=",".join(str(f) for f in RunConfig.fanouts))
-    cache_policy = param.Selector(default="none", objects=list(CACHE_POLICIES))
-    cache_size = param.String(default=RunConfig.cache_size)
-    placement = param.Dict(default={}, doc="tensor class -> 'dram' | 'file:DIR' | 'numa:POLICY:NODES'")
+
+def _field_type(name: str) -> tuple[type, bool]:
+    """RunConfig field ``name``'s type and whether it may be None."""
+    kind = typing.get_type_hints(RunConfig)[name]
+    args = typing.get_args(kind)
+    optional = type(None) in args
+    if optional:
+        kind = next(a for a in args if a is not type(None))
+    return typing.get_origin(kind) or kind, optional
+
+
+# Optional text fields (device_profile): their None is an empty box on the form.
+OPTIONAL_TEXT = tuple(k for k in FORM_FIELDS if k not in FORM_CHOICES and _field_type(k) == (str, True))
+
+
+def form_parameter(name: str) -> param.Parameter:
+    """The form's parameter for RunConfig field ``name``, from the field's type and default (or
+    :data:`FORM_DEFAULTS`) and its ``config.FIELD_DOCS`` help: a selector over
+    :data:`FORM_CHOICES`, a number, an integer (empty for None where the field is optional), a
+    text box (an optional text's None is empty, a tuple is comma-separated) or the placement dict."""
+    f = RunConfig.__dataclass_fields__[name]
+    default = FORM_DEFAULTS.get(name, f.default_factory() if f.default_factory is not dataclasses.MISSING
+                                else f.default)
+    kind, optional = _field_type(name)
+    doc = FIELD_DOCS[name].help
+    if name in FORM_CHOICES:
+        return param.Selector(default=default, objects=list(FORM_CHOICES[name]), doc=doc)
+    if kind is int:
+        return param.Integer(default=default, allow_None=optional, doc=doc)
+    if kind is float:
+        return param.Number(default=default, allow_None=optional, doc=doc)
+    if kind is tuple:
+        return param.String(default=",".join(str(v) for v in default), doc=doc)
+    if kind is dict:
+        return param.Dict(default=default, doc=doc)
+    return param.String(default="" if default is None else default, doc=doc)
+
+
+# The form's fields as parameters, made from RunConfig's (LaunchForm adds what follows from them).
+RunConfigFields = type("RunConfigFields", (param.Parameterized,),
+                       {k: form_parameter(k) for k in (*FORM_FIELDS, "placement")})
+
+
+class LaunchForm(RunConfigFields):
+    """The launch form's state: :data:`FORM_FIELDS` and the placement, each a parameter made from
+    its RunConfig field (:func:`form_parameter`). ``config``/``error`` follow from the fields."""
 
     def values(self) -> dict:
-        """The form as RunConfig field values (ConfigError when the fan-outs box does not parse)."""
+        """The form as RunConfig field values (ConfigError when the fan-outs box does not parse):
+        an empty optional text box is None."""
         d = {k: getattr(self, k) for k in FORM_FIELDS}
         d["placement"] = {k: v for k, v in (self.placement or {}).items() if v}
-        d["device_profile"] = d["device_profile"] or None
+        d.update({k: d[k] or None for k in OPTIONAL_TEXT})
         d["fanouts"] = parse_fanouts(d["fanouts"])
         return d
 
@@ -135,7 +165,8 @@ class LaunchForm(param.Parameterized):
 
     def set_from(self, config: RunConfig) -> None:
         values = {k: getattr(config, k) for k in FORM_FIELDS}
-        values.update(device_profile=config.device_profile or "", fanouts=",".join(str(f) for f in config.fanouts))
+        values.update({k: values[k] or "" for k in OPTIONAL_TEXT})
+        values.update(fanouts=",".join(str(f) for f in config.fanouts))
         self.param.update(**values, placement=dict(config.placement))
 
 
@@ -172,7 +203,7 @@ def memory_chart(v: dict):
     limit = v["limit_bytes"] / 2**30
     top = max(v["dram_bytes"] / 2**30, limit) * 1.1
     bars = hv.Bars(df, ["what", "tensor_class"], "GiB").opts(
-        stacked=True, responsive=True, height=300, tools=["hover"], hooks=[hatch_all("/")],
+        stacked=True, responsive=True, height=300, tools=["hover"], hooks=[hatch_hook(Provenance.MODELED)],
         ylim=(0, top), ylabel="GiB", xlabel="", legend_position="right",
         title=f"Predicted DRAM use (modeled) vs the {v['limit_name']}")
     line = hv.HLine(limit).opts(color="red", line_dash="dashed", line_width=2)
@@ -263,8 +294,7 @@ class LaunchPage(pn.viewable.Viewer):
                                                 button_type="success")
         self.example_button.on_click(self._on_example)
         self.status_md = pn.pane.Markdown("", sizing_mode="stretch_width")
-        self.mode_note = pn.pane.Markdown(mode_note(self.form.memory_mode), width=250, margin=(0, 10))
-        self.form.param.watch(lambda e: setattr(self.mode_note, "object", mode_note(e.new)), "memory_mode")
+        self.mode_note = pn.pane.Markdown(pn.bind(mode_note, self.form.param.memory_mode), width=250, margin=(0, 10))
         self.form.param.watch(self._refresh_validity, list(FORM_FIELDS) + ["placement"])
         self._refresh_validity()
 
@@ -370,7 +400,7 @@ class LaunchPage(pn.viewable.Viewer):
         lines = [spread_text(ref), f"The modeled bars assume **{df.attrs.get('placement_assumption')}** (the "
                                    f"form's placement; `gnnrec-lab advise` also shows the advised split).",
                  MODELED_NOTE]
-        row = df[df["device"] == own] if own else df[df["kind"] == "measured"]
+        row = df[df["device"] == own] if own else df[df["kind"] == Provenance.MEASURED]
         if not row.empty:
             lines.append(f"This run ({mode_label(cfg.memory_mode, cfg.device_profile)}): "
                          f"**{fmt_ms(row['seconds'].iloc[0])} per step ({row['kind'].iloc[0]})**.")
@@ -379,7 +409,7 @@ class LaunchPage(pn.viewable.Viewer):
             pn.pane.HoloViews(modeled_bars(df, "device", "seconds", "s per step"), sizing_mode="stretch_width"),
             sizing_mode="stretch_width")
 
-    @param.depends("lab.runs_version")
+    @param.depends("lab.runs")
     def fresh_install(self):
         # run ids only: the page opens fast however many runs the store holds
         ids, _ = safe_call(self.lab.store.run_ids, default=[]) if self.lab.store is not None else ([], None)

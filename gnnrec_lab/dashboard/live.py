@@ -39,9 +39,10 @@ import param
 from ..formatting import fmt_bytes, fmt_duration, fmt_ms
 from ..memory.tiermodel import mode_device, run_step_time
 from ..projection import host_calibration
+from ..provenance import Provenance
+from ..recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS
 from ..status import RunStatus
-from .common import (Lab, PALETTE, error_note, kernel_color, not_available,
-                     run_options, safe_call)
+from .common import Lab, PALETTE, error_note, kernel_color, not_available, run_selector, safe_call
 
 POLL_MS = 1000
 LOSS_COLUMNS = {"step": pd.Series(dtype=float), "loss": pd.Series(dtype=float)}
@@ -54,7 +55,6 @@ MAX_CHART_STEPS = 2000
 MODELED_EVERY_S = 5.0
 # Steps whose pace the ETA looks at (the newest ones).
 ETA_WINDOW = 200
-_SUM = ("calls", "ns", "bytes_read", "bytes_written", "flops", "random_bytes")
 
 
 def progress_percent(done: int, total: Optional[int]) -> Optional[float]:
@@ -116,12 +116,12 @@ def kernel_ms_per_step(kernels: pd.DataFrame) -> pd.DataFrame:
 def kernel_totals(kernels: pd.DataFrame, into: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """Per-step kernel rows summed per (name, phase, layer, pattern), widest ``row_bytes`` kept
     (``Store.kernel_totals_frame``'s grouping), added to ``into``: the tier model's input."""
-    keys = ["name", "phase", "layer", "pattern"]
+    keys = list(STORE_KEY)
     parts = [d for d in (into, kernels) if d is not None and not d.empty]
     if not parts:
-        return pd.DataFrame(columns=keys + list(_SUM) + ["row_bytes"])
-    df = pd.concat([d[keys + list(_SUM) + ["row_bytes"]] for d in parts], ignore_index=True)
-    agg = {c: "sum" for c in _SUM}
+        return pd.DataFrame(columns=keys + list(TOTAL_FIELDS))
+    df = pd.concat([d[keys + list(TOTAL_FIELDS)] for d in parts], ignore_index=True)
+    agg = {c: "sum" for c in SUMMED_FIELDS}
     agg["row_bytes"] = "max"
     return df.groupby(keys, as_index=False, sort=False).agg(agg).sort_values("ns", ascending=False,
                                                                              ignore_index=True)
@@ -360,7 +360,7 @@ class LiveMonitor(param.Parameterized):
         if self._footprint is None:
             fp, _ = safe_call(store.footprint_frame, self.run_id)
             if fp is not None and not fp.empty:
-                pred = fp[fp["kind"] == "predicted"]
+                pred = fp[fp["kind"] == Provenance.MODELED]
                 self._footprint = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
         res, why = safe_call(run_step_time, self.totals, self._host, self._cfg, footprint=self._footprint,
                              steps=self.kernel_steps)
@@ -409,6 +409,15 @@ def test_text(m: LiveMonitor) -> str:
     return "**test metrics** (measured, after training): " + " · ".join(f"{k} **{v:.4f}**" for k, v in last.items())
 
 
+def default_run(runs: pd.DataFrame):
+    """The run the Live page shows until one is chosen: a running one, else the newest."""
+    if runs is None or runs.empty:
+        return None
+    active = (runs[runs["status"].map(lambda s: RunStatus(s).is_active)] if "status" in runs.columns
+              else runs.iloc[0:0])
+    return (active if not active.empty else runs)["id"].max().item()
+
+
 class LivePage(pn.viewable.Viewer):
     """Progress with ETA, loss and validation metrics, test metrics, kernel time per step, RSS, Cancel.
 
@@ -420,15 +429,11 @@ class LivePage(pn.viewable.Viewer):
 
     lab = param.ClassSelector(class_=Lab)
     monitor = param.ClassSelector(class_=LiveMonitor)
+    run_id = param.Parameter(default=None, doc="the run shown (the run selector's)")
 
     def __init__(self, lab: Lab, **params):
         super().__init__(lab=lab, **params)
-        self.monitor = LiveMonitor(lab=lab, run_id=self._default_run())
-        self.selector = pn.widgets.Select(name="Run", options=self._options(), value=self.monitor.run_id,
-                                          width=360, css_classes=["live-select"])
-        self.selector.param.watch(lambda e: setattr(self.lab, "run_id", e.new), "value")
-        self.lab.param.watch(self._lab_run_changed, "run_id")
-        self.lab.param.watch(lambda e: self._refresh_options(), "runs_version")
+        self.monitor = LiveMonitor(lab=lab)
         self.cancel_button = pn.widgets.Button(name="Cancel run", button_type="danger")
         self.cancel_button.on_click(self._on_cancel)
         self.progress = pn.indicators.Progress(name="progress", value=0, max=100, sizing_mode="stretch_width",
@@ -453,37 +458,17 @@ class LivePage(pn.viewable.Viewer):
                       for p, n in ((self.loss_pane, "loss"), (self.kernel_pane, "kernel"), (self.eval_pane, "eval"))}
         self._charted = ()                 # run id whose data the plots hold (none yet)
         self._last_status = None
+        self.selector = run_selector(lab, self.param.run_id, default=default_run, css_class="live-select")
+        self.monitor.run_id = self.run_id
         self.refresh()
         self._callback = None
         if pn.state.curdoc is not None:  # a live session (server or notebook), not a bare test
             self._callback = pn.state.add_periodic_callback(self.tick, period=POLL_MS)
 
     # -- selection ----------------------------------------------------------
-    def _options(self) -> dict:
-        return run_options(self.lab.runs())
-
-    def _refresh_options(self):
-        self.selector.options = self._options()
-        if self.lab.run_id is not None:
-            self.selector.value = self.lab.run_id
-
-    def _default_run(self):
-        """The lab's chosen run, else a running one, else the newest."""
-        if self.lab.run_id is not None:
-            return self.lab.run_id
-        runs = self.lab.runs()
-        if runs.empty:
-            return None
-        idc = "id" if "id" in runs.columns else "run_id"
-        active = (runs[runs["status"].map(lambda s: RunStatus(s).is_active)] if "status" in runs.columns
-                  else runs.iloc[0:0])
-        return (active if not active.empty else runs)[idc].max().item()
-
-    def _lab_run_changed(self, event):
-        if event.new not in self.selector.options.values():
-            self.selector.options = self._options()
-        self.selector.value = event.new
-        self.monitor.run_id = event.new      # resets the monitor and reads the new run
+    @param.depends("run_id", watch=True)
+    def _show_run(self):
+        self.monitor.run_id = self.run_id      # resets the monitor and reads the new run
         self.refresh()
 
     def _on_cancel(self, _event):
@@ -522,7 +507,7 @@ class LivePage(pn.viewable.Viewer):
         ids = safe_call(self.lab.store.run_ids)[0] if self.lab.store is not None else None
         prev_ids, self._run_ids = getattr(self, "_run_ids", ids), ids
         if (prev is not None and prev != m.status) or ids != prev_ids:   # the labels carry the status
-            self._refresh_options()
+            self.lab.refresh_runs()
         self._update_header()
         if self._charted != m.run_id:       # another run: nothing of the previous one stays
             self._charted = m.run_id

@@ -15,6 +15,7 @@ from typing import Optional
 
 from ..config import TENSOR_CLASSES
 from ..kernels import costs
+from ..provenance import Provenance
 from ..recorder import KernelRecord
 from .footprint import F32, footprint as predict_footprint, optimizer_states, total
 from .profiles import host_device
@@ -29,12 +30,12 @@ GiB = 1 << 30
 
 def _rec(name, phase, layer, rd, wr, flops, pattern, row_bytes=0, rnd=0) -> dict:
     return dict(name=name, phase=phase, layer=layer, step=0, bytes_read=int(rd), bytes_written=int(wr),
-                flops=int(flops), pattern=pattern, row_bytes=int(row_bytes), random_bytes=int(rnd),
-                backend="modeled")
+                flops=int(flops), pattern=pattern, row_bytes=int(row_bytes), random_bytes=int(rnd))
 
 
 def step_kernels(config, counts: dict) -> list:
-    """Kernel work of one training step (no times): dicts with KernelRecord fields but ``ns``.
+    """Kernel work of one training step (no times): dicts with KernelRecord fields but ``ns``, ``backend``
+    and ``provenance`` (:func:`step_records` adds them).
 
     Approximations (documented in docs/tier_model.md): backward kernels mirror forward ones
     (the adjacency is symmetric; GEMM backward does twice the flops); elementwise work is
@@ -84,7 +85,7 @@ def step_kernels(config, counts: dict) -> list:
 
 def step_records(config, counts: dict, host: dict) -> list:
     """:func:`step_kernels` with a modeled host time each (ns): roofline of the host's measured
-    stream/gather rates and GEMM rate. The records' ``backend`` is ``"modeled"``."""
+    stream/gather rates and GEMM rate. The records' ``provenance`` is MODELED (no ``backend`` ran them)."""
     hp = host_device(host)
     threads = hp.threads
     gemm = 1.0 / hp.gemm_GFLOPs if hp.gemm_GFLOPs else 0.0
@@ -95,7 +96,7 @@ def step_records(config, counts: dict, host: dict) -> list:
         ns = max(mem, r["flops"] * gemm)
         recs.append(KernelRecord(r["name"], r["phase"], r["layer"], r["step"], int(round(ns)), r["bytes_read"],
                                  r["bytes_written"], r["flops"], r["pattern"], r["row_bytes"], r["random_bytes"],
-                                 r["backend"]))
+                                 "", Provenance.MODELED))
     return recs
 
 
@@ -104,7 +105,7 @@ def recommend_placement(records, host: dict, device: str, fp: dict, dram_bytes: 
 
     Exhaustive search over subsets of the tensor classes (2^7): keep the subset whose bytes fit in
     ``dram_bytes`` minus the runtime and whose modeled step time is lowest (ties: fewer DRAM bytes).
-    Returns ``{"dram": [...], "device": [...], "dram_bytes_used", "modeled_step_s", "kind": "modeled"}``.
+    Returns ``{"dram": [...], "device": [...], "dram_bytes_used", "modeled_step_s", "kind"}`` (kind MODELED).
     """
     classes = [c for c in TENSOR_CLASSES if fp.get(c, 0) > 0]
     room = dram_bytes - fp.get("runtime", 0)
@@ -123,11 +124,11 @@ def recommend_placement(records, host: dict, device: str, fp: dict, dram_bytes: 
             if best is None or key < best[0]:
                 best = (key, list(keep), used, t)
     if best is None:
-        return {"dram": [], "device": classes, "dram_bytes_used": 0, "modeled_step_s": None, "kind": "modeled",
+        return {"dram": [], "device": classes, "dram_bytes_used": 0, "modeled_step_s": None, "kind": Provenance.MODELED,
                 "note": "not even the runtime fits in DRAM"}
     _, keep, used, t = best
     return {"dram": keep, "device": [c for c in classes if c not in keep], "dram_bytes_used": int(used),
-            "modeled_step_s": t, "kind": "modeled"}
+            "modeled_step_s": t, "kind": Provenance.MODELED}
 
 
 # The placement each advise row assumes, in the words every view uses.
@@ -172,19 +173,19 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
     dram_bytes = int(dram_gb * GiB)
     if reference is not None:
         recs = reference["records"]
-        source = {"kind": "measured", "run_id": reference["run_id"], "rule": reference.get("rule", "fastest"),
+        source = {"kind": Provenance.MEASURED, "run_id": reference["run_id"], "rule": reference.get("rule", "fastest"),
                   "text": f"measured in run #{reference['run_id']} (the {reference.get('rule', 'fastest')} of "
                           f"{len(reference.get('runs') or [1])} stored DRAM run(s) of this shape)"}
     else:
         recs = step_records(config, counts, host)
-        source = {"kind": "modeled", "run_id": None,
+        source = {"kind": Provenance.MODELED, "run_id": None,
                   "text": "modeled from the configuration's kernel counts at the calibrated host's rates "
                           "(no stored DRAM run of this shape)"}
     base = project_step(recs, host, "host")
     base_s = base["measured_s"] if reference is not None else base["modeled_s"]
     modes = {}
     for mode, dev in ADVISED_MODE_DEVICES.items():
-        row = {"device": dev, "kind": "modeled"}
+        row = {"device": dev, "kind": Provenance.MODELED}
         if mode == "dram":
             row.update(modeled_step_s=base_s, fits=need <= dram_bytes, kind=source["kind"],
                        placement={c: "dram" for c in TENSOR_CLASSES},
@@ -218,7 +219,7 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
     return {"config": {k: getattr(config, k) for k in ("dataset", "model", "ngcf_form", "layers", "dim",
                                                          "batch_size", "optimizer")},
             "counts": dict(counts), "dram_bytes": dram_bytes,
-            "footprint": fp, "footprint_total": need, "footprint_kind": "modeled",
+            "footprint": fp, "footprint_total": need, "footprint_kind": Provenance.MODELED,
             "fits_in_dram": need <= dram_bytes, "modes": modes, "recommended_mode": best,
-            "recommended_reason": reason, "kind": "modeled", "step_source": source,
+            "recommended_reason": reason, "kind": Provenance.MODELED, "step_source": source,
             "host": {k: host.get(k) for k in ("cpu", "threads", "triad_GBps", "gather64_GBps", "measured_at")}}

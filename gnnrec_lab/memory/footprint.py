@@ -80,12 +80,13 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
-from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 from ..bounds import MAX_INTERACTIONS, MAX_ROWS, integer
 from ..checks import Interval, Rule, check
 from ..errors import ConfigError, UserError
+from ..provenance import Provenance, part, parts
 
 # Peak RSS that compiling the training kernels adds to a run (measured: the first ML-100K
 # LightGCN run of a fresh environment, numba 0.68.1, empty disk cache, peaked at 648.6 MiB, the
@@ -177,9 +178,8 @@ class Footprint:
     The one shape a result's footprint has (:meth:`to_dict`), in ``gnnrec-lab run --json``, the
     run store and every view that reads a stored result (:meth:`from_dict`).
     """
-    predicted: dict = field(default_factory=dict)
-    measured: dict = field(default_factory=dict)
-    KINDS: ClassVar[dict] = {"predicted": "modeled", "measured": "measured"}
+    predicted: dict = part(Provenance.MODELED, default_factory=dict)
+    measured: dict = part(Provenance.MEASURED, default_factory=dict)
 
     @property
     def peak_rss(self) -> Optional[int]:
@@ -191,7 +191,7 @@ class Footprint:
         return int(sum(self.predicted.values()))
 
     def to_dict(self) -> dict:
-        return {"predicted": dict(self.predicted), "measured": dict(self.measured), "kind": dict(self.KINDS)}
+        return {"predicted": dict(self.predicted), "measured": dict(self.measured), "kind": parts(self)}
 
     @classmethod
     def from_dict(cls, d) -> "Footprint":
@@ -202,7 +202,7 @@ class Footprint:
             return cls(dict(d.predicted), dict(d.measured))
         if not isinstance(d, dict):
             return cls()
-        if not any(k in d for k in cls.KINDS) and not any(str(k).startswith("measured_") for k in d):
+        if not any(k in d for k in parts(cls)) and not any(str(k).startswith("measured_") for k in d):
             return cls(measured=_numeric(d))
         measured = _numeric(d.get("measured") if isinstance(d.get("measured"), dict) else {})
         measured.update({k[len("measured_"):]: v for k, v in _numeric(d).items() if k.startswith("measured_")})
@@ -407,12 +407,13 @@ def current_rss_bytes() -> int:
 
 
 def measure_peak() -> dict:
-    """Measured memory of this process: ``peak_rss_bytes``, ``rss_bytes``, ``kind='measured'``."""
-    return {"peak_rss_bytes": peak_rss_bytes(), "rss_bytes": current_rss_bytes(), "kind": "measured"}
+    """Measured memory of this process: ``peak_rss_bytes``, ``rss_bytes``, ``kind`` (MEASURED)."""
+    return {"peak_rss_bytes": peak_rss_bytes(), "rss_bytes": current_rss_bytes(), "kind": Provenance.MEASURED}
 
 
 def compare(predicted: dict, measured_peak_bytes: int) -> dict:
     """Predicted total vs measured peak: bytes of each, and ``error`` = predicted/measured - 1."""
     p = total(predicted)
-    return {"predicted_bytes": p, "predicted_kind": "modeled", "measured_peak_bytes": int(measured_peak_bytes),
-            "measured_kind": "measured", "error": p / measured_peak_bytes - 1 if measured_peak_bytes else float("nan")}
+    return {"predicted_bytes": p, "predicted_kind": Provenance.MODELED,
+            "measured_peak_bytes": int(measured_peak_bytes), "measured_kind": Provenance.MEASURED,
+            "error": p / measured_peak_bytes - 1 if measured_peak_bytes else float("nan")}

@@ -1,6 +1,7 @@
 """The tier model: a kernel's measured DRAM time projected onto another memory tier.
 
-Every number this module returns is **modeled** (rows carry ``kind="modeled"``);
+Every number this module returns is **modeled** (rows carry ``kind`` MODELED, a
+:class:`~gnnrec_lab.provenance.Provenance`);
 only ``measured_s`` (the input) is measured. Equations and assumptions are in
 ``docs/tier_model.md``; in short, for each kernel group
 
@@ -25,13 +26,14 @@ accesses of the classes placed there at host cost (:func:`page_cache_hit_rate`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import pandas as pd
 
 from ..errors import UserError
-from ..recorder import RECORD_FIELDS
+from ..provenance import Provenance, part, parts
+from ..recorder import records_frame
 from .profiles import DeviceProfile, get_profile, host_device, misses_in_flight
 
 COMPONENTS = ("stream_read", "stream_write", "random_read", "random_write")
@@ -145,22 +147,8 @@ def ns_per_byte(p: DeviceProfile, comp: str, row_bytes: int, threads, remote: bo
 
 
 def _frame(records) -> pd.DataFrame:
-    if isinstance(records, pd.DataFrame):
-        df = records.copy()
-    else:
-        rows = []
-        for r in records:
-            if isinstance(r, dict):
-                rows.append(r)
-            elif hasattr(r, "_asdict"):
-                rows.append(r._asdict())
-            else:
-                rows.append({f: getattr(r, f) for f in RECORD_FIELDS})
-        df = pd.DataFrame(rows)
-    need = ("name", "phase", "ns", "bytes_read", "bytes_written", "pattern")
-    missing = [c for c in need if c not in df.columns]
-    if missing and len(df):
-        raise UserError(f"kernel records: missing field {missing[0]!r}")
+    df = records_frame(records, columns=None,
+                       require=("name", "phase", "ns", "bytes_read", "bytes_written", "pattern")).copy()
     for c, default in (("layer", -1), ("step", -1), ("flops", 0), ("random_bytes", 0), ("row_bytes", 0),
                        ("calls", 1)):
         if c not in df.columns:
@@ -325,7 +313,7 @@ def project(records, host, device, placement: Optional[dict] = None, footprint=N
 
     Returns columns ``by`` + calls, bytes_read, bytes_written, random_bytes, flops,
     ``measured_s`` (measured), ``modeled_s`` (modeled), ``ratio`` = modeled/measured,
-    ``device``, ``hit_rate`` (Memory Mode, else NaN) and ``kind`` = "modeled".
+    ``device``, ``hit_rate`` (Memory Mode, else NaN) and ``kind`` (MODELED).
     """
     pr = prepare(records, host, device, footprint, baseline=baseline, threads=threads, remote=remote,
                  dram_cache_bytes=dram_cache_bytes, extra_paths=extra_paths)
@@ -341,9 +329,9 @@ def project(records, host, device, placement: Optional[dict] = None, footprint=N
     if pr.device.kind == "file":      # the page cache's share, for this placement
         hit = pr.cache_hit(_placement_on_device(placement))
     out["hit_rate"] = hit if hit is not None else float("nan")
-    out["kind"] = "modeled"
+    out["kind"] = Provenance.MODELED
     out = out.drop(columns=["ns", "modeled_ns"])
-    out.attrs.update({"kind": "modeled", "device": pr.device.name, "baseline": pr.base.name,
+    out.attrs.update({"kind": Provenance.MODELED, "device": pr.device.name, "baseline": pr.base.name,
                       "threads": pr.threads, "hit_rate": hit, "measured_column": "measured_s",
                       "modeled_column": "modeled_s"})
     return out.sort_values("measured_s", ascending=False, ignore_index=True)
@@ -357,7 +345,7 @@ def project_step(records, host, device, placement=None, footprint=None, *, steps
     """Per-training-step totals: ``measured_s`` (measured) and ``modeled_s`` (modeled) seconds
     per step over the training phases (evaluation excluded), ``ratio``, per-phase modeled
     seconds, ``steps`` (given, else distinct steps >= 0 in the records; 1 when none are
-    numbered) and ``kind="modeled"``."""
+    numbered), ``kind`` (MODELED) and ``measured_kind`` (MEASURED, of ``measured_s``)."""
     df = _frame(records)
     if steps is None:
         steps = int(df.loc[df["step"] >= 0, "step"].nunique()) if len(df) else 0
@@ -373,7 +361,7 @@ def project_step(records, host, device, placement=None, footprint=None, *, steps
             "phases_measured_s": {r.phase: r.measured_s / steps for r in per.itertuples()},
             "kernels": [{"name": r.name, "phase": r.phase, "measured_s": r.measured_s / steps,
                          "modeled_s": r.modeled_s / steps} for r in kern.itertuples()],
-            "hit_rate": kern.attrs["hit_rate"], "kind": "modeled", "measured_kind": "measured"}
+            "hit_rate": kern.attrs["hit_rate"], "kind": Provenance.MODELED, "measured_kind": Provenance.MEASURED}
 
 
 # ----------------------------------------------------------------------
@@ -451,16 +439,14 @@ class RunProjection:
     (:func:`run_step_time`). ``to_dict`` is the ``modeled`` part of a run's result."""
     device: str
     memory_mode: str
-    measured_s_per_step: float
-    modeled_s_per_step: float
+    measured_s_per_step: float = part(Provenance.MEASURED)
+    modeled_s_per_step: float = part(Provenance.MODELED)
     ratio: Optional[float] = None
     steps: Optional[int] = None
     hit_rate: Optional[float] = None
     host_calibrated_at: Optional[str] = None
-    kernels: list = field(default_factory=list)
+    kernels: list = part(Provenance.MODELED, default_factory=list)
     placement_assumption: Optional[str] = None
-    KINDS: ClassVar[dict] = {"measured_s_per_step": "measured", "modeled_s_per_step": "modeled",
-                             "kernels": "modeled"}
 
     @classmethod
     def of_run(cls, records, host, config, *, footprint=None, steps: Optional[int] = None) -> "RunProjection":
@@ -469,11 +455,12 @@ class RunProjection:
         return cls(device=st["device"], memory_mode=st["memory_mode"], measured_s_per_step=st["measured_s"],
                    modeled_s_per_step=st["modeled_s"], ratio=st["ratio"], steps=st["steps"],
                    hit_rate=st["hit_rate"], host_calibrated_at=host.get("measured_at"),
-                   kernels=[dict(k, kind="modeled") for k in st["kernels"]],
+                   kernels=[dict(k, kind=Provenance.MODELED) for k in st["kernels"]],
                    placement_assumption=st["placement_assumption"])
 
     def to_dict(self) -> dict:
-        return {"device": self.device, "kind": "modeled", "kinds": dict(self.KINDS), "memory_mode": self.memory_mode,
+        return {"device": self.device, "kind": Provenance.MODELED, "kinds": parts(self),
+                "memory_mode": self.memory_mode,
                 "measured_s_per_step": self.measured_s_per_step, "modeled_s_per_step": self.modeled_s_per_step,
                 "ratio": self.ratio, "steps": self.steps, "hit_rate": self.hit_rate,
                 "host_calibrated_at": self.host_calibrated_at, "kernels": self.kernels,

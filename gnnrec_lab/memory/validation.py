@@ -18,6 +18,7 @@ from typing import Optional
 import yaml
 
 from ..errors import UserError
+from ..provenance import Provenance
 from .profiles import STORES, DeviceProfile, load_profiles
 
 POINTS_FILE = Path(__file__).with_name("published_points.yaml")
@@ -102,7 +103,7 @@ def validate(profiles: Optional[dict] = None, points: Optional[list] = None) -> 
     """Every published point next to the model: a list of dicts with ``device``, ``quantity``,
     ``params``, ``unit``, ``published`` (published), ``modeled`` (modeled), ``error`` (relative,
     modeled / published - 1), ``held_out``, ``within`` (the tolerance it is held to), ``ok``,
-    ``source`` and ``kind="modeled"``."""
+    ``source`` and ``kind`` (MODELED)."""
     profiles = profiles if profiles is not None else load_profiles()
     points = points if points is not None else load_points()
     rows = []
@@ -114,7 +115,7 @@ def validate(profiles: Optional[dict] = None, points: Optional[list] = None) -> 
                      "params": {k: pt[k] for k in _PARAMS if k in pt}, "unit": UNITS[pt["quantity"]],
                      "published": float(pt["published"]), "modeled": float(mod), "error": float(err),
                      "held_out": bool(pt["held_out"]), "within": tol, "ok": bool(abs(err) <= tol),
-                     "source": pt["source"], "kind": "modeled", "published_kind": "published"})
+                     "source": pt["source"], "kind": Provenance.MODELED, "published_kind": "published"})
     return rows
 
 
@@ -162,7 +163,7 @@ def device_curves(p: DeviceProfile, mlp: Optional[float] = None) -> dict:
                 row["remote_GBps"] = q.mixed_bw_GBps(x, remote=True)
                 row["remote_interference"] = q.mix_factor(x, remote=True)
             mixed.append(row)
-    out = {"device": p.name, "kind": "modeled", "platform": p.platform, "baseline": p.baseline, "conf": p.conf,
+    out = {"device": p.name, "kind": Provenance.MODELED, "platform": p.platform, "baseline": p.baseline, "conf": p.conf,
            "sources": list(p.sources), "misses_in_flight_per_thread": mlp,
            "latency_ns": {"read": q.read_latency_ns, "write": q.write_latency_ns},
            "access_size": size, "threads": threads, "mixed": mixed,
