@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 PORT       ?= 5006
 export GNNREC_LAB_DATA ?= $(CURDIR)/data
 
-.PHONY: lab test bench install venv data browser clean dgl test-dgl recbole bench-eval
+.PHONY: lab test lint bench install venv data browser clean dgl test-dgl recbole bench-eval
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -83,6 +83,10 @@ lab: data
 	  echo "measuring this machine once for the roofline and the modeled tiers (gnnrec-lab calibrate --quick: memory bandwidth, latency, GEMM; about 40 s)"; \
 	  $(VENV)/bin/gnnrec-lab calibrate --quick >/dev/null || echo "calibration failed; roofline and modeled bars wait for 'gnnrec-lab calibrate'"; }
 	@$(VENV)/bin/gnnrec-lab dashboard --port $(PORT)
+
+# ruff: pyflakes, pycodestyle, isort and bugbear, configured in pyproject.toml ([tool.ruff])
+lint: install
+	$(VENV)/bin/ruff check .
 
 test: install browser
 	$(VENV)/bin/python -m pytest -q -ra $(PYTEST_ARGS)

@@ -4,7 +4,8 @@
 Reads the atomic files ``bench_eval.py`` wrote (``DIR/NAME/NAME.{train,valid,test}.inter``, the
 lab's own split), builds RecBole 1.2.1's LightGCN at the given size with the lab model's initial
 embedding table (``--weights``: users then items, in the lab's ids; untrained: ranking costs the
-same whatever the weights, and the same weights make the two sides' metrics comparable), and times ``Trainer.evaluate(test_data)``, RecBole's full-sort
+same whatever the weights, and the same weights make the two sides' metrics comparable), and times
+``Trainer.evaluate(test_data)``, RecBole's full-sort
 evaluation: every test user's scores over all items, items of the user's train and valid
 interactions masked, the top K ranked, Recall/MRR/NDCG/Hit/Precision at 10 and 20. The cached
 propagation (``restore_user_e``) is dropped before each repeat, so every repeat propagates once as

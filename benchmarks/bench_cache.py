@@ -120,7 +120,8 @@ def main(argv=None) -> int:
     print(f"\nspeed on {big} (next-use pass {out['next_use_seconds']:.2f} s), {a.repeats} runs:")
     for k, v in speed.items():
         print(f"  {k:<18} median {v['median_s']:.2f} s  (min {v['min_s']:.2f}, max {v['max_s']:.2f})  "
-              f"{v['accesses_per_s'] / 1e6:.1f} M accesses/s  target < 10 s: {'met' if v['median_s'] < 10 else 'NOT met'}")
+              f"{v['accesses_per_s'] / 1e6:.1f} M accesses/s  "
+              f"target < 10 s: {'met' if v['median_s'] < 10 else 'NOT met'}")
     return 0
 
 

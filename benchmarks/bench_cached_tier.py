@@ -45,10 +45,9 @@ import time
 import torch
 
 import gnnrec_lab.train as train_mod
-from gnnrec_lab import RunConfig, run
+from gnnrec_lab import RunConfig, calibrate, run
 from gnnrec_lab.cache.cached_rows import make_cached_rows
 from gnnrec_lab.cache.slow_tier import IO_THREADS
-from gnnrec_lab import calibrate
 from gnnrec_lab.memory.profiles import misses_in_flight
 from gnnrec_lab.memory.tiermodel import get_profile
 
@@ -172,7 +171,8 @@ def main(argv=None) -> int:
                 runs.setdefault((cs, pol), []).append(run_)
                 say(f"  [repeat {rep + 1}] {cs:>5} {pol:<7} epoch {run_['epoch_s_median']:7.2f} s "
                     f"[{min(ep):.2f}..{max(ep):.2f}]  stall {run_['stall_s_per_epoch']:6.2f} s  hit {s['hit_rate']:.3f}"
-                    f"  read {s['bytes_read'] / 1e6 / a.epochs:7.1f} MB  written {s['bytes_written'] / 1e6 / a.epochs:7.1f} MB"
+                    f"  read {s['bytes_read'] / 1e6 / a.epochs:7.1f} MB"
+                    f"  written {s['bytes_written'] / 1e6 / a.epochs:7.1f} MB"
                     f"  identical={run_['identical_to_dram']}  (load {la0:.1f})")
 
     dram = {"policy": "dram", "epoch_s_median": med(x["epoch_s_median"] for x in dram_runs),
@@ -238,8 +238,8 @@ def main(argv=None) -> int:
                 ok = ratio >= target if ref == "none" else ratio > target
                 say(f"oracle vs {ref}: {ratio:.2f}x faster (per repeat {min(per):.2f}..{max(per):.2f}x; target "
                     f"{'>=' if ref == 'none' else '>'} {target:g}x: {'met' if ok else 'NOT met'}"
-                    f"{'' if (min(per) >= target if ref == 'none' else min(per) > target) else ', not in every repeat'})"
-                    f" -- measured")
+                    f"{'' if (min(per) >= target if ref == 'none' else min(per) > target) else ', not in every repeat'}"
+                    f") -- measured")
             say(f"final embeddings bit-identical to dram in every run: "
                 f"{all(x['identical_to_dram'] for x in rows)}. Optane/CXL columns: modeled.")
         out["results"].extend(rows)

@@ -67,7 +67,7 @@ def main() -> int:
                     break
                 except OSError:
                     if time.monotonic() > deadline:
-                        raise SystemExit("server did not start")
+                        raise SystemExit("server did not start") from None
                     time.sleep(0.2)
             form, idle, compare = [], [], []
             with sync_playwright() as p:
@@ -79,8 +79,11 @@ def main() -> int:
                     ctx = b.new_context(viewport={"width": 1400, "height": 1000})
                     page = ctx.new_page()
                     idle_at = []
-                    page.on("console", lambda m: idle_at.append(time.perf_counter())
-                            if "document idle" in m.text else None)
+
+                    def on_console(m, idle_at=idle_at):
+                        if "document idle" in m.text:
+                            idle_at.append(time.perf_counter())
+                    page.on("console", on_console)
                     t = time.perf_counter()
                     page.goto(url)
                     page.get_by_text("Launch a run").wait_for(timeout=60_000)

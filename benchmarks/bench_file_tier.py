@@ -28,8 +28,7 @@ import sys
 from pathlib import Path
 
 import gnnrec_lab  # noqa: F401  (process-wide runtime settings before torch/numba)
-from gnnrec_lab import RunConfig, run
-from gnnrec_lab import calibrate
+from gnnrec_lab import RunConfig, calibrate, run
 from gnnrec_lab.config import TENSOR_CLASSES
 from gnnrec_lab.projection import stored_run_step_time
 from gnnrec_lab.store import Store

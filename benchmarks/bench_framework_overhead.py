@@ -60,7 +60,8 @@ def main():
         print(f"recorded kernels            {_ms(r['recorded_s'])}")
         print(f"inside recorded kernels     {share:.1%} of step time (min {min(shares):.1%}, max {max(shares):.1%}); "
               f"{loop_share:.1%} of loop time -> {'met' if share >= TARGET else 'NOT met'} (target >= {TARGET:.0%})")
-        print(f"unrecorded per step         {(statistics.median(r['step_s']) - statistics.median(r['recorded_s'])) * 1e3:.2f} ms "
+        print(f"unrecorded per step         "
+              f"{(statistics.median(r['step_s']) - statistics.median(r['recorded_s'])) * 1e3:.2f} ms "
               f"in the step, {(statistics.median(r['loop_s']) - statistics.median(r['step_s'])) * 1e3:.2f} ms "
               f"more between steps")
         pf = r["page_faults"]

@@ -81,7 +81,7 @@ def configs(a, n_train: int) -> list[tuple[str, RunConfig]]:
     for b in a.batches:
         for rule in a.rules:
             warm = a.warmup_passes if rule != "none" else 0.0
-            out.append((f"{b} adam {rule}" + (f" +warm-up" if warm else ""), cfg(b, rule, "adam", warm)))
+            out.append((f"{b} adam {rule}" + (" +warm-up" if warm else ""), cfg(b, rule, "adam", warm)))
         if a.lamb:
             out.append((f"{b} lamb sqrt +warm-up", cfg(b, "sqrt", "lamb", a.warmup_passes)))
     return out
@@ -117,7 +117,9 @@ def main(argv=None) -> int:
     machine = (f"{platform.machine()} {platform.processor() or ''}".strip() + f", {os.cpu_count()} cpus, "
                f"torch {torch.__version__}, {torch.get_num_threads()} threads, load avg "
                f"{'/'.join(f'{x:.1f}' for x in os.getloadavg())} at start")
-    say = (lambda *x: print(*x, file=sys.stderr, flush=True))
+
+    def say(*x):
+        print(*x, file=sys.stderr, flush=True)
     say(f"dataset {a.dataset}: {ds.n_users:,} users, {ds.n_items:,} items, {len(ds.train):,} train; {machine}")
 
     rows, histories = [], {}

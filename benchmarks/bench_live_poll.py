@@ -27,6 +27,7 @@ def main() -> int:
     import numpy as np
     import panel as pn
     from bokeh.document import Document
+
     from gnnrec_lab.config import RunConfig
     from gnnrec_lab.dashboard.common import Lab
     from gnnrec_lab.dashboard.live import LivePage

@@ -24,10 +24,11 @@ import statistics
 import sys
 import time
 
-import gnnrec_lab  # noqa: F401  (sets the OpenMP wait policy before torch loads OpenMP)
 import torch
 
+import gnnrec_lab  # noqa: F401  (sets the OpenMP wait policy before torch loads OpenMP)
 from gnnrec_lab.data import describe
+
 REFERENCE = "torch Adam(fused=True)"
 MAKERS = {
     REFERENCE: lambda p, lr: torch.optim.Adam([p], lr=lr, fused=True),

@@ -75,9 +75,9 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
 
+    from gnnrec_lab.cgroup import memory_cgroup_root, parse_size
     from gnnrec_lab.config import RunConfig
     from gnnrec_lab.errors import UserError
-    from gnnrec_lab.cgroup import memory_cgroup_root, parse_size
     from gnnrec_lab.runner import Runner
     from gnnrec_lab.store import Store
     try:

@@ -25,9 +25,10 @@ os.environ.setdefault("GNNREC_LAB_DATA", str(pathlib.Path(__file__).resolve().pa
 
 # gnnrec_lab first: importing it sets the OpenMP wait policy (gnnrec_lab/runtime.py) before
 # anything loads OpenMP
+import pandas as pd  # noqa: E402
+
 from gnnrec_lab import RunConfig  # noqa: E402
 from gnnrec_lab import profiling as P  # noqa: E402
-import pandas as pd  # noqa: E402
 from gnnrec_lab.benchmarking import runtime_summary  # noqa: E402
 
 TOL = 0.10
@@ -62,7 +63,8 @@ def main():
                   f"{'profiler ms':>11} {'ratio':>6} {'min..max':>12}  verdict")
             for r in df.itertuples(index=False):
                 ours = "-" if r.ours_s != r.ours_s else f"{r.ours_s * 1e3:9.3f}"
-                prof = "-" if r.profiler_s != r.profiler_s or r.profiler_event == "(none)" else f"{r.profiler_s * 1e3:11.3f}"
+                prof = ("-" if r.profiler_s != r.profiler_s or r.profiler_event == "(none)"
+                        else f"{r.profiler_s * 1e3:11.3f}")
                 ratio = "-" if r.ratio != r.ratio else f"{r.ratio:6.3f}"
                 rng = "" if r.ratio != r.ratio else f"{r.ratio_min:.2f}..{r.ratio_max:.2f}"
                 why = r.verdict if r.profiler_event != "(none)" else "- (timed block, no profiler event)"
@@ -78,7 +80,8 @@ def main():
                   f"within {TOL:.0%}; profiler kernel events without a record: {int(leftover['calls'].sum())}")
             # per-kernel totals (forward + backward + loss phases of one kernel): per run, then the median
             tots = pd.concat([P.agreement_by_kernel(r).assign(run=i) for i, r in enumerate(runs)])
-            kt = tots.groupby("kernel", sort=False).agg(ours_s=("ours_s", "median"), profiler_s=("profiler_s", "median"),
+            kt = tots.groupby("kernel", sort=False).agg(ours_s=("ours_s", "median"),
+                                                        profiler_s=("profiler_s", "median"),
                                                         ratio=("ratio", "median"), ratio_min=("ratio", "min"),
                                                         ratio_max=("ratio", "max")).reset_index()
             kt["verdict"] = P.agreement_verdict(kt, TOL)

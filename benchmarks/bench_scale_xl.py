@@ -41,9 +41,9 @@ import statistics
 import time
 
 from gnnrec_lab import RunConfig
+from gnnrec_lab.benchmarking import runtime_summary
 from gnnrec_lab.calibrate import host_profile
 from gnnrec_lab.data import load
-from gnnrec_lab.benchmarking import runtime_summary
 from gnnrec_lab.reporting import Reporter
 from gnnrec_lab.train import train
 
@@ -158,7 +158,8 @@ def run_variant(ds, variant: str, a) -> dict:
     pred = r.footprint.predicted_total if r.footprint.predicted else float("nan")
     peak = r.footprint.peak_rss
     return {"variant": variant, "steps": r.steps, "step_s": statistics.median(secs), "step_s_min": min(secs),
-            "step_s_max": max(secs), "step_cpu_s": statistics.median(cpu), "breakdown_s_per_step": {k: statistics.median(v) for k, v in sorted(per.items())},
+            "step_s_max": max(secs), "step_cpu_s": statistics.median(cpu),
+            "breakdown_s_per_step": {k: statistics.median(v) for k, v in sorted(per.items())},
             "step_bytes": nbytes, "spmm_per_step": n_spmm,
             "predicted_footprint_GiB (modeled)": pred / 2**30, "peak_rss_GiB (measured)": peak / 2**30,
             "ratio_peak_over_predicted": peak / pred, "valid": r.best_valid}
@@ -221,7 +222,8 @@ def main():
               f"{r['cache_aware_bound_s (modeled)']:.2f} s (modeled) = {r['pct_of_cache_aware_bound']:.0f}%")
         for k, s in r["breakdown_s_per_step"].items():
             print(f"  {k:28s} {s:8.3f} s")
-        print(f"  peak RSS {r['peak_rss_GiB (measured)']:.2f} GiB vs predicted {r['predicted_footprint_GiB (modeled)']:.2f}"
+        print(f"  peak RSS {r['peak_rss_GiB (measured)']:.2f} GiB vs predicted "
+              f"{r['predicted_footprint_GiB (modeled)']:.2f}"
               f" GiB (modeled): {r['ratio_peak_over_predicted']:.2f}x, target <= 1.3x "
               f"{'met' if r['ratio_peak_over_predicted'] <= 1.3 else 'NOT met'}")
     base = results[0]
@@ -236,7 +238,8 @@ def main():
                   f"{max(v['wall_s']):.2f}); CPU median {statistics.median(v['cpu_s']):.2f} s")
         b = variants[0]
         for k in variants[1:]:
-            print(f"  speedup {b} -> {k}: {statistics.median(ab[b]['wall_s']) / statistics.median(ab[k]['wall_s']):.2f}x"
+            print(f"  speedup {b} -> {k}: "
+                  f"{statistics.median(ab[b]['wall_s']) / statistics.median(ab[k]['wall_s']):.2f}x"
                   f" wall, {statistics.median(ab[b]['cpu_s']) / statistics.median(ab[k]['cpu_s']):.2f}x CPU")
     if a.dataset == "synth-xl":
         best = min(r["step_s"] for r in results)

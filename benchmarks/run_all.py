@@ -34,7 +34,8 @@ PLAN = [
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="")
-    ap.add_argument("--with-xl", action="store_true", help="also generate synth-xl and train on it (about an hour, ~20 GB)")
+    ap.add_argument("--with-xl", action="store_true",
+                    help="also generate synth-xl and train on it (about an hour, ~20 GB)")
     a = ap.parse_args()
     plan = PLAN + ([("bench_scale_xl.py", []), ("bench_scale_epoch.py", [])] if a.with_xl else [])
     only = {x.strip() for x in a.only.split(",") if x.strip()}

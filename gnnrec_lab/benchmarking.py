@@ -368,6 +368,7 @@ def dgl_note() -> str:
     if "dgl" not in available_backends():
         return "dgl: not importable here (the DGL lane is `make dgl`, .venv-dgl), skipped"
     import dgl
+
     from .kernels.backends import DglBackend
     return (f"dgl {dgl.__version__}: spmm = {DglBackend.SPMM_FORMULATION}; "
             f"dgl-raw = dgl.ops.copy_u_sum on the same graph without the normalisation (forward only)")

@@ -33,12 +33,15 @@ MAX_INTERACTIONS = 2**36   # interactions of a dataset
 def _span(lo, hi, lo_open=False, hi_open=False, unit: str = "") -> str:
     u = f" {unit}" if unit else ""
     if lo is not None and hi is not None and not lo_open and not hi_open:
-        return f"from {lo:,}{u} to {hi:,}{u}" if isinstance(lo, int) and isinstance(hi, int) else f"from {lo:g} to {hi:g}{u}"
+        return (f"from {lo:,}{u} to {hi:,}{u}" if isinstance(lo, int) and isinstance(hi, int)
+                else f"from {lo:g} to {hi:g}{u}")
     parts = []
     if lo is not None:
-        parts.append(f"{'>' if lo_open else '>='} {lo:,}" if isinstance(lo, int) else f"{'>' if lo_open else '>='} {lo:g}")
+        parts.append(f"{'>' if lo_open else '>='} {lo:,}" if isinstance(lo, int)
+                     else f"{'>' if lo_open else '>='} {lo:g}")
     if hi is not None:
-        parts.append(f"{'<' if hi_open else '<='} {hi:,}" if isinstance(hi, int) else f"{'<' if hi_open else '<='} {hi:g}")
+        parts.append(f"{'<' if hi_open else '<='} {hi:,}" if isinstance(hi, int)
+                     else f"{'<' if hi_open else '<='} {hi:g}")
     return " and ".join(parts) + u
 
 

@@ -98,8 +98,8 @@ def measure(quick: bool = False) -> dict:
     b = np.full(n, 2.0)
     c = np.full(n, 0.5)
     bounds = np.linspace(0, n, nk.CHUNKS_PER_THREAD * th + 1).astype(np.int64)
-    spread["copy_GBps"] = _rate(2 * 8 * n, _repeat(lambda: nk.stream_copy(a, b, bounds), reps))
-    spread["triad_GBps"] = _rate(3 * 8 * n, _repeat(lambda: nk.stream_triad(a, b, c, 3.0, bounds), reps))
+    spread["copy_GBps"] = _rate(2 * 8 * n, _repeat(lambda a=a, b=b: nk.stream_copy(a, b, bounds), reps))
+    spread["triad_GBps"] = _rate(3 * 8 * n, _repeat(lambda a=a, b=b, c=c: nk.stream_triad(a, b, c, 3.0, bounds), reps))
     del a, b, c
 
     # -- random row gathers -------------------------------------------------------
@@ -116,8 +116,10 @@ def measure(quick: bool = False) -> dict:
         idx = rng.integers(0, table.shape[0], m).astype(np.int64)
         gb = np.linspace(0, m, nk.CHUNKS_PER_THREAD * th + 1).astype(np.int64)
         acc = np.zeros((gb.shape[0] - 1, D), dtype=np.float32)
-        spread[f"gather{row}_GBps"] = _rate(m * row, _repeat(lambda: nk.gather_sum(table, idx, acc, gb),
-                                                             max(3, reps // 2)))
+        def gather(table=table, idx=idx, acc=acc, gb=gb):
+            return nk.gather_sum(table, idx, acc, gb)
+        spread[f"gather{row}_GBps"] = _rate(m * row, _repeat(gather, max(3, reps // 2)))
+        del gather
         del table
 
     # -- dependent-load latency ---------------------------------------------------
@@ -127,7 +129,7 @@ def measure(quick: bool = False) -> dict:
     nxt[order[-1]] = order[0]
     del order
     hops = CHASE_HOPS // 5 if quick else CHASE_HOPS
-    secs = _repeat(lambda: nk.pointer_chase(nxt, hops), 3)
+    secs = _repeat(lambda nxt=nxt: nk.pointer_chase(nxt, hops), 3)
     ns = secs / hops * 1e9
     spread["latency_ns"] = {"best": float(ns.min()), "median": float(np.median(ns)), "worst": float(ns.max())}
     del nxt

@@ -27,7 +27,7 @@ import inspect
 import math
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from .bounds import _shown, integer, integers, number
+from .bounds import _shown, integer, integers
 from .errors import ConfigError
 
 

@@ -12,8 +12,21 @@ import argparse
 import sqlite3
 import sys
 
-from .commands import (advise, bench, cache, calibrate, dashboard, data, devices, distributed, run, runs, sweep,
-                       warmup, whatif)
+from .commands import (
+    advise,
+    bench,
+    cache,
+    calibrate,
+    dashboard,
+    data,
+    devices,
+    distributed,
+    run,
+    runs,
+    sweep,
+    warmup,
+    whatif,
+)
 from .errors import UserError
 from .home import lab_home
 from .signals import EXIT_INTERRUPTED, EXIT_TERMINATED, signal_cause

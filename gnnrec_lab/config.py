@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
@@ -307,8 +305,8 @@ def _choices(values) -> str:
 
 
 FIELD_DOCS: dict[str, FieldDoc] = {
-    "dataset": FieldDoc("Dataset", "interactions to train on: a built-in or prepared dataset name (see `gnnrec-lab data "
-                                   "list`) or a generated one, synth:users=N,items=N,interactions=N"),
+    "dataset": FieldDoc("Dataset", "interactions to train on: a built-in or prepared dataset name (see `gnnrec-lab "
+                                   "data list`) or a generated one, synth:users=N,items=N,interactions=N"),
     "model": FieldDoc("Model", f"recommender to train, one of {_choices(MODELS)} (mf: matrix factorisation, "
                                f"embeddings without graph layers)"),
     "ngcf_form": FieldDoc("NGCF form", f"how NGCF computes its neighbour products, one of {_choices(NGCF_FORMS)}: "

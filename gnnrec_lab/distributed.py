@@ -529,6 +529,7 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
     import dgl
     import torch
     import torch.distributed as tdist
+
     from . import kernels
     from .evaluate import evaluate
     from .models import build_model
@@ -694,6 +695,7 @@ def _evaluate(emb, model, graph, dataset, orig_nids, users, split) -> dict:
     """The lab's full-ranking evaluation: every row of the distributed table pulled, put back in
     the lab's node order, propagated over the full graph with the lab's kernels, ranked."""
     import torch
+
     from . import kernels
     from .evaluate import evaluate
     n = len(orig_nids)
@@ -717,7 +719,7 @@ def explosion_factor(graph, layers: int, batch_size: int, fanout: int = 10, batc
     from .sampling import batch_nodes, bpr_batches, sample_subgraph
     rng = np.random.default_rng(seed)
     touched, seeds = [], []
-    for k, (u, p, n) in enumerate(bpr_batches(graph, batch_size, rng, max_batches=batches)):
+    for u, p, n in bpr_batches(graph, batch_size, rng, max_batches=batches):
         sg = sample_subgraph(graph, batch_nodes(graph, u, p, n), [fanout] * layers, rng)
         touched.append(sg.n_nodes_hop[-1])
         seeds.append(sg.n_seeds)

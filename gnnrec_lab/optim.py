@@ -14,7 +14,6 @@ import math
 import torch
 
 
-
 class LAMB(torch.optim.Optimizer):
     r"""Layer-wise Adaptive Moments for Batch training.
 

@@ -94,13 +94,14 @@ def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[in
         counts = describe(config.dataset, data_dir=config.data_dir)
     except UserError as e:
         msg = str(e)
-        raise ConfigError("dataset", msg) if not msg.startswith(("dataset", "data_dir")) else UserError(msg)
+        raise (ConfigError("dataset", msg) if not msg.startswith(("dataset", "data_dir")) else UserError(msg)) from e
     err = batch_size_error(config.batch_size, counts, config.dataset)
     if err is not None:
         raise err
     if not counts.get("prepared", True):
         # the run will build the dataset: its directory must take files
         import tempfile
+
         from .data.registry import _root
         root = _root(config.data_dir)
         try:

@@ -38,7 +38,8 @@ from .reporting import Reporter
 # elementwise's caller-chosen names) may match any Function class not listed here
 KERNEL_CLASSES = {"spmm": ("_SpMM", "_LayerMean"), "sddmm_dot": ("_SDDMM",), "sddmm_mul": ("_SDDMM",),
                   "spmm_edge": ("_SpMMEdge",), "gather": ("_Gather",), "scatter_add": ("_Gather",),
-                  "gemm": ("_GEMM",), "bpr_loss": ("_RowsLoss",), "l2_reg": ("_RowsLoss", "_LayerMean"), "permute": ("_LayerMean",)}
+                  "gemm": ("_GEMM",), "bpr_loss": ("_RowsLoss",), "l2_reg": ("_RowsLoss", "_LayerMean"),
+                  "permute": ("_LayerMean",)}
 # Functions whose one call records several kernels: _LayerMean records one spmm per layer
 # (forward layers ascending, backward descending, then the L2 gradient a loss left to it),
 # _RowsLoss bpr_loss then l2_reg; the event's time is shared among them
@@ -235,7 +236,8 @@ def step_overhead(config, *, steps: int = 10, warmup: int = 3, dataset=None) -> 
     """Wall time per step vs the recorded kernel time of the same step, for ``steps`` steps after
     ``warmup`` (no profiler). Returns per-step lists ``step_s`` (train()'s own step time, sampling
     through optimizer), ``loop_s`` (between consecutive steps' ends: adds the loop's bookkeeping),
-    ``recorded_s``, ``page_faults`` (the process's minor faults from one step's end to the next); ``inside_share`` (median of recorded / step); ``phases``: median recorded
+    ``recorded_s``, ``page_faults`` (the process's minor faults from one step's end to the next);
+    ``inside_share`` (median of recorded / step); ``phases``: median recorded
     seconds per phase; ``kernels``: median recorded seconds per (kernel, phase)."""
     win = _run_window(config, warmup, steps, dataset=dataset)
     rec_s = [sum(r.ns for r in step) / 1e9 for step in win.records]

@@ -92,8 +92,8 @@ class ProgressReporter(Reporter):
         from .evaluate import format_metrics
         ms = format_metrics(metrics)
         if split == "valid":
-            e, s, l = self._last
-            _say(f"epoch {e:3d}  loss {l:.4f}  {fmt_duration(s):>8}  valid {ms}")
+            e, s, loss = self._last
+            _say(f"epoch {e:3d}  loss {loss:.4f}  {fmt_duration(s):>8}  valid {ms}")
         else:
             _say(f"test (best epoch {epoch})  {ms}")
 

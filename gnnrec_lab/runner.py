@@ -12,7 +12,8 @@ transaction, so several runners (a dashboard, a detached supervisor, a CLI
 ``wait``) can share a store without starting a run twice.
 
 ``launch(config, memory_limit_bytes=N)`` runs the worker in its own memory cgroup
-(v1, or v2 where only the unified hierarchy has the memory controller) (``<memory mount>/<our cgroup>/gnnrec-lab/run-<id>-<tag>``) with a
+(v1, or v2 where only the unified hierarchy has the memory controller)
+(``<memory mount>/<our cgroup>/gnnrec-lab/run-<id>-<tag>``) with a
 hard limit of N bytes; it joins the cgroup from a one-line ``sh`` wrapper before it
 execs, so nothing it allocates escapes the limit. After the worker exits the
 cgroup's ``oom_kill`` counter tells a kill by the limit (status ``oom``, "killed
@@ -36,8 +37,8 @@ import uuid
 from typing import Optional, Sequence
 
 from .bounds import MAX_SECONDS, integer, number
-from .checks import Interval, Kind, Text, check
 from .cgroup import MemoryCgroup, check_limit, limit_reached, memory_limit_of, oom_verdict, write_limit
+from .checks import Interval, Kind, Text, check
 from .config import RunConfig, expect_config
 from .errors import UserError
 from .memory.placement import numa_prefix
@@ -232,8 +233,8 @@ class Runner:
             verdict = oom_verdict(limit, rc)
             use = cg.usage()
             write_limit(run_dir, {**limit, "limit_bytes": cg.limit_bytes, "cgroup": str(cg.path),
-                                   "cgroup_version": cg.version, "max_usage_bytes": use["max_usage_bytes"], "failcnt": use["failcnt"],
-                                   "oom_kills": cg.oom_kills()})
+                                   "cgroup_version": cg.version, "max_usage_bytes": use["max_usage_bytes"],
+                                   "failcnt": use["failcnt"], "oom_kills": cg.oom_kills()})
             self.store.add_event(run_id, "memory_limit",
                                  f"cgroup limit {cg.limit_bytes:,} bytes; peak charge {use['max_usage_bytes']:,} "
                                  f"bytes (page cache included; measured); "

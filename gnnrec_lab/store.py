@@ -643,7 +643,7 @@ class Store:
         for key in ("dataset", "model", "layers", "dim", "batch_size", "memory_mode", "ngcf_form", "mode",
                     "backend"):
             df[key] = [c.get(key) for c in cfgs]
-        from .memory.tiermodel import mode_device   # the profile a modeled memory mode uses
+        from .memory.tiermodel import mode_device  # the profile a modeled memory mode uses
         df["device"] = [mode_device(c.get("memory_mode", "dram"), c.get("device_profile")) for c in cfgs]
         now = time.time()
         end = df["finished"].where(df["finished"].notna(),

@@ -344,7 +344,9 @@ class Sweep:
                     run = self.store.get_run(rid)
                     if run["sweep"] == self.id:
                         p = by_id.get(rid) or next((q for q in todo if q.run_id is None
-                                                    and q.config.to_json() == json.dumps(run["config"], sort_keys=True)), None)
+                                                    and q.config.to_json()
+                                                    == json.dumps(run["config"], sort_keys=True)),
+                                                   None)
                         if p is not None:
                             p.run_id = rid
                             pending[rid] = p
@@ -445,6 +447,7 @@ def breakdown_frame(results: Sequence, fields: Sequence[str] = ()):
     ``label`` (the fields as text) and the fields themselves.
     """
     import pandas as pd
+
     from .analysis import breakdown
     frames = []
     for i, r in enumerate(results):

@@ -35,17 +35,25 @@ from .errors import UserError
 from .evaluate import evaluate
 from .graph import BipartiteGraph
 from .kernels import Span, native
-from .models import build_model
-from .models.loss import bpr_loss, bpr_loss_rows
-from .optim import build_optimizer, lr_at, state_tensors
 from .memory import footprint, peak_rss_bytes
 from .memory.footprint import Footprint
 from .memory.placement import allocate, place_array, place_of, place_tensor
+from .models import build_model
+from .models.loss import bpr_loss, bpr_loss_rows
+from .optim import build_optimizer, lr_at, state_tensors
 from .preflight import batch_size_error
 from .proc import host_info, load_sample
 from .provenance import Provenance, part, parts
-from .recorder import (STORE_KEY, Recorder, get_recorder, profiler_range, store_key, sum_records, totals_rows,
-                       use_recorder)
+from .recorder import (
+    STORE_KEY,
+    Recorder,
+    get_recorder,
+    profiler_range,
+    store_key,
+    sum_records,
+    totals_rows,
+    use_recorder,
+)
 from .reporting import MultiReporter, ProgressReporter, Reporter
 from .rows import make_row_store
 from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
@@ -237,7 +245,8 @@ class _Run:
     result: RunResult
     recorder: Recorder = field(default_factory=Recorder)
     totals: _KernelTotals = field(default_factory=_KernelTotals)
-    tier_totals: dict = field(default_factory=dict)   # the store's grouping (recorder.store_key): what the tier model projects
+    # the store's grouping (recorder.store_key): what the tier model projects
+    tier_totals: dict = field(default_factory=dict)
     phase_s: dict = field(default_factory=dict)
     sampled_stats: dict = field(default_factory=lambda: {"redundancy": [], "batches": 0, "nodes_per_layer": None,
                                                          "edges_per_layer": None, "build_seconds": 0.0})
@@ -363,7 +372,7 @@ def _train_epoch(run, rep, epoch: int, sampler) -> Optional[RunStatus]:
                                 max_batches=run.steps_per_epoch))
     cover = _Coverage(run.graph.n_nodes) if run.sampled else None
     t_epoch, loss_sum, ended, why = 0.0, 0.0, None, None
-    for i in range(run.steps_per_epoch):
+    for i in range(run.steps_per_epoch):  # noqa: B007 - i + 1 is the epoch's step count after the loop
         lr = _start_step(run)
         t0 = time.perf_counter()
         loss = _sampled_step(run, batches, lr, cover) if run.sampled else _full_step(run, batches)
@@ -616,6 +625,7 @@ def _project_run(config, result, tier_totals: dict) -> dict:
     """Modeled per-step time of this run's measured kernels on its memory mode's device
     (:func:`gnnrec_lab.memory.tiermodel.run_step_time`, as every view computes it)."""
     import pandas as pd
+
     from .memory.tiermodel import RunProjection
     host = host_profile(measure_if_missing=True, quick=True)
     df = pd.DataFrame(totals_rows(tier_totals, STORE_KEY))

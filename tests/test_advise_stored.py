@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_dashboard_components import _calibrate
+from test_launch_page import _dram_run
 
 from gnnrec_lab.cli import main
 from gnnrec_lab.store import Store
-
-from test_dashboard_components import _calibrate
-from test_launch_page import SHAPE, _dram_run
 
 ARGS = ["advise", "--dataset", "synth-tiny", "--model", "lightgcn", "--layers", "1", "--dim", "8",
         "--batch-size", "512", "--dram-gb", "16"]

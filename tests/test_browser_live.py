@@ -12,7 +12,6 @@ import re
 import time
 
 import pytest
-
 from test_browser import ARTIFACTS, DRAWN_CANVASES, browser, open_page, serve, stop, sync_api  # noqa: F401
 from test_browser_pages import DEEP_TEXT, deep_text
 

@@ -15,8 +15,7 @@ import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")]
 
-from test_browser import (ARTIFACTS, CHROMIUM, browser, fill_form, free_port, open_page, serve, stop,  # noqa: E402,F401
-                          wait_serving)
+from test_browser import ARTIFACTS, CHROMIUM, browser, fill_form, free_port, open_page, serve, stop, wait_serving  # noqa: E402,F401
 
 sync_api = pytest.importorskip("playwright.sync_api")
 REPO = Path(__file__).resolve().parents[1]
@@ -62,6 +61,7 @@ def seed_store(home: Path) -> dict:
     os.environ["GNNREC_LAB_HOME"] = str(home)   # the helpers write where the server will read
     from test_dashboard_components import _calibrate
     from test_launch_page import _dram_run
+
     from gnnrec_lab.store import Store
     home.mkdir(parents=True, exist_ok=True)
     _calibrate()

@@ -5,13 +5,23 @@ import types
 
 import numpy as np
 import pytest
+from _graphs import power_law_graph
 
 import gnnrec_lab.data
 from gnnrec_lab import cli
-from gnnrec_lab.cache import (Trace, make_policy, mf_trace, next_use, parse_capacity, row_bytes,
-                              sampled_trace, simulate, skew, sweep)
+from gnnrec_lab.cache import (
+    Trace,
+    make_policy,
+    mf_trace,
+    next_use,
+    parse_capacity,
+    row_bytes,
+    sampled_trace,
+    simulate,
+    skew,
+    sweep,
+)
 from gnnrec_lab.cache.policies import INF, LookAheadOracle, StaticTop
-from _graphs import power_law_graph
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.graph import BipartiteGraph
 
@@ -169,7 +179,7 @@ def belady_reference(t, cap):
         hits += len(rows & cache)
         need = len(cache | rows) - cap
         if need > 0:
-            def nxt(r):
+            def nxt(r, b=b):
                 for c in range(b + 1, t.n_batches):
                     if r in set(t.batch(c).tolist()):
                         return c

@@ -132,6 +132,7 @@ def test_chrome_trace(tmp_path):
 
 def test_breakdown_sums_calls_of_pre_aggregated_rows():
     import pandas as pd
+
     from gnnrec_lab.analysis import breakdown
     df = pd.DataFrame([dict(name="spmm", phase="forward", ns=3_000_000_000, bytes_read=30, bytes_written=3,
                             flops=6, calls=60),

@@ -231,7 +231,8 @@ def test_run_and_sweep_help_is_the_field_help():
         parser = dict(_parsers(cli.build_parser()))[f"gnnrec-lab {command}"]
         group = next(g for g in parser._action_groups if g.title == "run configuration")
         helps = {a.dest: a.help % {} for a in group._group_actions}
-        assert set(helps) == {f.name for f in dataclasses.fields(RunConfig)} - ({"name"} if command == "sweep" else set())
+        assert set(helps) == ({f.name for f in dataclasses.fields(RunConfig)}
+                              - ({"name"} if command == "sweep" else set()))
         for name, text in helps.items():
             assert text == field_help(name), name
 
@@ -316,7 +317,8 @@ def test_numeric_option_refuses_what_is_not_a_number(path, flag, action, capsys)
 _ANY_TEXT = st.one_of(
     st.integers(min_value=-10**30, max_value=10**30).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
-    st.lists(st.integers(min_value=-3, max_value=2**40), min_size=0, max_size=70).map(lambda xs: ",".join(map(str, xs))),
+    st.lists(st.integers(min_value=-3, max_value=2**40),
+             min_size=0, max_size=70).map(lambda xs: ",".join(map(str, xs))),
     st.text(alphabet="0123456789-+.,e _x", max_size=12))
 
 
@@ -339,7 +341,8 @@ def test_numeric_option_accepts_only_finite_bounded_values(option, text):
 _FIELD_VALUES = st.one_of(
     st.integers(min_value=-2**70, max_value=2**70), st.floats(allow_nan=True, allow_infinity=True),
     st.none(), st.booleans(), st.text(max_size=5),
-    st.lists(st.integers(min_value=-5, max_value=2**30), max_size=70), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+    st.lists(st.integers(min_value=-5, max_value=2**30), max_size=70),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
@@ -405,7 +408,8 @@ NUMBERS_AT_THE_DOOR = [
     ("bench kernels --dims 100000000", "--dims"), ("bench recording --dims 0", "--dims"),
     ("bench kernels --dims=-5", "--dims"), ("bench kernels --repeats 0", "--repeats"),
     ("bench recording --repeats 2", "--repeats"), ("bench kernels --sizes large --dims 65536", "available"),
-    ("sweep --timeout=-5", "--timeout"), ("sweep --timeout nan", "--timeout"), ("sweep --max-concurrent 0", "--max-concurrent"),
+    ("sweep --timeout=-5", "--timeout"), ("sweep --timeout nan", "--timeout"),
+    ("sweep --max-concurrent 0", "--max-concurrent"),
     ("runs cancel 1 --grace=-1", "--grace"), ("runs wait 1 --timeout 0", "--timeout"),
     ("dashboard --port 70000", "--port"), ("dashboard --max-runs 0", "--max-runs"),
     ("run --mode sampled --fanouts 10,,10", "--fanouts"), ("distributed --fanouts 10,,10", "--fanouts"),

@@ -6,14 +6,14 @@ an invalid field names the file and its line.
 from __future__ import annotations
 
 import pytest
+from _cli import run_cli as _cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _cli import run_cli as _cli
 from gnnrec_lab import cli
 from gnnrec_lab.commands.common import config_from_args
 from gnnrec_lab.config import RunConfig, read_config_file, save_config_file
-from gnnrec_lab.errors import ConfigError, UserError
+from gnnrec_lab.errors import ConfigError
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -33,7 +33,8 @@ def home(tmp_path, monkeypatch):
 configs = st.builds(
     RunConfig, dataset=st.sampled_from(["ml-100k", "synth-tiny", "synth:users=10,items=10,interactions=50"]),
     layers=st.integers(1, 4), dim=st.integers(1, 512), lr=st.floats(1e-6, 1.0), l2=st.sampled_from([0.0, 1e-4, 0.5]),
-    optimizer=st.sampled_from(["adam", "sgd", "lamb"]), topk=st.lists(st.integers(1, 100), min_size=1, max_size=3).map(tuple),
+    optimizer=st.sampled_from(["adam", "sgd", "lamb"]),
+    topk=st.lists(st.integers(1, 100), min_size=1, max_size=3).map(tuple),
     target_recall=st.none() | st.floats(0.01, 1.0), placement=st.sampled_from([{}, {"embeddings": "dram"}]),
     name=st.none() | st.text(max_size=20))
 
@@ -103,7 +104,8 @@ def test_missing_config_file(tmp_path, capsys, home, make, words):
 
 def test_save_config_writes_and_does_not_train(tmp_path, capsys, home):
     path = tmp_path / "saved.yaml"
-    rc, out, err = _cli(["run", "--dataset", "synth-tiny", "--layers", "1", "--dim", "8", "--save-config", path], capsys)
+    rc, out, err = _cli(["run", "--dataset", "synth-tiny", "--layers", "1", "--dim", "8", "--save-config", path],
+                        capsys)
     assert rc == 0, err
     assert "wrote" in out and not (home / "lab.sqlite").exists()
     fields, lines = read_config_file(path)

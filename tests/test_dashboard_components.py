@@ -12,8 +12,15 @@ from gnnrec_lab.dashboard.common import Lab, modeled_bars
 from gnnrec_lab.dashboard.compare import ComparePage, epoch_seconds, runs_table
 from gnnrec_lab.dashboard.fake import fake_records, fill_store
 from gnnrec_lab.dashboard.launch import EXAMPLE_CONFIG, LaunchPage, config_from_values
-from gnnrec_lab.dashboard.live import (LiveMonitor, LivePage, chart_frame, kernel_ms_per_step, progress_percent,
-                                       stacked_area, steady_eta)
+from gnnrec_lab.dashboard.live import (
+    LiveMonitor,
+    LivePage,
+    chart_frame,
+    kernel_ms_per_step,
+    progress_percent,
+    stacked_area,
+    steady_eta,
+)
 from gnnrec_lab.store import Store, connect
 
 # Panel 1.9 renames widget name/button_type; the lab keeps the spelling panel>=1.4 understands.
@@ -299,8 +306,8 @@ def test_compare_shows_full_graph_against_distdgl_runs(store):
     page = ComparePage(Lab(store=store, runner=RecordingRunner(store)))
     assert "DistDGL appears once" in texts(page.distributed())
     full = store.add_run(RunConfig(dataset="synth-tiny", layers=2), status="running")
-    store.record_result(full, {"config": RunConfig(dataset="synth-tiny", layers=2).to_dict(), "epoch_seconds": [2.0, 4.0],
-                               "best_valid": {"recall@20": 0.3}, "time_to_target_s": 5.0})
+    store.record_result(full, {"config": RunConfig(dataset="synth-tiny", layers=2).to_dict(),
+                               "epoch_seconds": [2.0, 4.0], "best_valid": {"recall@20": 0.3}, "time_to_target_s": 5.0})
     store.set_status(full, "finished")
     cfg = RunConfig(dataset="synth-tiny", layers=2, mode="sampled", fanouts=(10, 10))
     dist = store.add_run(cfg, status="running")
@@ -342,6 +349,7 @@ def test_dashboard_command_rejects_bad_port(capsys):
 def tiny_graph(_dataset=None):
     """A seeded 60-user x 80-item graph with a few popular items (stands in for a dataset)."""
     import numpy as np
+
     from gnnrec_lab.graph import BipartiteGraph
     rng = np.random.default_rng(0)
     users = rng.integers(0, 60, 1500)
@@ -368,8 +376,7 @@ def test_cache_form_parsing_names_the_field():
 
 
 def test_cache_simulation_curves_and_skew():
-    from gnnrec_lab.dashboard.cache import (SimRequest, lookahead_curves, run_simulation, size_curves,
-                                            skew_text)
+    from gnnrec_lab.dashboard.cache import SimRequest, lookahead_curves, run_simulation, size_curves, skew_text
     req = SimRequest(dataset="tiny", batch_size=32, cache_sizes=("30%", "60%", "100%"), lookaheads=(1, 4, 50))
     out = run_simulation(req, tiny_graph)
     assert out.error is None and out.row_bytes == 64 * 4 * 3          # embedding + two Adam moments
@@ -398,6 +405,7 @@ def test_cache_simulation_reports_user_mistakes():
 
 def test_cache_page_simulates_off_the_calling_thread(store):
     import threading
+
     from gnnrec_lab.dashboard.cache import CachePage
     seen = []
 
@@ -424,6 +432,7 @@ def test_cache_page_simulates_off_the_calling_thread(store):
 
 def test_cached_runs_table_and_live_stats(store):
     import numpy as np
+
     from gnnrec_lab.dashboard.cache import CachePage, cached_runs, live_cache_stats
     from gnnrec_lab.recorder import KernelRecord
     plain = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8), status="finished")
@@ -497,6 +506,7 @@ def test_live_kernel_chart_plots_every_recorded_step(store):
     """Steps 2..100 arriving between two polls used to become one mean point at step 100 (a
     straight ramp from step 1); the chart now holds each step's recorded value."""
     import numpy as np
+
     from gnnrec_lab.recorder import KernelRecord
     rid = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=1), status="running")
     rng = np.random.default_rng(3)
@@ -588,6 +598,7 @@ def test_breakdown_header_says_which_parts_are_modeled(store):
 
 def test_breakdown_draws_the_runs_device_kernel_by_phase_modeled_and_hatched(store):
     import holoviews as hv
+
     from gnnrec_lab.dashboard.breakdown import modeled_kernel_phase_ms
     from gnnrec_lab.projection import run_modeled_step
     _calibrate()
@@ -712,6 +723,7 @@ def test_breakdown_axes_rescale_per_run_in_a_page_with_other_plots(store):
     """Panel linked the axes of all HoloViews plots of a page sharing a dimension: after a 1.2 s/step
     run, a 10 ms run's kernel bars kept the 0-1320 ms axis (flat at zero)."""
     from bokeh.document import Document
+
     from gnnrec_lab.dashboard.live import LivePage
     slow, fast = _timed_run(store, 1200.0), _timed_run(store, 10.0)
     lab = Lab(store=store, runner=RecordingRunner(store))
@@ -727,6 +739,7 @@ def test_breakdown_axes_rescale_per_run_in_a_page_with_other_plots(store):
 def test_phases_and_kernels_keep_their_colours_across_runs(store):
     """The default colour cycle gave 'sampling' whatever colour its place in a run's phase list had."""
     import holoviews as hv
+
     from gnnrec_lab.dashboard.breakdown import phase_cmap, share_pie
     from gnnrec_lab.dashboard.common import kernel_color, phase_color
     a = _timed_run(store, 5.0, phases=("forward", "sampling"))
@@ -769,6 +782,7 @@ def test_plot_titles_fit_their_plots(store):
     store.set_status(mid, "finished")
     lab = Lab(store=store, runner=RecordingRunner(store))
     import holoviews as hv
+
     from gnnrec_lab.dashboard.live import stacked_area
     titles = [hv.render(obj.object).title.text
               for obj in BreakdownPage(lab, run_id=mid).body().select(pn.pane.HoloViews)]
@@ -903,7 +917,8 @@ def test_live_page_patches_its_plots_and_reads_the_last_evaluation(store):
     store.add_eval(rid, 1, 4, "test", {"recall@20": 0.11, "ndcg@20": 0.06, "users": 943}, 2.5)
     store.set_status(rid, "finished")
     page.tick()
-    assert page.boxes[page.eval_pane].visible and list(page.eval_pane.object.renderers[0].data_source.data["m1"]) == [0.125]
+    assert (page.boxes[page.eval_pane].visible
+            and list(page.eval_pane.object.renderers[0].data_source.data["m1"]) == [0.125])
     assert "test metrics" in page.test_md.object and "recall@20 **0.1100**" in page.test_md.object
     assert "users" not in page.test_md.object and "status** finished" in page.status_md.object
 

@@ -7,6 +7,7 @@ import dataclasses
 import pandas as pd
 import param
 import pytest
+from test_dashboard_components import RecordingRunner, _timed_run, store, texts  # noqa: F401 (store: the fixture)
 
 from gnnrec_lab.config import FIELD_DOCS, MODELS, RunConfig
 from gnnrec_lab.dashboard.breakdown import BreakdownPage, newest_finished
@@ -15,8 +16,6 @@ from gnnrec_lab.dashboard.compare import ComparePage
 from gnnrec_lab.dashboard.launch import FORM_DEFAULTS, FORM_FIELDS, LaunchForm, LaunchPage
 from gnnrec_lab.dashboard.live import LivePage, default_run
 from gnnrec_lab.provenance import Provenance
-
-from test_dashboard_components import RecordingRunner, _timed_run, store, texts  # noqa: F401 (store: the fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 

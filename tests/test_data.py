@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from gnnrec_lab import cli
-from gnnrec_lab.data import Dataset, data_dir, describe, list_datasets, load, prepare
-from gnnrec_lab.data import registry, storage
+from gnnrec_lab.data import Dataset, data_dir, describe, list_datasets, load, prepare, registry, storage
 from gnnrec_lab.errors import DataError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +86,8 @@ def test_ml100k_min_rating_counts_match_the_file(ml_dir):
     name = prepare("ml-100k", min_rating=4, data_dir=ml_dir, progress=False)
     assert name == "ml-100k-min4"
     with zipfile.ZipFile(ml_dir / "downloads" / WHEEL) as z:
-        rows = list(csv.reader(io.StringIO(z.read(registry.readers.RECBOLE_ML100K_MEMBER).decode()), delimiter="\t"))[1:]
+        rows = list(csv.reader(io.StringIO(z.read(registry.readers.RECBOLE_ML100K_MEMBER).decode()),
+                               delimiter="\t"))[1:]
     want = {(int(r[0]), int(r[1])) for r in rows if float(r[2]) >= 4}
     ds = load(name, data_dir=ml_dir)
     assert ds.meta["min_rating"] == 4.0

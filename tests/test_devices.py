@@ -7,6 +7,8 @@ import dataclasses
 import json
 
 import pytest
+from test_modeled_step import calibrated_store
+from test_tiermodel import HOST, _modeled_unlabelled
 
 from gnnrec_lab.cli import main
 from gnnrec_lab.errors import UserError
@@ -14,8 +16,6 @@ from gnnrec_lab.memory.profiles import load_profiles, misses_in_flight
 from gnnrec_lab.memory.tiermodel import project
 from gnnrec_lab.memory.validation import FIT_TOLERANCE, HELD_OUT_TARGET, load_points, validate
 from gnnrec_lab.recorder import KernelRecord
-from test_modeled_step import calibrated_store
-from test_tiermodel import HOST, _modeled_unlabelled
 
 OPTANE = "optane_pmem100_appdirect_6x"
 # Held-out points the model misses, and why (README "Measured vs modeled"): FAST20's remote 2:1 mix
@@ -247,6 +247,7 @@ def test_whatif_onto_a_file_tier_is_labelled_modeled(recorded_dram_run, tmp_path
 def test_calibrate_tier_measures_a_directory(tmp_path, capsys, monkeypatch):
     """The direct-I/O measurement on a small file (skipped where the filesystem has no O_DIRECT)."""
     import os
+
     from gnnrec_lab import calibrate
     probe = tmp_path / "probe"
     probe.write_bytes(b"\0" * 4096)
@@ -270,6 +271,7 @@ def test_calibrate_tier_measures_a_directory(tmp_path, capsys, monkeypatch):
 def test_breakdown_draws_the_device_curves_labelled_modeled():
     import holoviews as hv
     import holoviews.plotting.bokeh  # noqa: F401  (the dashboards' backend)
+
     from gnnrec_lab.dashboard.breakdown import device_curve_plots
     from gnnrec_lab.memory.validation import device_curves
     plots = device_curve_plots(device_curves(load_profiles()[OPTANE], mlp=6.0))

@@ -190,7 +190,7 @@ def test_emulated_cluster_links_machines_and_leaves_no_trace():
             assert cli.returncode == 0 and int(srv.communicate(timeout=60)[0]) == 2_000_000
             sent = c.link_bytes()
             assert sent[0]["tx_bytes"] >= 2_000_000 and sent[1]["rx_bytes"] >= 2_000_000
-            1 / 0
+            raise ZeroDivisionError("a failure inside the block")
     assert not (names & _our_namespaces())
 
 
@@ -306,7 +306,8 @@ def test_distdgl_and_full_graph_runs_count_epochs_and_steps_alike():
                 [tuple(x) for x in store.steps_frame(rid)[["step", "epoch"]].itertuples(index=False)],
                 sorted({(int(e), int(s)) for e, s, sp in ev[["epoch", "step", "split"]].itertuples(index=False)
                         if sp == "valid"}))
-    assert counted(rd["run_id"]) == counted(rf["run_id"]) == ([1, 2], [(1, 1), (2, 1), (3, 2), (4, 2)], [(1, 2), (2, 4)])
+    assert counted(rd["run_id"]) == counted(rf["run_id"]) == ([1, 2], [(1, 1), (2, 1), (3, 2), (4, 2)],
+                                                              [(1, 2), (2, 4)])
     assert [h["epoch"] for h in rd["history"]] == [h["epoch"] for h in rf["history"]] == [1, 2]
     assert rd["best_epoch"] in (1, 2) and rd["epochs"] == rf["epochs"] == 2
 

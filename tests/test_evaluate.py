@@ -91,7 +91,8 @@ def test_matches_pyg_linkpred_metrics_with_masked_training_items():
 def test_metric_keys_are_every_metric_at_every_k():
     ue, ie, train, valid, test = _random_case(0)
     got = rank_metrics(ue, ie, test, [train], topk=(2, 7))
-    assert list(got) == [f"{m}@{k}" for m in ("recall", "mrr", "ndcg", "hit", "precision") for k in (2, 7)] + ["users", "users_all"]
+    assert list(got) == ([f"{m}@{k}" for m in ("recall", "mrr", "ndcg", "hit", "precision") for k in (2, 7)]
+                         + ["users", "users_all"])
     for key, v in got.items():
         if not key.startswith("users"):
             assert 0 <= v <= 1, key

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from _cli import run_cli as _cli
+
 from gnnrec_lab import cli
 from gnnrec_lab.store import Store
 

@@ -45,6 +45,7 @@ def _skewed_graph(seed=0):
 
 def test_locality_order_is_a_deterministic_permutation_with_hubs_first():
     import pytest
+
     from gnnrec_lab.graph import locality_order
     adj = _skewed_graph().adj
     deg = np.diff(adj.indptr)

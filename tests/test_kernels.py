@@ -402,7 +402,8 @@ def test_fused_loss_records_bytes_and_a_backward_handover():
     f = _one(rec, "bpr_loss", "loss")
     rows = 3 * 3 * 4 * 4   # 9 rows of 16 B
     # 9 int64 indices + rows read + gradient rows read; dense gradient zeroed + gradient rows written
-    assert (f.bytes_read, f.bytes_written, f.random_bytes, f.row_bytes) == (9 * 8 + 2 * rows, 10 * 16 + rows, 2 * rows, 16)
+    assert (f.bytes_read, f.bytes_written, f.random_bytes, f.row_bytes) == (9 * 8 + 2 * rows, 10 * 16 + rows,
+                                                                            2 * rows, 16)
     b = _one(rec, "bpr_loss", "backward")
     assert (b.bytes_read, b.bytes_written) == (0, 0)  # incoming gradient 1: the gradient is handed over
     with pytest.raises(ValueError, match="differ in length"):
@@ -542,7 +543,7 @@ def test_cache_aware_spmm_bytes_count_distinct_rows_per_panel():
     adj = power_law_graph(n_users=300, n_items=200, n_inter=4000, seed=4).adj
     for budget in (1, 7, 50, 10**6):
         total, panels = native.distinct_gathers(adj.indptr, adj.indices, adj.n_cols, budget)
-        want, seen, count, np_ = 0, set(), 0, 1
+        want, seen, np_ = 0, set(), 1
         for r in range(adj.n_rows):
             cols = set(adj.indices[adj.indptr[r]:adj.indptr[r + 1]].tolist())
             new = len(cols - seen)

@@ -5,16 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import panel as pn
 import pytest
+from test_dashboard_components import RecordingRunner, _calibrate, store, texts  # noqa: F401 (store: the fixture)
 
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.dashboard.common import OVERLOADED_LABEL, Lab
-from gnnrec_lab.formatting import fmt_bytes
 from gnnrec_lab.dashboard.fake import fake_records
 from gnnrec_lab.dashboard.security import LaunchPolicy, set_launch_policy
-
-from test_dashboard_components import RecordingRunner, _calibrate, store, texts  # noqa: F401 (store: the fixture)
+from gnnrec_lab.formatting import fmt_bytes
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 SHAPE = dict(dataset="synth-tiny", model="lightgcn", layers=1, dim=8, batch_size=512)
@@ -42,6 +40,7 @@ def all_text(page) -> str:
 def test_memory_is_one_number_against_the_limit_that_applies_drawn_on_scale(store):
     import holoviews as hv
     from bokeh.models import Span
+
     from gnnrec_lab.dashboard.launch import memory_chart, memory_prediction
     set_launch_policy(LaunchPolicy(memory_limit_bytes=1 << 20))   # 1 MiB: this run cannot fit
     page = page_for(store, **SHAPE)
@@ -74,7 +73,8 @@ def _dram_run(store, scale: float, load1: float = 0.5, steps: int = 3, **over) -
                              "load": {"start": {"load1": load1, "cpus": 2, "steal_pct": None}}})
     rng = np.random.default_rng(1)
     for s in range(1, steps + 1):
-        recs = [dataclasses.replace(r, ns=int(r.ns * scale)) for r in fake_records(s, SHAPE["layers"], SHAPE["dim"], rng)]
+        recs = [dataclasses.replace(r, ns=int(r.ns * scale))
+                for r in fake_records(s, SHAPE["layers"], SHAPE["dim"], rng)]
         store.add_step(rid, s, 1, 1.0 / s, 0.01, recs)
     store.set_status(rid, "finished")
     return rid
@@ -120,7 +120,8 @@ def test_form_has_eval_users_patience_seed_sampled_mode_cache_policy_and_device_
     assert not page.button.disabled, [e.object for e in page.errors.values() if e.visible]
     rid = page.launch()
     cfg = page.lab.runner.launched[-1]
-    assert rid is not None and (cfg.eval_users, cfg.patience, cfg.seed, cfg.mode, cfg.fanouts) == (200, 2, 7, "sampled", (5,))
+    assert rid is not None and (cfg.eval_users, cfg.patience, cfg.seed, cfg.mode,
+                                cfg.fanouts) == (200, 2, 7, "sampled", (5,))
     assert (cfg.cache_policy, cfg.cache_size, cfg.device_profile) == ("oracle", "10%", "optane_pmem200_appdirect_8x")
     page.form.fanouts = "5,x"
     assert page.button.disabled and page.errors["fanouts"].visible and "fanouts" in page.errors["fanouts"].object

@@ -2,6 +2,7 @@
 file-backed (App Direct style) tensors."""
 from __future__ import annotations
 
+import importlib
 import os
 import tempfile
 
@@ -12,13 +13,12 @@ import torch
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.graph import BipartiteGraph
-import importlib
-fpmod = importlib.import_module("gnnrec_lab.memory.footprint")  # the package attribute is the function
 from gnnrec_lab.memory.footprint import footprint, footprint_phases, measure_peak, total
-from gnnrec_lab.memory.placement import (allocate, is_file_backed, numactl_args, place_array, place_tensor,
-                                         probe_dax)
-from gnnrec_lab.places import parse_place
+from gnnrec_lab.memory.placement import allocate, is_file_backed, numactl_args, place_array, place_tensor, probe_dax
 from gnnrec_lab.memory.topology import Topology, detect, parse_cpulist, read_nodes
+from gnnrec_lab.places import parse_place
+
+fpmod = importlib.import_module("gnnrec_lab.memory.footprint")  # the package attribute is the function
 
 
 def tiny(n_users=40, n_items=60, n=500, seed=0):
@@ -90,7 +90,8 @@ def test_peak_is_the_largest_phase_and_retention_stops_at_the_mmap_threshold():
     L = 3
     # (600k nodes: the split carries a locality order, the layer mean holds one node tensor more)
     assert footprint_phases(RunConfig(), big, runtime_bytes=0)["train"]["activations"] == 5 * 4 * 600_000 * 64
-    assert footprint_phases(RunConfig(), small, runtime_bytes=0)["train"]["activations"] == (4 + (2 * L + 4)) * 4 * 60_000 * 64
+    activations = footprint_phases(RunConfig(), small, runtime_bytes=0)["train"]["activations"]
+    assert activations == (4 + (2 * L + 4)) * 4 * 60_000 * 64
 
 
 def test_runtime_baseline_is_measured_once_and_cached(tmp_path, monkeypatch):

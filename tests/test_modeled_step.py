@@ -11,7 +11,8 @@ import json
 
 import panel as pn
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gnnrec_lab.config import TENSOR_CLASSES, RunConfig
 from gnnrec_lab.memory.profiles import load_profiles
@@ -85,8 +86,8 @@ def test_every_view_shows_the_one_modeled_step_time(recorded, capsys):
     from gnnrec_lab.commands.run import _print_summary
     from gnnrec_lab.dashboard.breakdown import BreakdownPage, modeled_kernel_phase_ms
     from gnnrec_lab.dashboard.common import Lab
-    from gnnrec_lab.projection import step_time_projection
     from gnnrec_lab.dashboard.live import LiveMonitor, modeled_text
+    from gnnrec_lab.projection import step_time_projection
     store, rid, result, host = recorded
     ref = stored_run_step_time(store, rid, host)
     DEVICE = MODE_DEVICES[result.config.memory_mode]

@@ -3,7 +3,8 @@
 
 Notebooks import everything from gnnrec_lab, so these also guard the public
 API the notebooks teach. nbclient executes cells but draws nothing: the last test
-opens notebook 01 in a real JupyterLab in chromium and checks what it drew offline. Their wall time is printed, not asserted (the target is
+opens notebook 01 in a real JupyterLab in chromium and checks what it drew offline.
+Their wall time is printed, not asserted (the target is
 under 60 s each on an idle machine; speed claims live in benchmarks/)."""
 import os
 import pathlib

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from gnnrec_lab import cgroup as cgroup_mod
+from gnnrec_lab.cgroup import MemoryCgroup, memory_cgroup_root, memory_limit_of, parse_size
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.memory.footprint import footprint
-from gnnrec_lab.cgroup import MemoryCgroup, memory_cgroup_root, memory_limit_of, parse_size
 from gnnrec_lab.runner import Runner
 from gnnrec_lab.store import Store
 

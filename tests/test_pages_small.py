@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import threading
 
-import panel as pn
 import pytest
+from test_dashboard_components import RecordingRunner, _calibrate, store, texts, tiny_graph  # noqa: F401 (store: the fixture)
 
 from gnnrec_lab.dashboard.common import Lab
-
-from test_dashboard_components import RecordingRunner, _calibrate, store, texts, tiny_graph  # noqa: F401 (store: the fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 
@@ -54,10 +52,11 @@ def test_panel_serve_app_is_read_only(store):
 
 
 def test_roofline_and_bound_are_explained_where_shown(store):
+    import pandas as pd
+
     from gnnrec_lab.analysis import BOUND_NOTE, ROOFLINE_NOTE, format_breakdown
     from gnnrec_lab.dashboard.breakdown import BreakdownPage
     from gnnrec_lab.dashboard.fake import fill_store
-    import pandas as pd
     _calibrate()
     assert "Above 100%" in BOUND_NOTE
     df = pd.DataFrame([dict(kernel="spmm", phase="forward", calls=1, seconds=0.1, share=1.0, bytes=1e9, GBps=10.0,
@@ -73,6 +72,7 @@ def test_cache_plots_draw_when_no_policy_could_be_simulated():
     still draw (they raised, and the page span forever), and a render error reaches the page."""
     import holoviews as hv
     import pandas as pd
+
     from gnnrec_lab.dashboard.cache import bytes_plot, hit_rate_plot, lookahead_plot
     hv.extension("bokeh")
     empty = pd.DataFrame(columns=["policy", "capacity_pct", "hit_rate", "read_MiB", "written_MiB"])
@@ -82,9 +82,10 @@ def test_cache_plots_draw_when_no_policy_could_be_simulated():
 
 
 def test_live_and_breakdown_name_the_placement_their_modeled_times_assume(store):
+    from test_dashboard_components import _modeled_run
+
     from gnnrec_lab.dashboard.breakdown import BreakdownPage
     from gnnrec_lab.dashboard.live import LiveMonitor, LivePage
-    from test_dashboard_components import _modeled_run
     _calibrate()
     mid = _modeled_run(store)
     lab = Lab(store=store, runner=RecordingRunner(store))

@@ -100,7 +100,8 @@ def test_fused_loss_event_is_shared_by_its_terms_and_totals_sum_phases():
                    ("spmm", "backward", "_LayerMeanBackward", 30.0), ("l2_reg", "backward", "_LayerMeanBackward", 10.0)]
     assert left == []
     tot = P.agreement_by_kernel(P.agreement_table(pairs, left)).set_index("kernel")
-    assert tot.loc["bpr_loss", "ours_s"] == pytest.approx(7e-6) and tot.loc["bpr_loss", "profiler_s"] == pytest.approx(11.5e-6)
+    assert (tot.loc["bpr_loss", "ours_s"] == pytest.approx(7e-6)
+            and tot.loc["bpr_loss", "profiler_s"] == pytest.approx(11.5e-6))
     assert tot.loc["l2_reg", "ratio"] == pytest.approx(3e-6 / 12.5e-6)
 
 
@@ -151,8 +152,9 @@ def test_every_recorded_kernel_is_a_named_profiler_range(extra):
 
 
 def test_no_profiler_range_without_a_profiler():
-    from gnnrec_lab.recorder import profiler_active, profiler_range
     import contextlib
+
+    from gnnrec_lab.recorder import profiler_active, profiler_range
     assert not profiler_active()
     assert isinstance(profiler_range("spmm", "forward"), contextlib.nullcontext)
     import torch

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _cli import run_cli as _cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _cli import run_cli as _cli
-from gnnrec_lab.data import load, prepare, readers, registry
+from gnnrec_lab.data import load, readers, registry
 from gnnrec_lab.errors import DataError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,7 +122,8 @@ def test_price_customer_sku_parquet_refused_then_prepared_with_columns(tmp_path,
 # ----------------------------------------------------------------------
 # binary ids in Parquet, ids past int64: one clear line
 @SETTINGS
-@given(values=st.lists(st.binary(min_size=1, max_size=8), min_size=1, max_size=6), role=st.sampled_from(["user", "item"]))
+@given(values=st.lists(st.binary(min_size=1, max_size=8), min_size=1, max_size=6),
+       role=st.sampled_from(["user", "item"]))
 def test_binary_parquet_ids_are_a_clear_error(tmp_path, values, role):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq

@@ -11,8 +11,19 @@ from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.memory.footprint import Footprint
 from gnnrec_lab.provenance import Provenance, part, parts
-from gnnrec_lab.recorder import (RECORD_FIELDS, STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS, KernelRecord, KernelTotals,
-                                 Recorder, records_frame, store_key, sum_records, totals_rows)
+from gnnrec_lab.recorder import (
+    RECORD_FIELDS,
+    STORE_KEY,
+    SUMMED_FIELDS,
+    TOTAL_FIELDS,
+    KernelRecord,
+    KernelTotals,
+    Recorder,
+    records_frame,
+    store_key,
+    sum_records,
+    totals_rows,
+)
 
 
 def rec(name, ns, layer=0, phase="forward", pattern="gather", row_bytes=64, **kw):

@@ -3,12 +3,19 @@ import time
 
 import numpy as np
 import pytest
+from _graphs import power_law_graph
 
 from gnnrec_lab.errors import UserError
 from gnnrec_lab.graph import BipartiteGraph
-from _graphs import power_law_graph
-from gnnrec_lab.sampling import (Prefetcher, SubGraph, batch_nodes, bpr_batches, redundancy_factor,
-                                 sample_negatives, sample_subgraph)
+from gnnrec_lab.sampling import (
+    Prefetcher,
+    SubGraph,
+    batch_nodes,
+    bpr_batches,
+    redundancy_factor,
+    sample_negatives,
+    sample_subgraph,
+)
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +144,8 @@ def test_redundancy_factor():
 
 def test_sampled_batches_redundancy(graph):
     rng = np.random.default_rng(0)   # one epoch of BPR batches, each with its sub-graph, as training samples them
-    subs = [sample_subgraph(graph, batch_nodes(graph, u, p, n), [5, 5], rng) for u, p, n in bpr_batches(graph, 256, rng)]
+    subs = [sample_subgraph(graph, batch_nodes(graph, u, p, n), [5, 5], rng)
+            for u, p, n in bpr_batches(graph, 256, rng)]
     r = redundancy_factor(subs)
     assert r > 1.0  # hubs appear in almost every batch
     assert r == sum(s.nodes.shape[0] for s in subs) / len(np.unique(np.concatenate([s.nodes for s in subs])))

@@ -8,11 +8,11 @@ import pytest
 
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.runner import Runner
+from gnnrec_lab.signals import EXIT_INTERRUPTED
 from gnnrec_lab.status import RunStatus
 from gnnrec_lab.store import Store
 from gnnrec_lab.sweep import PointState
 from gnnrec_lab.worker import EXIT_DIVERGED, EXIT_OK, exit_status, finish_run
-from gnnrec_lab.signals import EXIT_INTERRUPTED
 
 ACTIVE = {RunStatus.QUEUED, RunStatus.RUNNING}
 FAILURES = {RunStatus.FAILED, RunStatus.OOM, RunStatus.DIVERGED}

@@ -14,10 +14,10 @@ import pytest
 
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.errors import UserError
+from gnnrec_lab.home import lab_home
+from gnnrec_lab.proc import pid_alive, proc_start_ticks
 from gnnrec_lab.provenance import Provenance
 from gnnrec_lab.recorder import KernelRecord
-from gnnrec_lab.proc import pid_alive, proc_start_ticks
-from gnnrec_lab.home import lab_home
 from gnnrec_lab.store import SCHEMA_VERSION, Store, connect, migrate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -435,7 +435,7 @@ def test_a_damaged_json_column_names_its_run_and_the_others_still_open(tmp_path,
     if field == "config":
         assert f"run {bad} is damaged: config: not" in err
     pytest.importorskip("panel")
-    from gnnrec_lab.dashboard.cache import cached_runs   # the Cache dashboard's table reader
+    from gnnrec_lab.dashboard.cache import cached_runs  # the Cache dashboard's table reader
     cached_runs(s)
 
 
@@ -479,6 +479,7 @@ def test_dashboards_open_beside_a_damaged_row(tmp_path, monkeypatch, field):
     """The dashboards' tables and pages read the same store: a damaged row leaves them working."""
     pytest.importorskip("panel")
     import panel as pn
+
     from gnnrec_lab.dashboard.breakdown import BreakdownPage
     from gnnrec_lab.dashboard.common import Lab
     from gnnrec_lab.dashboard.compare import ComparePage, epoch_seconds, runs_table

@@ -15,8 +15,18 @@ import pytest
 from gnnrec_lab import RunConfig
 from gnnrec_lab.errors import ConfigError, DataError, UserError
 from gnnrec_lab.store import Store
-from gnnrec_lab.sweep import (Sweep, SweepInterrupted, expand, format_table, progress_line, summary_frame,
-                              summary_row, sweep_id, time_to_reach, varied_fields)
+from gnnrec_lab.sweep import (
+    Sweep,
+    SweepInterrupted,
+    expand,
+    format_table,
+    progress_line,
+    summary_frame,
+    summary_row,
+    sweep_id,
+    time_to_reach,
+    varied_fields,
+)
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 BASE = dict(dataset="synth-tiny", dim=8, epochs=1)
@@ -203,7 +213,7 @@ def test_cli_real_tiny_sweep_summary_and_resume(home):
     r = _cli(*args, env=env)
     assert r.returncode == 0, r.stderr
     assert "[1/2] run 1" in r.stdout and "[2/2] run 2" in r.stdout
-    head = next(l for l in r.stdout.splitlines() if "steps/epoch" in l)
+    head = next(line for line in r.stdout.splitlines() if "steps/epoch" in line)
     for col in ("epoch s", "valid R@20", "test R@20", "to target s", "peak RSS MiB", "footprint MiB (modeled)"):
         assert col in head
     assert "sweep overhead per point" in r.stdout

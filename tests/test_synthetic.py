@@ -4,8 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gnnrec_lab.data import describe, load
-from gnnrec_lab.data import synthetic
+from gnnrec_lab.data import describe, load, synthetic
 from gnnrec_lab.data.synthetic import SynthParams, canonical_name, generate, parse_synth_name, user_degrees
 from gnnrec_lab.errors import DataError
 

@@ -7,7 +7,8 @@ import json
 import math
 
 import pytest
-from hypothesis import Phase, given, settings, strategies as st
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 from gnnrec_lab.cli import main
 from gnnrec_lab.config import TENSOR_CLASSES
@@ -51,7 +52,9 @@ def test_projecting_onto_the_host_reproduces_measured_time():
 
 def test_published_optane_random_read_ratio_for_64_vs_256_byte_rows():
     optane = get_profile("optane_pmem100_appdirect_6x")
-    per_byte = lambda w: optane.random_ns_per_row(w, threads=24) / w  # bandwidth-bound with many threads
+
+    def per_byte(w):  # bandwidth-bound with many threads
+        return optane.random_ns_per_row(w, threads=24) / w
     assert per_byte(64) / per_byte(256) == pytest.approx(33.7 / 9.67, rel=0.05)
     assert 1 / per_byte(64) == pytest.approx(9.67, rel=0.05)
     # with only the granularity known (gen 2), a 64 B row pays a whole 256 B XPLine: 4x per byte
@@ -261,7 +264,7 @@ def test_advise_follows_from_its_own_numbers(files, capsys, model):
     code broke either way); when it does not fit, the recommendation is the fastest fitting mode."""
     host, _ = files
     args = ["advise", "--dataset", "synth-gowalla", "--model", model, "--host-profile", str(host), "--json"]
-    need = None
+    need = a = None
     for dram_gb in (16, "part"):
         if dram_gb == "part":     # room for the runtime and a part of the rest: it does not fit
             dram_gb = (a["footprint"]["runtime"] + 0.5 * (need - a["footprint"]["runtime"])) / 2**30

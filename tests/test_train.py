@@ -1,7 +1,6 @@
 """End-to-end training on tiny data: learning happens, runs are deterministic,
 phases are all recorded, bad input is refused before work starts."""
 import json
-import os
 import subprocess
 import sys
 
@@ -177,6 +176,7 @@ def test_warmup_fills_numbas_disk_cache_and_a_cold_start_says_compiling(monkeypa
     """`gnnrec-lab warmup` (make install runs it) leaves no training kernel to compile; a run that
     finds one uncached says 'compiling kernels' before its long silent warm-up."""
     import pathlib
+
     from gnnrec_lab import cli
     from gnnrec_lab.kernels import native
     from gnnrec_lab.reporting import Reporter

@@ -21,5 +21,5 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CachedRows", "SlowTier", "make_cached_rows", "Trace", "mf_trace", "sampled_trace", "skew", "Policy", "POLICIES", "make_policy",
-           "SimResult", "simulate", "sweep", "next_use", "parse_capacity", "row_bytes"]
+__all__ = ["CachedRows", "SlowTier", "make_cached_rows", "Trace", "mf_trace", "sampled_trace", "skew", "Policy",
+           "POLICIES", "make_policy", "SimResult", "simulate", "sweep", "next_use", "parse_capacity", "row_bytes"]

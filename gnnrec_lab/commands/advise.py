@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
+from ..bounds import MAX_DRAM_GIB, number
 from ..config import RunConfig, mf_layers
 from ..errors import UserError
 from ..formatting import fmt_ms
-from ..bounds import MAX_DRAM_GIB, number
 from ..memory.footprint import check_counts
 from ..store import Store
 from .common import add_field_argument, bounded
@@ -67,8 +67,8 @@ def _counts(args) -> dict:
 
 
 def run(args) -> int:
-    from ..memory.advise import GiB, advise
     from ..calibrate import load_host_profile
+    from ..memory.advise import GiB, advise
     layers = mf_layers(args.model, args.layers)
     cfg = RunConfig(dataset=args.dataset, model=args.model, ngcf_form=args.ngcf_form, layers=layers,
                     dim=args.dim, batch_size=args.batch_size, optimizer=args.optimizer)

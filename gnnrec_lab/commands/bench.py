@@ -81,8 +81,8 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from ..calibrate import host_profile
     from .. import benchmarking as bench
+    from ..calibrate import host_profile
     _check_memory(args)
     if args.target == "recording":
         if args.repeats is not None and args.repeats < MIN_RECORDING_REPEATS:
@@ -93,8 +93,8 @@ def run(args) -> int:
         if args.json:
             print(json.dumps(res, indent=2))
         else:
-            print(f"full LightGCN training step ({res['layers']} layers, BPR + L2 on 2048 triples, Adam) on {res['graph']} "
-                  f"(nnz {res['nnz']:,}), D={res['dim']}, median of {res['repeats']} (measured):")
+            print(f"full LightGCN training step ({res['layers']} layers, BPR + L2 on 2048 triples, Adam) "
+                  f"on {res['graph']} (nnz {res['nnz']:,}), D={res['dim']}, median of {res['repeats']} (measured):")
             print(f"  recorded   {res['recorded_s'] * 1e3:9.2f} ms  (range {res['recorded_range_s'][0] * 1e3:.2f}.."
                   f"{res['recorded_range_s'][1] * 1e3:.2f})")
             print(f"  unrecorded {res['unrecorded_s'] * 1e3:9.2f} ms  (range {res['unrecorded_range_s'][0] * 1e3:.2f}.."
@@ -118,7 +118,8 @@ def run(args) -> int:
         print(bench.HEADER)
         progress = print
     results = bench.run_kernel_bench(sizes=args.sizes, dims=args.dims, backends=args.backends,
-                                     kernels=args.kernels or bench.KERNELS, repeats=5 if args.repeats is None else args.repeats, host=host,
+                                     kernels=args.kernels or bench.KERNELS,
+                                     repeats=5 if args.repeats is None else args.repeats, host=host,
                                      include_pyg=not args.no_pyg, progress=progress,
                                      n_antagonists=args.antagonist)
     if args.json:

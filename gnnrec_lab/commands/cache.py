@@ -24,17 +24,21 @@ def _add_trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="mf", help="what the trace's batches read: mf reads the batch's own rows "
                                                  "(BPR batches, 0 layers), lightgcn and ngcf read a sampled "
                                                  "sub-graph around them (default: %(default)s)")
-    p.add_argument("--layers", type=field_type("layers"), default=None, help="graph layers (hops) of the sampled sub-graphs for lightgcn "
-                                                  "and ngcf (default: one per fan-out, else 2)")
+    p.add_argument("--layers", type=field_type("layers"), default=None,
+                   help="graph layers (hops) of the sampled sub-graphs for lightgcn "
+                        "and ngcf (default: one per fan-out, else 2)")
     p.add_argument("--fanouts", type=bounded(integers, "--fanouts", -1, MAXIMA["fanouts"], max_len=MAXIMA["layers"]),
                    default=None, help="neighbours sampled per node at each layer, first hop first, "
                                                    "comma-separated, -1 = all neighbours (default: 10 per layer)")
-    p.add_argument("--batch-size", type=field_type("batch_size"), default=str(CACHE_TRACE_BATCH), help="training triples (user, positive item, sampled negative "
-                                                        "item) per batch (default: %(default)s)")
-    p.add_argument("--epochs", type=field_type("epochs"), default="1", help="passes over the training interactions in the trace "
-                                                 "(default: %(default)s)")
-    p.add_argument("--seed", type=field_type("seed"), default="0", help="seed of batch order, negative items and neighbour sampling "
-                                               "(default: %(default)s)")
+    p.add_argument("--batch-size", type=field_type("batch_size"), default=str(CACHE_TRACE_BATCH),
+                   help="training triples (user, positive item, sampled negative "
+                        "item) per batch (default: %(default)s)")
+    p.add_argument("--epochs", type=field_type("epochs"), default="1",
+                   help="passes over the training interactions in the trace "
+                        "(default: %(default)s)")
+    p.add_argument("--seed", type=field_type("seed"), default="0",
+                   help="seed of batch order, negative items and neighbour sampling "
+                        "(default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -46,13 +50,15 @@ def register(subparsers) -> None:
     _add_trace_args(sim)
     sim.add_argument("--cache-size", default="5%", help="cache capacity: a row count (50000) or a share of "
                                                         "the table's rows (5%%) (default: %(default)s)")
-    sim.add_argument("--lookahead", type=field_type("lookahead"), default="200", help="upcoming batches the oracle policy sees when it chooses "
-                                                        "what to evict (default: %(default)s)")
+    sim.add_argument("--lookahead", type=field_type("lookahead"), default="200",
+                     help="upcoming batches the oracle policy sees when it chooses "
+                          "what to evict (default: %(default)s)")
     sim.add_argument("--policies", default=",".join(SIMULATED_CACHE_POLICIES),
                      help="replacement policies to simulate, a comma-separated subset of "
                           + ", ".join(SIMULATED_CACHE_POLICIES) + " (default: all)")
-    sim.add_argument("--dim", type=field_type("dim"), default="64", help="embedding dimension, which sets the bytes a row moves: dim x 4 "
-                                                 "x (1 + optimizer states) (default: %(default)s)")
+    sim.add_argument("--dim", type=field_type("dim"), default="64",
+                     help="embedding dimension, which sets the bytes a row moves: dim x 4 "
+                          "x (1 + optimizer states) (default: %(default)s)")
     sim.add_argument("--optimizer", default="adam", help="optimizer whose per-row state moves with the row: sgd "
                                                          "(none), adagrad (1 state), adam (2) (default: %(default)s)")
     sim.set_defaults(func=_sim)
@@ -119,7 +125,8 @@ def _sim(args) -> int:
     names = [s.strip() for s in str(args.policies).split(",") if s.strip()]
     bad = [n for n in names if n not in SIMULATED_CACHE_POLICIES]
     if bad or not names:
-        raise UserError(f"--policies: unknown policy {bad[0] if bad else args.policies!r}, allowed: {', '.join(SIMULATED_CACHE_POLICIES)}")
+        raise UserError(f"--policies: unknown policy {bad[0] if bad else args.policies!r}, "
+                        f"allowed: {', '.join(SIMULATED_CACHE_POLICIES)}")
     opt = str(args.optimizer).lower()
     try:
         rb = cache.row_bytes(dim, opt)
@@ -146,7 +153,8 @@ def _sim(args) -> int:
     print(f"{trace}  cache={capacity:,} rows ({100 * capacity / trace.n_rows:.2f}%), "
           f"row={rb} B, look-ahead={lookahead} batches")
     print("bytes are modeled (rows x row bytes); sim s is measured")
-    hdr = f"{'policy':<18}{'hit rate':>9}{'stall':>8}{'read GB':>10}{'written GB':>12}{'prefetch GB':>13}{'peak rows':>11}{'sim s':>8}"
+    hdr = (f"{'policy':<18}{'hit rate':>9}{'stall':>8}{'read GB':>10}{'written GB':>12}{'prefetch GB':>13}"
+           f"{'peak rows':>11}{'sim s':>8}")
     print(hdr)
     print("-" * len(hdr))
     notes = []

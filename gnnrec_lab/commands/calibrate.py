@@ -53,7 +53,8 @@ def _tier(args) -> int:
     print(f"  {'4 KiB write latency, 1 thread':<30} {m['write_latency_ns'] / 1e3:>10.1f} us    measured")
     cache = prof.get("dram_cache_bytes")
     if cache:
-        print(f"  page cache in front of it: {cache / 2**30:.2f} GiB ({'given' if args.tier_cache else 'available now'})")
+        print(f"  page cache in front of it: {cache / 2**30:.2f} GiB "
+              f"({'given' if args.tier_cache else 'available now'})")
     print(f"saved as profile {prof['name']!r} in {path}")
     return 0
 

@@ -11,8 +11,17 @@ import argparse
 import dataclasses
 
 from ..bounds import INT64_MAX, integer, number
-from ..config import (FIELD_DOCS, NUMERIC_FIELDS, TUPLE_FIELDS, RunConfig, check_field, field_help, file_error,
-                      mf_layers, read_config_file)
+from ..config import (
+    FIELD_DOCS,
+    NUMERIC_FIELDS,
+    TUPLE_FIELDS,
+    RunConfig,
+    check_field,
+    field_help,
+    file_error,
+    mf_layers,
+    read_config_file,
+)
 from ..errors import ConfigError
 
 

@@ -24,7 +24,8 @@ MAX_RUNS = 64   # --max-runs' largest value
 def register(subparsers) -> None:
     p = subparsers.add_parser("dashboard", help="serve the dashboards (Launch, Live, Breakdown, Compare, Cache)",
                               description=__doc__)
-    p.add_argument("--port", type=bounded(integer, "--port", 0, 65535), default=5006, help="TCP port (default 5006; 0 picks a free one)")
+    p.add_argument("--port", type=bounded(integer, "--port", 0, 65535), default=5006,
+                   help="TCP port (default 5006; 0 picks a free one)")
     p.add_argument("--address", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only); another address "
                         "needs --allow-remote")
@@ -99,9 +100,10 @@ def make_server(args):
     policy = launch_policy_from_args(args)
     try:
         import panel as pn
+
         from ..dashboard.app import TITLE, build_app
     except ImportError as e:
-        raise UserError(f"the dashboards need the 'dash' extras (pip install 'gnnrec-lab[dash]'): {e}")
+        raise UserError(f"the dashboards need the 'dash' extras (pip install 'gnnrec-lab[dash]'): {e}") from e
     token = secrets.token_urlsafe(24) if (remote or args.require_token) else None
     extra = {o.strip().lower() for o in (args.allow_websocket_origin or []) if o.strip()}
     guard = RequestGuard(hosts=local_names(address) | {e for e in extra if ":" not in e},

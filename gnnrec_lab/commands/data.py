@@ -11,7 +11,9 @@ from .common import add_field_argument, bounded, field_type
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("data", help="list, prepare and describe datasets",
-                              description="List, prepare and describe datasets (cached under $GNNREC_LAB_DATA if set, else the data/ of the source checkout gnnrec-lab runs from, else $GNNREC_LAB_HOME/data; `data list` prints which).")
+                              description="List, prepare and describe datasets (cached under $GNNREC_LAB_DATA if set, "
+                                          "else the data/ of the source checkout gnnrec-lab runs from, "
+                                          "else $GNNREC_LAB_HOME/data; `data list` prints which).")
     sub = p.add_subparsers(dest="data_command", metavar="ACTION")
 
     ls = sub.add_parser("list", help="built-in and prepared datasets")
@@ -30,8 +32,9 @@ def register(subparsers) -> None:
                     help="how to read the source; auto tells from the file name and its first bytes "
                          "(default: %(default)s)")
     pr.add_argument("--name", help="name to load it by (default: from the file name)")
-    pr.add_argument("--min-rating", type=bounded(number, "--min-rating"), help="keep only interactions rated at least this value, turning "
-                                                     "explicit ratings into implicit feedback (default: keep all)")
+    pr.add_argument("--min-rating", type=bounded(number, "--min-rating"),
+                    help="keep only interactions rated at least this value, turning "
+                         "explicit ratings into implicit feedback (default: keep all)")
     for pos, (flag, role, header) in enumerate((("user", "user", "user_id"), ("item", "item", "item_id"),
                                                 ("rating", "rating", "rating"), ("time", "timestamp", "timestamp"))):
         pr.add_argument(f"--{flag}-col", help=f"{role} column, by header name or 0-based position (default: found "

@@ -15,14 +15,15 @@ import signal
 import sys
 from pathlib import Path
 
-from .. import data, distributed as D
+from .. import data
+from .. import distributed as D
+from ..checks import check, check_value
 from ..cluster import check_possible
 from ..config import RunConfig
+from ..distributed import CLUSTERS, DIST_CONSTRAINTS, MODELS
 from ..errors import UserError
 from ..formatting import fmt_ms
 from ..status import RunStatus
-from ..checks import check, check_value
-from ..distributed import CLUSTERS, DIST_CONSTRAINTS, MODELS
 from ..store import Store
 from .common import add_field_argument, bounded, field_type
 
@@ -98,7 +99,8 @@ def _check(args):
     # the flags that make the DistSpec, checked with its table (named as flags)
     flags = ("model", "layers", "dim", "partitions", "fanouts", "batch_size", "epochs", "eval_every", "cluster",
              "cores_per_machine", "link_gbit")
-    check({k: DIST_CONSTRAINTS[k] for k in flags}, {k: getattr(args, k) for k in flags}, label=lambda k: f"--{k.replace('_', '-')}")
+    check({k: DIST_CONSTRAINTS[k] for k in flags}, {k: getattr(args, k) for k in flags},
+          label=lambda k: f"--{k.replace('_', '-')}")
     if args.cluster == "emulated":
         if args.ip_config is not None:
             raise UserError("--ip-config: not with --cluster emulated, which makes its own (one address per machine)")

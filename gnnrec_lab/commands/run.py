@@ -27,7 +27,8 @@ def register(sub):
     add_config_file_argument(p)
     p.add_argument("--save-config", metavar="FILE",
                    help="write the run's configuration (the file, the flags and every default) to FILE as "
-                        "YAML and exit without training; run it later with --config FILE (default: train, write no file)")
+                        "YAML and exit without training; run it later with --config FILE "
+                        "(default: train, write no file)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end (for scripts)")
     p.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace (JSON) of one step's kernels to "
                                                   "PATH (default: no trace)")
@@ -37,7 +38,8 @@ def register(sub):
                                                          "the limit is recorded as oom (default: no limit)")
     p.add_argument("--force", action="store_true", help="start even when the predicted footprint exceeds the "
                                                         "memory available (pre-flight check)")
-    p.add_argument("--no-progress", action="store_true", help="do not show progress bars and per-evaluation lines on stderr")
+    p.add_argument("--no-progress", action="store_true",
+                   help="do not show progress bars and per-evaluation lines on stderr")
     p.add_argument("--no-store", action="store_true", help="do not record the run in the run store "
                                                             "(by default every run is stored, so Compare sees it)")
     p.set_defaults(func=main)
@@ -151,6 +153,7 @@ def train_stored(config, progress: bool = False, store_it: bool = True, own_sigt
     (``dataset=``). Returns ``(result, run_id or None)``."""
     import signal
     import threading
+
     from ..train import train
     if own_sigterm and threading.current_thread() is threading.main_thread():
         # SIGTERM outside the training loop (which turns it into a flag) still ends the run with a

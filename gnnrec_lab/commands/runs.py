@@ -11,8 +11,8 @@ from ..errors import UserError
 from ..export import export_mlflow, export_tensorboard
 from ..formatting import fmt_duration, fmt_ms
 from ..proc import LOAD_POINTS, load_cell, load_summary, load_warning
-from ..runner import Runner, recover_dead
 from ..provenance import Provenance
+from ..runner import Runner, recover_dead
 from ..status import RunStatus
 from ..store import Store, describe_store_error
 from .common import bounded, run_id

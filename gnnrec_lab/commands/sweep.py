@@ -30,7 +30,8 @@ def register(sub):
                                      f"CPU and their times are not comparable)")
     p.add_argument("--timeout", type=bounded(number, "--timeout", 0, MAX_SECONDS, lo_open=True), default=None,
                    metavar="S", help="cancel what is left after S seconds, > 0 (default: no limit)")
-    p.add_argument("--dry-run", action="store_true", help="list the points (and which are already finished); run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the points (and which are already finished); run nothing")
     p.add_argument("--markdown", action="store_true", help="print the summary as a Markdown table")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of tables")
     p.set_defaults(func=main)

@@ -22,6 +22,7 @@ def register(subparsers):
 def cache_dir() -> str:
     """Where numba keeps the compiled kernels of this installation."""
     import os
+
     from numba.core import config
     if config.CACHE_DIR:
         return config.CACHE_DIR
@@ -32,6 +33,7 @@ def cache_dir() -> str:
 def _sampling_warmup() -> None:
     """BPR negative sampling (every run's first step) and k-hop sampling (sampled mode) on a tiny graph."""
     import numpy as np
+
     from ..graph import BipartiteGraph
     from ..sampling import batch_nodes, bpr_batches, sample_subgraph
     g = BipartiteGraph(np.array([[0, 0], [1, 1], [1, 0], [2, 2]]), 3, 4)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import math
 
+from ..bounds import MAX_BYTES, MAX_DRAM_GIB, integer, number
 from ..config import TENSOR_CLASSES
 from ..errors import UserError
-from ..bounds import MAX_BYTES, MAX_DRAM_GIB, integer, number
-from ..store import Store
 from ..provenance import Provenance
+from ..store import Store
 from .common import bounded, run_id
 
 
@@ -29,10 +29,12 @@ def register(subparsers):
     p.add_argument("--placement", action="append", default=[], metavar="CLASS=dram",
                    help="keep a tensor class in DRAM, the others sitting on the device; repeatable (default: the "
                         "stored run's placement, else every class on the device)")
-    p.add_argument("--footprint-bytes", type=bounded(integer, "--footprint-bytes", 1, MAX_BYTES), help="run footprint in bytes, for Memory Mode's "
-                                                                "DRAM-cache hit rate (default: from the run)")
-    p.add_argument("--dram-gb", type=bounded(number, "--dram-gb", 0, MAX_DRAM_GIB, lo_open=True), help="DRAM cache size for Memory Mode, in GiB (default: the "
-                                                          "device profile's)")
+    p.add_argument("--footprint-bytes", type=bounded(integer, "--footprint-bytes", 1, MAX_BYTES),
+                   help="run footprint in bytes, for Memory Mode's "
+                        "DRAM-cache hit rate (default: from the run)")
+    p.add_argument("--dram-gb", type=bounded(number, "--dram-gb", 0, MAX_DRAM_GIB, lo_open=True),
+                   help="DRAM cache size for Memory Mode, in GiB (default: the "
+                        "device profile's)")
     p.add_argument("--remote", action="store_true", help="the device sits on the other socket")
     p.add_argument("--host-profile", help="host calibration JSON (default: gnnrec-lab calibrate's)")
     p.add_argument("--devices-file", action="append", default=[],

@@ -31,8 +31,21 @@ from ..memory.validation import device_curves
 from ..projection import run_modeled_step, tier_projection
 from ..provenance import Provenance
 from ..status import RunStatus
-from .common import (BAR_COLOR, MODELED_NOTE, Lab, bar_style, dram_bytes, hatch_hook, hv_pane, kernel_color,
-                     modeled_bars, not_available, phase_color, run_selector, safe_call)
+from .common import (
+    BAR_COLOR,
+    MODELED_NOTE,
+    Lab,
+    bar_style,
+    dram_bytes,
+    hatch_hook,
+    hv_pane,
+    kernel_color,
+    modeled_bars,
+    not_available,
+    phase_color,
+    run_selector,
+    safe_call,
+)
 
 
 def phase_cmap(phases) -> dict:
@@ -250,7 +263,6 @@ class BreakdownPage(pn.viewable.Viewer):
                          sizing_mode="stretch_width")
 
     def _tier_section(self, run_id):
-        import holoviews as hv
         df, why = tier_projection(self.lab.store, run_id)
         if df is None:
             return not_available("Measured DRAM vs modeled Optane/CXL (memory tier model)", why)

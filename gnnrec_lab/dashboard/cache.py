@@ -24,7 +24,6 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Callable, Optional
 
 import pandas as pd
@@ -33,10 +32,17 @@ import param
 
 from ..bounds import integer, integers
 from ..checks import Interval, Options, Parsed, Subset, Text, check
-from ..config import (CACHE_TRACE_BATCH, CACHE_TRACE_KINDS, MAX_SEED, MAXIMA, OPTIMIZERS,
-                      SIMULATED_CACHE_POLICIES, field_label)
-from ..errors import ConfigError, UserError
+from ..config import (
+    CACHE_TRACE_BATCH,
+    CACHE_TRACE_KINDS,
+    MAX_SEED,
+    MAXIMA,
+    OPTIMIZERS,
+    SIMULATED_CACHE_POLICIES,
+    field_label,
+)
 from ..data import list_datasets, load
+from ..errors import ConfigError, UserError
 from ..formatting import fmt_bytes, fmt_percent
 from ..graph import BipartiteGraph
 from ..status import RunStatus

@@ -23,8 +23,7 @@ from ..memory.tiermodel import modeled_seconds
 from ..proc import load_cell
 from ..status import RunStatus
 from ..store import TEST_METRICS
-from .common import (OVERLOADED_LABEL, Lab, category_color, hv_pane, not_available, run_color, safe_call,
-                     status_css)
+from .common import OVERLOADED_LABEL, Lab, category_color, hv_pane, not_available, run_color, safe_call, status_css
 
 # Times measured on this host, each modeled twin beside it (a modeled memory mode's kernels run on
 # DRAM here; its twin is tiermodel.modeled_seconds, as `gnnrec-lab runs` shows it).
@@ -197,6 +196,7 @@ class ComparePage(pn.viewable.Viewer):
         """Full-graph vs DistDGL runs (``gnnrec-lab distributed``), from
         :func:`gnnrec_lab.distributed.comparison_frame` (the notebook's table too)."""
         import holoviews as hv
+
         from ..distributed import comparison_frame
         df, err = safe_call(comparison_frame, self.lab.store)
         if df is None or df.empty or not (df["engine"] == "distdgl").any():

@@ -21,11 +21,24 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..config import (BACKENDS, CACHE_POLICIES, FIELD_DOCS, LR_RULES, MEMORY_MODES, MODELS, MODES, NGCF_FORMS,
-                      OPTIMIZERS, TENSOR_CLASSES, RunConfig, field_help, field_label)
+from ..config import (
+    BACKENDS,
+    CACHE_POLICIES,
+    FIELD_DOCS,
+    LR_RULES,
+    MEMORY_MODES,
+    MODELS,
+    MODES,
+    NGCF_FORMS,
+    OPTIMIZERS,
+    TENSOR_CLASSES,
+    RunConfig,
+    field_help,
+    field_label,
+)
+from ..data import describe, list_datasets
 from ..errors import ConfigError, UserError
 from ..formatting import fmt_bytes, fmt_ms
-from ..data import describe, list_datasets
 from ..memory.placement import file_placed
 from ..memory.profiles import load_profiles
 from ..memory.tiermodel import mode_device, mode_label
@@ -282,7 +295,7 @@ class LaunchPage(pn.viewable.Viewer):
                                                   f"(a memory-mapped file in DIR) or numa:POLICY:NODES (default: dram)",
                                       value=self.form.placement.get(cls, ""))
             for cls in TENSOR_CLASSES}
-        for cls, w in self.placement_inputs.items():
+        for w in self.placement_inputs.values():
             w.param.watch(self._placement_changed, "value")
         self.errors = {k: pn.pane.Markdown("", styles={"color": "#c62828"}, margin=(0, 10), visible=False, width=250,
                                            css_classes=[f"launch-error-{k}"])

@@ -42,7 +42,7 @@ from ..projection import host_calibration
 from ..provenance import Provenance
 from ..recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS
 from ..status import RunStatus
-from .common import Lab, PALETTE, error_note, kernel_color, not_available, run_selector, safe_call
+from .common import PALETTE, Lab, kernel_color, not_available, run_selector, safe_call
 
 POLL_MS = 1000
 LOSS_COLUMNS = {"step": pd.Series(dtype=float), "loss": pd.Series(dtype=float)}

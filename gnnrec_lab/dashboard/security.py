@@ -313,5 +313,5 @@ def default_memory_limit() -> int:
     return int(psutil.virtual_memory().total * 3 // 4)
 
 
-__all__ = ["RequestGuard", "install_guard", "component_allowed", "log_request", "LaunchPolicy", "launch_policy", "set_launch_policy",
-           "allowed_dirs", "is_loopback", "local_names", "default_memory_limit"]
+__all__ = ["RequestGuard", "install_guard", "component_allowed", "log_request", "LaunchPolicy", "launch_policy",
+           "set_launch_policy", "allowed_dirs", "is_loopback", "local_names", "default_memory_limit"]

@@ -245,7 +245,8 @@ def _resolve_columns(spec: dict, names: Optional[list], nfields: int, source: st
     for role, c in spec.items():
         if isinstance(c, int):
             if c >= nfields:
-                raise DataError(f"{source}: {role} column {c} does not exist (lines have {nfields} fields; positions are 0-based)")
+                raise DataError(f"{source}: {role} column {c} does not exist "
+                                f"(lines have {nfields} fields; positions are 0-based)")
             pos[role] = c
         else:
             if names is None:
@@ -577,7 +578,6 @@ def read_recbole(path: Path, columns=None, sep: Optional[str] = None, ids: str =
         raise DataError(f"{source}:1: no header (expected name:type fields such as user_id:token)")
     fields = parse_recbole_header(head, source, sep)
     names = [n for n, _ in fields]
-    types = dict(fields)
     spec = _columns_spec(columns)
     pos = {}
     for role, c in spec.items():

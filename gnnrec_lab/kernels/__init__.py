@@ -46,8 +46,8 @@ from ..runtime import tune_malloc
 
 MALLOC_TUNED = tune_malloc()   # glibc's thresholds, before numpy and torch allocate (gnnrec_lab.runtime says why)
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
 from ..errors import UserError
 from ..graph import CSR, BipartiteGraph
@@ -55,8 +55,8 @@ from ..recorder import Recorder, get_recorder, profiler_active, profiler_range, 
 from . import buffers, costs
 from .backends import BACKEND_CLASSES
 
-__all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "layer_mean", "sddmm", "lincomb", "bpr_loss", "sq_norm_rows",
-           "bpr_l2_loss",
+__all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "layer_mean", "sddmm", "lincomb",
+           "bpr_loss", "sq_norm_rows", "bpr_l2_loss",
            "spmm_edge", "gather", "gemm", "elementwise", "warmup", "Span", "SDDMM_OPS"]
 
 SDDMM_OPS = ("dot", "mul")
@@ -251,7 +251,8 @@ class _LayerMean(torch.autograd.Function):
             init = x[:n_out] if k == 0 else None
             extra_read = n_out * D * f  # init (first layer) or acc (later layers)
             cur = span.run("spmm", k, None, bname,
-                           lambda blk=blk: costs.spmm(blk, D, f, extra_read=extra_read, extra_written=n_out * D * f),
+                           lambda blk=blk, extra_read=extra_read: costs.spmm(blk, D, f, extra_read=extra_read,
+                                                                             extra_written=n_out * D * f),
                            be.spmm_fused, blk, cur, 1.0, acc, init, None, weight)
             if k == 0:
                 del x, init  # the permuted copy of x is not needed after the first layer
@@ -531,8 +532,8 @@ def bpr_l2_loss(out: torch.Tensor, table: torch.Tensor, u_rows, p_rows, n_rows, 
     ``(loss, bpr part)`` (the second detached). Records ``bpr_loss`` and ``l2_reg``."""
     _check_rows("bpr_l2_loss", out, u_rows, p_rows, n_rows)
     _check_rows("bpr_l2_loss", table)
-    return _apply(_RowsLoss, out, table, u_rows.contiguous(), p_rows.contiguous(), n_rows.contiguous(), int(item_offset),
-                           float(coef), tuple(layers), _current)
+    return _apply(_RowsLoss, out, table, u_rows.contiguous(), p_rows.contiguous(), n_rows.contiguous(),
+                  int(item_offset), float(coef), tuple(layers), _current)
 
 
 def bpr_loss(out: torch.Tensor, u_rows, p_rows, n_rows, *, layer: int = -1) -> torch.Tensor:

@@ -10,7 +10,8 @@ chunk: each thread's first taker drains the counter with the others, the rest fi
 numba's static split of the ``prange`` itself then decides nothing). A thread the OS deschedules on a
 shared machine then holds up one small chunk, not a static 1/threads of the rows (the
 others take over the rest). Which thread runs a row never changes what is computed for
-it, so results stay bit for bit those of a static split. Outputs are allocated by the caller (``torch.empty``) and passed as
+it, so results stay bit for bit those of a static split.
+Outputs are allocated by the caller (``torch.empty``) and passed as
 numpy views, so nothing is allocated inside the loops. ``fastmath`` stays off so
 results are reproducible and float64 runs pass ``gradcheck`` (one exception,
 :func:`sddmm_dot`, says why).

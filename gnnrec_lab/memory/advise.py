@@ -17,9 +17,10 @@ from ..config import TENSOR_CLASSES
 from ..kernels import costs
 from ..provenance import Provenance
 from ..recorder import KernelRecord
-from .footprint import F32, footprint as predict_footprint, optimizer_states, total
-from .profiles import host_device
 from . import tiermodel
+from .footprint import F32, optimizer_states, total
+from .footprint import footprint as predict_footprint
+from .profiles import host_device
 from .tiermodel import ALL_ON_DEVICE, TRAIN_PHASES, ns_per_byte, prepare, project_step, split_bytes
 
 # Every memory mode advise compares -> the device profile it is modeled with by default

@@ -40,7 +40,8 @@ Symbols: ``N = n_users + n_items`` nodes, ``E = 2 n_train`` directed edges, ``d`
     (``kernels.layer_mean``, which saves nothing for backward): the current and next layer
     and the running mean in forward; in backward the incoming gradient, two Horner terms and
     the mean itself: ``4 f N d`` whatever L; below glibc's mmap threshold the heap keeps about
-    ``(2L + 4) f N d`` after a step (fitted on ml-100k, synth-gowalla, synth-ml10m). NGCF: per layer 7 node tensors kept for backward (A x, side, bi, two
+    ``(2L + 4) f N d`` after a step (fitted on ml-100k, synth-gowalla, synth-ml10m).
+    NGCF: per layer 7 node tensors kept for backward (A x, side, bi, two
     GEMM outputs, pre-activation, output) + the concatenated output + 2 backward temporaries of
     that width: ``f N (7 L d + 3 d_out)``. MF: ``2 f N d``.
     Plus *allocator retention*: glibc serves blocks under its dynamic mmap threshold (at most
@@ -79,8 +80,8 @@ import os
 import resource
 import subprocess
 import sys
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from ..bounds import MAX_INTERACTIONS, MAX_ROWS, integer

@@ -23,11 +23,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..errors import UserError
 from ..places import Place, parse_nodes, parse_place, parse_placement
 from .topology import Topology, detect
+
+if TYPE_CHECKING:  # annotations only: parsing a placement (config, runner) needs no numpy
+    import numpy as np
 
 SYS_NODE_DIR = Path("/sys/devices/system/node")
 # Linux x86-64 values (include/uapi/asm-generic/mman-common.h, linux/mman.h)
@@ -227,7 +230,6 @@ def allocate(shape, dtype, where="dram", name: str = "tensor"):
 
 def place_array(arr: np.ndarray, where="dram", name: str = "array") -> np.ndarray:
     """``arr`` at ``where``: unchanged for dram/numa, else copied into a file-backed array."""
-    import numpy as np  # here, not at import: parsing a placement (config, runner) needs no numpy
     if parse_place(where, name).kind != "file":
         return arr
     out = allocate_array(arr.shape, arr.dtype, where, name)

@@ -7,7 +7,7 @@ triples on those representations.
 """
 from __future__ import annotations
 
-from .lightgcn import LightGCN, MF
+from .lightgcn import MF, LightGCN
 from .ngcf import NGCF
 
 

@@ -57,7 +57,8 @@ class LightGCN(nn.Module):
         return kernels.layer_mean(blocks, x, 1.0 / (self.layers + 1))
 
     def __repr__(self):
-        return f"{type(self).__name__}(users={self.n_users}, items={self.n_items}, dim={self.dim}, layers={self.layers})"
+        return (f"{type(self).__name__}(users={self.n_users}, items={self.n_items}, "
+                f"dim={self.dim}, layers={self.layers})")
 
 
 class MF(LightGCN):
