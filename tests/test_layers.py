@@ -38,6 +38,16 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 
 
+def _type_checking_nodes(tree: ast.AST) -> set:
+    """Import nodes under ``if TYPE_CHECKING:``: read by type checkers, never run."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (getattr(node.test, "id", None) == "TYPE_CHECKING"
+                                         or getattr(node.test, "attr", None) == "TYPE_CHECKING"):
+            skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return skipped
+
+
 def _function_nodes(tree: ast.AST) -> set:
     """Import nodes that sit inside a function (at any depth)."""
     inside = set()
@@ -61,7 +71,10 @@ def scan(mods: dict[str, Path]) -> tuple[list[Import], dict[str, set], dict[str,
         tree = ast.parse(path.read_text(), filename=str(path))
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
         deferred = _function_nodes(tree)
+        never_run = _type_checking_nodes(tree)
         for node in ast.walk(tree):
+            if id(node) in never_run:
+                continue
             targets, external = [], []
             if isinstance(node, ast.Import):
                 for a in node.names:
@@ -192,6 +205,8 @@ def test_the_scan_sees_imports_inside_functions():
                for i in IMPORTS)
     assert any(i.source == f"{PACKAGE}.config" and i.target == f"{PACKAGE}.places" and not i.deferred
                for i in IMPORTS)
+    # memory.placement names numpy only for its annotations, under TYPE_CHECKING: that loads nothing
+    assert "numpy" not in TOP_EXTERNAL[f"{PACKAGE}.memory.placement"]
     loop = [Import("a", "b", 1, False), Import("b", "c", 2, True), Import("c", "a", 3, True)]
     assert [i.source for i in find_cycle(loop)] == ["a", "b", "c"]
     assert find_cycle(loop[:2]) == []
