@@ -42,8 +42,8 @@ from __future__ import annotations
 LAYERS: dict[str, tuple[str, ...]] = {
     "util": ("errors", "bounds", "checks", "formatting", "provenance", "status", "runtime", "proc", "recorder",
              "signals", "cgroup", "cluster", "home", "places", "layers"),
-    "core": ("config", "data", "data.dataset", "data.readers", "data.registry", "data.split", "data.storage",
-             "data.synthetic", "graph", "sampling", "kernels", "kernels.backends", "kernels.buffers",
+    "core": ("config", "distspec", "data", "data.dataset", "data.readers", "data.registry", "data.split",
+             "data.storage", "data.synthetic", "graph", "sampling", "kernels", "kernels.backends", "kernels.buffers",
              "kernels.costs", "kernels.native"),
     "models": ("models", "models.lightgcn", "models.loss", "models.ngcf", "optim", "evaluate", "reporting"),
     "memory": ("memory", "memory.advise", "memory.footprint", "memory.placement", "memory.profiles",

@@ -15,12 +15,10 @@ import signal
 import sys
 from pathlib import Path
 
-from .. import data
-from .. import distributed as D
 from ..checks import check, check_value
 from ..cluster import check_possible
 from ..config import RunConfig
-from ..distributed import CLUSTERS, DIST_CONSTRAINTS, MODELS
+from ..distspec import CLUSTERS, DIST_CONSTRAINTS, MODELS
 from ..errors import UserError
 from ..formatting import fmt_ms
 from ..status import RunStatus
@@ -120,6 +118,8 @@ def _check(args):
 
 
 def main(args) -> int:
+    from .. import data  # numpy and the training code: loaded by a run, not by the CLI's start
+    from .. import distributed as D
     _check(args)
     D.require_dgl()
     dataset = data.load(args.dataset, seed=args.seed)
