@@ -59,9 +59,12 @@ def test_every_policy_trains_bit_identically_to_dram(dram_run, monkeypatch, poli
     r, e, store = _run(monkeypatch, cfg)
     assert isinstance(store, CachedRows) and store.policy == policy
     assert isinstance(store, RowStore) and isinstance(dram_run[2], RowStore)   # one interface for both
-    assert torch.equal(e, e0)                                  # bit-identical final embeddings
-    assert r.test == r0.test and r.best_valid == r0.best_valid
     s = r.info["sampled"]["row_store"]
+    # bit-identical final embeddings; a failure says how (a few rows off by an update points at the
+    # slow tier's I/O, every row off by ulps at a floating-point order) - it was seen once, not reproduced
+    assert torch.equal(e, e0), (f"{int((e != e0).any(1).sum())} of {len(e)} rows differ, max |diff| "
+                                f"{float((e - e0).abs().max()):.3g}, io {s['io_mode']}/{s.get('io_engine')}")
+    assert r.test == r0.test and r.best_valid == r0.best_valid
     assert s["kind"] == "measured" and s["io_mode"] in ("O_DIRECT", "buffered+fadvise")
     assert s["hits"] + s["misses"] == s["accesses"] > 0
     assert s["batches"] == r.steps
