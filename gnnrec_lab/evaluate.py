@@ -3,7 +3,10 @@
 For every evaluated user, all items are scored (``u · i``), items the user
 interacted with in the masked splits (training, and validation when testing)
 are excluded, and the top K are compared with the held-out items. Users are
-processed in chunks so memory stays at ``chunk * n_items`` scores.
+processed in blocks: torch's GEMM writes a block's scores into one reused buffer, then one numba
+kernel (:func:`gnnrec_lab.kernels.native.rank_block`, parallel over the block's users) masks each
+user's known items, keeps the top K in one pass over the row (ties: the lower item id first),
+tests them against the held-out items and writes every metric at every K for the user.
 
 Recall@K = |top-K ∩ held-out| / |held-out|;
 NDCG@K = DCG@K / IDCG@K with binary relevance and log2(rank + 1) discounts,
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
+from .kernels import native
 
 # the metrics at every K, in RecBole's order (its default metric set)
 METRICS = ("recall", "mrr", "ndcg", "hit", "precision")
@@ -57,6 +62,12 @@ def _csr_from_pairs(pairs: np.ndarray, n_users: int):
     return ptr, i
 
 
+def default_chunk(n_items: int) -> int:
+    """Users per scoring block: a block's scores (float32) stay within 8 MiB, so the buffer the
+    GEMM writes is still in the last-level cache when the ranking kernel reads it, and at most 1,024."""
+    return int(max(1, min(1024, (8 << 20) // (4 * max(n_items, 1)))))
+
+
 def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.ndarray,
                  masked: list[np.ndarray], topk=(10, 20), users: np.ndarray | None = None,
                  chunk: int | None = None) -> dict:
@@ -70,7 +81,7 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
         topk: cut-offs K.
         users: evaluate only these users (a sample); default all with held-out items.
         chunk: users per scoring block (memory: chunk * n_items * 4 bytes); default
-            keeps a block's scores under 256 MiB (at most 1024 users).
+            :func:`default_chunk` (a block's scores within 8 MiB, at most 1024 users).
     Returns ``{"recall@K": float, "mrr@K": ..., "ndcg@K": ..., "hit@K": ..., "precision@K": ...,
     "users": int, "users_all": int}`` (metric-major, K ascending within a metric): ``users``
     evaluated, ``users_all`` with held-out items (more than ``users`` when ``users`` is a sample).
@@ -78,48 +89,38 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
     n_users, n_items = user_emb.shape[0], item_emb.shape[0]
     kmax = min(max(topk), n_items)
     h_ptr, h_items = _csr_from_pairs(heldout, n_users)
-    m_csrs = [_csr_from_pairs(m, n_users) for m in masked]
+    masked = [np.asarray(m)[:, :2] for m in masked if len(m)]
+    m_ptr, m_items = _csr_from_pairs(np.concatenate(masked) if masked else np.zeros((0, 2), np.int64), n_users)
     if chunk is None:
-        chunk = int(max(1, min(1024, (256 << 20) // (4 * max(n_items, 1)))))
+        chunk = default_chunk(n_items)
     n_held = np.diff(h_ptr)
     cand = np.nonzero(n_held > 0)[0]
     n_all = len(cand)
     if users is not None:
         cand = np.intersect1d(cand, np.asarray(users, dtype=np.int64))
-    sums = {f"{m}@{k}": 0.0 for m in METRICS for k in topk}
+    ks = np.asarray(topk, dtype=np.int64)
+    order = np.argsort(ks, kind="stable")      # the kernel walks the cut-offs in ascending order
     discounts = 1.0 / np.log2(np.arange(2, kmax + 2))
     idcg_cum = np.cumsum(discounts)
+    sums = np.zeros(len(METRICS) * len(ks))
+    item_t = item_emb.T
+    bs = min(chunk, max(len(cand), 1))
+    buf = torch.empty((bs, n_items), dtype=torch.promote_types(user_emb.dtype, item_emb.dtype))
+    top = np.empty((bs, max(kmax, 1)), dtype=np.int64)
+    per_user = np.empty((bs, len(sums)))
     with torch.no_grad():
         for s in range(0, len(cand), chunk):
             ub = cand[s:s + chunk]
-            scores = user_emb[torch.from_numpy(ub)] @ item_emb.T
-            for ptr, items in m_csrs:
-                cnt = ptr[ub + 1] - ptr[ub]
-                rows = np.repeat(np.arange(len(ub)), cnt)
-                cols = np.concatenate([items[ptr[u]:ptr[u + 1]] for u in ub]) if cnt.sum() else np.zeros(0, np.int64)
-                scores[torch.from_numpy(rows), torch.from_numpy(cols)] = -torch.inf
-            top = torch.topk(scores, kmax, dim=1).indices.numpy()
-            del scores
-            # hits[r, j]: is the j-th ranked item of user r held out? (keys row*n_items+item)
-            cnt = h_ptr[ub + 1] - h_ptr[ub]
-            rows = np.repeat(np.arange(len(ub), dtype=np.int64), cnt)
-            cols = np.concatenate([h_items[h_ptr[u]:h_ptr[u + 1]] for u in ub])
-            top_keys = np.arange(len(ub), dtype=np.int64)[:, None] * n_items + top
-            hits = np.isin(top_keys, rows * n_items + cols)
-            for k in topk:
-                kk = min(k, kmax)
-                hk = hits[:, :kk]
-                n_hit = hk.sum(1)
-                sums[f"recall@{k}"] += float((n_hit / cnt).sum())
-                first = np.argmax(hk, axis=1)          # rank - 1 of the first hit (0 when none: masked below)
-                sums[f"mrr@{k}"] += float(np.where(n_hit > 0, 1.0 / (first + 1), 0.0).sum())
-                dcg = (hk * discounts[:kk]).sum(1)
-                idcg = idcg_cum[np.minimum(cnt, kk) - 1]
-                sums[f"ndcg@{k}"] += float((dcg / idcg).sum())
-                sums[f"hit@{k}"] += float((n_hit > 0).sum())
-                sums[f"precision@{k}"] += float(n_hit.sum() / k)
-    n = max(len(cand), 1)
-    out = {key: v / n for key, v in sums.items()}
+            b = len(ub)
+            # scores into one reused buffer (a fresh block per call costs page faults on every block)
+            torch.matmul(user_emb[torch.from_numpy(ub)], item_t, out=buf[:b])
+            native.rank_block(buf[:b].numpy(), ub, m_ptr, m_items, h_ptr, h_items, kmax, ks[order], discounts,
+                              idcg_cum, top, per_user)
+            sums += per_user[:b].sum(0)
+    n_k = len(ks)
+    out = {f"{m}@{ks[j]}": float(sums[mi * n_k + pos]) / max(len(cand), 1)
+           for mi, m in enumerate(METRICS) for pos, j in enumerate(order)}
+    out = {f"{m}@{k}": out[f"{m}@{k}"] for m in METRICS for k in topk}
     out["users"] = int(len(cand))
     out["users_all"] = int(n_all)
     return out
