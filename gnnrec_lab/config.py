@@ -70,7 +70,7 @@ def _layers_fit_model(c) -> Optional[str]:
     """Model mf has no propagation layers; every other model has at least one."""
     if c["model"] == "mf" and c["layers"] != MF_LAYERS:
         return f"model 'mf' has no propagation layers; use {MF_LAYERS}, got {c['layers']}"
-    if c["model"] != "mf" and not LAYERS.accepts(c["layers"]):   # 0 layers is mf's alone: say so in the range
+    if c["model"] != "mf":   # 0 layers is mf's alone: say so in the range
         try:
             LAYERS.parse("layers", c["layers"])
         except ConfigError as e:
@@ -78,11 +78,16 @@ def _layers_fit_model(c) -> Optional[str]:
     return None
 
 
-def _one_fanout_per_layer(c) -> Optional[str]:
-    """A sampled graph model samples at every layer."""
-    if c["mode"] == "sampled" and c["model"] != "mf" and len(c["fanouts"]) != c["layers"]:
+def fanout_per_layer(c) -> Optional[str]:
+    """A sampling model samples at every layer (RunConfig in sampled mode, every DistSpec)."""
+    if len(c["fanouts"]) != c["layers"]:
         return f"needs one fan-out per layer ({c['layers']}), got {len(c['fanouts'])}"
     return None
+
+
+def _one_fanout_per_layer(c) -> Optional[str]:
+    """A sampled graph model samples at every layer."""
+    return fanout_per_layer(c) if c["mode"] == "sampled" and c["model"] != "mf" else None
 
 
 def _cache_needs_sampled(c) -> Optional[str]:

@@ -51,7 +51,7 @@ import numpy as np
 from . import data
 from .cluster import EmulatedCluster
 from .config import RunConfig
-from .distspec import CLUSTERS, DIST_CONSTRAINTS, MAX_PARTITIONS, MODELS, DistSpec  # noqa: F401 - public here too
+from .distspec import DistSpec
 from .errors import UserError
 from .graph import CSR, BipartiteGraph
 from .proc import host_info

@@ -13,18 +13,11 @@ from typing import Optional
 
 from .bounds import INT64_MAX, integer, integers, number
 from .checks import Interval, Kind, Options, Rule, Text, alternatives, check
-from .config import LAYERS, RUN_CONSTRAINTS
+from .config import LAYERS, RUN_CONSTRAINTS, fanout_per_layer
 
 MODELS = ("lightgcn", "ngcf")     # the graph models a partitioned run trains (mf samples no neighbours)
 CLUSTERS = ("local", "emulated")
 MAX_PARTITIONS = 64               # simulated machines on one host
-
-
-def _one_fanout_per_layer(s) -> Optional[str]:
-    """Every trainer samples at every layer."""
-    if len(s["fanouts"]) != s["layers"]:
-        return f"needs one fan-out per layer ({s['layers']}), got {len(s['fanouts'])}"
-    return None
 
 
 def _batch_covers_partitions(s) -> Optional[str]:
@@ -50,7 +43,7 @@ DIST_CONSTRAINTS: dict[str, list] = {
     "model": [Options(MODELS)],
     "layers": [LAYERS],
     "dim": _run_field("dim"),
-    "fanouts": _run_field("fanouts") + [Rule(_one_fanout_per_layer, dict(layers=2, fanouts=[10]))],
+    "fanouts": _run_field("fanouts") + [Rule(fanout_per_layer, dict(layers=2, fanouts=[10]))],
     "batch_size": _run_field("batch_size") + [Rule(_batch_covers_partitions, dict(partitions=4, batch_size=2))],
     "epochs": _run_field("epochs"),
     "lr": _run_field("lr"),

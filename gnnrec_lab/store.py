@@ -35,7 +35,10 @@ from .recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS, store_key, sum_rec
 from .reporting import Reporter
 from .status import RunStatus
 
-FOOTPRINT_KINDS = (Provenance.MODELED, Provenance.MEASURED)   # predicted (from shapes), allocated
+FOOTPRINT_KINDS = tuple(parts(Footprint).values())   # predicted (from shapes), allocated
+_KERNEL_STEP_COLS = ("run_id", "step") + STORE_KEY + TOTAL_FIELDS
+_INSERT_KERNEL_STEPS = (f"INSERT INTO kernel_steps({', '.join(_KERNEL_STEP_COLS)}) "
+                        f"VALUES ({','.join('?' * len(_KERNEL_STEP_COLS))})")
 # Each SQLite call waits this long for another writer before giving up (ms).
 BUSY_TIMEOUT_MS = 30_000
 
@@ -529,9 +532,7 @@ class Store:
             con.execute("INSERT INTO steps(run_id, step, epoch, loss, seconds, wall) VALUES (?,?,?,?,?,?)",
                         (int(run_id), int(step), int(epoch), float(loss), float(seconds), time.time()))
             if rows:
-                cols = ("run_id", "step") + STORE_KEY + TOTAL_FIELDS
-                con.executemany(f"INSERT INTO kernel_steps({', '.join(cols)}) VALUES ({','.join('?' * len(cols))})",
-                                rows)
+                con.executemany(_INSERT_KERNEL_STEPS, rows)
 
     def add_epoch(self, run_id: int, epoch: int, seconds: float, steps: int, loss: float) -> None:
         with self._write() as con:

@@ -76,7 +76,8 @@ def expand(base: "RunConfig | dict | None", grid: dict) -> list[RunConfig]:
     points, seen = [], set()
     for combo in itertools.product(*(v for _, v in axes)):
         d = dict(base_d, **dict(zip(keys, combo)))
-        d["layers"] = mf_layers(d.get("model"), d.get("layers"), "layers" in keys)
+        if d.get("model") == "mf":   # other models keep what was given, or RunConfig's default
+            d["layers"] = mf_layers("mf", d.get("layers"), "layers" in keys)
         cfg = RunConfig.from_dict(d)
         key = cfg.to_json()
         if key not in seen:

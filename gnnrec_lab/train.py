@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 import os
 import time
 from dataclasses import dataclass, field
@@ -150,7 +151,7 @@ class _KernelTotals:
         self.tot: dict = {}
 
     def add(self, records):
-        sum_records(records, lambda r: (r.name, r.phase, r.pattern, r.row_bytes), into=self.tot)
+        sum_records(records, operator.attrgetter(*self.KEY), into=self.tot)
 
     def rows(self) -> list[dict]:
         return sorted(totals_rows(self.tot, self.KEY), key=lambda row: -row["ns"])

@@ -8,7 +8,7 @@ import pytest
 from gnnrec_lab.checks import Interval, Rule, alternatives, broken_values, rules
 from gnnrec_lab.config import NUMERIC_FIELDS, RUN_CONSTRAINTS, RunConfig
 from gnnrec_lab.dashboard.cache import SIM_CONSTRAINTS, SimRequest, _form_name
-from gnnrec_lab.distributed import DIST_CONSTRAINTS, DistSpec
+from gnnrec_lab.distspec import DIST_CONSTRAINTS, DistSpec
 from gnnrec_lab.errors import ConfigError
 from gnnrec_lab.memory.footprint import COUNT_CONSTRAINTS, check_counts
 from gnnrec_lab.runner import RUNNER_CONSTRAINTS, Runner

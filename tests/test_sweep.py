@@ -52,6 +52,12 @@ def test_expand_is_the_product_in_nested_loop_order():
     assert varied_fields(pts) == ["layers", "batch_size"]  # RunConfig field order
 
 
+def test_expand_from_a_partial_base_keeps_the_default_layers():
+    # only an mf point's layers are rewritten; other models keep RunConfig's default
+    pts = expand({"dataset": "ml-100k"}, {"dim": [8, 16]})
+    assert [(c.dim, c.layers) for c in pts] == [(8, RunConfig().layers), (16, RunConfig().layers)]
+
+
 def test_expand_collapses_mf_layers_and_duplicates():
     pts = expand(RunConfig(**BASE), {"model": ["lightgcn", "mf"], "dim": [8, 8]})
     assert [(c.model, c.layers) for c in pts] == [("lightgcn", 3), ("mf", 0)]
