@@ -90,7 +90,8 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
     kmax = min(max(topk), n_items)
     h_ptr, h_items = _csr_from_pairs(heldout, n_users)
     masked = [np.asarray(m)[:, :2] for m in masked if len(m)]
-    m_ptr, m_items = _csr_from_pairs(np.concatenate(masked) if masked else np.zeros((0, 2), np.int64), n_users)
+    pairs = (masked[0] if len(masked) == 1 else np.concatenate(masked)) if masked else np.zeros((0, 2), np.int64)
+    m_ptr, m_items = _csr_from_pairs(pairs, n_users)
     if chunk is None:
         chunk = default_chunk(n_items)
     n_held = np.diff(h_ptr)

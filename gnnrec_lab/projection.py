@@ -33,6 +33,14 @@ def _or_reason(fn, *a, **kw) -> tuple:
         return None, f"{type(e).__name__}: {e}"
 
 
+def predicted_footprint(fpf) -> Optional[dict]:
+    """``{tensor class: bytes}`` of a stored run's modeled (predicted) footprint rows, or None."""
+    if fpf is None or not len(fpf):
+        return None
+    pred = fpf[fpf["kind"] == Provenance.MODELED]
+    return {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
+
+
 def stored_run_records(store, run_id) -> tuple:
     """``(kernel totals, steps, predicted footprint by class or None, config dict)`` of a stored run:
     the inputs :func:`run_step_time` takes, read the same way by every view, from one committed
@@ -42,9 +50,7 @@ def stored_run_records(store, run_id) -> tuple:
         totals = store.kernel_totals_frame(run_id)
         steps = store.kernel_step_count(run_id)
         fpf = store.footprint_frame(run_id)
-    pred = fpf[fpf["kind"] == Provenance.MODELED] if len(fpf) else fpf
-    fp = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
-    return totals, steps, fp, run.get("config") or {}
+    return totals, steps, predicted_footprint(fpf), run.get("config") or {}
 
 
 def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,

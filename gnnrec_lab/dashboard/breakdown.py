@@ -23,7 +23,7 @@ import param
 
 from ..analysis import ROOFLINE_NOTE, breakdown, roofline_points
 from ..calibrate import host_profile, load
-from ..formatting import fmt_bytes, fmt_ms
+from ..formatting import fmt_bytes, fmt_ms, fmt_percent
 from ..memory.footprint import Footprint
 from ..memory.profiles import get_profile, misses_in_flight
 from ..memory.tiermodel import mode_device
@@ -109,7 +109,7 @@ def share_pie(shares: pd.DataFrame):
     d["start"] = [0.0] + ends[:-1]
     d["end"] = ends
     d["color"] = [kernel_color(n) for n in d["name"]]
-    d["pct"] = [f"{100 * s:.1f}%" for s in d["share"]]
+    d["pct"] = [fmt_percent(s) for s in d["share"]]
     fig = figure(height=320, width=460, title="Share of kernel time (measured)", toolbar_location=None,
                  tools="hover", tooltips="@name: @pct", x_range=(-1.0, 2.6), y_range=(-1.0, 1.0))
     fig.wedge(x=0, y=0, radius=0.8, start_angle="start", end_angle="end", color="color",

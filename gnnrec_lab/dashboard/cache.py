@@ -247,7 +247,7 @@ def skew_text(skew: dict, info: dict) -> str:
     """Markdown line with the trace's skew (counted from the trace, not modeled)."""
     if not skew:
         return ""
-    pct = lambda k: f"{100 * skew[k]:.1f}%" if k in skew and skew[k] == skew[k] else "–"  # noqa: E731
+    pct = lambda k: fmt_percent(skew[k]) if k in skew and skew[k] == skew[k] else "–"  # noqa: E731
     return (f"**Skew of the trace** (counted): the top 1% of rows take **{pct('top1pct_share')}** of accesses, "
             f"the top 10% take **{pct('top10pct_share')}** (top 0.1%: {pct('top0.1pct_share')}); "
             f"{pct('rows_touched_share')} of the {info.get('table_rows', 0):,} rows are touched at all. "

@@ -38,8 +38,7 @@ import param
 
 from ..formatting import fmt_bytes, fmt_duration, fmt_ms
 from ..memory.tiermodel import mode_device, run_step_time
-from ..projection import host_calibration
-from ..provenance import Provenance
+from ..projection import host_calibration, predicted_footprint
 from ..recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS
 from ..status import RunStatus
 from .common import PALETTE, Lab, kernel_color, not_available, run_selector, safe_call
@@ -359,9 +358,7 @@ class LiveMonitor(param.Parameterized):
                 return
         if self._footprint is None:
             fp, _ = safe_call(store.footprint_frame, self.run_id)
-            if fp is not None and not fp.empty:
-                pred = fp[fp["kind"] == Provenance.MODELED]
-                self._footprint = {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
+            self._footprint = predicted_footprint(fp)
         res, why = safe_call(run_step_time, self.totals, self._host, self._cfg, footprint=self._footprint,
                              steps=self.kernel_steps)
         self.modeled, self.modeled_reason = res, (why or "")

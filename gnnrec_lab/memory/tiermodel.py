@@ -148,7 +148,9 @@ def ns_per_byte(p: DeviceProfile, comp: str, row_bytes: int, threads, remote: bo
 
 def _frame(records) -> pd.DataFrame:
     df = records_frame(records, columns=None,
-                       require=("name", "phase", "ns", "bytes_read", "bytes_written", "pattern")).copy()
+                       require=("name", "phase", "ns", "bytes_read", "bytes_written", "pattern"))
+    if df is records:   # the defaults below must not write into the caller's frame
+        df = df.copy()
     for c, default in (("layer", -1), ("step", -1), ("flops", 0), ("random_bytes", 0), ("row_bytes", 0),
                        ("calls", 1)):
         if c not in df.columns:
