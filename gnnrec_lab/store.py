@@ -234,12 +234,13 @@ def time_parts(started, end, info: Optional[dict], train_s) -> dict:
     return {"duration_s": duration, "startup_s": startup, "jit_s": jit, "train_s": train, "other_s": other}
 
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 # a store another process is creating is 0 bytes for a moment; wait this long before calling it damaged (s)
 EMPTY_GRACE_S = 1.0
 
 
 def _damaged(path: Path, why: str) -> UserError:
+    if why == "file is not a database":   # SQLite's words for a header that is not its own
+        why = "not an SQLite database"
     return UserError(f"run store {path} is damaged ({why}); it was kept as it is. Recover what it holds with "
                      f"`sqlite3 {path} .recover > recovered.sql`, or move it aside (with its -wal file) to "
                      f"start a new store")
@@ -247,22 +248,28 @@ def _damaged(path: Path, why: str) -> UserError:
 
 def check_store_file(path: Path) -> bool:
     """Whether a new store may be created at ``path``; raise UserError when the file that is
-    there is not a store (empty, not SQLite), or it is missing while its run directories exist."""
+    there is empty, or it is missing while its run directories exist. A file that is there but not
+    SQLite is reported when SQLite opens it (``_damaged``).
+
+    This never opens the file itself: closing any descriptor of a file drops every POSIX lock this
+    process holds on it (fcntl semantics), including the SHARED lock an open WAL connection keeps on
+    the database for its whole life. With that lock gone, another process closing its last
+    connection takes the EXCLUSIVE lock, checkpoints and deletes the WAL under this process's live
+    connection, and the store reads as malformed afterwards (SQLite's "How To Corrupt", 2.2). So
+    only ``stat`` here, which takes no descriptor; SQLite, which shares descriptors per file within
+    a process, reads the header."""
     if path.exists():
         deadline = time.monotonic() + EMPTY_GRACE_S
         while True:
             try:
-                with open(path, "rb") as f:
-                    head = f.read(len(SQLITE_MAGIC))
+                size = path.stat().st_size
             except OSError as e:
                 raise UserError(f"run store {path} cannot be read ({e.strerror})") from None
-            if head or time.monotonic() >= deadline:
+            if size or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
-        if not head:
+        if not size:
             raise _damaged(path, "the file is empty (0 bytes)")
-        if head != SQLITE_MAGIC[:len(head)] or len(head) < len(SQLITE_MAGIC):
-            raise _damaged(path, "not an SQLite database")
         return False
     runs = path.parent / "runs"
     if runs.is_dir() and any(p.name.isdigit() for p in runs.iterdir()):

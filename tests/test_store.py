@@ -555,3 +555,42 @@ def test_a_real_full_disk_and_read_only_mount(small_mount, monkeypatch, capsys):
         assert "damaged" not in err and "Traceback" not in err, err
     finally:
         subprocess.run(["umount", "-l", str(ro)], capture_output=True)
+
+
+def _my_locks_on(path) -> list:
+    ino = os.stat(path).st_ino
+    with open("/proc/locks") as f:
+        return [ln for ln in f if f":{ino} " in ln and f" {os.getpid()} " in ln]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="needs Linux /proc/locks")
+def test_opening_a_second_store_keeps_the_first_connections_lock(tmp_path):
+    """A WAL connection holds a SHARED lock on the database for its life; a second Store() in the
+    same process must not drop it (closing any descriptor of the file drops all the process's
+    POSIX locks on it), or another process may checkpoint and delete the WAL under it."""
+    first = Store(tmp_path)
+    first.run_ids()
+    held = _my_locks_on(tmp_path / "lab.sqlite")
+    assert held
+    second = Store(tmp_path)
+    second.run_ids()
+    assert _my_locks_on(tmp_path / "lab.sqlite") == held
+    first.close()
+    second.close()
+
+
+def test_another_process_closing_does_not_pull_the_wal_from_under_a_live_store(tmp_path):
+    """The sequence that damaged stores of distributed runs: this process has a store open, opens
+    it again, another process writes and closes its last connection, this process writes on."""
+    first = Store(tmp_path)
+    a = first.add_run(RunConfig())
+    Store(tmp_path).run_ids()                       # a second open in the same process
+    code = ("import sys; from gnnrec_lab.store import Store; from gnnrec_lab.config import RunConfig; "
+            "s = Store(sys.argv[1]); s.add_run(RunConfig()); s.close()")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=120)
+    b = first.add_run(RunConfig())
+    first.close()
+    con = sqlite3.connect(tmp_path / "lab.sqlite")
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    con.close()
+    assert {a, b} <= set(Store(tmp_path).run_ids()) and len(Store(tmp_path).run_ids()) == 3
