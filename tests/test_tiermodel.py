@@ -164,6 +164,26 @@ def test_profiles_validation_names_file_line_and_field(tmp_path, monkeypatch):
         host_device({"triad_GBps": 1, "latency_ns": 1})
 
 
+def test_an_edited_profile_file_is_read_again_and_loads_do_not_share_profiles(tmp_path):
+    """Parsed files are kept by path and text: an edit is seen on the next load, and a profile
+    one caller changes is not the one the next caller gets."""
+    f = tmp_path / "mine.yaml"
+    body = "device_profiles:\n  - name: slowmem\n    kind: cxl\n    read_bw_GBps: {}\n" \
+           "    write_bw_GBps: 1\n    read_latency_ns: 400\n    write_latency_ns: 400\n"
+    f.write_text(body.format(3))
+    first = load_profiles([f])["slowmem"]
+    assert first.read_bw_GBps == 3
+    first.read_bw_GBps = 99
+    first.random_read_GBps[64] = 99
+    again = load_profiles([f])["slowmem"]
+    assert again.read_bw_GBps == 3 and 64 not in again.random_read_GBps
+    f.write_text(body.format(5))                      # same size, maybe the same mtime: the text decides
+    assert load_profiles([f])["slowmem"].read_bw_GBps == 5
+    shipped = load_profiles()["optane_pmem100_appdirect_6x"]
+    shipped.mixed["points"][0.5] = 1.0
+    assert load_profiles()["optane_pmem100_appdirect_6x"].mixed["points"][0.5] == pytest.approx(6.90)
+
+
 def _modeled_unlabelled(obj, labelled=False):
     """Paths of numbers under keys naming 'modeled' that have no kind='modeled' above them."""
     bad = []

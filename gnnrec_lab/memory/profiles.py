@@ -16,6 +16,7 @@ host (``gnnrec-lab calibrate``) becomes the profile ``host`` through
 """
 from __future__ import annotations
 
+import copy
 import math
 import os
 from dataclasses import dataclass, field
@@ -325,17 +326,31 @@ def misses_in_flight(host: Optional[dict]) -> Optional[float]:
     return float(g) * float(lat) / (64.0 * float(th))
 
 
-def _read_file(path: Path) -> list[DeviceProfile]:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UserError(f"{path}: cannot read device profiles ({e.strerror})") from None
+# the last parse of each profile file, by path, with its text: PyYAML's pure-Python parser takes
+# ~80 ms for the shipped file, and every projection loads the profiles (tier model, whatif, pages)
+_PARSED: dict = {}
+
+
+def _parse_yaml(path: Path, text: str):
+    hit = _PARSED.get(str(path))
+    if hit is not None and hit[0] == text:
+        return copy.deepcopy(hit[1])   # the caller's profiles must not share objects with the cache
     try:
         doc = yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f":{mark.line + 1}" if mark else ""
         raise UserError(f"{path}{at}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    _PARSED[str(path)] = (text, copy.deepcopy(doc))
+    return doc
+
+
+def _read_file(path: Path) -> list[DeviceProfile]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read device profiles ({e.strerror})") from None
+    doc = _parse_yaml(path, text)
     if not isinstance(doc, dict) or not isinstance(doc.get("device_profiles"), list):
         raise UserError(f"{path}: expected a top-level 'device_profiles:' list")
     return [_parse_profile(p, str(path)) for p in doc["device_profiles"]]
