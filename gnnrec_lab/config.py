@@ -19,6 +19,9 @@ from .places import TENSOR_CLASSES, parse_placement
 MODELS = ("lightgcn", "ngcf", "mf")
 NGCF_FORMS = ("edge", "node")
 OPTIMIZERS = ("adam", "adamw", "sgd", "lamb")
+# per-row state vectors of every optimizer the cache simulator sizes rows for (runs use OPTIMIZERS;
+# adagrad, one vector, is simulated only): the CLI's `cache sim`, the Cache page and row_bytes
+OPTIMIZER_STATES = {"sgd": 0, "adagrad": 1, "adam": 2, "adamw": 2, "lamb": 2}
 LR_RULES = ("none", "linear", "sqrt")
 SCHEDULES = ("none", "cosine", "step")
 BACKENDS = ("native", "torch", "dgl")

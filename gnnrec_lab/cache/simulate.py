@@ -16,7 +16,7 @@ from typing import Iterable, Optional, Sequence, Union
 import numba
 import numpy as np
 
-from ..config import SIMULATED_CACHE_POLICIES
+from ..config import OPTIMIZER_STATES, SIMULATED_CACHE_POLICIES
 from ..errors import UserError
 from .policies import INF, Policy, make_policy
 from .traces import Trace
@@ -45,9 +45,10 @@ def next_use(trace: Trace) -> np.ndarray:
 def row_bytes(dim: int, optimizer: Optional[str] = None, dtype_bytes: int = 4) -> int:
     """Bytes one table row moves: the embedding plus per-row optimizer state.
 
-    ``optimizer``: None/"sgd" (no state), "adagrad" (1 state vector), "adam"/"adamw"/"lamb" (2).
+    ``optimizer``: None/"none" (no state) or a key of ``config.OPTIMIZER_STATES`` (sgd 0,
+    adagrad 1, adam/adamw/lamb 2 state vectors).
     """
-    states = {None: 0, "none": 0, "sgd": 0, "adagrad": 1, "adam": 2, "adamw": 2, "lamb": 2}
+    states = {None: 0, "none": 0, **OPTIMIZER_STATES}
     if optimizer not in states:
         raise UserError(f"optimizer must be one of {', '.join(str(k) for k in states if k)}, got {optimizer!r}")
     if int(dim) < 1:

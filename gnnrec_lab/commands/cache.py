@@ -11,7 +11,7 @@ import json
 import sys
 
 from ..bounds import integers
-from ..config import CACHE_TRACE_BATCH, MAXIMA, SIMULATED_CACHE_POLICIES, check_field
+from ..config import CACHE_TRACE_BATCH, MAXIMA, OPTIMIZER_STATES, SIMULATED_CACHE_POLICIES, check_field
 from ..errors import UserError
 from ..formatting import fmt_percent
 from ..provenance import Provenance
@@ -59,8 +59,10 @@ def register(subparsers) -> None:
     sim.add_argument("--dim", type=field_type("dim"), default="64",
                      help="embedding dimension, which sets the bytes a row moves: dim x 4 "
                           "x (1 + optimizer states) (default: %(default)s)")
-    sim.add_argument("--optimizer", default="adam", help="optimizer whose per-row state moves with the row: sgd "
-                                                         "(none), adagrad (1 state), adam (2) (default: %(default)s)")
+    sim.add_argument("--optimizer", default="adam", choices=tuple(OPTIMIZER_STATES),
+                     help="optimizer whose per-row state moves with the row: "
+                          + ", ".join(f"{k} ({n} state{'s' if n != 1 else ''})" for k, n in OPTIMIZER_STATES.items())
+                          + " (default: %(default)s)")
     sim.set_defaults(func=_sim)
     sk = sub.add_parser("skew", help="share of accesses taken by the hottest rows")
     _add_trace_args(sk)

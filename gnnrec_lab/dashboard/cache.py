@@ -37,7 +37,7 @@ from ..config import (
     CACHE_TRACE_KINDS,
     MAX_SEED,
     MAXIMA,
-    OPTIMIZERS,
+    OPTIMIZER_STATES,
     SIMULATED_CACHE_POLICIES,
     field_label,
 )
@@ -133,7 +133,7 @@ def _cache_sizes(param: str, value) -> tuple:
 
 
 # What a simulation request accepts (gnnrec_lab.checks; the form's fields, named in its words). The
-# optimizer is one a run can use (config.OPTIMIZERS): its per-row state moves with the row.
+# optimizers are the simulator's (config.OPTIMIZER_STATES, as `cache sim`): per-row state moves with the row.
 SIM_CONSTRAINTS: dict[str, list] = {
     "dataset": [Text("a dataset name (choose a dataset)", strip=True)],
     "trace": [Options(CACHE_TRACE_KINDS)],
@@ -143,7 +143,7 @@ SIM_CONSTRAINTS: dict[str, list] = {
     "lookaheads": [Interval(integers, lo=1, hi=MAXIMA["lookahead"], max_len=1024)],
     "policies": [Subset(SIMULATED_CACHE_POLICIES)],
     "dim": [Interval(integer, lo=1, hi=MAXIMA["dim"])],
-    "optimizer": [Options(OPTIMIZERS)],
+    "optimizer": [Options(tuple(OPTIMIZER_STATES))],
     "epochs": [Interval(integer, lo=1, hi=MAXIMA["epochs"])],
     "seed": [Interval(integer, lo=0, hi=MAX_SEED)],
 }
@@ -441,8 +441,8 @@ class CachePage(pn.viewable.Viewer):
             "policies": pn.widgets.MultiChoice(name="Replacement policies", options=list(SIMULATED_CACHE_POLICIES),
                                                value=list(SIMULATED_CACHE_POLICIES)),
             "dim": pn.widgets.IntInput(name=field_label("dim"), value=64, start=1),
-            "optimizer": pn.widgets.Select(name="Optimizer (its state moves with each row)", options=list(OPTIMIZERS),
-                                           value="adam"),
+            "optimizer": pn.widgets.Select(name="Optimizer (its state moves with each row)",
+                                           options=list(OPTIMIZER_STATES), value="adam"),
         }
         for k, wdg in self.w.items():
             wdg.width = 240
