@@ -34,6 +34,19 @@ class RunStatus(StrEnum):
         except ValueError:
             return None
 
+    @classmethod
+    def active(cls, value) -> bool:
+        """``value`` is a queued or running status; False for anything else (None, a placeholder,
+        a string no member spells), where ``RunStatus(value).is_active`` would raise."""
+        st = cls.of(value)
+        return st is not None and st.is_active
+
+    @classmethod
+    def failure(cls, value) -> bool:
+        """``value`` is a failed status (:attr:`is_failure`); False for anything else."""
+        st = cls.of(value)
+        return st is not None and st.is_failure
+
     @property
     def is_terminal(self) -> bool:
         """The run has ended and will not change status again (the store stamps ``finished``)."""

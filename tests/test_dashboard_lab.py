@@ -145,3 +145,13 @@ def test_one_style_marks_modeled_bars():
     assert whole.hatch_pattern == "/"
     plain = hv.render(hv.Bars(df, "x", "y").opts(hooks=[hatch_hook()])).renderers[0].glyph
     assert plain.hatch_pattern is None                                         # no column: left solid
+
+
+def test_live_default_run_skips_a_status_no_member_spells():
+    """A hand-edited status in the run table does not take the Live page down."""
+    import pandas as pd
+
+    from gnnrec_lab.dashboard.live import default_run
+    runs = pd.DataFrame({"id": [1, 2, 3], "status": ["finished", "weird", "running"]})
+    assert default_run(runs) == 3
+    assert default_run(runs.iloc[:2]) == 2

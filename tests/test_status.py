@@ -46,6 +46,10 @@ def test_values_are_plain_strings_and_of_tolerates_placeholders():
         assert f"{s}" == str(s) == s.value and json.dumps({"status": s}) == f'{{"status": "{s.value}"}}'
     # the dashboard's placeholders and a vanished run are not statuses
     assert RunStatus.of("none") is None and RunStatus.of("unknown") is None and RunStatus.of(None) is None
+    for v in ("none", "unknown", None, "Running", 3):
+        assert not RunStatus.active(v) and not RunStatus.failure(v)
+    assert [s for s in RunStatus if RunStatus.active(s.value)] == [s for s in RunStatus if s.is_active]
+    assert [s for s in RunStatus if RunStatus.failure(s)] == [s for s in RunStatus if s.is_failure]
     # a sweep point without a run has its own states, none of them a run status
     assert not {p.value for p in PointState} & {s.value for s in RunStatus}
 

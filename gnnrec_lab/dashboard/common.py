@@ -180,8 +180,7 @@ def not_available(what: str, reason: Optional[str] = None) -> pn.pane.Alert:
 def status_css(status) -> str:
     """CSS for a status cell: red and bold for a failed run (:attr:`RunStatus.is_failure`, diverged
     included), as wherever a run's status appears."""
-    st = RunStatus.of(status)
-    return "color: #d62728; font-weight: bold" if st is not None and st.is_failure else ""
+    return "color: #d62728; font-weight: bold" if RunStatus.failure(status) else ""
 
 
 def error_note(message: str) -> pn.pane.Alert:

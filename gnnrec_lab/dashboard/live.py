@@ -273,14 +273,12 @@ class LiveMonitor(param.Parameterized):
     @property
     def active(self) -> bool:
         """The run is queued or running (False with no run, or one that could not be read)."""
-        st = RunStatus.of(self.status)
-        return st is not None and st.is_active
+        return RunStatus.active(self.status)
 
     @property
     def failed(self) -> bool:
         """The run failed (:attr:`RunStatus.is_failure`, diverged included)."""
-        st = RunStatus.of(self.status)
-        return st is not None and st.is_failure
+        return RunStatus.failure(self.status)
 
     def poll(self) -> int:
         """Read new steps, kernels, evaluations, status and RSS; return how many steps were new."""
@@ -410,7 +408,7 @@ def default_run(runs: pd.DataFrame):
     """The run the Live page shows until one is chosen: a running one, else the newest."""
     if runs is None or runs.empty:
         return None
-    active = (runs[runs["status"].map(lambda s: RunStatus(s).is_active)] if "status" in runs.columns
+    active = (runs[runs["status"].map(RunStatus.active)] if "status" in runs.columns
               else runs.iloc[0:0])
     return (active if not active.empty else runs)["id"].max().item()
 

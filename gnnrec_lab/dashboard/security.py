@@ -263,11 +263,10 @@ class LaunchPolicy:
             active = []
             for rid in self.launched:
                 try:
-                    st = RunStatus.of(status_of(rid))
+                    if RunStatus.active(status_of(rid)):
+                        active.append(rid)
                 except Exception:  # noqa: BLE001 - a run that vanished from the store is not active
                     continue
-                if st is not None and st.is_active:
-                    active.append(rid)
             self.launched[:] = active
             if len(active) >= self.max_active:
                 return (f"this dashboard already has {len(active)} run(s) queued or running "
