@@ -31,6 +31,9 @@ KINDS = ("dram", "pmem", "pmem_memory_mode", "cxl", "dram_remote", "file", "host
 ENV_VAR = "GNNREC_LAB_DEVICES"
 STORES = ("clwb", "ntstore")   # write columns: store+clwb (what the lab's kernels do) / non-temporal
 _SHIPPED = Path(__file__).with_name("devices.yaml")
+# bounds of the interference's shape exponent q (docs/tier_model.md 4b): a second point that shows no
+# interference gives the steepest shape, one that shows more than the 1:1 point the flattest
+Q_MIN, Q_MAX = 0.1, 20.0
 
 
 @dataclass
@@ -156,42 +159,65 @@ class DeviceProfile:
         return t
 
     # ------------------------------------------------------------------
-    def mixed_bw_GBps(self, write_share: float, remote: bool = False) -> Optional[float]:
-        """Bandwidth (GB/s) of a read/write mix with ``write_share`` of its bytes written, on the
-        device's measured mixed series (``mixed``): piecewise-linear in the write share through the
-        series' pure read (share 0), its mixed points and its pure write (share 1). Remote: each
-        point times its ``remote_socket_factor`` (read, mixed_1to1, write). None without a series."""
+    def _mix_pure_ns_per_byte(self, x: float, remote: bool) -> float:
+        """ns per byte of a mix with write share ``x`` if reads and writes did not interfere: the
+        mixed series' own pure read and write (remote: times their ``remote_socket_factor``)."""
         m = self.mixed
-        if not m:
+        r = float(m["read_GBps"]) * self._remote("read", remote)
+        w = float(m["write_GBps"]) * self._remote("write", remote)
+        return (1 - x) / r + x / w
+
+    def _mix_points(self, remote: bool) -> dict:
+        """The measured mixes the interference is fitted on: ``remote_points`` on the other socket
+        (a profile with only a ``mixed_1to1`` remote factor: the local 1:1 point times it; with
+        neither, the local points: the mix interferes as it does locally)."""
+        m = self.mixed
+        if remote and m.get("remote_points"):
+            return m["remote_points"]
+        if remote and "mixed_1to1" in self.remote_socket_factor and 0.5 in m["points"]:
+            return {0.5: m["points"][0.5] * float(self.remote_socket_factor["mixed_1to1"])}
+        return m["points"]
+
+    def mix_shape(self, remote: bool = False) -> Optional[tuple]:
+        """``(a, q)`` of the interference ``I(x) = 1 + a * (4 x (1 - x))^q`` (docs/tier_model.md 4b):
+        ``a = I(1/2) - 1`` from the 1:1 point, ``q`` from the one other point of the series (1 when
+        there is none). None without a measured series."""
+        if not self.mixed:
             return None
-        x = min(1.0, max(0.0, float(write_share)))
-        rf = self._remote("read", remote)
-        wf = self._remote("write", remote)
-        mf = self._remote("mixed_1to1", remote) if remote and "mixed_1to1" in self.remote_socket_factor else None
-        pts = [(0.0, float(m["read_GBps"]) * rf)]
-        for share, bw in sorted((float(k), float(v)) for k, v in m["points"].items()):
-            # only the 1:1 point has a published remote factor; others scale with the pure ones
-            f = mf if (mf is not None and abs(share - 0.5) < 1e-9) else (1 - share) * rf + share * wf
-            pts.append((share, bw * f))
-        pts.append((1.0, float(m["write_GBps"]) * wf))
-        for (x0, b0), (x1, b1) in zip(pts, pts[1:]):
-            if x0 <= x <= x1:
-                return b0 + (b1 - b0) * ((x - x0) / (x1 - x0) if x1 > x0 else 0.0)
-        return pts[-1][1]
+        pts = self._mix_points(remote)
+
+        def excess(x, bw):   # I(x) - 1 at a measured point
+            return (1.0 / bw) / self._mix_pure_ns_per_byte(x, remote) - 1.0
+        a = max(0.0, excess(0.5, pts[0.5])) if 0.5 in pts else 0.0
+        q = 1.0
+        others = [(x, bw) for x, bw in pts.items() if x != 0.5]
+        if a > 0 and others:
+            x2, bw2 = others[0]
+            e = excess(x2, bw2)
+            q = math.log(e / a) / math.log(4 * x2 * (1 - x2)) if e > 0 else Q_MAX
+            q = min(Q_MAX, max(Q_MIN, q))
+        return a, q
 
     def mix_factor(self, write_share: float, remote: bool = False) -> float:
         """How much longer a read/write mix takes on the device than its reads and writes apart
-        (>= 1; 1 without a measured series or for a pure read or pure write): the mixed series'
-        time per byte over the time its own pure read and pure write bandwidths predict,
-        ``I(x) = (1 / B_mix(x)) / ((1 - x) / B_read + x / B_write)``."""
-        m = self.mixed
+        (>= 1; 1 without a measured series or for a pure read or pure write):
+        ``I(x) = 1 + a * (4 x (1 - x))^q`` with :meth:`mix_shape`'s ``a`` and ``q``, so that
+        ``1 / B_mix(x) = I(x) * ((1 - x) / B_read + x / B_write)``."""
         x = min(1.0, max(0.0, float(write_share)))
-        if not m or x <= 0.0 or x >= 1.0:
+        shape = self.mix_shape(remote)
+        if shape is None or x <= 0.0 or x >= 1.0:
             return 1.0
-        r = float(m["read_GBps"]) * self._remote("read", remote)
-        w = float(m["write_GBps"]) * self._remote("write", remote)
-        pure = (1 - x) / r + x / w
-        return max(1.0, (1.0 / self.mixed_bw_GBps(x, remote)) / pure)
+        a, q = shape
+        return 1.0 + a * (4 * x * (1 - x)) ** q
+
+    def mixed_bw_GBps(self, write_share: float, remote: bool = False) -> Optional[float]:
+        """Bandwidth (GB/s) of a read/write mix with ``write_share`` of its bytes written, on the
+        device's measured mixed series (``mixed``): the series' pure read and write bandwidths with
+        the interference :meth:`mix_factor` on top. None without a series."""
+        if not self.mixed:
+            return None
+        x = min(1.0, max(0.0, float(write_share)))
+        return 1.0 / (self._mix_pure_ns_per_byte(x, remote) * self.mix_factor(x, remote))
 
     def stream_write_ns_per_byte(self, store: str = "clwb", threads: Optional[int] = None) -> float:
         """ns per byte of sequential writes in the ``store`` column (ntstore where published)."""
@@ -289,7 +315,8 @@ def _parse_profile(d, where: str) -> DeviceProfile:
 
 
 def _parse_mixed(m, loc: str) -> dict:
-    """``mixed: {threads, read_GBps, write_GBps, points: {write share: GB/s}}`` validated."""
+    """``mixed: {threads, read_GBps, write_GBps, points: {write share: GB/s}, remote_points: {...}}``
+    validated."""
     if not isinstance(m, dict):
         raise UserError(f"{loc}: field 'mixed' must be a mapping with read_GBps, write_GBps and points")
     out = {}
@@ -308,6 +335,18 @@ def _parse_mixed(m, loc: str) -> dict:
         raise UserError(f"{loc}: field 'mixed.points' must map write shares in (0, 1) to GB/s, got "
                         f"{m.get('points')!r}")
     out["points"] = {float(k): float(v) for k, v in pts.items()}
+    if 0.5 not in out["points"] or len(out["points"]) > 2:
+        raise UserError(f"{loc}: field 'mixed.points' must hold the 1:1 mix (0.5) and at most one other write "
+                        f"share (the interference's shape), got {sorted(out['points'])}")
+    if "remote_points" in m:
+        rp = m["remote_points"]
+        rp = {k: v for k, v in rp.items() if k != "__line__"} if isinstance(rp, dict) else None
+        if (not rp or not all(isinstance(k, (int, float)) and not isinstance(k, bool) and 0 < k < 1
+                              and _positive(v) for k, v in rp.items())
+                or 0.5 not in rp or len(rp) > 2):
+            raise UserError(f"{loc}: field 'mixed.remote_points' must map the 1:1 mix (0.5) and at most one "
+                            f"other write share to GB/s on the other socket, got {m.get('remote_points')!r}")
+        out["remote_points"] = {float(k): float(v) for k, v in rp.items()}
     return out
 
 
