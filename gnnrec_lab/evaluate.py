@@ -18,9 +18,6 @@ skipped; each metric is the mean over evaluated users (a fraction in [0, 1]).
 """
 from __future__ import annotations
 
-import contextlib
-
-import numba
 import numpy as np
 import torch
 
@@ -130,39 +127,8 @@ def rank_metrics(user_emb: torch.Tensor, item_emb: torch.Tensor, heldout: np.nda
     return out
 
 
-# Evaluations that score at most this many (user, item) pairs run on one thread. Their parallel
-# regions (three SpMMs, one GEMM, one ranking kernel for ML-100K) are each a few ms, and on a shared
-# machine every one of them waits for a descheduled sibling thread: ML-100K's test evaluation at
-# load 4.5 on 2 cores took 89 ms (min 80) on one thread against 328 ms (min 292) on two
-# (docs/measurements.md); quiet, two threads save a few ms.
-ONE_THREAD_PAIRS = 4_000_000
-
-
-@contextlib.contextmanager
-def _threads(n: int | None):
-    """torch's and numba's thread counts set to ``n`` inside the block (None: unchanged)."""
-    if n is None:
-        yield
-        return
-    prev = torch.get_num_threads(), numba.get_num_threads()
-    torch.set_num_threads(n)
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev[0])
-        numba.set_num_threads(prev[1])
-
-
 def evaluate(model, adj, dataset, split: str = "valid", topk=(10, 20), users=None, chunk: int | None = None) -> dict:
-    """Propagate once without gradients and rank all items for ``split``'s users (on one thread
-    when that scores at most :data:`ONE_THREAD_PAIRS` pairs)."""
-    n_eval = dataset.n_users if users is None else len(users)
-    with _threads(1 if n_eval * dataset.n_items <= ONE_THREAD_PAIRS else None):
-        return _evaluate(model, adj, dataset, split, topk, users, chunk)
-
-
-def _evaluate(model, adj, dataset, split, topk, users, chunk) -> dict:
+    """Propagate once without gradients and rank all items for ``split``'s users."""
     with torch.no_grad():
         out = model.propagate(adj)
     ue, ie = out[:dataset.n_users], out[dataset.n_users:]

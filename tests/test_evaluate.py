@@ -112,32 +112,3 @@ def test_a_sampled_evaluation_says_so_wherever_its_metrics_are_formatted():
     assert format_metrics(some).endswith(f"(sampled: 5 of {full['users_all']} users)")
     everyone = rank_metrics(ue, ie, test, [train], topk=(10,), users=np.arange(ue.shape[0]))
     assert sample_label(everyone) == ""       # a "sample" holding every user is the full ranking
-
-
-def test_small_evaluations_run_on_one_thread_and_restore_the_thread_counts(monkeypatch):
-    import types
-
-    import numba
-
-    from gnnrec_lab import evaluate as ev
-    rng = np.random.default_rng(0)
-    n_users, n_items = 30, 40
-    pairs = np.stack([rng.integers(0, n_users, 300), rng.integers(0, n_items, 300)], 1)
-    ds = types.SimpleNamespace(n_users=n_users, n_items=n_items, train=pairs[:200], valid=pairs[200:250],
-                               test=pairs[250:])
-    seen = []
-
-    class Model:
-        def propagate(self, adj):
-            seen.append((torch.get_num_threads(), numba.get_num_threads()))
-            return torch.from_numpy(rng.standard_normal((n_users + n_items, 8)).astype(np.float32))
-
-    torch.set_num_threads(2)
-    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-    before = (torch.get_num_threads(), numba.get_num_threads())
-    small = ev.evaluate(Model(), None, ds, "test")
-    assert seen[-1] == (1, 1) and (torch.get_num_threads(), numba.get_num_threads()) == before
-    monkeypatch.setattr(ev, "ONE_THREAD_PAIRS", n_users * n_items - 1)   # one pair over: every thread
-    ev.evaluate(Model(), None, ds, "test")
-    assert seen[-1] == before
-    assert small["users"] > 0 and 0 <= small["recall@20"] <= 1
