@@ -33,6 +33,11 @@ Usage: python benchmarks/bench_cached_tier.py [--dataset synth-gowalla] [--model
 """
 from __future__ import annotations
 
+# first, before torch: gnnrec_lab.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
+# loads (with torch's spinning default, numba's and torch's thread teams steal each other's cores)
+import gnnrec_lab  # noqa: F401
+
+# isort: split
 import argparse
 import json
 import os

@@ -32,6 +32,11 @@ Usage:
 """
 from __future__ import annotations
 
+# first, before torch: gnnrec_lab.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
+# loads (with torch's spinning default, numba's and torch's thread teams steal each other's cores)
+import gnnrec_lab  # noqa: F401
+
+# isort: split
 import argparse
 import json
 import math

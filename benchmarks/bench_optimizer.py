@@ -16,6 +16,11 @@ Usage: python benchmarks/bench_optimizer.py [--datasets ml-100k,synth-gowalla] [
 """
 from __future__ import annotations
 
+# first, before torch: gnnrec_lab.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
+# loads (with torch's spinning default, numba's and torch's thread teams steal each other's cores)
+import gnnrec_lab  # noqa: F401
+
+# isort: split
 import argparse
 import json
 import os
@@ -26,7 +31,6 @@ import time
 
 import torch
 
-import gnnrec_lab  # noqa: F401  (sets the OpenMP wait policy before torch loads OpenMP)
 from gnnrec_lab.data import describe
 
 REFERENCE = "torch Adam(fused=True)"

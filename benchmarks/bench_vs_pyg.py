@@ -16,6 +16,11 @@ Usage: python benchmarks/bench_vs_pyg.py [--dataset ml-100k] [--epochs 50] [--js
 """
 from __future__ import annotations
 
+# first, before torch: gnnrec_lab.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
+# loads (with torch's spinning default, numba's and torch's thread teams steal each other's cores)
+import gnnrec_lab  # noqa: F401
+
+# isort: split
 import argparse
 import json
 import os

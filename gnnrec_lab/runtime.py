@@ -5,7 +5,7 @@ glibc's malloc thresholds (:func:`tune_malloc`, called when the kernels load).
   with the default spinning wait policy the two teams (and any other process on a shared
   machine) steal each other's cores and a 0.3 ms SpMM takes 20-40 ms. Passive waiting costs a
   few microseconds per parallel region. Effective only if set before the OpenMP runtime loads
-  (before torch is imported); an explicit user setting wins.
+  (before torch is imported: importing gnnrec_lab after torch warns); an explicit user setting wins.
 * glibc's malloc: keep freed blocks below 32 MiB in the heap and do not trim its top unless
   1 GiB is free there. With glibc's dynamic defaults the per-step tensors of a few MiB (torch
   asks for 64-byte aligned blocks) kept being unmapped or trimmed and faulted in again, page by
@@ -22,7 +22,15 @@ import ctypes
 import os
 import sys
 
+_SET_BY_USER = "OMP_WAIT_POLICY" in os.environ
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if not _SET_BY_USER and "torch" in sys.modules:
+    # torch's OpenMP runtime has read the policy already (spinning): say so once, with the fix
+    import warnings
+    warnings.warn("gnnrec_lab was imported after torch, so OMP_WAIT_POLICY=PASSIVE came too late for torch's "
+                  "OpenMP threads: on a shared machine numba's and torch's threads will spin against each other "
+                  "(evaluation measured 4x slower). Import gnnrec_lab before torch, or set OMP_WAIT_POLICY in "
+                  "the environment", RuntimeWarning, stacklevel=3)
 
 MALLOC_MMAP_THRESHOLD = 32 << 20
 MALLOC_TRIM_THRESHOLD = 1 << 30

@@ -10,3 +10,6 @@ _ROOT = pathlib.Path(__file__).resolve().parents[1]
 os.environ.setdefault("GNNREC_LAB_DATA", str(_ROOT / "data"))
 if "GNNREC_LAB_HOME" not in os.environ or os.environ.get("GNNREC_LAB_TEST_KEEP_HOME") != "1":
     os.environ["GNNREC_LAB_HOME"] = tempfile.mkdtemp(prefix="gnnrec-lab-test-home-")
+
+# the package's process settings before any test module imports torch (the OpenMP wait policy)
+import gnnrec_lab.runtime  # noqa: E402,F401

@@ -162,3 +162,49 @@ def test_no_profiler_range_without_a_profiler():
         assert profiler_active()
         assert not isinstance(profiler_range("spmm", "forward"), contextlib.nullcontext)
     assert not profiler_active()
+
+
+def test_importing_the_lab_after_torch_warns_that_the_wait_policy_came_too_late():
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    code = "import warnings; warnings.simplefilter('error'); {}; print('ok')"
+    late = subprocess.run([sys.executable, "-c", code.format("import torch; import gnnrec_lab")], env=env,
+                          capture_output=True, text=True)
+    assert late.returncode != 0 and "imported after torch" in late.stderr
+    for first in ("import gnnrec_lab; import torch",):
+        assert subprocess.run([sys.executable, "-c", code.format(first)], env=env, capture_output=True,
+                              text=True).stdout.strip() == "ok"
+    # a policy the user chose is theirs: no warning
+    mine = subprocess.run([sys.executable, "-c", code.format("import torch; import gnnrec_lab")],
+                          env=env | {"OMP_WAIT_POLICY": "ACTIVE"}, capture_output=True, text=True)
+    assert mine.stdout.strip() == "ok"
+
+
+def test_scripts_and_notebooks_import_the_lab_before_torch():
+    """The benchmarks and notebooks import gnnrec_lab before torch, so their OpenMP threads wait
+    passively (an import sorter once moved torch first in five benchmarks, unnoticed)."""
+    import ast
+    import json
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[1]
+    sources = {p: p.read_text() for p in (root / "benchmarks").glob("*.py")}
+    sources |= {p: "\n".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"]
+                             if c["cell_type"] == "code" and not "".join(c["source"]).lstrip().startswith(("%", "!")))
+                for p in (root / "notebooks").glob("*.ipynb")}
+    late = []
+    for path, src in sources.items():
+        first = {}
+        for node in ast.walk(ast.parse(src)):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for n in names:
+                top = n.split(".")[0]
+                if top in ("torch", "gnnrec_lab"):
+                    first[top] = min(first.get(top, node.lineno), node.lineno)
+        if "torch" in first and "gnnrec_lab" in first and first["torch"] < first["gnnrec_lab"]:
+            late.append(path.name)
+        if "torch" in first and "gnnrec_lab" not in first and path.name != "_recbole_eval.py":
+            late.append(path.name)
+    assert late == []
