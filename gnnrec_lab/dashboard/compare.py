@@ -283,13 +283,14 @@ def depth_bars(frame: pd.DataFrame, y: str, ylabel: str, title: str):
         xlabel="", title=title, multi_level=True, xrotation=0, show_legend=False)
 
 
-def full_vs_distributed_frame(store):
-    """:func:`gnnrec_lab.analysis.full_vs_distributed` with this host's calibration (never measured
-    on the way): ``(frame, note)``, the note naming what could not be modeled."""
+def full_vs_distributed_frame(store, run_ids=None):
+    """:func:`gnnrec_lab.analysis.full_vs_distributed` of ``run_ids`` (default: every finished run)
+    with this host's calibration (never measured on the way): ``(frame, note)``, the note naming
+    what could not be modeled."""
     from ..analysis import full_vs_distributed
     from ..projection import host_calibration
     host, why = host_calibration()
-    df, err = safe_call(full_vs_distributed, store, host=host)
+    df, err = safe_call(full_vs_distributed, store, run_ids, host=host)
     if df is None:
         return None, err
     notes = [] if host is not None else [f"no modeled Optane bars: {why}"]
@@ -297,10 +298,10 @@ def full_vs_distributed_frame(store):
     return df, "; ".join(notes)
 
 
-def full_vs_distributed_view(store) -> list:
+def full_vs_distributed_view(store, run_ids=None) -> list:
     """The section's parts: the note, a legend of the series, and per dataset the time-to-target
-    and epoch-time bars by depth (the notebook shows the same objects)."""
-    df, note = full_vs_distributed_frame(store)
+    and epoch-time bars by depth (notebook 06 shows the same objects for its own ``run_ids``)."""
+    df, note = full_vs_distributed_frame(store, run_ids)
     if df is None or df.empty:
         return [pn.pane.Markdown(f"*No finished full-graph or DistDGL runs to compare.* {note or ''}")]
     parts = [pn.pane.Markdown(FULL_VS_DIST_NOTE + (f"\n\n*{note}*" if note else ""), sizing_mode="stretch_width")]
