@@ -363,7 +363,11 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
         L += [f"![time to target and epoch time by depth]({rel})", ""]
         dist_by_id = {k: dist_details(v) for k, v in dist_results.items()}
         rows = []
-        for r in best.sort_values(["layers", "kind"]).to_dict("records"):
+        from gnnrec_lab.dashboard.compare import ENGINE_COLORS, series_key
+        order = list(ENGINE_COLORS)   # full graph, App Direct, Memory Mode, DistDGL: the figure's order
+        recs = sorted(best.to_dict("records"), key=lambda r: (r["layers"], order.index(series_key(r))
+                                                                if series_key(r) in order else len(order)))
+        for r in recs:
             d = dist_by_id.get(r["id"], {}) if r["engine"] == "distdgl" else {}
             split = " / ".join(_fmt(d.get(f"{k}_ms"), ".1f") for k in PHASES) if d else "-"
             rows.append([r["layers"], r["series"], r["batch_size"], _fmt(r["time_to_target_s"], ".3g", "not reached"),
