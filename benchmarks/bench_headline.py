@@ -10,7 +10,7 @@ best with (least time to target, then least epoch time): the full-graph side tri
 with the lab's large-batch rule (Adam, lr scaled by sqrt(batch / 2048), warm-up of half a pass:
 docs/measurements.md, "Large batches"); DistDGL tries ``--dist-batches`` at ``--lr`` with fan-out
 ``--fanout`` per layer. The full-graph side also shows the same run's times **modeled** on Optane App
-Direct and Memory Mode (the tier model, ``gnnrec_lab.analysis.full_vs_distributed``, the numbers the
+Direct and Memory Mode (the tier model, ``gnnrec_lab.comparison.full_vs_distributed``, the numbers the
 Compare page and notebook 06 show). A link sweep repeats DistDGL at ``--sweep-depth`` over ``--links``
 (Gbit/s; 0 = unshaped).
 
@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gnnrec_lab.analysis import best_by_depth, full_vs_distributed  # noqa: E402
+from gnnrec_lab.comparison import best_by_depth, full_vs_distributed  # noqa: E402
 from gnnrec_lab.distributed import PHASES, dgl_lane_python  # noqa: E402
 
 LARGE_BATCH_RULE = dict(lr_rule="sqrt", ref_batch_size=2048, warmup_epochs=0.5)   # the lab's large-batch rule
@@ -353,7 +353,7 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
           f"(global, lr {a.lr:g}, fan-out {a.fanout} per layer); each side's best (least time to target) is shown",
           "- modeled: the full-graph run's times on Optane App Direct (every tensor class on the device) and "
           "Memory Mode (DRAM caching its predicted footprint): the tier model's modeled/measured step-time ratio "
-          f"for that run times its measured time (`gnnrec_lab.analysis.full_vs_distributed`; host calibration "
+          f"for that run times its measured time (`gnnrec_lab.comparison.full_vs_distributed`; host calibration "
           f"{host.get('measured_at', '?')}). Everything else is measured here.", ""]
     if why_not is not None:
         L += [f"**DistDGL was not run** ({why_not}): the full-graph side only.", ""]

@@ -20,6 +20,7 @@ from .formatting import fmt_bytes
 from .memory.footprint import footprint
 from .memory.placement import file_placed, numa_prefix
 from .memory.profiles import load_profiles
+from .pinning import choose_cores
 from .provenance import Provenance
 
 # which setting drives each tensor class's size (named in the refusal)
@@ -110,7 +111,6 @@ def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[in
             raise ConfigError("data_dir", f"{root} is not writable ({e.strerror}); {config.dataset} is not "
                                           f"prepared there yet") from None
     if config.cores is not None:   # more cores than this process may run on: refused before a run exists
-        from .pinning import choose_cores
         choose_cores(config.cores)
     numa_prefix(config)  # absent node, mixed policies, no numactl: refused the same way on every path
     for cls, d in sorted(file_placed(config.placement).items()):

@@ -1,5 +1,5 @@
 """Full graph on one machine vs DistDGL on P machines (issue 20, items 2 and 6): one function
-(analysis.full_vs_distributed) computes every bar; the full-graph run's Optane App Direct and Memory
+(comparison.full_vs_distributed) computes every bar; the full-graph run's Optane App Direct and Memory
 Mode times are its measured times scaled by the tier model's ratio, labelled modeled, and the
 Compare page draws them hatched beside the measured bars, by depth."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import panel as pn
 import pytest
 
-from gnnrec_lab.analysis import OPTANE_MODES, best_by_depth, engine_series, full_vs_distributed
+from gnnrec_lab.comparison import OPTANE_MODES, best_by_depth, engine_series, full_vs_distributed
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.dashboard.common import Lab
 from gnnrec_lab.dashboard.compare import ComparePage, depth_bars
@@ -151,5 +151,5 @@ def test_compare_section_says_why_there_are_no_modeled_bars_without_a_calibratio
 def test_depth_bars_is_none_without_values():
     import pandas as pd
 
-    from gnnrec_lab.analysis import FULL_VS_DIST_COLUMNS
+    from gnnrec_lab.comparison import FULL_VS_DIST_COLUMNS
     assert depth_bars(pd.DataFrame(columns=FULL_VS_DIST_COLUMNS), "epoch_s", "s", "t") is None
