@@ -52,7 +52,7 @@ MEMORY_MODES = ("dram", "optane_memory_mode", "optane_app_direct", "cxl", "remot
 MAXIMA = {"layers": 64, "dim": 65_536, "batch_size": 1 << 27, "epochs": 1_000_000, "ref_batch_size": 1 << 27,
           "warmup_steps": 1 << 40, "eval_every": 1_000_000, "patience": 1_000_000, "eval_users": 1 << 31,
           "max_steps_per_epoch": 1 << 40, "lookahead": 1_000_000, "threads": 1024, "fanouts": 1_000_000,
-          "topk": 100_000, "cache_size": 1 << 40}
+          "topk": 100_000, "cache_size": 1 << 40, "cores": 4096}
 MAX_SEED = 2**32 - 1     # numpy/numba seed range
 
 # The layers a graph model propagates over. Model mf has none (MF_LAYERS): mf_layers gives it 0 where
@@ -97,6 +97,14 @@ def _cache_needs_sampled(c) -> Optional[str]:
     """The embedding cache sits in front of the sampled mode's slow-tier table."""
     if c["cache_policy"] != "none" and c["mode"] != "sampled":
         return f"an embedding cache needs mode='sampled', got mode={c['mode']!r}"
+    return None
+
+
+def _threads_within_cores(c) -> Optional[str]:
+    """A run pinned to ``cores`` cores runs at most one compute thread per core (more would queue
+    on the same cores and time the waiting)."""
+    if c["cores"] is not None and c["threads"] is not None and c["threads"] > c["cores"]:
+        return f"threads ({c['threads']}) must not exceed cores ({c['cores']}): one thread per pinned core at most"
     return None
 
 
@@ -163,6 +171,8 @@ RUN_CONSTRAINTS: dict[str, list] = {
     "placement": [Parsed(_placement, breaks=({"weights": "dram"}, {"embeddings": "ssd"}, "embeddings=dram"))],
     "device_profile": [None, Text("a device profile name", strip=True)],
     "threads": [None, Interval(integer, lo=1, hi=MAXIMA["threads"])],
+    "cores": [None, Interval(integer, lo=1, hi=MAXIMA["cores"]),
+              Rule(_threads_within_cores, dict(cores=1, threads=2))],
     "data_dir": [None, Text("a directory path (or unset for the default)", strip=True, nul=False)],
     "name": [None, Text("a label of at most 200 characters", empty=True, max_len=200)],
 }
@@ -227,6 +237,7 @@ class RunConfig:
     placement: dict = field(default_factory=dict)   # tensor class -> "dram" | "file:DIR" | "numa:POLICY:NODES"
     device_profile: Optional[str] = None            # tier-model target for modeled modes
     threads: Optional[int] = None
+    cores: Optional[int] = None      # pin the training process to this many cores (gnnrec_lab.pinning): one "machine"
     data_dir: Optional[str] = None
     name: Optional[str] = None       # free-form label
 
@@ -394,6 +405,10 @@ FIELD_DOCS: dict[str, FieldDoc] = {
                                unset="the memory mode's own profile"),
     "threads": FieldDoc("Compute threads", "threads for torch and the numba kernels",
                         unset="all cores, one left to the slow tier's I/O when a cache is used"),
+    "cores": FieldDoc("Pinned cores", "pin the training process to this many cores of its own, the first ones "
+                                      "it may run on (its affinity mask), and run that many compute threads: "
+                                      "one machine of C cores, as DistDGL's --cores-per-machine C; refused "
+                                      "when the process may run on fewer", unset="not pinned"),
     "data_dir": FieldDoc("Data directory", "directory where datasets are prepared and loaded from",
                          unset="$GNNREC_LAB_DATA, else the checkout's data/, else $GNNREC_LAB_HOME/data"),
     "name": FieldDoc("Run name", "free-form label stored with the run, up to 200 characters", unset="none"),

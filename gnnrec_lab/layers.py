@@ -7,7 +7,8 @@ imports each module alone in a fresh interpreter). From the bottom:
 ``util``
     leaf utilities every layer may use: errors, bounds and constraint checks, formatting,
     provenance, status, the process runtime, ``/proc`` facts, the kernel recorder, signals, cgroups,
-    the emulated cluster's machines, the lab's home directory and the place syntax of a placement.
+    the emulated cluster's machines, the lab's home directory, the place syntax of a placement and
+    pinning a process to its cores.
 ``core``
     what a run is (:mod:`~gnnrec_lab.config`) and what it computes on: datasets, the bipartite
     graph, sampling, the kernels.
@@ -24,7 +25,7 @@ imports each module alone in a fresh interpreter). From the bottom:
     the run store, and the runner and worker that execute runs as subprocesses.
 ``services``
     what works on stored runs: a stored run's projection (:mod:`~gnnrec_lab.projection`),
-    sweeps, distributed runs, exports to trackers.
+    sweeps, distributed runs, exports to trackers, the full graph vs DistDGL comparison.
 ``interfaces``
     what a person touches: the CLI and its commands, the dashboard pages, and the package's own
     ``gnnrec_lab.run`` (the package ``__init__`` runs before every module, so it imports only
@@ -41,7 +42,7 @@ from __future__ import annotations
 # package's name ("gnnrec_lab" is the package itself).
 LAYERS: dict[str, tuple[str, ...]] = {
     "util": ("errors", "bounds", "checks", "formatting", "provenance", "status", "runtime", "proc", "recorder",
-             "signals", "cgroup", "cluster", "home", "places", "layers"),
+             "signals", "cgroup", "cluster", "home", "places", "layers", "pinning"),
     "core": ("config", "distspec", "data", "data.dataset", "data.readers", "data.registry", "data.split",
              "data.storage", "data.synthetic", "graph", "sampling", "kernels", "kernels.backends", "kernels.buffers",
              "kernels.costs", "kernels.native"),
@@ -52,7 +53,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
                "cache.study", "cache.traces", "rows", "preflight", "calibrate", "analysis"),
     "train": ("train", "profiling", "benchmarking"),
     "runs": ("store", "runner", "worker"),
-    "services": ("projection", "sweep", "distributed", "export"),
+    "services": ("projection", "sweep", "distributed", "export", "comparison"),
     "interfaces": ("gnnrec_lab", "cli", "commands", "commands.advise", "commands.bench", "commands.cache",
                    "commands.calibrate", "commands.common", "commands.dashboard", "commands.data",
                    "commands.devices", "commands.distributed", "commands.run", "commands.runs", "commands.sweep",

@@ -4,7 +4,7 @@
 with ``--detach``) and the dashboard's Launch button call before a run exists:
 the dataset is known, NUMA placements name nodes this machine has, ``file:``
 directories exist, a row-count ``cache_size`` fits the embedding table, the
-device profile exists, and the predicted footprint of what stays in DRAM
+device profile exists, the ``cores`` to pin to are there, and the predicted footprint of what stays in DRAM
 (modeled, :func:`gnnrec_lab.memory.footprint`) fits the memory available now
 (or the run's memory limit). Classes placed on ``file:DIR`` are not counted
 against DRAM. Every refusal is a :class:`~gnnrec_lab.errors.UserError` naming
@@ -20,6 +20,7 @@ from .formatting import fmt_bytes
 from .memory.footprint import footprint
 from .memory.placement import file_placed, numa_prefix
 from .memory.profiles import load_profiles
+from .pinning import choose_cores
 from .provenance import Provenance
 
 # which setting drives each tensor class's size (named in the refusal)
@@ -109,6 +110,8 @@ def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[in
         except OSError as e:
             raise ConfigError("data_dir", f"{root} is not writable ({e.strerror}); {config.dataset} is not "
                                           f"prepared there yet") from None
+    if config.cores is not None:   # more cores than this process may run on: refused before a run exists
+        choose_cores(config.cores)
     numa_prefix(config)  # absent node, mixed policies, no numactl: refused the same way on every path
     for cls, d in sorted(file_placed(config.placement).items()):
         if not os.path.isdir(d):

@@ -51,13 +51,22 @@ def pid_alive(pid: Optional[int], start_ticks: Optional[int] = None) -> bool:
 
 
 def host_info() -> dict:
-    """This process's host: name, pid, CPU, core count, Python, and torch's version and thread
-    count once torch is loaded (the worker records it before importing torch; a run's info after)."""
+    """This process's host: name, pid, CPU, core count, the cores this process may run on now
+    (``affinity``, read from the process: a run pinned with ``--cores`` records its pinned cores),
+    Python, and torch's version and thread count once torch is loaded, numba's thread count once
+    numba is (the worker records it before importing torch; a run's info after, pinned)."""
     info = {"hostname": socket.gethostname(), "pid": os.getpid(), "cpu": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(), "python": platform.python_version()}
+    try:
+        info["affinity"] = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        pass
     torch = sys.modules.get("torch")
     if torch is not None:
         info |= {"torch_threads": torch.get_num_threads(), "torch": torch.__version__}
+    numba = sys.modules.get("numba")
+    if numba is not None and hasattr(numba, "get_num_threads"):
+        info["numba_threads"] = numba.get_num_threads()
     return info
 
 

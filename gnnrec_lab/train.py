@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -42,6 +41,7 @@ from .memory.placement import allocate, place_array, place_of, place_tensor
 from .models import build_model
 from .models.loss import bpr_loss, bpr_loss_rows
 from .optim import build_optimizer, lr_at, state_tensors
+from .pinning import compute_threads, pinned
 from .preflight import batch_size_error
 from .proc import host_info, load_sample
 from .provenance import Provenance, part, parts
@@ -195,7 +195,8 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
     import numba
     prev = torch.get_num_threads(), numba.get_num_threads()
     try:
-        return _train(config, reporter, progress, dataset)
+        with pinned(config.cores):   # --cores C: the process on C cores of its own (gnnrec_lab.pinning)
+            return _train(config, reporter, progress, dataset)
     finally:
         torch.set_num_threads(prev[0])
         numba.set_num_threads(prev[1])
@@ -270,11 +271,7 @@ class _Run:
 
 
 def _set_threads(config) -> None:
-    threads = config.threads
-    if threads is None and config.mode == "sampled" and config.cache_policy != "none":
-        # the slow tier's I/O thread needs a core of its own: with every core in the compute
-        # team the two fight (measured: sparse Adam 60-120 ms a step instead of ~4 on 2 cores)
-        threads = max(1, (os.cpu_count() or 1) - 1)
+    threads = compute_threads(config)
     if threads:
         import numba
         torch.set_num_threads(threads)

@@ -8,7 +8,10 @@ step and training times of a modeled memory mode, the same times *modeled* on it
 (``tiermodel.modeled_seconds``, as ``gnnrec-lab runs`` shows them). Selecting rows overlays
 their loss and validation Recall@20 curves, each run in its one colour. Two scatter plots show
 the mean epoch time of every finished run (measured, and modeled for a modeled memory mode)
-against batch size and against depth, coloured by memory mode and dataset.
+against batch size and against depth, coloured by memory mode and dataset. "Full graph vs DistDGL"
+shows time to target and epoch time by depth for full-graph training on one machine and DistDGL on
+P machines (:func:`gnnrec_lab.comparison.full_vs_distributed`), the full-graph run's Optane App Direct
+and Memory Mode times modeled and hatched.
 """
 from __future__ import annotations
 
@@ -18,12 +21,27 @@ import pandas as pd
 import panel as pn
 import param
 
+from ..comparison import best_by_depth, full_vs_distributed
 from ..config import FIELD_DOCS, field_label
-from ..memory.tiermodel import modeled_seconds
+from ..distributed import comparison_frame
+from ..memory.tiermodel import MODE_DEVICES, modeled_seconds
 from ..proc import load_cell
+from ..projection import host_calibration
+from ..provenance import Provenance
 from ..status import RunStatus
 from ..store import TEST_METRICS
-from .common import OVERLOADED_LABEL, Lab, category_color, hv_pane, not_available, run_color, safe_call, status_css
+from .common import (
+    OVERLOADED_LABEL,
+    Lab,
+    bar_style,
+    category_color,
+    hatch_hook,
+    hv_pane,
+    not_available,
+    run_color,
+    safe_call,
+    status_css,
+)
 
 # Times measured on this host, each modeled twin beside it (a modeled memory mode's kernels run on
 # DRAM here; its twin is tiermodel.modeled_seconds, as `gnnrec-lab runs` shows it).
@@ -193,11 +211,10 @@ class ComparePage(pn.viewable.Viewer):
 
     @param.depends("lab.runs")
     def distributed(self):
-        """Full-graph vs DistDGL runs (``gnnrec-lab distributed``), from
-        :func:`gnnrec_lab.distributed.comparison_frame` (the notebook's table too)."""
-        import holoviews as hv
-
-        from ..distributed import comparison_frame
+        """Full graph on one machine vs DistDGL on P machines (issue 20): time to target and epoch
+        time by depth, each series' best run (:func:`gnnrec_lab.comparison.full_vs_distributed`, the
+        notebook's and ``bench_headline``'s numbers too), the full-graph run's Optane App Direct and
+        Memory Mode times modeled and hatched; below, every run of the comparison (measured)."""
         df, err = safe_call(comparison_frame, self.lab.store)
         if df is None or df.empty or not (df["engine"] == "distdgl").any():
             return pn.pane.Markdown("*Full-graph vs DistDGL appears once a `gnnrec-lab distributed` run (the DGL "
@@ -207,11 +224,8 @@ class ComparePage(pn.viewable.Viewer):
                 "best_valid_recall@20", "explosion_factor", "batch_ms"]
         table = pn.widgets.Tabulator(df[cols].set_index("id"), disabled=True, sizing_mode="stretch_width",
                                      height=min(400, 60 + 30 * len(df)))
-        opts = dict(size=9, responsive=True, height=300, tools=["hover"], color="engine", cmap="Category10",
-                    legend_position="right")
-        plot = hv.Scatter(df.dropna(subset=["epoch_s"]), "layers", ["epoch_s", "engine", "batch_size", "id"]).opts(
-            title="Epoch time by depth: full-graph vs DistDGL (measured)", ylabel="epoch time, s", **opts)
-        return pn.Column("### Full-graph vs DistDGL", table, hv_pane(plot),
+        return pn.Column("### Full graph vs DistDGL", *full_vs_distributed_view(self.lab.store),
+                         pn.pane.Markdown("Every run of the comparison (measured):"), table,
                          sizing_mode="stretch_width")
 
     def __panel__(self):
@@ -221,3 +235,98 @@ class ComparePage(pn.viewable.Viewer):
         refresh.on_click(lambda e: self.refresh())
         return pn.Column(pn.Row("## Compare runs", refresh), self.table, self.overlays, self.scaling,
                          self.distributed, sizing_mode="stretch_width")
+
+
+# -- full graph vs DistDGL by depth (issue 20) --------------------------------------------------------
+FULL_VS_DIST_NOTE = ("One machine is C cores and its memory: the full graph runs on one (`gnnrec-lab run --cores C`), "
+                     "DistDGL on P of them (`gnnrec-lab distributed --cluster emulated --partitions P "
+                     "--cores-per-machine C`). Each bar is that series' best run at that depth (the batch size it "
+                     "does best with). The papers' single machine is an Optane one: hatched bars are the full-graph "
+                     "run's times **modeled** on Optane App Direct (every tensor class on the device) and Memory "
+                     "Mode (DRAM as a cache over its predicted footprint), the run's modeled/measured step-time "
+                     "ratio on that device times its measured time; solid bars are measured here.")
+
+
+# One colour per engine and Optane mode on every view of the comparison (the notebook's and
+# bench_headline's figures too); hatching, not colour, marks the modeled ones.
+ENGINE_COLORS = {"full": "#1f77b4", "optane_app_direct": "#2ca02c", "optane_memory_mode": "#9467bd",
+                 "distdgl": "#ff7f0e"}
+_MODE_OF_DEVICE = {v: k for k, v in MODE_DEVICES.items()}
+
+
+def series_key(row) -> str:
+    """Which of :data:`ENGINE_COLORS` a comparison row is: its Optane mode when modeled, else its engine."""
+    return _MODE_OF_DEVICE.get(row["device"], row["device"]) if row["kind"] == Provenance.MODELED else row["engine"]
+
+
+def series_tag(row) -> str:
+    """A bar's short name under its depth: engine (or Optane mode) and machines x cores, DistDGL's link."""
+    short = {"full": "full", "optane_app_direct": "App Direct", "optane_memory_mode": "Memory Mode",
+             "distdgl": "DistDGL"}
+    key = series_key(row)
+    mc = f" {int(row['machines'] or 1)}x{int(row['cores_per_machine'])}" \
+        if row["cores_per_machine"] == row["cores_per_machine"] and row["cores_per_machine"] else ""
+    link = row.get("link_gbit")
+    link = "" if link is None or link != link else (" unshaped" if not link else f" {link:g}G")
+    return f"{short.get(key, key)}{mc}{link if key == 'distdgl' else ''}"
+
+
+def depth_bars(frame: pd.DataFrame, y: str, ylabel: str, title: str):
+    """Grouped bars of ``y`` by depth, one per series (its :func:`~gnnrec_lab.comparison.best_by_depth`
+    run), each series in its colour, modeled ones hatched (:data:`~.common.BAR_STYLES`); None when
+    no series has a value."""
+    import holoviews as hv
+
+    best = best_by_depth(frame, by=y).dropna(subset=[y])
+    if best.empty:
+        return None
+    rows = best.to_dict("records")
+    order = list(ENGINE_COLORS)
+    d = best.assign(depth=[f"{int(x)} layer{'s' if int(x) != 1 else ''}" for x in best["layers"]],
+                    bar=[series_tag(r) for r in rows],
+                    color=[ENGINE_COLORS.get(series_key(r)) or category_color(r["series"]) for r in rows],
+                    hatch=[bar_style(k)["hatch_pattern"] for k in best["kind"]],
+                    _o=[order.index(series_key(r)) if series_key(r) in order else len(order) for r in rows])
+    d = d.sort_values(["layers", "_o", "series"]).drop(columns="_o")
+    bars = hv.Dimension("bar", values=list(dict.fromkeys(d["bar"])))   # full, App Direct, Memory Mode, DistDGL
+    return hv.Bars(d, ["depth", bars], [y, "series", "kind", "batch_size", "id", "color", "hatch"]).opts(
+        color="color", hooks=[hatch_hook()], tools=["hover"], responsive=True, height=340, ylabel=ylabel,
+        xlabel="", title=title, multi_level=True, xrotation=0, show_legend=False)
+
+
+def full_vs_distributed_frame(store, run_ids=None):
+    """:func:`gnnrec_lab.comparison.full_vs_distributed` of ``run_ids`` (default: every finished run)
+    with this host's calibration (never measured on the way): ``(frame, note)``, the note naming
+    what could not be modeled."""
+    host, why = host_calibration()
+    df, err = safe_call(full_vs_distributed, store, run_ids, host=host)
+    if df is None:
+        return None, err
+    notes = [] if host is not None else [f"no modeled Optane bars: {why}"]
+    notes += [f"run {rid} on {mode}: {reason}" for rid, mode, reason in df.attrs.get("reasons", [])[:4]]
+    return df, "; ".join(notes)
+
+
+def full_vs_distributed_view(store, run_ids=None) -> list:
+    """The section's parts: the note, a legend of the series, and per dataset the time-to-target
+    and epoch-time bars by depth (notebook 06 shows the same objects for its own ``run_ids``)."""
+    df, note = full_vs_distributed_frame(store, run_ids)
+    if df is None or df.empty:
+        return [pn.pane.Markdown(f"*No finished full-graph or DistDGL runs to compare.* {note or ''}")]
+    parts = [pn.pane.Markdown(FULL_VS_DIST_NOTE + (f"\n\n*{note}*" if note else ""), sizing_mode="stretch_width")]
+    first = df.drop_duplicates("series").to_dict("records")
+    legend = " &nbsp; ".join(f'<span style="color:{ENGINE_COLORS.get(series_key(r)) or category_color(r["series"])}">'
+                             f'■</span> <b>{series_tag(r)}</b>: {r["series"]}' for r in first)
+    parts.append(pn.pane.HTML(legend, sizing_mode="stretch_width"))
+    for ds, g in df.groupby("dataset", sort=True):
+        plots = [depth_bars(g, "time_to_target_s", "time to target, s", f"{ds}: time to target by depth"),
+                 depth_bars(g, "epoch_s", "epoch time, s", f"{ds}: epoch time by depth")]
+        missing = g.groupby("series")["time_to_target_s"].apply(lambda v: v.isna().all())
+        if plots[0] is None:
+            plots[0] = pn.pane.Markdown(f"*{ds}: no run reached its Recall@20 target (set `--target-recall`).*")
+        parts.append(pn.Row(*[hv_pane(p) if p is not None and not isinstance(p, pn.pane.Markdown) else p
+                              for p in plots if p is not None], sizing_mode="stretch_width"))
+        if missing.any() and plots[0] is not None:
+            parts.append(pn.pane.Markdown(f"*Target not reached (no bar): {', '.join(missing[missing].index)}.*"))
+    return parts
+

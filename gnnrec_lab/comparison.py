@@ -1,0 +1,171 @@
+"""Full-graph training on one machine vs DistDGL on P machines (issue 20): the numbers every view
+of the comparison shows (the Compare page's "Full graph vs DistDGL" section, notebook 06,
+``benchmarks/bench_headline.py``).
+
+One machine is C cores and its memory: a full-graph run pinned with ``--cores C`` is one, a DistDGL
+run on the emulated cluster (``--partitions P --cores-per-machine C``) is P. Each stored run is a
+*measured* row; each full-graph run also gets one *modeled* row per Optane memory mode (the papers'
+single machine is an Optane one): its measured durations times the tier model's modeled/measured
+training-step ratio of that run on the mode's device (:func:`full_graph_modeled`,
+:func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`). A services-layer module: it reads the run
+store through :mod:`~gnnrec_lab.projection` and :mod:`~gnnrec_lab.distributed`.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+import pandas as pd
+
+from .distributed import comparison_row
+from .memory.tiermodel import MODE_DEVICES, modeled_seconds
+from .projection import stored_run_step_time
+from .provenance import Provenance
+from .status import RunStatus
+
+# The papers' single machine is an Optane one: the full-graph side of the comparison also shows each
+# run's times modeled on these memory modes' devices (tiermodel.MODE_DEVICES; modeled, hatched).
+OPTANE_MODES = ("optane_app_direct", "optane_memory_mode")
+OPTANE_WORDS = {"optane_app_direct": "Optane App Direct", "optane_memory_mode": "Optane Memory Mode"}
+FULL_VS_DIST_COLUMNS = ["id", "engine", "series", "kind", "dataset", "model", "layers", "batch_size", "machines",
+                        "cores_per_machine", "link_gbit", "time_to_target_s", "epoch_s", "train_s",
+                        "best_valid_recall@20", "test_recall@20", "explosion_factor", "device", "ratio",
+                        "placement_assumption"]
+
+
+def _plural(n, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _machine(engine: str, cfg: dict, info: dict, result: dict) -> tuple:
+    """``(machines, cores per machine, link Gbit/s)`` a stored run ran on: a full-graph run is one
+    machine of its ``--cores`` (else the cores its process could run on); a DistDGL run is one
+    machine per partition, each of its emulated machine's cores (None on a local cluster, where the
+    machines share the host's cores), its link rate (0: unshaped; None: not emulated)."""
+    if engine != "distdgl":
+        aff = (info.get("host") or {}).get("affinity")
+        cores = cfg.get("cores") or (len(aff) if aff else (info.get("host") or {}).get("cpus"))
+        return 1, cores, None
+    dist = info.get("distributed") or (result.get("info") or {}).get("distributed") or {}
+    cluster = dist.get("cluster") or {}
+    ms = cluster.get("machines") or []
+    cores = len(ms[0]["cores"]) if cluster.get("kind") == "emulated" and ms and ms[0].get("cores") else None
+    return dist.get("partitions") or len(ms) or None, cores, cluster.get("link_gbit")
+
+
+def engine_series(engine: str, machines, cores, link_gbit=None, mode: Optional[str] = None) -> str:
+    """How a bar series of the comparison is named on every view: the engine, the machines it ran on
+    and, for a modeled one, the memory mode (e.g. ``full graph, 1 machine x 1 core (measured)``,
+    ``full graph on Optane App Direct (modeled)``, ``DistDGL, 2 machines x 1 core, 10 Gbit/s (measured)``)."""
+    if mode is not None:
+        return f"full graph on {OPTANE_WORDS.get(mode, mode)} (modeled)"
+    where = _plural(machines or 1, "machine") + (f" x {_plural(cores, 'core')}" if cores else "")
+    if engine != "distdgl":
+        return f"full graph, {where} (measured)"
+    link = "" if link_gbit is None else (", unshaped links" if not link_gbit else f", {link_gbit:g} Gbit/s")
+    return f"DistDGL, {where}{link} (measured)"
+
+
+_MODELED_CACHE: dict = {}
+_MODELED_LOCK = threading.Lock()
+
+
+def full_graph_modeled(store, run_id: int, host: dict, modes=OPTANE_MODES, threads: Optional[int] = None) -> dict:
+    """A stored full-graph run's training-step time modeled on each of ``modes``' devices
+    (:func:`gnnrec_lab.projection.stored_run_step_time`: its kernel records, the run's placement, else
+    every tensor class on the device; Memory Mode's DRAM cache over its predicted footprint) with the
+    run's ``threads``: ``{mode: {"device", "ratio", "placement_assumption", "kind": MODELED}}``, or
+    ``{mode: {"reason": ...}}`` where it cannot be projected. The ratio scales its measured durations
+    (:func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`). Only finished runs are passed here
+    (:func:`full_vs_distributed`): each projection is kept for the process's life."""
+    out = {}
+    for mode in modes:
+        # a finished run's records never change: its projection is computed once per calibration
+        key = (str(getattr(store, "home", id(store))), int(run_id), mode, threads, host.get("measured_at"),
+               host.get("triad_GBps"))
+        with _MODELED_LOCK:
+            if key in _MODELED_CACHE:
+                out[mode] = _MODELED_CACHE[key]
+                continue
+        try:
+            st = stored_run_step_time(store, run_id, host, device=MODE_DEVICES[mode],
+                                      **({"threads": int(threads)} if threads else {}))
+        except Exception as e:   # noqa: BLE001 - a view shows why instead of the bar
+            out[mode] = {"reason": f"{type(e).__name__}: {e}"}
+            continue
+        ratio = st.get("ratio")
+        out[mode] = {"device": st["device"], "ratio": None if ratio != ratio else ratio,
+                     "placement_assumption": st.get("placement_assumption"), "kind": Provenance.MODELED}
+        with _MODELED_LOCK:
+            _MODELED_CACHE[key] = out[mode]
+    return out
+
+
+def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=OPTANE_MODES,
+                        datasets=None) -> pd.DataFrame:
+    """**The** full graph vs DistDGL comparison every view shows (the Compare page's section,
+    notebook 06, ``benchmarks/bench_headline.py``): finished runs of ``store`` (``run_ids``, else
+    every one), one row per bar, :data:`FULL_VS_DIST_COLUMNS`.
+
+    Each full-graph run (mode full, every tensor class in DRAM) gives a *measured* row (its time to
+    the Recall@20 target, mean epoch and training seconds as recorded) and, with ``host`` (this
+    host's calibration), one *modeled* row per Optane memory mode in ``modes``: the same durations
+    times the run's modeled/measured step-time ratio on that device (:func:`full_graph_modeled`,
+    :func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`), ``kind`` MODELED. Each DistDGL run gives a
+    measured row. ``series`` names engine and machines (:func:`engine_series`); ``machines`` and
+    ``cores_per_machine`` say what "one machine" was. ``datasets``: keep only these (default: the
+    datasets that have a DistDGL run, or every dataset where none has). The frame's
+    ``attrs["reasons"]`` lists projections that failed (run, mode, why)."""
+    ids = store.run_ids(RunStatus.FINISHED) if run_ids is None else list(run_ids)
+    runs, rows, reasons = [], [], []
+    for rid in ids:
+        run = store.get_run(rid)
+        res = run.get("result") or {}
+        if not res:
+            continue
+        row = comparison_row(res, rid)
+        cfg = run.get("config") or res.get("config") or {}
+        if row["engine"] == "full" and any(w != "dram" for w in (cfg.get("placement") or {}).values()):
+            continue   # part of it ran on a file or another node: not one DRAM machine
+        if row["engine"] not in ("full", "distdgl"):
+            continue
+        runs.append((rid, run, res, row, cfg))
+    dist_sets = {row["dataset"] for _, _, _, row, _ in runs if row["engine"] == "distdgl"}
+    keep = set(datasets) if datasets is not None else (dist_sets or None)
+    for rid, run, res, row, cfg in runs:
+        if keep is not None and row["dataset"] not in keep:
+            continue
+        info = run.get("info") or {}
+        machines, cores, link = _machine(row["engine"], cfg, info, res)
+        base = {k: row.get(k) for k in FULL_VS_DIST_COLUMNS if k in row}
+        base.update(machines=machines, cores_per_machine=cores, link_gbit=link, train_s=res.get("train_seconds"),
+                    kind=Provenance.MEASURED, device="this host (DRAM)", ratio=None, placement_assumption=None,
+                    series=engine_series(row["engine"], machines, cores, link))
+        rows.append(base)
+        if row["engine"] != "full" or host is None:
+            continue
+        threads = cfg.get("cores") or cfg.get("threads") or (info.get("host") or {}).get("torch_threads")
+        for mode, m in full_graph_modeled(store, rid, host, modes, threads=threads).items():
+            if "reason" in m:
+                reasons.append((rid, mode, m["reason"]))
+                continue
+            q = m["ratio"]
+            rows.append(dict(base, kind=Provenance.MODELED, device=m["device"], ratio=q,
+                             placement_assumption=m["placement_assumption"],
+                             series=engine_series("full", machines, cores, mode=mode),
+                             **{k: modeled_seconds(base[k], q) for k in ("time_to_target_s", "epoch_s", "train_s")}))
+    out = pd.DataFrame(rows, columns=FULL_VS_DIST_COLUMNS)
+    out.attrs["reasons"] = reasons
+    return out
+
+
+def best_by_depth(frame: pd.DataFrame, by: str = "time_to_target_s") -> pd.DataFrame:
+    """Each series' best run at each depth (and dataset, model): the row with the least ``by``
+    (runs that never reached the target come last, then the least epoch time): each engine with
+    the batch size it does best with. One row per (dataset, model, series, layers), by depth."""
+    if frame.empty:
+        return frame.copy()
+    keys = ["dataset", "model", "series", "layers"]
+    f = frame.assign(_miss=frame[by].isna()).sort_values(["_miss", by, "epoch_s", "id"], na_position="last")
+    return f.drop_duplicates(keys).drop(columns="_miss").sort_values(keys[:2] + ["layers", "series"],
+                                                                     ignore_index=True)

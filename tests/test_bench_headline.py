@@ -1,0 +1,77 @@
+"""benchmarks/bench_headline.py (issue 20, item 5): its options are checked, its full-graph side runs
+on synth-tiny and writes the page and the figure; the whole --quick run (DistDGL on the emulated
+2-machine cluster and the link sweep too) only where the DGL lane is built and we are root."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_headline", ROOT / "benchmarks" / "bench_headline.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path / "home"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--depths", "0"], "--depths"), (["--depths", "one"], "--depths"), (["--links", "-1"], "--links"),
+    (["--links", "nan"], "--links"), (["--epochs", "0"], "--epochs"), (["--link", "-2"], "--link"),
+    (["--full-batches", ""], "--full-batches"),
+])
+def test_bad_options_exit_2_naming_the_option(argv, words, capsys):
+    with pytest.raises(SystemExit) as e:
+        _bench().parse_args(argv)
+    assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_quick_sets_small_defaults_and_keeps_what_is_given():
+    a = _bench().parse_args(["--quick", "--depths", "1", "--links", "1,0"])
+    assert a.dataset == "synth-tiny" and a.depths == [1] and a.links == [1.0, 0.0] and a.epochs == 2
+    full = _bench().parse_args([])
+    assert full.dataset == "synth-gowalla" and full.depths == [1, 2, 3, 4] and full.links == [1.0, 10.0, 25.0, 0.0]
+    assert full.cores == 1 and full.partitions == 2 and full.link == 10.0
+
+
+def _check_page(md: str, img: pathlib.Path):
+    assert img.is_file() and img.stat().st_size > 1000
+    assert "## By depth" in md and "full graph, 1 machine x 1 core (measured)" in md
+    assert "full graph on Optane App Direct (modeled)" in md and "full graph on Optane Memory Mode (modeled)" in md
+    assert "--cores 1" in md and "commit " in md and "load average" in md and "batch sizes tried" in md
+
+
+@pytest.mark.slow
+def test_full_graph_side_on_synth_tiny_writes_the_page_and_figure(home):
+    out, img = home / "h.md", home / "img" / "h.png"
+    rc = _bench().main(["--quick", "--full-only", "--depths", "1", "--out", str(out), "--img", str(img)])
+    md = out.read_text()
+    assert rc == 0, md
+    _check_page(md, img)
+    assert "DistDGL was not run" in md and "Link sweep" not in md
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0, reason="the emulated cluster needs root")
+def test_quick_run_with_distdgl_and_the_link_sweep(home):
+    bench = _bench()
+    if bench.can_run_distdgl() is not None:
+        pytest.skip(bench.can_run_distdgl())
+    out, img = home / "h.md", home / "h.png"
+    rc = bench.main(["--quick", "--depths", "1", "--out", str(out), "--img", str(img)])
+    md = out.read_text()
+    assert rc == 0, md
+    _check_page(md, img)
+    assert "DistDGL, 2 machines x 1 core, 10 Gbit/s (measured)" in md
+    assert "## Link sweep (DistDGL, 1 layers" in md and "unshaped" in md and "| 10 Gbit/s |" in md
+    assert " MB" in md      # bytes over the links, measured

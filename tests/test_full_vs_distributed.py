@@ -1,0 +1,155 @@
+"""Full graph on one machine vs DistDGL on P machines (issue 20, items 2 and 6): one function
+(comparison.full_vs_distributed) computes every bar; the full-graph run's Optane App Direct and Memory
+Mode times are its measured times scaled by the tier model's ratio, labelled modeled, and the
+Compare page draws them hatched beside the measured bars, by depth."""
+from __future__ import annotations
+
+import holoviews as hv
+import numpy as np
+import panel as pn
+import pytest
+
+from gnnrec_lab.comparison import OPTANE_MODES, best_by_depth, engine_series, full_vs_distributed
+from gnnrec_lab.config import RunConfig
+from gnnrec_lab.dashboard.common import Lab
+from gnnrec_lab.dashboard.compare import ComparePage, depth_bars
+from gnnrec_lab.dashboard.fake import fake_records
+from gnnrec_lab.memory.tiermodel import MODE_DEVICES
+from gnnrec_lab.projection import stored_run_step_time
+from gnnrec_lab.provenance import Provenance
+from gnnrec_lab.store import Store
+
+pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+
+HOST = dict(copy_GBps=13.8, triad_GBps=12.2, gather64_GBps=1.35, gather256_GBps=1.75, latency_ns=456.0,
+            gemm_GFLOPs=35.7, kind="host", measured=True, measured_at="fixed")
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    s = Store()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def host():
+    """A fixed calibration saved where the pages read it."""
+    from gnnrec_lab import calibrate
+    from gnnrec_lab.kernels import native as nk
+    h = dict(HOST, cpu=calibrate.cpu_model(), threads=nk.threads())
+    calibrate.save(h)
+    return h
+
+
+class _Runner:
+    def __init__(self, store):
+        self.store = store
+
+    def status(self, run_id):
+        return self.store.status(run_id)
+
+
+def full_run(store, layers, batch_size=512, ttt=5.0, epochs=(2.0, 4.0), cores=1, steps=4):
+    cfg = RunConfig(dataset="synth-tiny", layers=layers, dim=16, batch_size=batch_size, epochs=2, cores=cores,
+                    target_recall=0.05)
+    rid = store.add_run(cfg, status="running")
+    store.record_start(rid, {"host": {"affinity": [0], "torch_threads": 1, "cpus": 2},
+                             "footprint_predicted": {"graph": 2_000_000, "embeddings": 500_000}})
+    rng = np.random.default_rng(layers)
+    for s in range(1, steps + 1):
+        store.add_step(rid, s, 1, 1.0 / s, 0.01, fake_records(s, layers, 16, rng))
+    store.record_result(rid, {"config": cfg.to_dict(), "epoch_seconds": list(epochs), "train_seconds": sum(epochs),
+                              "best_valid": {"recall@20": 0.3}, "test": {"recall@20": 0.28},
+                              "time_to_target_s": ttt})
+    store.set_status(rid, "finished")
+    return rid
+
+
+def dist_run(store, layers, ttt=9.0, link=10.0):
+    cfg = RunConfig(dataset="synth-tiny", layers=layers, mode="sampled", fanouts=(10,) * layers, batch_size=512)
+    rid = store.add_run(cfg, status="running")
+    cluster = {"kind": "emulated", "link_gbit": link, "machines": [{"index": i, "cores": [i]} for i in range(2)]}
+    store.record_result(rid, {"engine": "distdgl", "config": cfg.to_dict(), "epoch_seconds": [9.0],
+                              "train_seconds": 9.0, "time_to_target_s": ttt, "best_valid": {"recall@20": 0.29},
+                              "info": {"distributed": {"partitions": 2, "cluster": cluster}},
+                              "distributed": {"explosion_factor": 0.4, "batch_seconds_median": {"total": 0.2}}})
+    store.set_status(rid, "finished")
+    return rid
+
+
+def test_modeled_optane_rows_are_the_measured_times_times_the_tier_models_ratio(store, host):
+    f1, f2 = full_run(store, 1), full_run(store, 2, ttt=None)
+    d2 = dist_run(store, 2)
+    df = full_vs_distributed(store, host=host)
+    assert set(df["id"]) == {f1, f2, d2}
+    for rid in (f1, f2):
+        mine = df[df["id"] == rid].set_index("series")
+        measured = mine.loc[engine_series("full", 1, 1)]
+        assert measured["kind"] == Provenance.MEASURED and measured["epoch_s"] == pytest.approx(3.0)
+        for mode in OPTANE_MODES:
+            m = mine.loc[engine_series("full", 1, 1, mode=mode)]
+            st = stored_run_step_time(store, rid, host, device=MODE_DEVICES[mode], threads=1)
+            assert m["kind"] == Provenance.MODELED and "(modeled)" in m.name and m["device"] == MODE_DEVICES[mode]
+            assert m["ratio"] == pytest.approx(st["ratio"])
+            assert m["epoch_s"] == pytest.approx(3.0 * st["ratio"]) and m["train_s"] == pytest.approx(6.0 * st["ratio"])
+            assert (m["time_to_target_s"] == pytest.approx(5.0 * st["ratio"]) if rid == f1
+                    else m["time_to_target_s"] != m["time_to_target_s"])
+    dist = df[df["id"] == d2].iloc[0]
+    assert dist["series"] == "DistDGL, 2 machines x 1 core, 10 Gbit/s (measured)" and dist["machines"] == 2
+    assert dist["kind"] == Provenance.MEASURED and dist["explosion_factor"] == 0.4
+    # without a calibration there is nothing to model: measured rows only
+    assert set(full_vs_distributed(store)["kind"]) == {Provenance.MEASURED}
+
+
+def test_best_by_depth_keeps_each_series_fastest_run_to_target(store, host):
+    slow, fast = full_run(store, 2, batch_size=512, ttt=8.0), full_run(store, 2, batch_size=2048, ttt=3.0)
+    never = full_run(store, 3, ttt=None)
+    dist_run(store, 2)
+    best = best_by_depth(full_vs_distributed(store, host=host))
+    measured = best[best["series"] == engine_series("full", 1, 1)].set_index("layers")
+    assert measured.loc[2, "id"] == fast and measured.loc[3, "id"] == never and slow not in set(best["id"])
+    assert len(best) == len(best[["series", "layers"]].drop_duplicates())
+
+
+def test_compare_section_draws_time_to_target_by_depth_with_modeled_optane_bars_hatched(store, host):
+    page = ComparePage(Lab(store=store, runner=_Runner(store)))
+    for layers in (1, 2):
+        full_run(store, layers, ttt=2.0 * layers)
+        dist_run(store, layers, ttt=5.0 * layers)
+    page.lab.refresh_runs()
+    body = pn.panel(page.distributed())
+    text = " ".join(o.object for o in body.select(pn.pane.Markdown))
+    assert "Full graph vs DistDGL" in text and "**modeled**" in text and "--cores" in text
+    bars = [p.object for p in body.select(pn.pane.HoloViews)]
+    assert len(bars) == 2
+    ttt = bars[0]
+    data = ttt.data
+    assert "time to target" in ttt.opts.get().kwargs["title"]
+    assert set(data["depth"]) == {"1 layer", "2 layers"}
+    by_series = data.groupby("series")["hatch"].first().to_dict()
+    assert by_series[engine_series("full", 1, 1)] == " " and by_series[engine_series("distdgl", 2, 1, 10.0)] == " "
+    for mode in OPTANE_MODES:
+        assert by_series[engine_series("full", 1, 1, mode=mode)] == "/"
+    assert set(data.loc[data["kind"] == Provenance.MODELED, "hatch"]) == {"/"}
+    fig = hv.render(ttt)
+    glyph = next(r.glyph for r in fig.renderers if hasattr(r.glyph, "hatch_pattern"))
+    assert glyph.hatch_pattern == {"field": "hatch"} or getattr(glyph.hatch_pattern, "field", None) == "hatch"
+    legend = " ".join(o.object for o in body.select(pn.pane.HTML))
+    assert "Optane App Direct (modeled)" in legend and "DistDGL" in legend
+
+
+def test_compare_section_says_why_there_are_no_modeled_bars_without_a_calibration(store):
+    full_run(store, 1)
+    dist_run(store, 1)
+    page = ComparePage(Lab(store=store, runner=_Runner(store)))
+    text = " ".join(o.object for o in pn.panel(page.distributed()).select(pn.pane.Markdown))
+    assert "no modeled Optane bars" in text
+
+
+def test_depth_bars_is_none_without_values():
+    import pandas as pd
+
+    from gnnrec_lab.comparison import FULL_VS_DIST_COLUMNS
+    assert depth_bars(pd.DataFrame(columns=FULL_VS_DIST_COLUMNS), "epoch_s", "s", "t") is None
