@@ -66,6 +66,7 @@ from .rows import make_row_store
 from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
 from .signals import StopSignals
 from .status import RunStatus
+from .step import Step, target_line, target_outcome
 
 # Rank every user unless that means scoring more than this many (user, item) pairs.
 FULL_RANKING_MAX_PAIRS = 5e10
@@ -243,50 +244,6 @@ def run_loop(run: "TrainingRun", rep: Reporter, step: "Step") -> RunResult:
         return _finish(run, rep, ended, step)
 
 
-class Step:
-    """How one training step is taken, and what :func:`run_loop` needs from the engine taking it.
-
-    A context manager around the whole loop (a sampler thread lives that long). ``leader``: this
-    process evaluates, decides early stopping and reports (DistDGL: trainer 0; the other trainers
-    run the same loop, take their steps and follow the leader's decisions through :meth:`agree`
-    and :meth:`decide`, so every trainer leaves the loop at the same step)."""
-
-    leader = True
-
-    def __enter__(self) -> "Step":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-    def batches(self, run, epoch: int):
-        """The epoch's source of batches, passed to every :meth:`step` of the epoch."""
-        raise NotImplementedError
-
-    def step(self, run, batches, lr: float):
-        """One training step (sampling to the parameter update); returns its loss."""
-        raise NotImplementedError
-
-    def agree(self, loss, halt: bool) -> tuple:
-        """``(loss, halt)`` as every process of the run sees them: the step's loss (a float, what
-        the divergence bound reads) and whether a signal or cancel request ends the run here."""
-        return float(loss.detach() if isinstance(loss, torch.Tensor) else loss), bool(halt)
-
-    def end_epoch(self, run, epoch: int, ended: Optional[RunStatus]) -> None:
-        """After the epoch's last step (``ended``: the status ending the run, if any)."""
-
-    def gather(self, run) -> None:
-        """Make ``run.model`` the whole current model on the leader, for evaluation (every process
-        of the run calls it at the same point)."""
-
-    def decide(self, stop: bool) -> bool:
-        """The leader's early-stopping decision, as every process of the run takes it."""
-        return stop
-
-    def finish(self, run) -> None:
-        """The engine's part of the finished result (before it is reported)."""
-
-
 class FullStep(Step):
     """Full-graph training: propagate every node's embedding each step (:func:`_full_step`)."""
 
@@ -402,19 +359,25 @@ def _prepare(config, dataset, progress) -> TrainingRun:
     kernels.set_backend(config.backend)
     model, opt, row_store = _build_model(config, dataset, graph)
 
-    steps_per_epoch = -(-n_train // config.batch_size)
-    if config.max_steps_per_epoch:
-        steps_per_epoch = min(steps_per_epoch, config.max_steps_per_epoch)
+    steps = steps_per_epoch(config, n_train)
     eval_users = _eval_users(config, dataset)
     counts = {"n_users": dataset.n_users, "n_items": dataset.n_items, "n_train": n_train,
               "n_valid": len(dataset.valid), "n_test": len(dataset.test)}
     result = RunResult(config=config)
-    result.info = {"dataset": counts, "host": host_info(), "steps_per_epoch": steps_per_epoch,
+    result.info = {"dataset": counts, "host": host_info(), "steps_per_epoch": steps,
                    "eval_users": "all" if eval_users is None else f"sample of {len(eval_users):,} (seeded)",
                    "graph_bytes": graph.footprint(), "parameters": sum(p.numel() for p in model.parameters())}
     result.footprint = Footprint(predicted=footprint(config, counts=counts))
-    return TrainingRun(config, dataset, graph, model, opt, row_store, steps_per_epoch, steps_per_epoch * config.epochs,
+    return TrainingRun(config, dataset, graph, model, opt, row_store, steps, steps * config.epochs,
                 eval_users, result, stopper=EarlyStopping(config.patience))
+
+
+def steps_per_epoch(config, n_train: int) -> int:
+    """Steps in an epoch: batches of ``config.batch_size`` over the ``n_train`` training interactions
+    (the last one shorter), at most ``max_steps_per_epoch`` (every engine counts so; DistDGL's
+    trainers take their share of each global batch)."""
+    steps = -(-n_train // config.batch_size)
+    return min(steps, config.max_steps_per_epoch) if config.max_steps_per_epoch else steps
 
 
 def _build_model(config, dataset, graph) -> tuple:
@@ -620,38 +583,6 @@ def _evaluate_and_check_stop(run, rep, epoch: int, step: Step) -> bool:
                                        f"epochs; best {stopper.best:.4f} at epoch {stopper.best_epoch}")
             stop = True
     return step.decide(stop)
-
-
-def target_outcome(history: list, value: Optional[float], key: str = "recall@20", **about) -> dict:
-    """Whether validation ``key`` reached ``value`` in ``history`` (a run's evaluations in order:
-    epoch, step, ``elapsed_s`` of training, metrics), and at which evaluation first: its training
-    seconds (evaluation time excluded), epoch and step. ``about`` says where ``value`` came from
-    (``of_run``, ``fraction``, ``reference``: a stated fraction of a reference run's best). ``{}``
-    without a target. The one computation of a run's time to target: the loop (live and in the
-    result, hence the JSON and the store) and comparisons across engines all read it."""
-    if value is None:
-        return {}
-    hit = next((h for h in history if h.get(key, float("-inf")) >= value), None)
-    return {"metric": key, "value": float(value), **about, "reached": hit is not None,
-            "time_s": None if hit is None else float(hit["elapsed_s"]),
-            "epoch": None if hit is None else int(hit["epoch"]), "step": None if hit is None else int(hit["step"]),
-            "evaluations": len(history),
-            "best": max((h[key] for h in history if key in h), default=None)}
-
-
-def target_line(target: dict) -> str:
-    """One line for a :func:`target_outcome` (the CLI, the run's events): reached when, or not reached."""
-    if not target:
-        return "no target set"
-    what = f"valid {target['metric']} >= {target['value']:.4f}"
-    if target.get("of_run") is not None:
-        what += (f" ({target['fraction'] * 100:g}% of run {target['of_run']}'s best {target['reference']:.4f})")
-    if target["reached"]:
-        return (f"{what} reached after {target['time_s']:.1f} s of training (epoch {target['epoch']}, "
-                f"step {target['step']})")
-    best = target.get("best")
-    return (f"{what}: not reached ({target['evaluations']} evaluations"
-            + (f", best {best:.4f}" if best is not None else "") + ")")
 
 
 def _evaluate(run, split: str) -> dict:
