@@ -67,7 +67,7 @@ def register(sub):
     p.add_argument("--target-of", type=_spec_type("target_of"), default=None, metavar="RUN_ID",
                    help="set the target to --target-fraction of the best validation Recall@20 of finished "
                         "full-graph run RUN_ID (same dataset, model, layers, batch size, seed and eval users); "
-                        "not with --target-recall")
+                        "not with --target-recall (default: no reference run)")
     p.add_argument("--target-fraction", type=_spec_type("target_fraction"), default=None,
                    help="with --target-of: the share of that run's best validation Recall@20 to reach "
                         "(default: 0.95)")
