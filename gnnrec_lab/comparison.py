@@ -17,7 +17,7 @@ from typing import Optional
 
 import pandas as pd
 
-from .distributed import comparison_row
+from .distributed import DEPTH_FIELDS, TARGET_FRACTION, common_targets, comparison_row
 from .memory.tiermodel import MODE_DEVICES, modeled_seconds
 from .projection import stored_run_step_time
 from .provenance import Provenance
@@ -28,7 +28,8 @@ from .status import RunStatus
 OPTANE_MODES = ("optane_app_direct", "optane_memory_mode")
 OPTANE_WORDS = {"optane_app_direct": "Optane App Direct", "optane_memory_mode": "Optane Memory Mode"}
 FULL_VS_DIST_COLUMNS = ["id", "engine", "series", "kind", "dataset", "model", "layers", "batch_size", "machines",
-                        "cores_per_machine", "link_gbit", "time_to_target_s", "epoch_s", "train_s",
+                        "cores_per_machine", "link_gbit", "target", "target_reached", "reference_run",
+                        "time_to_target_s", "epoch_s", "train_s",
                         "best_valid_recall@20", "test_recall@20", "explosion_factor", "device", "ratio",
                         "placement_assumption"]
 
@@ -102,7 +103,7 @@ def full_graph_modeled(store, run_id: int, host: dict, modes=OPTANE_MODES, threa
 
 
 def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=OPTANE_MODES,
-                        datasets=None) -> pd.DataFrame:
+                        datasets=None, target_fraction: Optional[float] = TARGET_FRACTION) -> pd.DataFrame:
     """**The** full graph vs DistDGL comparison every view shows (the Compare page's section,
     notebook 06, ``benchmarks/bench_headline.py``): finished runs of ``store`` (``run_ids``, else
     every one), one row per bar, :data:`FULL_VS_DIST_COLUMNS`.
@@ -115,7 +116,14 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
     measured row. ``series`` names engine and machines (:func:`engine_series`); ``machines`` and
     ``cores_per_machine`` say what "one machine" was. ``datasets``: keep only these (default: the
     datasets that have a DistDGL run, or every dataset where none has). The frame's
-    ``attrs["reasons"]`` lists projections that failed (run, mode, why)."""
+    ``attrs["reasons"]`` lists projections that failed (run, mode, why).
+
+    Time to target means the same on every row: ``target`` is ``target_fraction`` of the best
+    validation Recall@20 of the full-graph runs among them at the same depth (dataset, model, layers,
+    seed, eval users: :data:`~gnnrec_lab.distributed.DEPTH_FIELDS`; ``reference_run``), and
+    ``time_to_target_s`` the training seconds each run took to reach it (evaluation excluded, the
+    same seeded users; None with ``target_reached`` False when it did not). Without a full-graph run
+    at that depth, or with ``target_fraction=None``, it is the run's own ``--target-recall``'s."""
     ids = store.run_ids(RunStatus.FINISHED) if run_ids is None else list(run_ids)
     runs, rows, reasons = [], [], []
     for rid in ids:
@@ -130,6 +138,15 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
         if row["engine"] not in ("full", "distdgl"):
             continue
         runs.append((rid, run, res, row, cfg))
+    targets = (common_targets([(rid, res) for rid, _, res, _, _ in runs], target_fraction, fields=DEPTH_FIELDS)
+               if target_fraction is not None else [{}] * len(runs))
+    for (_, _, res, row, _), t in zip(runs, targets):
+        if t:
+            row.update(target=t["value"], target_reached=t["reached"], reference_run=t["of_run"],
+                       time_to_target_s=t["time_s"])
+        else:
+            own = (res.get("target") or {})
+            row.update(target=own.get("value"), target_reached=own.get("reached"), reference_run=None)
     dist_sets = {row["dataset"] for _, _, _, row, _ in runs if row["engine"] == "distdgl"}
     keep = set(datasets) if datasets is not None else (dist_sets or None)
     for rid, run, res, row, cfg in runs:

@@ -50,14 +50,15 @@ import numpy as np
 
 from . import data
 from .cluster import EmulatedCluster
-from .config import RunConfig
 from .distspec import DistSpec
 from .errors import UserError
 from .graph import CSR, BipartiteGraph
-from .proc import host_info
+from .proc import host_info, load_sample
 from .provenance import Provenance
+from .reporting import Reporter
 from .status import RunStatus
-from .store import Store
+from .step import Step, target_outcome
+from .store import Store, StoreReporter
 
 ENGINE = "distdgl"
 GRAPH_PREFIX = "gnnrec"
@@ -97,7 +98,6 @@ def partition(dataset, spec: DistSpec, method: str = "metis") -> dict:
     """Partition with DGL's partitioner into ``spec.workdir``; saves the new->lab node id map.
     Returns timing and partition sizes (measured)."""
     import dgl
-    import torch
     g = build_dgl_graph(dataset)
     t0 = time.perf_counter()
     with open(spec.path("partition.log"), "w") as log, contextlib.redirect_stdout(log):
@@ -109,7 +109,6 @@ def partition(dataset, spec: DistSpec, method: str = "metis") -> dict:
     conf = json.loads(spec.path(f"parts/{spec.graph_name}.json").read_text())
     bounds = conf["node_map"]["_N"]
     sizes = [int(b[1] - b[0]) for b in bounds]
-    del torch
     return {"partition_seconds": dt, "partition_method": method, "nodes_per_partition": sizes,
             "edges": int(g.num_edges())}
 
@@ -363,10 +362,10 @@ def trainer_main(spec_path: str, index: int) -> int:
 
 
 def _trainer(spec_path: str, index: int) -> int:
-    spec = DistSpec.load(spec_path)
-    import dgl
     import torch
     import torch.distributed as tdist
+    spec = DistSpec.load(spec_path)
+    import dgl
     from dgl.distributed import rpc_client
     t_start = time.perf_counter()
     hosts = ip_hosts(spec)
@@ -410,19 +409,160 @@ def _trainer(spec_path: str, index: int) -> int:
     return 0   # DGL's atexit hook shuts the servers down
 
 
+class _TrainerReporter(StoreReporter):
+    """Trainer 0's reporter: steps, epochs, evaluations, events and load go to the store as the
+    loop reports them; the launcher records the run's start and its whole result (every trainer's
+    report folded in)."""
+
+    def on_start(self, config, info) -> None:
+        pass
+
+    def on_finish(self, result) -> None:
+        pass
+
+
+class DistDGLStep(Step):
+    """DistDGL's step in the lab's training loop (:func:`gnnrec_lab.train.run_loop`): the trainer's
+    BPR triples, DGL's distributed neighbour sampling into blocks, the layer-0 rows and degrees of
+    the input nodes fetched from the ``DistEmbedding``, the lab's model and kernels on the blocks,
+    the dense gradients all-reduced and ``SparseAdam``'s row update. Each phase is timed
+    (``batches``: one dict per mini-batch). Every trainer runs the loop; trainer 0 leads (evaluates,
+    decides early stopping, writes the store), the others follow through :meth:`agree` (each step:
+    the mean loss over the trainers and any stop request) and :meth:`decide` (after each evaluation)."""
+
+    def __init__(self, spec: DistSpec, index: int, g, local, new_of_orig, orig_nids, model, emb, sparse_opt,
+                 dense_opt):
+        self.spec, self.index, self.g, self.local = spec, index, g, local
+        self.new_of_orig, self.orig_nids = new_of_orig, orig_nids
+        self.model, self.emb, self.sparse_opt, self.dense_opt = model, emb, sparse_opt, dense_opt
+        self.dense = [p for n, p in model.named_parameters() if n != "embedding"]
+        self.pb = g.get_partition_book()
+        self.me = self.pb.partid
+        self.W = spec.partitions
+        self.per_batch = max(1, spec.batch_size // self.W)
+        self.leader = index == 0
+        self.batches_done: list = []     # per mini-batch: phase seconds, total, counts
+
+    def batches(self, run, epoch):
+        print(f"trainer {self.index}: epoch {epoch} of {self.spec.epochs}", flush=True)   # progress, in its log
+        # one generator per epoch and trainer, as train.py seeds one per epoch; it cycles, so a
+        # partition with fewer interactions than its share of the epoch never runs dry
+        rng = np.random.default_rng((self.spec.seed, epoch, self.index))
+
+        def cycle():
+            from .sampling import bpr_batches
+            while True:
+                yield from bpr_batches(self.local, self.per_batch, rng)
+        return cycle()
+
+    def step(self, run, batches, lr):
+        import dgl
+        import torch
+        import torch.distributed as tdist
+
+        from .models.loss import bpr_loss_rows
+        spec, g, pb, me, emb, model = self.spec, self.g, self.pb, self.me, self.emb, self.model
+        recorder, n_users = run.recorder, run.dataset.n_users
+        t0 = time.perf_counter()
+        users, pos, neg = next(batches)
+        orig = np.concatenate([users, pos + n_users, neg + n_users])
+        seeds, inv = np.unique(self.new_of_orig[orig], return_inverse=True)
+        blocks, remote_edges = [], 0
+        frontier_nodes = torch.from_numpy(seeds)
+        for fan in spec.fanouts:
+            fr = dgl.distributed.sample_neighbors(g, frontier_nodes, int(fan))
+            remote_edges += int((pb.nid2partid(fr.edges()[1]) != me).sum())
+            blk = dgl.to_block(fr, frontier_nodes)
+            blocks.append(blk)
+            frontier_nodes = blk.srcdata[dgl.NID]
+        t1 = time.perf_counter()
+        input_nodes = frontier_nodes
+        deg = g.ndata["deg"][input_nodes].numpy()
+        x = emb(input_nodes)
+        remote_rows = int((pb.nid2partid(input_nodes) != me).sum())
+        t2 = time.perf_counter()
+        with recorder.in_phase("forward"):
+            csrs = [_block_csr(b, deg[:b.num_src_nodes()]) for b in blocks]
+            x = x.contiguous()
+            out = model.propagate_blocks(csrs, x)
+        with recorder.in_phase("loss"):
+            n_b = len(users)
+            rows = [torch.from_numpy(inv[k * n_b:(k + 1) * n_b].astype(np.int64)) for k in range(3)]
+            loss, _ = bpr_loss_rows(out, x, *rows, spec.l2)
+        with recorder.in_phase("backward"):
+            if self.dense_opt is not None:
+                self.dense_opt.zero_grad(set_to_none=True)
+            # DGL's sparse optimizer clears the embedding's trace (the rows and gradients of the
+            # steps so far) only after zero_grad(): without it every step re-applies all earlier
+            # gradients and keeps them (measured: +40 MB and a slower step each step)
+            self.sparse_opt.zero_grad()
+            loss.backward()
+        t3 = time.perf_counter()
+        for p in self.dense:
+            if p.grad is not None:
+                tdist.all_reduce(p.grad)
+                p.grad /= self.W
+        if self.dense_opt is not None:
+            self.dense_opt.step()
+        self.sparse_opt.step()
+        t4 = time.perf_counter()
+        if emb._trace:
+            raise RuntimeError(f"DistEmbedding still traces {len(emb._trace)} batches after the optimizer step")
+        # the block-building numpy work sits in compute (t2..t3); sampling ends at the last block
+        self.batches_done.append({"sampling": t1 - t0, "remote_fetch": t2 - t1, "compute": t3 - t2,
+                                  "grad_sync": t4 - t3, "total": t4 - t0, "input_nodes": int(len(input_nodes)),
+                                  "seeds": int(len(seeds)), "remote_rows": remote_rows,
+                                  "remote_edges": remote_edges, "edges": [int(b.num_edges()) for b in blocks]})
+        return loss
+
+    def agree(self, loss, halt):
+        """The mean of the trainers' losses (the loss of the whole batch, as a full-graph step's
+        is) and whether any trainer was asked to stop, in one all-reduce."""
+        import torch
+        import torch.distributed as tdist
+        t = torch.tensor([float(loss.detach()), 1.0 if halt else 0.0], dtype=torch.float64)
+        tdist.all_reduce(t)
+        return float(t[0]) / self.W, bool(t[1] > 0)
+
+    def gather(self, run):
+        """Every trainer's updates are in (barrier); trainer 0 pulls every row of the distributed
+        table back into the model, in the lab's node order, for the lab's full-ranking evaluation."""
+        import torch
+        import torch.distributed as tdist
+        tdist.barrier()
+        if not self.leader:
+            return
+        n, chunk = len(self.orig_nids), 1 << 16
+        table = torch.empty((n, self.model.embedding.shape[1]))
+        for s in range(0, n, chunk):
+            ids = torch.arange(s, min(n, s + chunk))
+            table[torch.from_numpy(self.orig_nids[s:s + len(ids)])] = self.emb.weight[ids]
+        self.model.embedding.data.copy_(table)
+
+    def decide(self, stop):
+        import torch
+        import torch.distributed as tdist
+        flag = torch.tensor([1 if stop else 0], dtype=torch.int64)
+        tdist.broadcast(flag, 0)      # every trainer leaves the loop together
+        return bool(int(flag))
+
+
 def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
+    """Set up this trainer's part of the run and train it through the lab's loop
+    (:func:`gnnrec_lab.train.run_loop` with a :class:`DistDGLStep`); its report (trainer 0's
+    carries the run's result)."""
     import dgl
     import torch
     import torch.distributed as tdist
 
     from . import kernels
-    from .evaluate import evaluate
     from .models import build_model
-    from .models.loss import bpr_loss_rows
-    from .sampling import bpr_batches
+    from .train import EarlyStopping, RunResult, TrainingRun, _eval_users, run_loop, steps_per_epoch
 
-    W = spec.partitions
+
     torch.manual_seed(spec.seed)
+    config = spec.run_config()
+    kernels.set_backend(config.backend)
     dataset = data.load(spec.dataset, seed=spec.seed, data_dir=spec.data_dir)
     n_users, n_items = dataset.n_users, dataset.n_items
     n_nodes = n_users + n_items
@@ -435,13 +575,8 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
     if len(mine) == 0:
         raise RuntimeError(f"partition {me} owns no user with training interactions; use fewer partitions")
     local = BipartiteGraph(mine, n_users, n_items)
-    per_batch = max(1, spec.batch_size // W)
-    steps = -(-len(dataset.train) // spec.batch_size)
-    if spec.max_steps_per_epoch:
-        steps = min(steps, spec.max_steps_per_epoch)
-    cfg = RunConfig(dataset=spec.dataset, model=spec.model, layers=spec.layers, dim=spec.dim,
-                    batch_size=spec.batch_size, mode="sampled", fanouts=tuple(spec.fanouts), ngcf_form=spec.ngcf_form)
-    model = build_model(cfg, n_users, n_items)
+    steps = steps_per_epoch(config, len(dataset.train))   # global batches per epoch, as train.py counts
+    model = build_model(config, n_users, n_items)
     dense = [p for n, p in model.named_parameters() if n != "embedding"]
     model.embedding.requires_grad_(False)
     emb = dgl.distributed.DistEmbedding(n_nodes, spec.dim, name=f"{spec.graph_name}_emb", init_func=init_embedding)
@@ -449,148 +584,29 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
     dense_opt = torch.optim.Adam(dense, lr=spec.lr) if dense else None
     for p in dense:   # the same start everywhere
         tdist.broadcast(p.data, 0)
-    rng = np.random.default_rng(spec.seed + 1000 * index)
-    row_bytes = spec.dim * 4
-    store = None
-    if index == 0 and spec.run_id is not None:
-        store = Store(spec.home)
-    eval_users = None
-    if spec.eval_users is not None and spec.eval_users < n_users:
-        eval_users = np.sort(np.random.default_rng(spec.seed + 1).choice(n_users, spec.eval_users, replace=False))
-    full_graph = BipartiteGraph(dataset.train, n_users, n_items) if index == 0 else None
-
-    batches = []          # per mini-batch: phase seconds, total, counts
-    history, epoch_seconds = [], []
-    best, best_epoch, t_target = {}, -1, None
-    # train.py's early stopping and best-epoch rule (ties are not a new best); trainer 0 decides
-    from .train import EarlyStopping
-    stopper = EarlyStopping(spec.patience)
-    t_train = 0.0
-    step = 0
-
-    def triples():
-        while True:
-            yield from bpr_batches(local, per_batch, rng)
-
-    it = triples()
-    # epochs and steps counted from 1, as train.py counts them (the store, Compare and the
-    # notebooks put both engines' curves on one axis)
-    for epoch in range(1, spec.epochs + 1):
-        print(f"trainer {index}: epoch {epoch} of {spec.epochs}", flush=True)   # progress, in its log
-        t_epoch = time.perf_counter()
-        loss_sum = 0.0
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            users, pos, neg = next(it)
-            orig = np.concatenate([users, pos + n_users, neg + n_users])
-            seeds_all = new_of_orig[orig]
-            seeds, inv = np.unique(seeds_all, return_inverse=True)
-            blocks, remote_edges = [], 0
-            frontier_nodes = torch.from_numpy(seeds)
-            for fan in spec.fanouts:
-                fr = dgl.distributed.sample_neighbors(g, frontier_nodes, int(fan))
-                dst = fr.edges()[1]
-                remote_edges += int((pb.nid2partid(dst) != me).sum())
-                blk = dgl.to_block(fr, frontier_nodes)
-                blocks.append(blk)
-                frontier_nodes = blk.srcdata[dgl.NID]
-            t1 = time.perf_counter()
-            input_nodes = frontier_nodes
-            deg = g.ndata["deg"][input_nodes].numpy()
-            x = emb(input_nodes)
-            remote_rows = int((pb.nid2partid(input_nodes) != me).sum())
-            t2 = time.perf_counter()
-            csrs = [_block_csr(b, deg[:b.num_src_nodes()]) for b in blocks]
-            x = x.contiguous()
-            out = model.propagate_blocks(csrs, x)
-            n_b = len(users)
-            u_rows = torch.from_numpy(inv[:n_b].astype(np.int64))
-            p_rows = torch.from_numpy(inv[n_b:2 * n_b].astype(np.int64))
-            n_rows = torch.from_numpy(inv[2 * n_b:].astype(np.int64))
-            loss, _ = bpr_loss_rows(out, x, u_rows, p_rows, n_rows, spec.l2)
-            if dense_opt is not None:
-                dense_opt.zero_grad(set_to_none=True)
-            # DGL's sparse optimizer clears the embedding's trace (the rows and gradients of the
-            # steps so far) only after zero_grad(): without it every step re-applies all earlier
-            # gradients and keeps them (measured: +40 MB and a slower step each step)
-            sparse_opt.zero_grad()
-            loss.backward()
-            t3 = time.perf_counter()
-            for p in dense:
-                if p.grad is not None:
-                    tdist.all_reduce(p.grad)
-                    p.grad /= W
-            if dense_opt is not None:
-                dense_opt.step()
-            sparse_opt.step()
-            t4 = time.perf_counter()
-            if emb._trace:
-                raise RuntimeError(f"DistEmbedding still traces {len(emb._trace)} batches after the optimizer step")
-            lv = float(loss)
-            loss_sum += lv
-            # the block-building numpy work sits in compute (t2..t3); sampling ends at the last block
-            batches.append({"sampling": t1 - t0, "remote_fetch": t2 - t1, "compute": t3 - t2, "grad_sync": t4 - t3,
-                            "total": t4 - t0, "input_nodes": int(len(input_nodes)), "seeds": int(len(seeds)),
-                            "remote_rows": remote_rows, "remote_edges": remote_edges,
-                            "edges": [int(b.num_edges()) for b in blocks]})
-            step += 1
-            if store is not None:
-                store.add_step(spec.run_id, step, epoch, lv, t4 - t0)
-        ep_s = time.perf_counter() - t_epoch
-        t_train += ep_s
-        epoch_seconds.append(ep_s)
+    leader = index == 0
+    # trainer 0 evaluates on the full graph (the lab's evaluation, the same seeded users as a
+    # full-graph run of the same seed: train.py's own sample)
+    graph = BipartiteGraph(dataset.train, n_users, n_items) if leader else None
+    run = TrainingRun(config, dataset, graph, model, dense_opt, None, steps, steps * config.epochs,
+                      _eval_users(config, dataset), RunResult(config=config),
+                      stopper=EarlyStopping(config.patience), target_about=spec.target_about())
+    run.load["start"] = load_sample()
+    store = Store(spec.home) if leader and spec.run_id is not None else None
+    rep = _TrainerReporter(store, spec.run_id) if store is not None else Reporter()
+    step = DistDGLStep(spec, index, g, local, new_of_orig, orig_nids, model, emb, sparse_opt, dense_opt)
+    try:
+        result = run_loop(run, rep, step)
+    finally:
         if store is not None:
-            store.add_epoch(spec.run_id, epoch, ep_s, steps, loss_sum / max(steps, 1))
-        if epoch % spec.eval_every == 0 or epoch == spec.epochs:
-            tdist.barrier()
-            stop = torch.zeros(1, dtype=torch.int64)
-            if index == 0:
-                m = _evaluate(emb, model, full_graph, dataset, orig_nids, eval_users, "valid")
-                history.append({"epoch": epoch, "step": step, "elapsed_s": t_train, **m})
-                if store is not None:
-                    store.add_eval(spec.run_id, epoch, step, "valid", m, t_train)
-                if t_target is None and spec.target_recall is not None and m["recall@20"] >= spec.target_recall:
-                    t_target = t_train
-                if stopper.update(epoch, m.get("recall@20", float("-inf"))):
-                    best, best_epoch = m, epoch
-                    np.save(spec.path("best_emb.npy"), model.embedding.detach().numpy())
-                elif stopper.should_stop(epoch):
-                    stop[0] = 1
-                    print(f"trainer 0: early stop after epoch {epoch}: valid recall@20 did not improve for "
-                          f"{epoch - stopper.best_epoch} epochs (best at epoch {stopper.best_epoch})", flush=True)
-            tdist.broadcast(stop, 0)      # every trainer leaves the loop together
-            if int(stop):
-                break
-    out = {"batches": batches, "epoch_seconds": epoch_seconds, "train_seconds": t_train, "steps": step,
-           "steps_per_epoch": steps, "per_trainer_batch": per_batch, "local_interactions": int(len(mine)),
-           "n_nodes": n_nodes, "row_bytes": row_bytes}
-    if index == 0:
-        test = {}
-        if best_epoch >= 0:
-            model.embedding.data.copy_(torch.from_numpy(np.load(spec.path("best_emb.npy"))))
-            with kernels.use_backend("native"):
-                test = evaluate(model, full_graph.adj, dataset, "test", users=eval_users)
-            if store is not None:
-                store.add_eval(spec.run_id, best_epoch, step, "test", test, t_train)
-        out.update(history=history, best_valid=best, best_epoch=best_epoch, test=test, time_to_target_s=t_target)
+            store.close()
+    out = {"batches": step.batches_done, "epoch_seconds": result.epoch_seconds,
+           "train_seconds": result.train_seconds, "steps": result.steps, "steps_per_epoch": steps,
+           "per_trainer_batch": step.per_batch, "local_interactions": int(len(mine)), "n_nodes": n_nodes,
+           "row_bytes": spec.dim * 4}
+    if leader:
+        out["result"] = result.to_dict()
     return out
-
-
-def _evaluate(emb, model, graph, dataset, orig_nids, users, split) -> dict:
-    """The lab's full-ranking evaluation: every row of the distributed table pulled, put back in
-    the lab's node order, propagated over the full graph with the lab's kernels, ranked."""
-    import torch
-
-    from . import kernels
-    from .evaluate import evaluate
-    n = len(orig_nids)
-    table = torch.empty((n, model.embedding.shape[1]))
-    for s in range(0, n, 1 << 16):
-        ids = torch.arange(s, min(n, s + (1 << 16)))
-        table[torch.from_numpy(orig_nids[s:s + len(ids)])] = emb.weight[ids]
-    model.embedding.data.copy_(table)
-    with kernels.use_backend("native"):
-        return evaluate(model, graph.adj, dataset, split, users=users)
 
 
 # -- the neighbourhood explosion, without DGL -----------------------------------------------------
@@ -614,14 +630,54 @@ def explosion_factor(graph, layers: int, batch_size: int, fanout: int = 10, batc
 
 
 # -- what the notebook and the Compare page show -------------------------------------------------
+TARGET_FRACTION = 0.95   # the default target: this share of the full-graph run's best validation Recall@20
+# what a full-graph reference run and a run measured against it must share: the same graph, model,
+# depth and batch size, and the same seeded evaluation users (seed, eval_users)
+REFERENCE_FIELDS = ("dataset", "model", "layers", "batch_size", "seed", "eval_users")
+# the same, for a comparison by depth in which each engine keeps the batch size it does best with
+DEPTH_FIELDS = tuple(f for f in REFERENCE_FIELDS if f != "batch_size")
+
 COMPARISON_COLUMNS = ["id", "engine", "dataset", "model", "layers", "batch_size", "epoch_s", "time_to_target_s",
-                      "best_valid_recall@20", "test_recall@20", "explosion_factor", "batch_ms", "partitions"]
+                      "best_valid_recall@20", "test_recall@20", "explosion_factor", "batch_ms", "partitions",
+                      "reference_run", "common_target", "common_target_reached", "time_to_common_target_s"]
+
+
+def engine_of(result: dict) -> str:
+    """``full``, ``sampled`` or ``distdgl``: the engine a stored result was trained with."""
+    cfg = result.get("config") or {}
+    return result.get("engine") or ("full" if cfg.get("mode", "full") == "full" else "sampled")
+
+
+def reference_target(store, run_id: int, config, fraction: float = TARGET_FRACTION) -> dict:
+    """The target ``fraction`` x the best validation Recall@20 of finished full-graph run ``run_id``,
+    for a run of ``config`` (a RunConfig): DistSpec's ``target_recall``, ``target_of``,
+    ``target_fraction``, ``target_reference``. UserError (naming ``--target-of``) when that run is
+    not a finished full-graph run with a validation Recall@20 or differs in a :data:`REFERENCE_FIELDS`."""
+    run = store.get_run(run_id, need=("config", "result"))
+    if run["status"] is not RunStatus.FINISHED:
+        raise UserError(f"--target-of: run {run_id} is {run['status']}, not finished")
+    res = run["result"] or {}
+    if engine_of(res) != "full":
+        raise UserError(f"--target-of: run {run_id} is a {engine_of(res)} run; the target is a share of a "
+                        f"full-graph run's best validation Recall@20")
+    best = (res.get("best_valid") or {}).get("recall@20")
+    if best is None or not np.isfinite(best) or best <= 0:
+        raise UserError(f"--target-of: run {run_id} has no positive best validation Recall@20 ({best})")
+    ref = run["config"] or {}
+    for name in REFERENCE_FIELDS:
+        if ref.get(name) != getattr(config, name):
+            raise UserError(f"--target-of: run {run_id} has {name} {ref.get(name)!r}, this run "
+                            f"--{name.replace('_', '-')} {getattr(config, name)!r}: the target must come from "
+                            f"a full-graph run of the same {', '.join(REFERENCE_FIELDS)}")
+    return {"target_recall": float(fraction) * float(best), "target_of": int(run_id),
+            "target_fraction": float(fraction), "target_reference": float(best)}
 
 
 def comparison_row(result: dict, run_id=None) -> dict:
-    """One run (a RunResult's or a DistDGL run's result dict) as a row of :func:`comparison_frame`."""
+    """One run (a RunResult's or a DistDGL run's result dict) as a row of :func:`comparison_frame`
+    (its common-target columns are the frame's)."""
     cfg = result.get("config") or {}
-    engine = result.get("engine") or ("full" if cfg.get("mode", "full") == "full" else "sampled")
+    engine = engine_of(result)
     dist = result.get("distributed") or {}
     ep = result.get("epoch_seconds") or []
     batch = (dist.get("batch_seconds_median") or {}).get("total")
@@ -632,23 +688,60 @@ def comparison_row(result: dict, run_id=None) -> dict:
             "test_recall@20": (result.get("test") or {}).get("recall@20"),
             "explosion_factor": dist.get("explosion_factor", 1.0 if engine == "full" else None),
             "batch_ms": None if batch is None else batch * 1e3,
-            "partitions": ((result.get("info") or {}).get("distributed") or {}).get("partitions")}
+            "partitions": ((result.get("info") or {}).get("distributed") or {}).get("partitions"),
+            "reference_run": None, "common_target": None, "common_target_reached": None,
+            "time_to_common_target_s": None}
 
 
-def comparison_frame(store=None, run_ids=None, results=()):
+def common_targets(results: list, fraction: float = TARGET_FRACTION, fields=REFERENCE_FIELDS) -> list[dict]:
+    """For each ``(run_id, result)``: the target that means the same for every engine, ``fraction``
+    x the best validation Recall@20 of the best full-graph run among ``results`` with the same
+    ``fields`` (:data:`REFERENCE_FIELDS`; the headline comparison, where each engine keeps its own
+    best batch size, leaves ``batch_size`` out: :data:`DEPTH_FIELDS`), and whether and when the
+    run's evaluations reached it (:func:`gnnrec_lab.train.target_outcome` over its history: training
+    seconds, evaluation excluded, on both engines). ``{}`` where no such full-graph run is among them."""
+    def key(res):
+        cfg = res.get("config") or {}
+        return tuple(cfg.get(f) for f in fields)
+    best: dict = {}
+    for rid, res in results:
+        v = (res.get("best_valid") or {}).get("recall@20")
+        if engine_of(res) == "full" and v is not None and np.isfinite(v) and v > best.get(key(res), (None, -1))[1]:
+            best[key(res)] = (rid, float(v))
+    out = []
+    for _, res in results:
+        if key(res) not in best:
+            out.append({})
+            continue
+        rid, ref = best[key(res)]
+        out.append(target_outcome(res.get("history") or [], fraction * ref, "recall@20", of_run=rid,
+                                  fraction=fraction, reference=ref))
+    return out
+
+
+def comparison_frame(store=None, run_ids=None, results=(), target_fraction: float = TARGET_FRACTION):
     """Finished runs, full-graph and DistDGL side by side (one row per run, all measured):
-    ``engine`` (``full``, ``sampled`` or ``distdgl``), mean epoch seconds, time to the Recall@20
-    target, best validation and test Recall@20, the neighbourhood-explosion factor (input nodes
-    per batch / graph nodes; 1 for full-graph training, which propagates every node every step)
-    and DistDGL's median batch time. Rows come from ``store`` (``run_ids`` or every finished
-    run) and from ``results`` (result dicts not in a store)."""
+    ``engine`` (``full``, ``sampled`` or ``distdgl``), mean epoch seconds, time to the run's own
+    Recall@20 target, best validation and test Recall@20, the neighbourhood-explosion factor (input
+    nodes per batch / graph nodes; 1 for full-graph training, which propagates every node every
+    step) and DistDGL's median batch time; and the common target (:func:`common_targets`):
+    ``target_fraction`` of the best full-graph run's validation Recall@20 at the same depth and
+    batch size (``reference_run``), reached or not, and the training seconds to it. Rows come from
+    ``store`` (``run_ids`` or every finished run) and from ``results`` (result dicts not in a store)."""
     import pandas as pd
-    rows = [comparison_row(r) for r in results]
+    pairs = [(None, r) for r in results]
     if store is not None:
         for rid in (store.run_ids(RunStatus.FINISHED) if run_ids is None else list(run_ids)):
             res = store.get_run(rid).get("result")
             if res:
-                rows.append(comparison_row(res, rid))
+                pairs.append((rid, res))
+    rows = []
+    for (rid, res), t in zip(pairs, common_targets(pairs, target_fraction)):
+        row = comparison_row(res, rid)
+        if t:
+            row.update(reference_run=t["of_run"], common_target=t["value"], common_target_reached=t["reached"],
+                       time_to_common_target_s=t["time_s"])
+        rows.append(row)
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
@@ -692,6 +785,7 @@ def summarize(reports: list[dict]) -> dict:
 
 def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None, progress=print) -> dict:
     """Partition, launch, wait, summarise; records the run when ``store``/``config`` are given."""
+    from .train import _eval_users
     require_dgl()
     Path(spec.workdir).mkdir(parents=True, exist_ok=True)
     part = partition(dataset, spec, method)
@@ -717,8 +811,11 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
                 "cluster": cluster.describe() if cluster is not None else
                 {"kind": "local" if all(_is_local(h) for h in ip_hosts(spec)) else "hosts",
                  "machines": [{"index": i, "address": h} for i, h in enumerate(ip_hosts(spec))]}}
+        users = _eval_users(spec.run_config(), dataset)
         if store is not None:
             store.record_start(spec.run_id, {"host": host_info(), "engine": ENGINE, "distributed": info,
+                                             "eval_users": "all" if users is None else
+                                             f"sample of {len(users):,} (seeded, as a full-graph run's)",
                                              "dataset": {"users": dataset.n_users, "items": dataset.n_items,
                                                          "train": int(len(dataset.train))}})
         t0 = time.perf_counter()
@@ -731,16 +828,27 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
                       "tx_bytes": _delta(a["tx_bytes"], b["tx_bytes"]),
                       "rx_bytes": _delta(a["rx_bytes"], b["rx_bytes"])}
                      for a, b in zip(before, cluster.link_bytes())]
+    result = run_result(reports, info, wall, links, config)
+    if store is not None:
+        store.record_result(spec.run_id, result)
+    return result
+
+
+def run_result(reports: list[dict], info: dict, wall: float, links=None, config=None) -> dict:
+    """The run's result, what the store records, ``--json`` prints and the CLI's lines read: trainer
+    0's result from the lab's loop (epochs, steps, times, evaluations, best epoch, test, the
+    target reached or not) with every trainer's measurements folded in (:func:`summarize`)."""
     r0 = reports[0]
+    res = r0["result"]
     summary = summarize(reports)
-    result = {
-        "engine": ENGINE, "kind": Provenance.MEASURED, "status": RunStatus.FINISHED,
-        "config": config.to_dict() if config else None,
-        "epochs": len(r0["epoch_seconds"]), "steps": r0["steps"], "train_seconds": r0["train_seconds"],
-        "epoch_seconds": r0["epoch_seconds"], "best_epoch": r0["best_epoch"], "best_valid": r0["best_valid"],
-        "test": r0["test"], "history": r0["history"], "time_to_target_s": r0["time_to_target_s"],
+    keys = ("status", "epochs", "steps", "train_seconds", "epoch_seconds", "best_epoch", "best_valid", "test",
+            "history", "time_to_target_s", "target", "kernels")
+    return {
+        "engine": ENGINE, "kind": Provenance.MEASURED, **{k: res[k] for k in keys},
+        "config": config.to_dict() if config else res["config"],
         "phases": {k: float(sum(b[k] for b in r0["batches"])) for k in PHASES},
-        "info": {"engine": ENGINE, "distributed": info},
+        "info": {**{k: v for k, v in res["info"].items() if k in ("diverged", "stopped")},
+                 "engine": ENGINE, "distributed": info},
         "distributed": {**summary, "wall_seconds": wall,
                         "startup_seconds": [r["startup_seconds"] for r in reports],
                         "trainer_peak_rss_bytes": [r.get("peak_rss_bytes") for r in reports],
@@ -753,9 +861,6 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
                                     "link_bytes_kind": None if links is None else
                                     "measured (each machine's interface counters over the run)"}},
     }
-    if store is not None:
-        store.record_result(spec.run_id, result)
-    return result
 
 
 def _delta(before, after):

@@ -13,7 +13,7 @@ from typing import Optional
 
 from .bounds import INT64_MAX, integer, integers, number
 from .checks import Interval, Kind, Options, Rule, Text, alternatives, check
-from .config import LAYERS, RUN_CONSTRAINTS, fanout_per_layer
+from .config import LAYERS, RUN_CONSTRAINTS, RunConfig, fanout_per_layer
 
 MODELS = ("lightgcn", "ngcf")     # the graph models a partitioned run trains (mf samples no neighbours)
 CLUSTERS = ("local", "emulated")
@@ -53,6 +53,10 @@ DIST_CONSTRAINTS: dict[str, list] = {
     "patience": _run_field("patience"),
     "eval_users": _run_field("eval_users"),
     "target_recall": _run_field("target_recall"),
+    # where target_recall came from when stated as a fraction of a reference run's best (--target-of)
+    "target_of": [None, Interval(integer, lo=1, hi=INT64_MAX)],
+    "target_fraction": [None, Interval(number, lo=0, hi=1, lo_open=True)],
+    "target_reference": [None, Interval(number, lo=0, hi=1, lo_open=True)],
     "max_steps_per_epoch": _run_field("max_steps_per_epoch"),
     "data_dir": _run_field("data_dir"),
     "run_id": [None, Interval(integer, lo=1, hi=INT64_MAX)],
@@ -91,6 +95,9 @@ class DistSpec:
     patience: int = 0               # epochs without a new best validation Recall@20 before stopping (0: never)
     eval_users: Optional[int] = None
     target_recall: Optional[float] = None
+    target_of: Optional[int] = None           # target_recall = target_fraction x run target_of's best
+    target_fraction: Optional[float] = None   # valid Recall@20 (target_reference)
+    target_reference: Optional[float] = None
     max_steps_per_epoch: Optional[int] = None
     data_dir: Optional[str] = None
     run_id: Optional[int] = None
@@ -107,6 +114,22 @@ class DistSpec:
 
     def __post_init__(self):
         check(DIST_CONSTRAINTS, self.__dict__)
+
+    def run_config(self, name: Optional[str] = None) -> RunConfig:
+        """The run as a RunConfig (sampled mode): what the store records and the trainers' shared
+        training loop (:func:`gnnrec_lab.train.run_loop`) reads."""
+        return RunConfig(dataset=self.dataset, model=self.model, layers=self.layers, dim=self.dim,
+                         batch_size=self.batch_size, epochs=self.epochs, lr=self.lr, l2=self.l2, seed=self.seed,
+                         mode="sampled", fanouts=tuple(self.fanouts), eval_every=self.eval_every,
+                         patience=self.patience, target_recall=self.target_recall, eval_users=self.eval_users,
+                         max_steps_per_epoch=self.max_steps_per_epoch, data_dir=self.data_dir,
+                         ngcf_form=self.ngcf_form, name=name)
+
+    def target_about(self) -> dict:
+        """Where the target came from, for :func:`gnnrec_lab.train.target_outcome` (empty: stated as a value)."""
+        if self.target_of is None:
+            return {}
+        return {"of_run": self.target_of, "fraction": self.target_fraction, "reference": self.target_reference}
 
     def path(self, name: str) -> Path:
         return Path(self.workdir) / name

@@ -13,8 +13,8 @@ imports each module alone in a fresh interpreter). From the bottom:
     what a run is (:mod:`~gnnrec_lab.config`) and what it computes on: datasets, the bipartite
     graph, sampling, the kernels.
 ``models``
-    LightGCN and NGCF, the optimizers, evaluation metrics and the reporting interface the loop
-    talks to.
+    LightGCN and NGCF, the optimizers, evaluation metrics, and the interfaces the loop talks to:
+    reporting, and the step an engine plugs into it.
 ``memory``
     tiers and caches: footprints, device profiles, placement, the tier model and the advice,
     embedding-row caches, the host calibration, pre-flight checks, analysis of kernel records.
@@ -46,7 +46,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "core": ("config", "distspec", "data", "data.dataset", "data.readers", "data.registry", "data.split",
              "data.storage", "data.synthetic", "graph", "sampling", "kernels", "kernels.backends", "kernels.buffers",
              "kernels.costs", "kernels.native"),
-    "models": ("models", "models.lightgcn", "models.loss", "models.ngcf", "optim", "evaluate", "reporting"),
+    "models": ("models", "models.lightgcn", "models.loss", "models.ngcf", "optim", "evaluate", "reporting",
+               "step"),
     "memory": ("memory", "memory.advise", "memory.footprint", "memory.placement", "memory.profiles",
                "memory.tiermodel", "memory.topology", "memory.validation", "cache", "cache.aio",
                "cache.cached_rows", "cache.oracle_table", "cache.policies", "cache.simulate", "cache.slow_tier",

@@ -1,8 +1,15 @@
 """Training of a GNN recommender with BPR loss (full-graph or sampled mini-batches).
 
 The run, as :func:`_train` reads top to bottom: prepare (dataset, graph, model and optimizer at
-their placements), compile the kernels, then per epoch the steps (:func:`_full_step` or
-:func:`_sampled_step`), evaluate-and-stop, and finish (test, totals, the result reported once).
+their placements), compile the kernels, then :func:`run_loop`: per epoch the steps, evaluate-and-stop,
+and finish (test, totals, the result reported once).
+
+The loop is one code path for every engine: what differs is the :class:`Step` it is given, how
+one training step is taken (:class:`FullStep`, :class:`SampledStep` here; DistDGL's trainer brings
+its own, :class:`gnnrec_lab.distributed.DistDGLStep`). Epochs and steps counted from 1, evaluation
+(the same seeded users, every ``eval_every`` epochs and after the last, its time kept out of the
+training time), early stopping, the best epoch, the time to the Recall@20 target
+(:func:`target_outcome`) and what the reporter is told are the loop's, whatever the step.
 
 One step:
 
@@ -18,7 +25,6 @@ recorder's records for the step go to the reporter (the run store, the CLI).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import operator
 import time
@@ -60,6 +66,7 @@ from .rows import make_row_store
 from .sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
 from .signals import StopSignals
 from .status import RunStatus
+from .step import Step, target_line, target_outcome
 
 # Rank every user unless that means scoring more than this many (user, item) pairs.
 FULL_RANKING_MAX_PAIRS = 5e10
@@ -85,6 +92,7 @@ class RunResult:
     test: dict = part(Provenance.MEASURED, default_factory=dict)
     history: list = part(Provenance.MEASURED, default_factory=list)  # per evaluation: epoch, step, elapsed_s, metrics
     time_to_target_s: Optional[float] = None
+    target: dict = field(default_factory=dict)   # target_outcome(): the target, reached or not (empty: none set)
     kernels: list = part(Provenance.MEASURED, default_factory=list)  # per (kernel, phase) totals
     phases: dict = part(Provenance.MEASURED, default_factory=dict)   # seconds per phase
     footprint: Footprint = field(default_factory=Footprint)  # bytes: predicted by class (modeled), peak RSS (measured)
@@ -108,7 +116,7 @@ class RunResult:
             "steps": self.steps, "train_seconds": self.train_seconds,
             "epoch_seconds": self.epoch_seconds, "best_epoch": self.best_epoch,
             "best_valid": self.best_valid, "test": self.test, "history": self.history,
-            "time_to_target_s": self.time_to_target_s, "kernels": self.kernels,
+            "time_to_target_s": self.time_to_target_s, "target": self.target, "kernels": self.kernels,
             "phases": self.phases, "footprint": self.footprint.to_dict(), "info": self.info,
             "jit_seconds": self.jit_seconds, "modeled": self.modeled,
             # each part's kind: times, metrics and kernels measured here; the footprint holds both;
@@ -213,34 +221,87 @@ def _train(config: RunConfig, reporter, progress, dataset) -> RunResult:
         run = _prepare(config, dataset, progress)
         run.signals = signals
         _compile_kernels(run, rep)
-        ended: Optional[RunStatus] = None   # diverged, cancelled or interrupted when the run ends early
-        # sampled mode: one sampler thread for all epochs (closed when training ends, however it ends)
-        sampler = _sampled_batches(run.graph, config, run.steps_per_epoch) if run.sampled else None
-        with use_recorder(run.recorder), (sampler or contextlib.nullcontext()):
-            for epoch in range(1, config.epochs + 1):
-                if signals.signum is not None:   # arrived while preparing, compiling or evaluating
-                    ended = _note_stop(run, rep, signals.status, epoch - 1)
-                    break
-                ended = _train_epoch(run, rep, epoch, sampler)
-                if ended or _evaluate_and_check_stop(run, rep, epoch):
-                    break
-            # no test metrics for a diverged model (they would look like a result), nor after a signal
-            # (whoever sent it wants the run to end now)
-            if ended is not RunStatus.DIVERGED and signals.signum is None:
-                _test(run)
-        return _finish(run, rep, ended)
+        return run_loop(run, rep, SampledStep(run) if run.sampled else FullStep())
+
+
+def run_loop(run: "TrainingRun", rep: Reporter, step: "Step") -> RunResult:
+    """Epochs of ``step``'s training steps, each followed by evaluate-and-stop; then the test of the
+    best validated model and the finished result (reported once). Every engine's runs go through
+    here (full-graph, sampled, DistDGL's trainers), so they count, evaluate, stop and report alike."""
+    config = run.config
+    ended: Optional[RunStatus] = None   # diverged, cancelled or interrupted when the run ends early
+    with use_recorder(run.recorder), step:
+        for epoch in range(1, config.epochs + 1):
+            if run.signals.signum is not None:   # arrived while preparing, compiling or evaluating
+                ended = _note_stop(run, rep, run.signals.status, epoch - 1)
+                break
+            ended = _train_epoch(run, rep, epoch, step)
+            if ended or _evaluate_and_check_stop(run, rep, epoch, step):
+                break
+        # no test metrics for a diverged model (they would look like a result), nor after a signal
+        # (whoever sent it wants the run to end now)
+        if ended is not RunStatus.DIVERGED and run.signals.signum is None:
+            _test(run, step)
+        return _finish(run, rep, ended, step)
+
+
+class FullStep(Step):
+    """Full-graph training: propagate every node's embedding each step (:func:`_full_step`)."""
+
+    def batches(self, run, epoch):
+        # one generator per epoch (seeded (seed, epoch); the sampled mode's sampler does the same);
+        # the epoch's BPR arrays (24 B per interaction) go with it before evaluation
+        return bpr_batches(run.graph, run.config.batch_size, np.random.default_rng((run.config.seed, epoch)),
+                           max_batches=run.steps_per_epoch)
+
+    def step(self, run, batches, lr):
+        return _full_step(run, batches)
+
+
+class SampledStep(Step):
+    """Sampled mini-batches from one sampler thread for all epochs (:func:`_sampled_step`); the
+    embedding rows live in the run's row store."""
+
+    def __init__(self, run):
+        self.sampler = _sampled_batches(run.graph, run.config, run.steps_per_epoch)
+        self.cover = None
+
+    def __enter__(self):
+        self.sampler.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.sampler.__exit__(*exc)
+
+    def batches(self, run, epoch):
+        self.cover = _Coverage(run.graph.n_nodes)
+        return self.sampler
+
+    def step(self, run, batches, lr):
+        return _sampled_step(run, batches, lr, self.cover)
+
+    def end_epoch(self, run, epoch, ended):
+        # evaluation reads the whole table; the sampler runs on into the next epoch, so an
+        # oracle cache can prefetch its first batches meanwhile
+        run.row_store.sync(keep_future=ended is not RunStatus.CANCELLED and epoch < run.config.epochs)
+        run.sampled_stats["redundancy"].append(self.cover.redundancy())
+
+    def finish(self, run):
+        run.row_store.close()
+        run.result.info["sampled"] = _sampled_info(run.config, run.sampled_stats, run.row_store)
 
 
 @dataclass
-class _Run:
-    """What the loop works on: built by :func:`_prepare`, advanced by the steps, read by :func:`_finish`."""
+class TrainingRun:
+    """What the loop works on: built by :func:`_prepare` (or an engine's own set-up), advanced by
+    the steps, read by :func:`_finish`."""
 
     config: RunConfig
     dataset: object
     graph: BipartiteGraph
     model: torch.nn.Module
     opt: Optional[torch.optim.Optimizer]     # sampled mode: dense weights only (None for a plain table)
-    row_store: object                        # sampled mode's embedding rows (None in full-graph mode)
+    row_store: object                        # sampled mode's embedding rows (None otherwise)
     steps_per_epoch: int
     total_steps: int
     eval_users: Optional[np.ndarray]         # None: rank every user
@@ -259,6 +320,8 @@ class _Run:
     step: int = 0
     t_train: float = 0.0
     load: dict = field(default_factory=dict)   # proc.load_sample() at "start", "middle", "end"
+    evaluations: int = 0                       # validations due so far (every process counts them)
+    target_about: dict = field(default_factory=dict)   # where the target came from (target_outcome)
 
     @property
     def sampled(self) -> bool:
@@ -278,7 +341,7 @@ def _set_threads(config) -> None:
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
 
 
-def _prepare(config, dataset, progress) -> _Run:
+def _prepare(config, dataset, progress) -> TrainingRun:
     """Dataset, graph, model and optimizer at their placements; the result's static info."""
     if dataset is None:
         dataset = data.load(config.dataset, seed=config.seed, data_dir=config.data_dir, progress=progress)
@@ -293,19 +356,25 @@ def _prepare(config, dataset, progress) -> _Run:
     kernels.set_backend(config.backend)
     model, opt, row_store = _build_model(config, dataset, graph)
 
-    steps_per_epoch = -(-n_train // config.batch_size)
-    if config.max_steps_per_epoch:
-        steps_per_epoch = min(steps_per_epoch, config.max_steps_per_epoch)
+    steps = steps_per_epoch(config, n_train)
     eval_users = _eval_users(config, dataset)
     counts = {"n_users": dataset.n_users, "n_items": dataset.n_items, "n_train": n_train,
               "n_valid": len(dataset.valid), "n_test": len(dataset.test)}
     result = RunResult(config=config)
-    result.info = {"dataset": counts, "host": host_info(), "steps_per_epoch": steps_per_epoch,
+    result.info = {"dataset": counts, "host": host_info(), "steps_per_epoch": steps,
                    "eval_users": "all" if eval_users is None else f"sample of {len(eval_users):,} (seeded)",
                    "graph_bytes": graph.footprint(), "parameters": sum(p.numel() for p in model.parameters())}
     result.footprint = Footprint(predicted=footprint(config, counts=counts))
-    return _Run(config, dataset, graph, model, opt, row_store, steps_per_epoch, steps_per_epoch * config.epochs,
+    return TrainingRun(config, dataset, graph, model, opt, row_store, steps, steps * config.epochs,
                 eval_users, result, stopper=EarlyStopping(config.patience))
+
+
+def steps_per_epoch(config, n_train: int) -> int:
+    """Steps in an epoch: batches of ``config.batch_size`` over the ``n_train`` training interactions
+    (the last one shorter), at most ``max_steps_per_epoch`` (every engine counts so; DistDGL's
+    trainers take their share of each global batch)."""
+    steps = -(-n_train // config.batch_size)
+    return min(steps, config.max_steps_per_epoch) if config.max_steps_per_epoch else steps
 
 
 def _build_model(config, dataset, graph) -> tuple:
@@ -359,41 +428,34 @@ def _compile_kernels(run, rep) -> None:
     rep.on_event("jit", f"kernel compilation/warm-up {result.jit_seconds:.2f} s (not counted as kernel time)")
 
 
-def _train_epoch(run, rep, epoch: int, sampler) -> Optional[RunStatus]:
-    """One epoch of training steps; returns diverged, cancelled or interrupted when it ends the run."""
+def _train_epoch(run, rep, epoch: int, step: Step) -> Optional[RunStatus]:
+    """One epoch of training steps; returns diverged, cancelled or interrupted when it ends the run.
+    Its seconds are the steps' own (evaluation, reporting and the store's writes are not in them)."""
     config = run.config
     run.model.train()
-    # one generator per epoch (seeded (seed, epoch); the sampled mode's sampler does the same);
-    # the full-graph epoch's BPR arrays (24 B per interaction) go with it before evaluation
-    batches = (sampler if run.sampled
-               else bpr_batches(run.graph, config.batch_size, np.random.default_rng((config.seed, epoch)),
-                                max_batches=run.steps_per_epoch))
-    cover = _Coverage(run.graph.n_nodes) if run.sampled else None
+    batches = step.batches(run, epoch)
     t_epoch, loss_sum, ended, why = 0.0, 0.0, None, None
     for i in range(run.steps_per_epoch):  # noqa: B007 - i + 1 is the epoch's step count after the loop
         lr = _start_step(run)
         t0 = time.perf_counter()
-        loss = _sampled_step(run, batches, lr, cover) if run.sampled else _full_step(run, batches)
+        loss = step.step(run, batches, lr)
         dt = time.perf_counter() - t0
-        lv = _record_step(run, rep, epoch, loss, dt)
+        halt = run.signals.signum is not None or rep.should_stop()
+        t1 = time.perf_counter()
+        lv, halt = step.agree(loss, halt)     # DistDGL: every trainer's loss and stop request, together
+        dt += time.perf_counter() - t1
+        _record_step(run, rep, epoch, lv, dt)
         loss_sum += lv
         t_epoch += dt
         why = run.divergence.update(lv)
         if why:   # nothing after a blown-up loss means anything
             ended = RunStatus.DIVERGED
             break
-        if run.signals.signum is not None:   # between kernels: the step is complete
-            ended = run.signals.status
-            break
-        if rep.should_stop():
-            ended = RunStatus.CANCELLED
+        if halt:   # between kernels: the step is complete
+            ended = run.signals.status or RunStatus.CANCELLED
             break
     run.t_train += t_epoch
-    if run.sampled:
-        # evaluation reads the whole table; the sampler runs on into the next epoch, so an
-        # oracle cache can prefetch its first batches meanwhile
-        run.row_store.sync(keep_future=ended is not RunStatus.CANCELLED and epoch < config.epochs)
-        run.sampled_stats["redundancy"].append(cover.redundancy())
+    step.end_epoch(run, epoch, ended)
     result = run.result
     result.epochs, result.steps = epoch, run.step
     result.epoch_seconds.append(t_epoch)
@@ -475,8 +537,8 @@ def _sampled_step(run, batches, lr: float, cover):
     return loss
 
 
-def _record_step(run, rep, epoch: int, loss, seconds: float) -> float:
-    """Fold the step's kernel records into the run's totals, report the step; return its loss."""
+def _record_step(run, rep, epoch: int, lv: float, seconds: float) -> None:
+    """Fold the step's kernel records into the run's totals, report the step (loss ``lv``)."""
     records = run.recorder.take()
     run.totals.add(records)
     sum_records(records, store_key, into=run.tier_totals)
@@ -484,36 +546,40 @@ def _record_step(run, rep, epoch: int, loss, seconds: float) -> float:
         run.phase_s[r.phase] = run.phase_s.get(r.phase, 0.0) + r.ns / 1e9
     if run.step == min(2, run.total_steps - 1):
         run.result.step_records = records
-    lv = float(loss.detach())
     run.step += 1
     rep.on_step(run.step, epoch, lv, seconds, records)
     if run.step == max(1, run.total_steps // 2) and "middle" not in run.load:
         run.load["middle"] = load_sample(run.load.get("start"))
         rep.on_load(run.load)
-    return lv
 
 
-def _evaluate_and_check_stop(run, rep, epoch: int) -> bool:
+def _evaluate_and_check_stop(run, rep, epoch: int, step: Step) -> bool:
     """Validate when due (every ``eval_every`` epochs and after the last); keep the best model's
-    state; return whether early stopping ends the run."""
+    state; return whether early stopping ends the run (the leader's decision, taken by all)."""
     config, result, key = run.config, run.result, run.key
     if not (epoch % config.eval_every == 0 or epoch == config.epochs):
         return False
-    m = _evaluate(run, "valid")
-    result.history.append({"epoch": epoch, "step": run.step, "elapsed_s": run.t_train, **m})
-    rep.on_eval(epoch, run.step, "valid", m, run.t_train)
-    if config.target_recall is not None and result.time_to_target_s is None and m[key] >= config.target_recall:
-        result.time_to_target_s = run.t_train
-        rep.on_event("target", f"valid {key} {m[key]:.4f} >= {config.target_recall} after {run.t_train:.1f} s")
-    stopper = run.stopper
-    if stopper.update(epoch, m[key]):
-        result.best_epoch, result.best_valid = epoch, m
-        run.best_state = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
-    elif stopper.should_stop(epoch):
-        rep.on_event("early_stop", f"valid {key} did not improve for {epoch - stopper.best_epoch} "
-                                   f"epochs; best {stopper.best:.4f} at epoch {stopper.best_epoch}")
-        return True
-    return False
+    run.evaluations += 1
+    step.gather(run)
+    stop = False
+    if step.leader:
+        m = _evaluate(run, "valid")
+        result.history.append({"epoch": epoch, "step": run.step, "elapsed_s": run.t_train, **m})
+        rep.on_eval(epoch, run.step, "valid", m, run.t_train)
+        if config.target_recall is not None and result.time_to_target_s is None:
+            target = target_outcome(result.history, config.target_recall, key, **run.target_about)
+            if target["reached"]:
+                result.time_to_target_s = target["time_s"]
+                rep.on_event("target", target_line(target))
+        stopper = run.stopper
+        if stopper.update(epoch, m[key]):
+            result.best_epoch, result.best_valid = epoch, m
+            run.best_state = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
+        elif stopper.should_stop(epoch):
+            rep.on_event("early_stop", f"valid {key} did not improve for {epoch - stopper.best_epoch} "
+                                       f"epochs; best {stopper.best:.4f} at epoch {stopper.best_epoch}")
+            stop = True
+    return step.decide(stop)
 
 
 def _evaluate(run, split: str) -> dict:
@@ -524,24 +590,31 @@ def _evaluate(run, split: str) -> dict:
     return m
 
 
-def _test(run) -> None:
-    """Test metrics of the best validated model (the last one if none was validated)."""
+def _test(run, step: Step) -> None:
+    """Test metrics of the best validated model (the last one if none was validated), on the leader."""
+    if run.evaluations == 0:
+        step.gather(run)
+    if not step.leader:
+        return
     if run.best_state is not None:
         run.model.load_state_dict(run.best_state)
     run.result.test = _evaluate(run, "test")
 
 
-def _finish(run, rep, ended: Optional[RunStatus]) -> RunResult:
-    """Complete the result (times, kernels, sampled-mode stats, modeled projection, peak RSS)
-    and report it once."""
+def _finish(run, rep, ended: Optional[RunStatus], step: Step) -> RunResult:
+    """Complete the result (times, kernels, the target reached or not, the engine's own part,
+    modeled projection, peak RSS) and report it once."""
     config, result = run.config, run.result
     if result.test:
         rep.on_eval(result.best_epoch, run.step, "test", result.test, run.t_train)
     result.train_seconds = run.t_train
     result.kernels = run.totals.rows()
-    if run.sampled:
-        run.row_store.close()
-        result.info["sampled"] = _sampled_info(config, run.sampled_stats, run.row_store)
+    if step.leader and config.target_recall is not None:
+        result.target = target_outcome(result.history, config.target_recall, run.key, **run.target_about)
+        result.time_to_target_s = result.target["time_s"]
+        if not result.target["reached"]:
+            rep.on_event("target", target_line(result.target))
+    step.finish(run)
     if not config.measured:
         result.modeled = _project_run(config, result, run.tier_totals)
         rep.on_event("modeled", modeled_line(result.modeled))

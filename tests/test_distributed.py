@@ -42,6 +42,10 @@ def test_without_dgl_the_command_says_how_to_get_it():
     (["--model", "mf"], "--model"),
     (["--ip-config", "/nonexistent/ip.txt"], "--ip-config"),
     (["--fanouts", "10,x"], "--fanouts"),
+    (["--target-of", "1", "--target-recall", "0.1"], "--target-of: not with --target-recall"),
+    (["--target-fraction", "0.9"], "--target-fraction: only with --target-of"),
+    (["--target-of", "1", "--target-fraction", "1.5"], "--target-fraction"),
+    (["--target-of", "0"], "--target-of"),
 ])
 def test_bad_input_one_line_exit_2(args, needle):
     p = _cli("--dataset", "synth-tiny", *args)
@@ -327,3 +331,63 @@ def test_emulated_cluster_timed_out_leaves_nothing(tmp_path):
     assert _our_namespaces() <= before
     assert _procs_mentioning(str(home)) == []
     assert Store(home).get_run(1)["status"] == "failed"
+
+
+SHORT = ["--dataset", "synth-tiny", "--layers", "2", "--dim", "16", "--batch-size", "256",
+         "--max-steps-per-epoch", "2", "--eval-users", "100"]
+
+
+@needs_dgl
+@needs_unshare
+def test_distdgl_early_stops_and_says_its_target_was_not_reached_through_the_shared_loop():
+    """train.py's loop runs DistDGL's trainers: patience ends the run (every trainer leaves
+    together), every epoch is evaluated with training time only, a missed target says so."""
+    from gnnrec_lab.train import EarlyStopping
+    p = _cli(*SHORT, "--epochs", "6", "--patience", "1", "--lr", "1e-9", "--target-recall", "1.0", "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout)
+    hist = r["history"]
+    assert [h["epoch"] for h in hist] == list(range(1, r["epochs"] + 1))          # every epoch evaluated
+    assert [h["elapsed_s"] for h in hist] == pytest.approx(list(np.cumsum(r["epoch_seconds"])))
+    # an lr of 1e-9 leaves the model where it started: no new best, so patience 1 stops it early,
+    # where train.py's rule says
+    stopper = EarlyStopping(1)
+    stops = [h["epoch"] for h in hist if not stopper.update(h["epoch"], h["recall@20"])
+             and stopper.should_stop(h["epoch"])]
+    assert stops == [r["epochs"]] and r["epochs"] < 6 and r["best_epoch"] == stopper.best_epoch
+    assert r["target"]["reached"] is False and r["time_to_target_s"] is None and r["target"]["value"] == 1.0
+    store = Store()
+    run = store.get_run(r["run_id"])
+    assert run["status"] == "finished" and run["result"]["target"] == r["target"]
+    ev = store.events_frame(r["run_id"])
+    assert "early_stop" in set(ev["kind"])
+    assert any("not reached" in m for k, m in ev[["kind", "message"]].itertuples(index=False) if k == "target")
+    assert list(store.epochs_frame(r["run_id"])["epoch"]) == list(range(1, r["epochs"] + 1))
+
+
+@needs_dgl
+@needs_unshare
+def test_distdgl_target_of_a_full_graph_run():
+    """--target-of: the target is a share of a full-graph run's best validation Recall@20 at the
+    same depth and batch size, evaluated on the same seeded users; reached or not is said."""
+    from gnnrec_lab.step import target_line
+    f = subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", "run", *SHORT, "--epochs", "1", "--json"],
+                       capture_output=True, text=True, timeout=400)
+    assert f.returncode == 0, f.stderr[-3000:]
+    rf = json.loads(f.stdout)
+    ref = rf["best_valid"]["recall@20"]
+    bad = _cli(*SHORT, "--epochs", "1", "--layers", "1", "--target-of", str(rf["run_id"]))
+    assert bad.returncode == 2 and "--target-of" in bad.stderr and "--layers 1" in bad.stderr, bad.stderr
+    store = Store()
+    n_runs = len(store.run_ids())
+    d = _cli(*SHORT, "--epochs", "1", "--target-of", str(rf["run_id"]), "--target-fraction", "0.01")
+    assert d.returncode == 0, d.stderr[-3000:]
+    rid = store.run_ids()[n_runs]
+    r = store.get_run(rid)["result"]
+    t = r["target"]
+    assert (t["of_run"], t["fraction"], t["reference"]) == (rf["run_id"], 0.01, ref)
+    assert t["value"] == pytest.approx(0.01 * ref) and t["reached"] and t["epoch"] == 1
+    assert r["time_to_target_s"] == t["time_s"] == r["history"][0]["elapsed_s"]
+    assert f"target: {target_line(t)}" in d.stdout and "1% of run" in d.stdout
+    # the same seeded users ranked on both sides
+    assert r["history"][0]["users"] == rf["history"][0]["users"] and r["test"]["users"] == rf["test"]["users"]

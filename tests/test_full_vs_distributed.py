@@ -62,17 +62,27 @@ def full_run(store, layers, batch_size=512, ttt=5.0, epochs=(2.0, 4.0), cores=1,
         store.add_step(rid, s, 1, 1.0 / s, 0.01, fake_records(s, layers, 16, rng))
     store.record_result(rid, {"config": cfg.to_dict(), "epoch_seconds": list(epochs), "train_seconds": sum(epochs),
                               "best_valid": {"recall@20": 0.3}, "test": {"recall@20": 0.28},
-                              "time_to_target_s": ttt})
+                              "time_to_target_s": ttt, "history": _history(ttt, 0.3)})
     store.set_status(rid, "finished")
     return rid
 
 
-def dist_run(store, layers, ttt=9.0, link=10.0):
+def _history(ttt, best):
+    """Two evaluations: a low one half way, the run's best at ``ttt`` training seconds (one low
+    evaluation only when ``ttt`` is None: the run never reached a target)."""
+    if ttt is None:
+        return [{"epoch": 1, "step": 1, "elapsed_s": 1.0, "recall@20": 0.05}]
+    return [{"epoch": 1, "step": 1, "elapsed_s": ttt / 2, "recall@20": 0.05},
+            {"epoch": 2, "step": 2, "elapsed_s": ttt, "recall@20": best}]
+
+
+def dist_run(store, layers, ttt=9.0, link=10.0, best=0.29):
     cfg = RunConfig(dataset="synth-tiny", layers=layers, mode="sampled", fanouts=(10,) * layers, batch_size=512)
     rid = store.add_run(cfg, status="running")
     cluster = {"kind": "emulated", "link_gbit": link, "machines": [{"index": i, "cores": [i]} for i in range(2)]}
     store.record_result(rid, {"engine": "distdgl", "config": cfg.to_dict(), "epoch_seconds": [9.0],
-                              "train_seconds": 9.0, "time_to_target_s": ttt, "best_valid": {"recall@20": 0.29},
+                              "train_seconds": 9.0, "time_to_target_s": ttt, "best_valid": {"recall@20": best},
+                              "history": _history(ttt, best),
                               "info": {"distributed": {"partitions": 2, "cluster": cluster}},
                               "distributed": {"explosion_factor": 0.4, "batch_seconds_median": {"total": 0.2}}})
     store.set_status(rid, "finished")
@@ -153,3 +163,20 @@ def test_depth_bars_is_none_without_values():
 
     from gnnrec_lab.comparison import FULL_VS_DIST_COLUMNS
     assert depth_bars(pd.DataFrame(columns=FULL_VS_DIST_COLUMNS), "epoch_s", "s", "t") is None
+
+
+def test_time_to_target_is_to_one_target_per_depth_from_the_full_graph_runs(store):
+    """Every row at a depth is timed to the same target: 95% of the best full-graph validation
+    Recall@20 at that depth (whatever batch size each side kept); a run that never reached it has
+    no time to target and says so."""
+    f = full_run(store, 2, batch_size=512, ttt=5.0)
+    full_run(store, 2, batch_size=2048, ttt=3.0)             # same depth, another batch: same target
+    reached = dist_run(store, 2, ttt=9.0, best=0.29)          # 0.29 >= 0.95 x 0.3
+    missed = dist_run(store, 2, ttt=9.0, best=0.2)
+    df = full_vs_distributed(store).set_index("id")
+    assert df["target"].tolist() == pytest.approx([0.95 * 0.3] * 4)
+    assert set(df["reference_run"]) == {f}                    # the first of the equally best full-graph runs
+    assert df.loc[reached, "target_reached"] and df.loc[reached, "time_to_target_s"] == pytest.approx(9.0)
+    assert not df.loc[missed, "target_reached"] and np.isnan(df.loc[missed, "time_to_target_s"])
+    own = full_vs_distributed(store, target_fraction=None).set_index("id")   # each run's own target
+    assert own.loc[missed, "time_to_target_s"] == pytest.approx(9.0)

@@ -5,7 +5,9 @@ partition on this host (each pair in a private mount namespace with its own /dev
 link prediction with the lab's model on sampled blocks, evaluates with the lab's full-ranking
 evaluation and records a measured run with engine ``distdgl`` in the run store: per mini-batch
 time split (sampling, remote fetch, compute, gradient sync), bytes between partitions (counted),
-epoch time, time to the Recall@20 target. See :mod:`gnnrec_lab.distributed`.
+epoch time, time to the Recall@20 target. Training goes through the lab's own loop
+(:func:`gnnrec_lab.train.run_loop`), so epochs, evaluation, early stopping and the target are
+counted as in ``gnnrec-lab run``. See :mod:`gnnrec_lab.distributed`.
 """
 from __future__ import annotations
 
@@ -17,11 +19,11 @@ from pathlib import Path
 
 from ..checks import check, check_value
 from ..cluster import check_possible
-from ..config import RunConfig
 from ..distspec import CLUSTERS, DIST_CONSTRAINTS, MODELS
 from ..errors import UserError
 from ..formatting import fmt_ms
 from ..status import RunStatus
+from ..step import target_line
 from ..store import Store
 from .common import add_field_argument, bounded, field_type
 
@@ -62,6 +64,13 @@ def register(sub):
                         "(default: %(default)s)")
     for name in ("lr", "l2", "seed", "eval_every", "eval_users", "target_recall", "max_steps_per_epoch"):
         add_field_argument(p, name)
+    p.add_argument("--target-of", type=_spec_type("target_of"), default=None, metavar="RUN_ID",
+                   help="set the target to --target-fraction of the best validation Recall@20 of finished "
+                        "full-graph run RUN_ID (same dataset, model, layers, batch size, seed and eval users); "
+                        "not with --target-recall (default: no reference run)")
+    p.add_argument("--target-fraction", type=_spec_type("target_fraction"), default=None,
+                   help="with --target-of: the share of that run's best validation Recall@20 to reach "
+                        "(default: 0.95)")
     p.add_argument("--part-method", default="metis", choices=("metis", "random"),
                    help="how DGL splits the graph: metis (few edges cut) or random (default: %(default)s)")
     p.add_argument("--ip-config", default=None,
@@ -105,6 +114,10 @@ def _check(args):
         if args.shared_shm:
             raise UserError("--shared-shm: only with --cluster local")
         check_possible(args.partitions, args.cores_per_machine, args.link_gbit)
+    if args.target_of is not None and args.target_recall is not None:
+        raise UserError("--target-of: not with --target-recall (one target: a value, or a share of a run's best)")
+    if args.target_fraction is not None and args.target_of is None:
+        raise UserError("--target-fraction: only with --target-of RUN_ID")
     if args.ip_config is not None:
         path = Path(args.ip_config)
         if not path.is_file():
@@ -123,25 +136,28 @@ def main(args) -> int:
     _check(args)
     D.require_dgl()
     dataset = data.load(args.dataset, seed=args.seed)
-    config = RunConfig(dataset=args.dataset, model=args.model, layers=args.layers, dim=args.dim,
-                       batch_size=args.batch_size, epochs=args.epochs, lr=args.lr, l2=args.l2, seed=args.seed,
-                       mode="sampled", fanouts=tuple(args.fanouts), eval_every=args.eval_every, patience=args.patience,
-                       target_recall=args.target_recall, eval_users=args.eval_users,
-                       max_steps_per_epoch=args.max_steps_per_epoch,
-                       name=args.name or f"distdgl {args.partitions} partitions")
     store = Store()
-    run_id = store.add_run(config, status=RunStatus.RUNNING)
-    workdir = store.run_dir(run_id) / "distdgl"
-    workdir.mkdir(parents=True, exist_ok=True)
-    spec = D.DistSpec(workdir=str(workdir), graph_name=f"{D.GRAPH_PREFIX}{run_id}_{workdir.stat().st_ino}",
+    # the spec first (its run id and folder follow): the config the store records is its run_config()
+    spec = D.DistSpec(workdir=".", graph_name="pending",
                       partitions=args.partitions, dataset=args.dataset, model=args.model, layers=args.layers,
                       dim=args.dim, fanouts=list(args.fanouts), batch_size=args.batch_size, epochs=args.epochs,
                       lr=args.lr, l2=args.l2, seed=args.seed, eval_every=args.eval_every, eval_users=args.eval_users,
                       target_recall=args.target_recall, max_steps_per_epoch=args.max_steps_per_epoch,
-                      patience=args.patience, data_dir=None, run_id=run_id, home=str(store.home),
+                      patience=args.patience, data_dir=None, home=str(store.home),
                       ip_config=args.ip_config or "",
                       isolate=not args.shared_shm, cluster=args.cluster, cores_per_machine=args.cores_per_machine,
                       link_gbit=args.link_gbit, timeout_s=args.timeout)
+    if args.target_of is not None:
+        target = D.reference_target(store, args.target_of, spec.run_config(),
+                                    D.TARGET_FRACTION if args.target_fraction is None else args.target_fraction)
+        for k, v in target.items():
+            setattr(spec, k, v)
+    config = spec.run_config(name=args.name or f"distdgl {args.partitions} partitions")
+    run_id = store.add_run(config, status=RunStatus.RUNNING)
+    workdir = store.run_dir(run_id) / "distdgl"
+    workdir.mkdir(parents=True, exist_ok=True)
+    spec.workdir, spec.run_id = str(workdir), run_id
+    spec.graph_name = f"{D.GRAPH_PREFIX}{run_id}_{workdir.stat().st_ino}"
     say = (lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr))
 
     def terminated(signum, _frame):   # unwinds like Ctrl-C, so machines and namespaces are removed
@@ -163,7 +179,7 @@ def main(args) -> int:
         if not args.keep_partitions:
             shutil.rmtree(workdir / "parts", ignore_errors=True)
             (workdir / "best_emb.npy").unlink(missing_ok=True)
-    store.set_status(run_id, RunStatus.FINISHED)
+    store.set_status(run_id, RunStatus(result["status"]))
     result["run_id"] = run_id
     if args.json:
         print(json.dumps(result, default=float))
@@ -181,7 +197,10 @@ def main(args) -> int:
           f"sampled edges {b['sampled_edges'] / 2**20:.1f} MiB in all); {d['input_nodes_per_batch']:.0f} input nodes "
           f"per batch = {d['explosion_factor'] * 100:.1f}% of the graph (neighbourhood explosion)")
     v = result["best_valid"]
-    print(f"best valid recall@20 {v.get('recall@20', float('nan')):.4f} (epoch {result['best_epoch']}), "
-          f"test recall@20 {result['test'].get('recall@20', float('nan')):.4f}; time to target "
-          f"{'n/a' if result['time_to_target_s'] is None else format(result['time_to_target_s'], '.1f') + ' s'}")
+    print(f"best valid recall@20 {v.get('recall@20', float('nan')):.4f} (epoch {result['best_epoch']} of "
+          f"{result['epochs']}), test recall@20 {result['test'].get('recall@20', float('nan')):.4f}")
+    print(f"target: {target_line(result['target'])}")
+    for k in ("diverged", "stopped"):
+        if k in result["info"]:
+            print(result["info"][k])
     return 0
