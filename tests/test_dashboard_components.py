@@ -21,18 +21,10 @@ from gnnrec_lab.dashboard.live import (
     stacked_area,
     steady_eta,
 )
-from gnnrec_lab.store import Store, connect
+from gnnrec_lab.store import connect
 
 # Panel 1.9 renames widget name/button_type; the lab keeps the spelling panel>=1.4 understands.
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
-
-
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
-    s = Store()
-    yield s
-    s.close()
 
 
 class RecordingRunner:

@@ -17,20 +17,11 @@ from gnnrec_lab.dashboard.fake import fake_records
 from gnnrec_lab.memory.tiermodel import MODE_DEVICES
 from gnnrec_lab.projection import stored_run_step_time
 from gnnrec_lab.provenance import Provenance
-from gnnrec_lab.store import Store
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 
 HOST = dict(copy_GBps=13.8, triad_GBps=12.2, gather64_GBps=1.35, gather256_GBps=1.75, latency_ns=456.0,
             gemm_GFLOPs=35.7, kind="host", measured=True, measured_at="fixed")
-
-
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
-    s = Store()
-    yield s
-    s.close()
 
 
 @pytest.fixture
