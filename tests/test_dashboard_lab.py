@@ -7,7 +7,7 @@ import dataclasses
 import pandas as pd
 import param
 import pytest
-from test_dashboard_components import RecordingRunner, _timed_run, store, texts  # noqa: F401 (store: the fixture)
+from test_dashboard_components import RecordingRunner, _timed_run, texts
 
 from gnnrec_lab.config import FIELD_DOCS, MODELS, RunConfig
 from gnnrec_lab.dashboard.breakdown import BreakdownPage, newest_finished

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_dashboard_components import RecordingRunner, _calibrate, store, texts  # noqa: F401 (store: the fixture)
+from test_dashboard_components import RecordingRunner, _calibrate, texts
 
 from gnnrec_lab.config import RunConfig
 from gnnrec_lab.dashboard.common import OVERLOADED_LABEL, Lab

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from test_dashboard_components import RecordingRunner, _calibrate, store, texts, tiny_graph  # noqa: F401 (store: the fixture)
+from test_dashboard_components import RecordingRunner, _calibrate, texts, tiny_graph
 
 from gnnrec_lab.dashboard.common import Lab
 
