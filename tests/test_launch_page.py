@@ -155,3 +155,18 @@ def test_errors_not_tied_to_a_field_carry_no_form_prefix(store):
     page = LaunchPage(Lab(store=store, runner=Refusing(store)))
     page.form.param.update(**SHAPE)
     assert page.launch() is None and page.status_md.object == "Not launched: the runner is busy"
+
+
+def test_form_launches_a_run_pinned_to_cores_and_refuses_more_than_there_are(store):
+    """One 'machine' of C cores from the page, as `gnnrec-lab run --cores C`."""
+    import os
+    page = page_for(store, **SHAPE)
+    assert "cores" in page.widgets and page.form.cores is None          # unpinned unless asked
+    page.form.cores = 1
+    assert not page.button.disabled, [e.object for e in page.errors.values() if e.visible]
+    page.launch()
+    assert page.lab.runner.launched[-1].cores == 1
+    page.form.cores = len(os.sched_getaffinity(0)) + 1
+    page.launch()
+    assert len(page.lab.runner.launched) == 1                              # refused, nothing launched
+    assert "may run on" in all_text(page)                                  # says how many there are

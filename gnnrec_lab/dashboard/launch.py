@@ -54,7 +54,7 @@ EXAMPLE_CONFIG = dict(dataset="ml-100k", model="lightgcn", layers=3, dim=64, bat
 # Form fields shown as widgets, in order; placement gets one text box per tensor class.
 FORM_FIELDS = ("dataset", "model", "ngcf_form", "layers", "dim", "batch_size", "epochs", "lr",
                "lr_rule", "optimizer", "memory_mode", "device_profile", "backend", "max_steps_per_epoch",
-               "eval_users", "patience", "seed", "mode", "fanouts", "cache_policy", "cache_size")
+               "eval_users", "patience", "seed", "mode", "fanouts", "cache_policy", "cache_size", "cores")
 # The error pane at the Launch button, for what is not one field's mistake.
 FORM = "form"
 
