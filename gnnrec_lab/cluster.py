@@ -28,19 +28,12 @@ import time
 from dataclasses import dataclass, field
 
 from .errors import UserError
+from .pinning import allowed_cores
 
 SUBNET = "10.251.0"          # /24, used only inside the namespaces of an emulated cluster
 NS_PREFIX = "gnl"            # every name starts with this, then a per-run token
 PORT = 30050                 # each machine has its own address, so one port serves them all
 TBF_LATENCY = "50ms"         # how long tbf may queue a packet before dropping it
-
-
-def _cores() -> list[int]:
-    """The cores this process may run on (its affinity mask), sorted."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return list(range(os.cpu_count() or 1))
 
 
 def check_possible(machines: int, cores_per_machine: int, link_gbit: float) -> None:
@@ -55,7 +48,7 @@ def check_possible(machines: int, cores_per_machine: int, link_gbit: float) -> N
             raise UserError(f"--cluster emulated: `{tool}` ({pkg}) is not on PATH")
     if cores_per_machine < 1:
         raise UserError(f"--cores-per-machine: must be a positive integer, got {cores_per_machine}")
-    have = len(_cores())
+    have = len(allowed_cores())
     if machines * cores_per_machine > have:
         raise UserError(f"--cores-per-machine: {machines} machines x {cores_per_machine} cores = "
                         f"{machines * cores_per_machine} cores, this host has {have}; each machine needs cores "
@@ -105,7 +98,7 @@ class EmulatedCluster:
         self.teardown()
 
     def _build(self) -> None:
-        cores = _cores()
+        cores = allowed_cores()
         br = self.bridge_ns
         self._ip("netns", "add", br)
         self.created.append(br)
