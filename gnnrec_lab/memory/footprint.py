@@ -50,7 +50,8 @@ Symbols: ``N = n_users + n_items`` nodes, ``E = 2 n_train`` directed edges, ``d`
     peak RSS (VmHWM reset between phases): synth-gowalla NGCF keeps ~830 MiB more after step 1
     than before it (571 MiB modeled activations), synth-ml10m LightGCN ~250 MiB (197 MiB
     modeled). Counted (once more the training activations) only when a node tensor ``f N d``
-    is under 32 MiB; larger tensors are mmapped and returned when freed.
+    is under 32 MiB; larger tensors get their own huge-page mapping (:mod:`gnnrec_lab.kernels.buffers`),
+    of which up to ``POOL_MAX`` released ones are kept for reuse: ``POOL_MAX f N d`` retained.
     eval phase: the larger of the retained heap and the no-grad propagation's temporaries
     (LightGCN ``3 f N d``; NGCF ``f N (6 d + 2 d_out)``; MF ``f N d``), plus the last
     training step's output ``f N d_out``.
