@@ -71,26 +71,26 @@ _MODELED_CACHE: dict = {}
 _MODELED_LOCK = threading.Lock()
 
 
-def full_graph_modeled(store, run_id: int, host: dict, modes=OPTANE_MODES, threads: Optional[int] = None) -> dict:
+def full_graph_modeled(store, run_id: int, host: dict, modes=OPTANE_MODES) -> dict:
     """A stored full-graph run's training-step time modeled on each of ``modes``' devices
     (:func:`gnnrec_lab.projection.stored_run_step_time`: its kernel records, the run's placement, else
     every tensor class on the device; Memory Mode's DRAM cache over its predicted footprint) with the
-    run's ``threads``: ``{mode: {"device", "ratio", "placement_assumption", "kind": MODELED}}``, or
+    run's own threads (:func:`~gnnrec_lab.memory.tiermodel.run_threads`, as every other view):
+    ``{mode: {"device", "ratio", "placement_assumption", "kind": MODELED}}``, or
     ``{mode: {"reason": ...}}`` where it cannot be projected. The ratio scales its measured durations
     (:func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`). Only finished runs are passed here
     (:func:`full_vs_distributed`): each projection is kept for the process's life."""
     out = {}
     for mode in modes:
         # a finished run's records never change: its projection is computed once per calibration
-        key = (str(getattr(store, "home", id(store))), int(run_id), mode, threads, host.get("measured_at"),
+        key = (str(getattr(store, "home", id(store))), int(run_id), mode, host.get("measured_at"),
                host.get("triad_GBps"))
         with _MODELED_LOCK:
             if key in _MODELED_CACHE:
                 out[mode] = _MODELED_CACHE[key]
                 continue
         try:
-            st = stored_run_step_time(store, run_id, host, device=MODE_DEVICES[mode],
-                                      **({"threads": int(threads)} if threads else {}))
+            st = stored_run_step_time(store, run_id, host, device=MODE_DEVICES[mode])
         except Exception as e:   # noqa: BLE001 - a view shows why instead of the bar
             out[mode] = {"reason": f"{type(e).__name__}: {e}"}
             continue
@@ -161,8 +161,7 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
         rows.append(base)
         if row["engine"] != "full" or host is None:
             continue
-        threads = cfg.get("cores") or cfg.get("threads") or (info.get("host") or {}).get("torch_threads")
-        for mode, m in full_graph_modeled(store, rid, host, modes, threads=threads).items():
+        for mode, m in full_graph_modeled(store, rid, host, modes).items():
             if "reason" in m:
                 reasons.append((rid, mode, m["reason"]))
                 continue

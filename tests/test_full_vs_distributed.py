@@ -42,9 +42,9 @@ class _Runner:
         return self.store.status(run_id)
 
 
-def full_run(store, layers, batch_size=512, ttt=5.0, epochs=(2.0, 4.0), cores=1, steps=4):
+def full_run(store, layers, batch_size=512, ttt=5.0, epochs=(2.0, 4.0), cores=1, steps=4, threads=None):
     cfg = RunConfig(dataset="synth-tiny", layers=layers, dim=16, batch_size=batch_size, epochs=2, cores=cores,
-                    target_recall=0.05)
+                    threads=threads, target_recall=0.05)
     rid = store.add_run(cfg, status="running")
     store.record_start(rid, {"host": {"affinity": [0], "torch_threads": 1, "cpus": 2},
                              "footprint_predicted": {"graph": 2_000_000, "embeddings": 500_000}})
@@ -102,6 +102,21 @@ def test_modeled_optane_rows_are_the_measured_times_times_the_tier_models_ratio(
     assert dist["kind"] == Provenance.MEASURED and dist["explosion_factor"] == 0.4
     # without a calibration there is nothing to model: measured rows only
     assert set(full_vs_distributed(store)["kind"]) == {Provenance.MEASURED}
+
+
+def test_modeled_rows_use_the_runs_own_threads_as_every_other_view(store, host):
+    """A run pinned to 16 cores with --threads 2 ran two threads: Compare's modeled bars, the run's
+    Breakdown and ``whatif`` (stored_run_step_time without a thread count) all project 2 threads,
+    not 16 (past 4 writers Optane's write bandwidth falls, so the two differ)."""
+    rid = full_run(store, 2, cores=16, threads=2)
+    df = full_vs_distributed(store, host=host).set_index("series")
+    m = df.loc[engine_series("full", 1, 16, mode="optane_app_direct")]
+    device = MODE_DEVICES["optane_app_direct"]
+    two = stored_run_step_time(store, rid, host, device=device, threads=2)["ratio"]
+    sixteen = stored_run_step_time(store, rid, host, device=device, threads=16)["ratio"]
+    assert two != pytest.approx(sixteen)
+    assert m["ratio"] == pytest.approx(two)
+    assert stored_run_step_time(store, rid, host, device=device)["ratio"] == pytest.approx(two)
 
 
 def test_best_by_depth_keeps_each_series_fastest_run_to_target(store, host):

@@ -71,7 +71,7 @@ def _records(args):
 
 def run(args) -> int:
     from ..calibrate import load_host_profile
-    from ..memory.tiermodel import project, run_step_time
+    from ..memory.tiermodel import project, run_step_time, run_threads
     placement = {}
     for item in args.placement:
         cls, _, where = item.partition("=")
@@ -87,7 +87,7 @@ def run(args) -> int:
     place = placement or dict(cfg.get("placement") or {}) or None
     kw = dict(footprint=footprint, remote=args.remote,
               dram_cache_bytes=int(args.dram_gb * (1 << 30)) if args.dram_gb else None,
-              extra_paths=args.devices_file)
+              extra_paths=args.devices_file, threads=run_threads(cfg))   # the table and the step alike
     table = project(records, host, args.device, place, **kw)
     step = run_step_time(records, host, cfg, device=args.device, placement=place, steps=steps, **kw)
     if args.json:

@@ -396,6 +396,13 @@ def _get(config, key, default=None):
 ALL_ON_DEVICE = "all tensor classes on the device"
 
 
+def run_threads(config) -> Optional[int]:
+    """The compute threads a run's config sets: ``threads``, else one per pinned core (``cores``,
+    a one-"machine" run of ``--cores C``), else None (the host calibration's threads, what an
+    unpinned run uses). Every modeled step time of a stored run projects with this count."""
+    return _get(config, "threads") or _get(config, "cores") or None
+
+
 def placement_assumption(placement: Optional[dict]) -> str:
     """How every view names the placement a modeled step time assumes: classes placed ``dram``
     stay in DRAM, every other class sits on the device (``run_step_time``'s rule)."""
@@ -417,6 +424,8 @@ def run_step_time(records, host, config, *, device: Optional[str] = None, placem
     predicted bytes (total or by class; Memory Mode needs it). ``steps``: training steps the
     records cover. The baseline is the device's own platform DRAM (docs/tier_model.md), so a device
     no faster than that DRAM in every profile number is never modeled faster than measured.
+    The device's thread-dependent rates take the run's own compute threads (:func:`run_threads`)
+    unless ``threads`` is passed.
 
     Returns :func:`project_step`'s dict plus ``memory_mode``, ``device`` and
     ``placement_assumption`` (:func:`placement_assumption`, the words every view shows with it).
@@ -427,6 +436,7 @@ def run_step_time(records, host, config, *, device: Optional[str] = None, placem
         placement = dict(_get(config, "placement") or {}) or None
     if isinstance(footprint, dict) and not _bytes(footprint):
         footprint = None
+    kw.setdefault("threads", run_threads(config))
     out = project_step(records, host, dev, placement, footprint, steps=steps, **kw)
     out["memory_mode"] = mode
     out["placement_assumption"] = placement_assumption(placement)
