@@ -30,7 +30,7 @@ OPTANE_WORDS = {"optane_app_direct": "Optane App Direct", "optane_memory_mode": 
 FULL_VS_DIST_COLUMNS = ["id", "engine", "series", "kind", "dataset", "model", "layers", "batch_size", "machines",
                         "cores_per_machine", "link_gbit", "target", "target_reached", "reference_run",
                         "time_to_target_s", "epoch_s", "train_s",
-                        "best_valid_recall@20", "test_recall@20", "explosion_factor", "device", "ratio",
+                        "best_valid_recall@20", "test_recall@20", "explosion_factor", "batch_ms", "device", "ratio",
                         "placement_assumption"]
 
 

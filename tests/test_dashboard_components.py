@@ -313,6 +313,11 @@ def test_compare_shows_full_graph_against_distdgl_runs(store):
     assert df.loc[full, "explosion_factor"] == 1.0
     assert df.loc[dist, "engine"] == "distdgl" and df.loc[dist, "explosion_factor"] == 0.4
     assert df.loc[dist, "batch_ms"] == pytest.approx(200.0)
+    # the table's target and time to it are the bars' (one per depth from the full-graph run)
+    from gnnrec_lab.comparison import full_vs_distributed
+    bars = full_vs_distributed(store).set_index("id")
+    assert df.loc[dist, "target"] == pytest.approx(0.95 * 0.3) == bars.loc[dist, "target"]
+    assert df.loc[full, "time_to_target_s"] == bars.loc[full, "time_to_target_s"]
     assert body.select(pn.pane.HoloViews)
 
 

@@ -23,7 +23,6 @@ import param
 
 from ..comparison import best_by_depth, full_vs_distributed
 from ..config import FIELD_DOCS, field_label
-from ..distributed import comparison_frame
 from ..memory.tiermodel import MODE_DEVICES, modeled_seconds
 from ..proc import load_cell
 from ..projection import host_calibration
@@ -215,17 +214,18 @@ class ComparePage(pn.viewable.Viewer):
         time by depth, each series' best run (:func:`gnnrec_lab.comparison.full_vs_distributed`, the
         notebook's and ``bench_headline``'s numbers too), the full-graph run's Optane App Direct and
         Memory Mode times modeled and hatched; below, every run of the comparison (measured)."""
-        df, err = safe_call(comparison_frame, self.lab.store)
+        df, note = full_vs_distributed_frame(self.lab.store)   # one read of the runs for bars and table
         if df is None or df.empty or not (df["engine"] == "distdgl").any():
             return pn.pane.Markdown("*Full-graph vs DistDGL appears once a `gnnrec-lab distributed` run (the DGL "
-                                    "lane, `make dgl`) has finished.*" + (f" ({err})" if err else ""))
-        df = df[df["dataset"].isin(df.loc[df["engine"] == "distdgl", "dataset"])]
-        cols = ["id", "engine", "dataset", "layers", "batch_size", "epoch_s", "time_to_target_s",
+                                    "lane, `make dgl`) has finished.*" + (f" ({note})" if df is None and note else ""))
+        measured = df[df["kind"] == Provenance.MEASURED]
+        cols = ["id", "engine", "series", "dataset", "layers", "batch_size", "epoch_s", "target", "time_to_target_s",
                 "best_valid_recall@20", "explosion_factor", "batch_ms"]
-        table = pn.widgets.Tabulator(df[cols].set_index("id"), disabled=True, sizing_mode="stretch_width",
-                                     height=min(400, 60 + 30 * len(df)))
-        return pn.Column("### Full graph vs DistDGL", *full_vs_distributed_view(self.lab.store),
-                         pn.pane.Markdown("Every run of the comparison (measured):"), table,
+        table = pn.widgets.Tabulator(measured[cols].set_index("id"), disabled=True, sizing_mode="stretch_width",
+                                     height=min(400, 60 + 30 * len(measured)))
+        return pn.Column("### Full graph vs DistDGL", *full_vs_distributed_view(self.lab.store, frame=(df, note)),
+                         pn.pane.Markdown("Every run of the comparison (measured; time to the same target per "
+                                          "depth as the bars):"), table,
                          sizing_mode="stretch_width")
 
     def __panel__(self):
@@ -307,10 +307,11 @@ def full_vs_distributed_frame(store, run_ids=None):
     return df, "; ".join(notes)
 
 
-def full_vs_distributed_view(store, run_ids=None) -> list:
+def full_vs_distributed_view(store, run_ids=None, frame=None) -> list:
     """The section's parts: the note, a legend of the series, and per dataset the time-to-target
-    and epoch-time bars by depth (notebook 06 shows the same objects for its own ``run_ids``)."""
-    df, note = full_vs_distributed_frame(store, run_ids)
+    and epoch-time bars by depth (notebook 06 shows the same objects for its own ``run_ids``).
+    ``frame``: :func:`full_vs_distributed_frame`'s ``(frame, note)`` when the caller has it already."""
+    df, note = frame if frame is not None else full_vs_distributed_frame(store, run_ids)
     if df is None or df.empty:
         return [pn.pane.Markdown(f"*No finished full-graph or DistDGL runs to compare.* {note or ''}")]
     parts = [pn.pane.Markdown(FULL_VS_DIST_NOTE + (f"\n\n*{note}*" if note else ""), sizing_mode="stretch_width")]
