@@ -26,6 +26,7 @@ Usage:
   python benchmarks/bench_headline.py                 # synth-gowalla, depths 1-4, hours: the lead runs it
   python benchmarks/bench_headline.py --quick         # synth-tiny, depths 1-2, a few minutes
   python benchmarks/bench_headline.py --quick --full-only --out /tmp/h.md --img /tmp/h.png
+  python benchmarks/bench_headline.py --resume        # after an interruption: finished runs are reused
 DistDGL needs the DGL lane (``make dgl``: .venv-dgl) and root (namespaces); ``--full-only`` runs the
 full-graph side alone (the page then says DistDGL was not run).
 """
@@ -108,6 +109,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sweep-depth", type=_positive(int), default=2, help="depth of the link sweep (default 2)")
     p.add_argument("--max-steps-per-epoch", type=_positive(int), default=None, help="cap per epoch (quick checks)")
     p.add_argument("--full-only", action="store_true", help="run the full-graph side only (no DGL lane or root)")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse a finished run of the store with the same name and settings instead of training it "
+                        "again (a run of many hours goes on where an interrupted one stopped)")
     p.add_argument("--quick", action="store_true",
                    help="synth-tiny, depths 1,2, 2 epochs, small batches, links 10,0 at depth 1: checks the script")
     p.add_argument("--out", default=str(ROOT / "docs" / "headline.md"))
@@ -147,6 +151,45 @@ def _cli(python, args: list, timeout: float) -> dict:
     return out
 
 
+def stored_run(name: str, want: dict) -> dict | None:
+    """``--resume``: the newest finished run of the store named ``name`` whose config has every value
+    of ``want``, as the CLI's ``--json`` gives it (its result and ``run_id``), or None."""
+    from gnnrec_lab.status import RunStatus
+    from gnnrec_lab.store import Store
+    store = Store()
+    for rid in sorted(store.run_ids(RunStatus.FINISHED), reverse=True):
+        run = store.get_run(rid)
+        res = run.get("result") or {}
+        cfg = run.get("config") or res.get("config") or {}
+        if run.get("name") == name and res and all(_same(cfg.get(k), v) for k, v in want.items()):
+            return dict(res, run_id=rid, reused=True)
+    return None
+
+
+def _same(stored, given) -> bool:
+    if isinstance(given, float) or isinstance(stored, float):
+        return stored is not None and given is not None and math.isclose(float(stored), float(given), rel_tol=1e-9)
+    if isinstance(given, (list, tuple)):
+        return list(stored or []) == list(given)
+    return stored == given
+
+
+def _settings(a, depth: int, batch: int) -> dict:
+    """The config values a run reused by ``--resume`` must share with the one asked for."""
+    return {"dataset": a.dataset, "model": "lightgcn", "layers": depth, "dim": a.dim, "batch_size": batch,
+            "epochs": a.epochs, "lr": a.lr, "target_recall": a.target, "eval_users": a.eval_users,
+            "max_steps_per_epoch": a.max_steps_per_epoch}
+
+
+def _run_or_reuse(a, name: str, want: dict, python, args: list, timeout: float) -> dict:
+    if a.resume:
+        done = stored_run(name, want)
+        if done is not None:
+            _say(f"{name}: reusing finished run {done['run_id']} (--resume)")
+            return done
+    return _cli(python, args, timeout)
+
+
 def full_run(a, depth: int, batch: int) -> dict:
     rule = LARGE_BATCH_RULE
     args = ["run", "--dataset", a.dataset, "--model", "lightgcn", "--layers", depth, "--dim", a.dim,
@@ -156,7 +199,9 @@ def full_run(a, depth: int, batch: int) -> dict:
             "--name", f"headline full L{depth} b{batch}"]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
-    return _cli(sys.executable, args, a.timeout)
+    want = dict(_settings(a, depth, batch), cores=a.cores, lr_rule=rule["lr_rule"],
+                ref_batch_size=rule["ref_batch_size"], warmup_epochs=rule["warmup_epochs"])
+    return _run_or_reuse(a, f"headline full L{depth} b{batch}", want, sys.executable, args, a.timeout)
 
 
 def dist_run(a, depth: int, batch: int, link: float) -> dict:
@@ -167,7 +212,9 @@ def dist_run(a, depth: int, batch: int, link: float) -> dict:
             "--name", f"headline distdgl L{depth} b{batch} {link:g}G", "--timeout", a.timeout]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
-    return _cli(dgl_lane_python(), args, a.timeout + 300)
+    want = dict(_settings(a, depth, batch), mode="sampled", fanouts=[a.fanout] * depth)
+    return _run_or_reuse(a, f"headline distdgl L{depth} b{batch} {link:g}G", want, dgl_lane_python(), args,
+                         a.timeout + 300)
 
 
 def can_run_distdgl() -> str | None:

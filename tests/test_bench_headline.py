@@ -61,6 +61,20 @@ def test_full_graph_side_on_synth_tiny_writes_the_page_and_figure(home):
     assert "DistDGL was not run" in md and "Link sweep" not in md
 
 
+def test_resume_reuses_finished_runs_with_the_same_settings_and_trains_the_others(home):
+    from gnnrec_lab.store import Store
+    bench = _bench()
+    out, img = home / "h.md", home / "h.png"
+    common = ["--quick", "--full-only", "--depths", "1", "--out", str(out), "--img", str(img)]
+    assert bench.main(common + ["--resume"]) == 0           # nothing stored yet: trains
+    first = Store().run_ids()
+    assert len(first) == 1
+    assert bench.main(common + ["--resume"]) == 0           # the same settings: reused
+    assert Store().run_ids() == first and f"| {first[0]} |" in out.read_text()
+    assert bench.main(common + ["--resume", "--epochs", "1"]) == 0   # other settings: trained anew
+    assert len(Store().run_ids()) == 2
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0, reason="the emulated cluster needs root")
 def test_quick_run_with_distdgl_and_the_link_sweep(home):
