@@ -78,3 +78,23 @@ def test_whatif_and_the_run_summary_name_their_placement(store, capsys):
     line = modeled_line({"memory_mode": "cxl", "device": "cxl_type3_ddr5_x8", "modeled_s_per_step": 0.02,
                          "measured_s_per_step": 0.01, "placement_assumption": "all tensor classes on the device"})
     assert line.endswith("placement: all tensor classes on the device")
+
+
+def test_advise_projects_at_the_configs_own_threads(store):
+    """A config of --cores 16 --threads 8 is advised at 8 threads, as its stored run would be
+    projected (tiermodel.run_threads): past 4 writers Optane's write bandwidth falls, so the
+    host calibration's thread count would give another App Direct step."""
+    from gnnrec_lab.calibrate import host_profile
+    from gnnrec_lab.config import RunConfig
+    from gnnrec_lab.memory.advise import advise, step_records
+    from gnnrec_lab.memory.tiermodel import project_step
+    host = host_profile(measure_if_missing=False)
+    counts = dict(n_users=20_000, n_items=10_000, n_train=400_000)
+    cfg = RunConfig(dataset="synth-tiny", layers=2, dim=64, batch_size=4096, cores=16, threads=8)
+    a = advise(cfg, counts, host, dram_gb=16)
+    ad = a["modes"]["optane_app_direct"]
+    recs = step_records(cfg, counts, host)
+    eight = project_step(recs, host, ad["device"], threads=8)["modeled_s"]
+    default = project_step(recs, host, ad["device"])["modeled_s"]
+    assert eight != pytest.approx(default)
+    assert ad["all_on_device_step_s"] == pytest.approx(eight, rel=1e-9)

@@ -86,9 +86,10 @@ def step_kernels(config, counts: dict) -> list:
 
 def step_records(config, counts: dict, host: dict) -> list:
     """:func:`step_kernels` with a modeled host time each (ns): roofline of the host's measured
-    stream/gather rates and GEMM rate. The records' ``provenance`` is MODELED (no ``backend`` ran them)."""
+    stream/gather rates and GEMM rate at the config's threads (:func:`tiermodel.run_threads`, else
+    the calibration's). The records' ``provenance`` is MODELED (no ``backend`` ran them)."""
     hp = host_device(host)
-    threads = hp.threads
+    threads = tiermodel.run_threads(config) or hp.threads
     gemm = 1.0 / hp.gemm_GFLOPs if hp.gemm_GFLOPs else 0.0
     recs = []
     for r in step_kernels(config, counts):
@@ -101,7 +102,8 @@ def step_records(config, counts: dict, host: dict) -> list:
     return recs
 
 
-def recommend_placement(records, host: dict, device: str, fp: dict, dram_bytes: int) -> dict:
+def recommend_placement(records, host: dict, device: str, fp: dict, dram_bytes: int,
+                        threads: Optional[int] = None) -> dict:
     """Which classes to keep in DRAM when the rest sits on ``device`` (App Direct, CXL, remote NUMA).
 
     Exhaustive search over subsets of the tensor classes (2^7): keep the subset whose bytes fit in
@@ -113,7 +115,7 @@ def recommend_placement(records, host: dict, device: str, fp: dict, dram_bytes: 
     best = None
     train = [r for r in records if r.phase in TRAIN_PHASES]
     steps = max(1, len({r.step for r in train if r.step >= 0}))
-    pr = prepare(train, host, device)
+    pr = prepare(train, host, device, threads=threads)
     for k in range(len(classes) + 1):
         for keep in itertools.combinations(classes, k):
             used = sum(fp[c] for c in keep)
@@ -182,7 +184,8 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
         source = {"kind": Provenance.MODELED, "run_id": None,
                   "text": "modeled from the configuration's kernel counts at the calibrated host's rates "
                           "(no stored DRAM run of this shape)"}
-    base = project_step(recs, host, "host")
+    th = tiermodel.run_threads(config)    # the thread count every modeled step of a run uses
+    base = project_step(recs, host, "host", threads=th)
     base_s = base["measured_s"] if reference is not None else base["modeled_s"]
     modes = {}
     for mode, dev in ADVISED_MODE_DEVICES.items():
@@ -194,18 +197,18 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
             if need > dram_bytes:
                 row["note"] = f"needs {need / GiB:.2f} GiB, DRAM has {dram_gb:g} GiB: will not fit"
         elif mode == "optane_memory_mode":
-            st = project_step(recs, host, dev, footprint=need, dram_cache_bytes=dram_bytes)
+            st = project_step(recs, host, dev, footprint=need, dram_cache_bytes=dram_bytes, threads=th)
             row.update(modeled_step_s=st["modeled_s"], hit_rate=st["hit_rate"], fits=True,
                        placement={c: "memory_mode" for c in TENSOR_CLASSES},
                        placement_assumption=f"{ALL_ON_DEVICE} (DRAM caches Optane)",
                        note=f"DRAM ({dram_gb:g} GiB) caches Optane; modeled hit rate {st['hit_rate']:.3f}")
         else:
-            recommended = recommend_placement(recs, host, dev, fp, dram_bytes)
+            recommended = recommend_placement(recs, host, dev, fp, dram_bytes, threads=th)
             row.update(modeled_step_s=recommended["modeled_step_s"], fits=recommended["modeled_step_s"] is not None,
                        keep_in_dram=recommended["dram"], on_device=recommended["device"],
                        placement={c: ("dram" if c in recommended["dram"] else "device") for c in TENSOR_CLASSES},
                        placement_assumption=ADVISED_SPLIT,
-                       all_on_device_step_s=project_step(recs, host, dev)["modeled_s"])
+                       all_on_device_step_s=project_step(recs, host, dev, threads=th)["modeled_s"])
             if recommended.get("note"):
                 row["note"] = recommended["note"]
         t = row.get("modeled_step_s")
