@@ -1,13 +1,13 @@
 """The headline: full-graph training on one machine vs DistDGL on two, by depth (issue 20, item 5).
 
-One machine is C cores and its memory. The full-graph side is ``gnnrec-lab run --cores C`` (the
-training process pinned to C cores of its own); the DistDGL side is ``gnnrec-lab distributed
---cluster emulated --partitions P --cores-per-machine C`` (P network namespaces, each a server and a
-trainer on C cores of its own, behind a tbf-shaped link of ``--link`` Gbit/s). On a 2-core host,
-C = 1 and P = 2. Both train LightGCN on ``--dataset`` at each depth of ``--depths`` for ``--epochs``
-epochs with a validation Recall@20 target (``--target``), and each side keeps the batch size it does
-best with (least time to target, then least epoch time): the full-graph side tries ``--full-batches``
-with the lab's large-batch rule (Adam, lr scaled by sqrt(batch / 2048), warm-up of half a pass:
+One machine is C cores and its memory. The full-graph side is ``gnnrec-lab run --cores C`` (the training
+process pinned to C cores of its own); the DistDGL side is ``gnnrec-lab distributed --cluster emulated
+--partitions P --cores-per-machine C`` (P network namespaces, each a server and a trainer on C cores of
+its own, behind a tbf-shaped link of ``--link`` Gbit/s). On a 2-core host, C = 1 and P = 2. Both train
+``--model`` (LightGCN by default) on ``--dataset`` at each depth of ``--depths`` for ``--epochs`` epochs
+with a validation Recall@20 target (``--target``), and each side keeps the batch size it does best with
+(least time to target, then least epoch time): the full-graph side tries ``--full-batches`` with the
+lab's large-batch rule (Adam, lr scaled by sqrt(batch / 2048), warm-up of half a pass:
 docs/measurements.md, "Large batches"); DistDGL tries ``--dist-batches`` at ``--lr`` with fan-out
 ``--fanout`` per layer. The full-graph side also shows the same run's times **modeled** on Optane App
 Direct and Memory Mode (the tier model, ``gnnrec_lab.comparison.full_vs_distributed``, the numbers the
@@ -89,7 +89,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="synth-gowalla")
-    p.add_argument("--depths", type=_ints, default=[1, 2, 3, 4], help="LightGCN depths (default 1,2,3,4)")
+    p.add_argument("--model", choices=("lightgcn", "ngcf"), default="lightgcn", help="the model (default lightgcn)")
+    p.add_argument("--depths", type=_ints, default=[1, 2, 3, 4], help="model depths (default 1,2,3,4)")
     p.add_argument("--epochs", type=_positive(int), default=20, help="epochs per run (default 20)")
     p.add_argument("--target", type=_positive(float), default=0.08,
                    help="validation Recall@20 whose first crossing is the time to target (default 0.08)")
@@ -134,6 +135,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return a
 
 
+MODEL_WORDS = {"lightgcn": "LightGCN", "ngcf": "NGCF"}
+
+
+def _tag(a) -> str:
+    """The model in a run's name, for every model but LightGCN (the names earlier stores carry)."""
+    return "" if a.model == "lightgcn" else f" {a.model}"
+
+
 def _say(*x):
     print(*x, file=sys.stderr, flush=True)
 
@@ -176,7 +185,7 @@ def _same(stored, given) -> bool:
 
 def _settings(a, depth: int, batch: int) -> dict:
     """The config values a run reused by ``--resume`` must share with the one asked for."""
-    return {"dataset": a.dataset, "model": "lightgcn", "layers": depth, "dim": a.dim, "batch_size": batch,
+    return {"dataset": a.dataset, "model": a.model, "layers": depth, "dim": a.dim, "batch_size": batch,
             "epochs": a.epochs, "lr": a.lr, "target_recall": a.target, "eval_users": a.eval_users,
             "max_steps_per_epoch": a.max_steps_per_epoch}
 
@@ -192,28 +201,28 @@ def _run_or_reuse(a, name: str, want: dict, python, args: list, timeout: float) 
 
 def full_run(a, depth: int, batch: int) -> dict:
     rule = LARGE_BATCH_RULE
-    args = ["run", "--dataset", a.dataset, "--model", "lightgcn", "--layers", depth, "--dim", a.dim,
+    args = ["run", "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
             "--batch-size", batch, "--epochs", a.epochs, "--lr", a.lr, "--lr-rule", rule["lr_rule"],
             "--ref-batch-size", rule["ref_batch_size"], "--warmup-epochs", rule["warmup_epochs"], "--patience", 0,
             "--target-recall", a.target, "--eval-users", a.eval_users, "--cores", a.cores, "--no-progress",
-            "--name", f"headline full L{depth} b{batch}"]
+            "--name", f"headline full{_tag(a)} L{depth} b{batch}"]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
     want = dict(_settings(a, depth, batch), cores=a.cores, lr_rule=rule["lr_rule"],
                 ref_batch_size=rule["ref_batch_size"], warmup_epochs=rule["warmup_epochs"])
-    return _run_or_reuse(a, f"headline full L{depth} b{batch}", want, sys.executable, args, a.timeout)
+    return _run_or_reuse(a, f"headline full{_tag(a)} L{depth} b{batch}", want, sys.executable, args, a.timeout)
 
 
 def dist_run(a, depth: int, batch: int, link: float) -> dict:
     args = ["distributed", "--cluster", "emulated", "--partitions", a.partitions, "--cores-per-machine", a.cores,
-            "--link-gbit", link, "--dataset", a.dataset, "--model", "lightgcn", "--layers", depth, "--dim", a.dim,
+            "--link-gbit", link, "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
             "--fanouts", ",".join([str(a.fanout)] * depth), "--batch-size", batch, "--epochs", a.epochs,
             "--lr", a.lr, "--target-recall", a.target, "--eval-users", a.eval_users,
-            "--name", f"headline distdgl L{depth} b{batch} {link:g}G", "--timeout", a.timeout]
+            "--name", f"headline distdgl{_tag(a)} L{depth} b{batch} {link:g}G", "--timeout", a.timeout]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
     want = dict(_settings(a, depth, batch), mode="sampled", fanouts=[a.fanout] * depth)
-    return _run_or_reuse(a, f"headline distdgl L{depth} b{batch} {link:g}G", want, dgl_lane_python(), args,
+    return _run_or_reuse(a, f"headline distdgl{_tag(a)} L{depth} b{batch} {link:g}G", want, dgl_lane_python(), args,
                          a.timeout + 300)
 
 
@@ -383,7 +392,7 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
     from gnnrec_lab.provenance import Provenance
     out, img = Path(a.out), Path(a.img)
     cmd = "python benchmarks/bench_headline.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    title = (f"LightGCN on {a.dataset}: full graph on 1 machine ({a.cores} core) "
+    title = (f"{MODEL_WORDS[a.model]} on {a.dataset}: full graph on 1 machine ({a.cores} core) "
              + (f"vs DistDGL on {a.partitions} machines ({a.link:g} Gbit/s)" if why_not is None
                 else "(DistDGL not run)")
              + "; hatched = modeled")
@@ -402,7 +411,7 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
           f"- one machine = {a.cores} core(s) and its memory: full graph `gnnrec-lab run --cores {a.cores}`; DistDGL "
           f"`gnnrec-lab distributed --cluster emulated --partitions {a.partitions} --cores-per-machine {a.cores} "
           f"--link-gbit {a.link:g}` (each machine a network namespace on its own cores, a tbf-shaped link)",
-          f"- LightGCN, dim {a.dim}, {a.epochs} epochs"
+          f"- {MODEL_WORDS[a.model]}, dim {a.dim}, {a.epochs} epochs"
           + (f" of at most {a.max_steps_per_epoch} steps" if a.max_steps_per_epoch else "")
           + f", validation Recall@20 on a seeded sample of {a.eval_users:,} users each epoch (the same users on "
           f"both engines, evaluation time excluded from training time); the target at each depth is "
