@@ -160,9 +160,12 @@ def _cli(python, args: list, timeout: float) -> dict:
     return out
 
 
-def stored_run(name: str, want: dict) -> dict | None:
+def stored_run(name: str, want: dict, engine: str, machines: tuple) -> dict | None:
     """``--resume``: the newest finished run of the store named ``name`` whose config has every value
-    of ``want``, as the CLI's ``--json`` gives it (its result and ``run_id``), or None."""
+    of ``want`` and that ran on ``machines`` (``(machines, cores per machine, link Gbit/s)``, as
+    :func:`gnnrec_lab.comparison.machine_of` reads it), as the CLI's ``--json`` gives it (its result
+    and ``run_id``), or None."""
+    from gnnrec_lab.comparison import machine_of
     from gnnrec_lab.status import RunStatus
     from gnnrec_lab.store import Store
     store = Store()
@@ -170,7 +173,10 @@ def stored_run(name: str, want: dict) -> dict | None:
         run = store.get_run(rid)
         res = run.get("result") or {}
         cfg = run.get("config") or res.get("config") or {}
-        if run.get("name") == name and res and all(_same(cfg.get(k), v) for k, v in want.items()):
+        if run.get("name") != name or not res or not all(_same(cfg.get(k), v) for k, v in want.items()):
+            continue
+        ran_on = machine_of(engine, cfg, run.get("info") or {}, res)
+        if all(_same(got, asked) for got, asked in zip(ran_on, machines)):
             return dict(res, run_id=rid, reused=True)
     return None
 
@@ -190,9 +196,10 @@ def _settings(a, depth: int, batch: int) -> dict:
             "max_steps_per_epoch": a.max_steps_per_epoch}
 
 
-def _run_or_reuse(a, name: str, want: dict, python, args: list, timeout: float) -> dict:
+def _run_or_reuse(a, name: str, want: dict, engine: str, machines: tuple, python, args: list,
+                  timeout: float) -> dict:
     if a.resume:
-        done = stored_run(name, want)
+        done = stored_run(name, want, engine, machines)
         if done is not None:
             _say(f"{name}: reusing finished run {done['run_id']} (--resume)")
             return done
@@ -210,7 +217,8 @@ def full_run(a, depth: int, batch: int) -> dict:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
     want = dict(_settings(a, depth, batch), cores=a.cores, lr_rule=rule["lr_rule"],
                 ref_batch_size=rule["ref_batch_size"], warmup_epochs=rule["warmup_epochs"])
-    return _run_or_reuse(a, f"headline full{_tag(a)} L{depth} b{batch}", want, sys.executable, args, a.timeout)
+    return _run_or_reuse(a, f"headline full{_tag(a)} L{depth} b{batch}", want, "full", (1, a.cores, None),
+                         sys.executable, args, a.timeout)
 
 
 def dist_run(a, depth: int, batch: int, link: float) -> dict:
@@ -222,8 +230,8 @@ def dist_run(a, depth: int, batch: int, link: float) -> dict:
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
     want = dict(_settings(a, depth, batch), mode="sampled", fanouts=[a.fanout] * depth)
-    return _run_or_reuse(a, f"headline distdgl{_tag(a)} L{depth} b{batch} {link:g}G", want, dgl_lane_python(), args,
-                         a.timeout + 300)
+    return _run_or_reuse(a, f"headline distdgl{_tag(a)} L{depth} b{batch} {link:g}G", want, "distdgl",
+                         (a.partitions, a.cores, float(link)), dgl_lane_python(), args, a.timeout + 300)
 
 
 def can_run_distdgl() -> str | None:

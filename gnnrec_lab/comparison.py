@@ -38,7 +38,7 @@ def _plural(n, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _machine(engine: str, cfg: dict, info: dict, result: dict) -> tuple:
+def machine_of(engine: str, cfg: dict, info: dict, result: dict) -> tuple:
     """``(machines, cores per machine, link Gbit/s)`` a stored run ran on: a full-graph run is one
     machine of its ``--cores`` (else the cores its process could run on); a DistDGL run is one
     machine per partition, each of its emulated machine's cores (None on a local cluster, where the
@@ -153,7 +153,7 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
         if keep is not None and row["dataset"] not in keep:
             continue
         info = run.get("info") or {}
-        machines, cores, link = _machine(row["engine"], cfg, info, res)
+        machines, cores, link = machine_of(row["engine"], cfg, info, res)
         base = {k: row.get(k) for k in FULL_VS_DIST_COLUMNS if k in row}
         base.update(machines=machines, cores_per_machine=cores, link_gbit=link, train_s=res.get("train_seconds"),
                     kind=Provenance.MEASURED, device="this host (DRAM)", ratio=None, placement_assumption=None,

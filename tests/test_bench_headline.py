@@ -89,3 +89,22 @@ def test_quick_run_with_distdgl_and_the_link_sweep(home):
     assert "DistDGL, 2 machines x 1 core, 10 Gbit/s (measured)" in md
     assert "## Link sweep (DistDGL, 1 layers" in md and "unshaped" in md and "| 10 Gbit/s |" in md
     assert " MB" in md      # bytes over the links, measured
+
+
+def test_resume_reuses_a_distdgl_run_only_on_the_same_machines(home):
+    """A stored DistDGL run of the same name and settings is reused only where it ran on as many
+    machines of as many cores behind the same link as asked."""
+    from test_full_vs_distributed import dist_run
+
+    from gnnrec_lab.store import Store
+    bench = _bench()
+    store = Store()
+    rid = dist_run(store, 2, link=10.0)
+    with store._con() as con:                      # the name --name gives a run
+        con.execute("UPDATE runs SET name=? WHERE id=?", ("headline distdgl L2 b512 10G", rid))
+    cfg = store.get_run(rid)["config"]
+    want = {k: cfg[k] for k in ("dataset", "model", "layers", "batch_size")}
+    assert bench.stored_run("headline distdgl L2 b512 10G", want, "distdgl", (2, 1, 10.0))["run_id"] == rid
+    assert bench.stored_run("headline distdgl L2 b512 10G", want, "distdgl", (4, 1, 10.0)) is None
+    assert bench.stored_run("headline distdgl L2 b512 10G", want, "distdgl", (2, 1, 1.0)) is None
+    assert bench.stored_run("headline distdgl L2 b512 10G", dict(want, layers=3), "distdgl", (2, 1, 10.0)) is None
