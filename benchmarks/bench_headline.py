@@ -208,30 +208,31 @@ def _run_or_reuse(a, name: str, want: dict, engine: str, machines: tuple, python
 
 def full_run(a, depth: int, batch: int) -> dict:
     rule = LARGE_BATCH_RULE
+    name = f"headline full{_tag(a)} L{depth} b{batch}"
     args = ["run", "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
             "--batch-size", batch, "--epochs", a.epochs, "--lr", a.lr, "--lr-rule", rule["lr_rule"],
             "--ref-batch-size", rule["ref_batch_size"], "--warmup-epochs", rule["warmup_epochs"], "--patience", 0,
             "--target-recall", a.target, "--eval-users", a.eval_users, "--cores", a.cores, "--no-progress",
-            "--name", f"headline full{_tag(a)} L{depth} b{batch}"]
+            "--name", name]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
     want = dict(_settings(a, depth, batch), cores=a.cores, lr_rule=rule["lr_rule"],
                 ref_batch_size=rule["ref_batch_size"], warmup_epochs=rule["warmup_epochs"])
-    return _run_or_reuse(a, f"headline full{_tag(a)} L{depth} b{batch}", want, "full", (1, a.cores, None),
-                         sys.executable, args, a.timeout)
+    return _run_or_reuse(a, name, want, "full", (1, a.cores, None), sys.executable, args, a.timeout)
 
 
 def dist_run(a, depth: int, batch: int, link: float) -> dict:
+    name = f"headline distdgl{_tag(a)} L{depth} b{batch} {link:g}G"
     args = ["distributed", "--cluster", "emulated", "--partitions", a.partitions, "--cores-per-machine", a.cores,
             "--link-gbit", link, "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
             "--fanouts", ",".join([str(a.fanout)] * depth), "--batch-size", batch, "--epochs", a.epochs,
             "--lr", a.lr, "--target-recall", a.target, "--eval-users", a.eval_users,
-            "--name", f"headline distdgl{_tag(a)} L{depth} b{batch} {link:g}G", "--timeout", a.timeout]
+            "--name", name, "--timeout", a.timeout]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
     want = dict(_settings(a, depth, batch), mode="sampled", fanouts=[a.fanout] * depth)
-    return _run_or_reuse(a, f"headline distdgl{_tag(a)} L{depth} b{batch} {link:g}G", want, "distdgl",
-                         (a.partitions, a.cores, float(link)), dgl_lane_python(), args, a.timeout + 300)
+    return _run_or_reuse(a, name, want, "distdgl", (a.partitions, a.cores, float(link)), dgl_lane_python(), args,
+                         a.timeout + 300)
 
 
 def can_run_distdgl() -> str | None:

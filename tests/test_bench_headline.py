@@ -99,9 +99,7 @@ def test_resume_reuses_a_distdgl_run_only_on_the_same_machines(home):
     from gnnrec_lab.store import Store
     bench = _bench()
     store = Store()
-    rid = dist_run(store, 2, link=10.0)
-    with store._con() as con:                      # the name --name gives a run
-        con.execute("UPDATE runs SET name=? WHERE id=?", ("headline distdgl L2 b512 10G", rid))
+    rid = dist_run(store, 2, link=10.0, name="headline distdgl L2 b512 10G")
     cfg = store.get_run(rid)["config"]
     want = {k: cfg[k] for k in ("dataset", "model", "layers", "batch_size")}
     assert bench.stored_run("headline distdgl L2 b512 10G", want, "distdgl", (2, 1, 10.0))["run_id"] == rid

@@ -67,8 +67,9 @@ def _history(ttt, best):
             {"epoch": 2, "step": 2, "elapsed_s": ttt, "recall@20": best}]
 
 
-def dist_run(store, layers, ttt=9.0, link=10.0, best=0.29):
-    cfg = RunConfig(dataset="synth-tiny", layers=layers, mode="sampled", fanouts=(10,) * layers, batch_size=512)
+def dist_run(store, layers, ttt=9.0, link=10.0, best=0.29, name=None):
+    cfg = RunConfig(dataset="synth-tiny", layers=layers, mode="sampled", fanouts=(10,) * layers, batch_size=512,
+                    name=name)
     rid = store.add_run(cfg, status="running")
     cluster = {"kind": "emulated", "link_gbit": link, "machines": [{"index": i, "cores": [i]} for i in range(2)]}
     store.record_result(rid, {"engine": "distdgl", "config": cfg.to_dict(), "epoch_seconds": [9.0],
