@@ -23,7 +23,7 @@ Every run goes through the CLI in a subprocess and is recorded in the run store
 (``$GNNREC_LAB_HOME``), so the Compare page shows the same runs afterwards.
 
 Usage:
-  python benchmarks/bench_headline.py                 # synth-gowalla, depths 1-4, hours: the lead runs it
+  python benchmarks/bench_headline.py                 # synth-gowalla, depths 1-4: docs/headline.md (about 2 h)
   python benchmarks/bench_headline.py --quick         # synth-tiny, depths 1-2, a few minutes
   python benchmarks/bench_headline.py --quick --full-only --out /tmp/h.md --img /tmp/h.png
   python benchmarks/bench_headline.py --resume        # after an interruption: finished runs are reused
@@ -46,10 +46,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gnnrec_lab.comparison import best_by_depth, full_vs_distributed  # noqa: E402
+from gnnrec_lab.comparison import (  # noqa: E402
+    LARGE_BATCH_RULE,
+    best_by_depth,
+    finished_run,
+    full_vs_distributed,
+    headline_name,
+    headline_settings,
+)
 from gnnrec_lab.distributed import PHASES, TARGET_FRACTION, dgl_lane_python  # noqa: E402
 
-LARGE_BATCH_RULE = dict(lr_rule="sqrt", ref_batch_size=2048, warmup_epochs=0.5)   # the lab's large-batch rule
 SPLIT_WORDS = {"sampling": "sampling", "remote_fetch": "remote fetch", "compute": "compute", "grad_sync": "sync"}
 
 
@@ -91,23 +97,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dataset", default="synth-gowalla")
     p.add_argument("--model", choices=("lightgcn", "ngcf"), default="lightgcn", help="the model (default lightgcn)")
     p.add_argument("--depths", type=_ints, default=[1, 2, 3, 4], help="model depths (default 1,2,3,4)")
-    p.add_argument("--epochs", type=_positive(int), default=20, help="epochs per run (default 20)")
+    p.add_argument("--epochs", type=_positive(int), default=40, help="epochs per run (default 40)")
     p.add_argument("--target", type=_positive(float), default=0.08,
                    help="validation Recall@20 whose first crossing is the time to target (default 0.08)")
     p.add_argument("--full-batches", type=_ints, default=[16384, 65536],
                    help="full-graph batch sizes tried, with the large-batch rule (default 16384,65536)")
-    p.add_argument("--dist-batches", type=_ints, default=[1024, 4096],
-                   help="DistDGL global batch sizes tried (default 1024,4096)")
+    p.add_argument("--dist-batches", type=_ints, default=[16384],
+                   help="DistDGL global batch sizes tried (default 16384)")
     p.add_argument("--dim", type=_positive(int), default=64)
-    p.add_argument("--lr", type=_positive(float), default=1e-3, help="lr at batch 2048 (full graph: scaled by sqrt)")
+    p.add_argument("--lr", type=_positive(float), default=5e-3,
+                   help="lr at batch 2048 (full graph: scaled by sqrt; default 5e-3)")
     p.add_argument("--fanout", type=_positive(int), default=10, help="DistDGL neighbours per node per layer")
-    p.add_argument("--eval-users", type=_positive(int), default=3000, help="seeded sample ranked for validation")
+    p.add_argument("--eval-users", type=_positive(int), default=1000,
+                   help="seeded sample ranked for validation (default 1000)")
     p.add_argument("--cores", type=_positive(int), default=1, help="cores of one machine, C (default 1)")
     p.add_argument("--partitions", type=_positive(int), default=2, help="DistDGL machines, P (default 2)")
     p.add_argument("--link", type=float, default=10.0, help="link rate of the by-depth runs, Gbit/s (default 10)")
     p.add_argument("--links", type=_links, default=[1.0, 10.0, 25.0, 0.0],
                    help="the link sweep, Gbit/s, 0 = unshaped (default 1,10,25,0)")
-    p.add_argument("--sweep-depth", type=_positive(int), default=2, help="depth of the link sweep (default 2)")
+    p.add_argument("--sweep-depth", type=_positive(int), default=1, help="depth of the link sweep (default 1)")
     p.add_argument("--max-steps-per-epoch", type=_positive(int), default=None, help="cap per epoch (quick checks)")
     p.add_argument("--full-only", action="store_true", help="run the full-graph side only (no DGL lane or root)")
     p.add_argument("--resume", action="store_true",
@@ -138,11 +146,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 MODEL_WORDS = {"lightgcn": "LightGCN", "ngcf": "NGCF"}
 
 
-def _tag(a) -> str:
-    """The model in a run's name, for every model but LightGCN (the names earlier stores carry)."""
-    return "" if a.model == "lightgcn" else f" {a.model}"
-
-
 def _say(*x):
     print(*x, file=sys.stderr, flush=True)
 
@@ -161,39 +164,17 @@ def _cli(python, args: list, timeout: float) -> dict:
 
 
 def stored_run(name: str, want: dict, engine: str, machines: tuple) -> dict | None:
-    """``--resume``: the newest finished run of the store named ``name`` whose config has every value
-    of ``want`` and that ran on ``machines`` (``(machines, cores per machine, link Gbit/s)``, as
-    :func:`gnnrec_lab.comparison.machine_of` reads it), as the CLI's ``--json`` gives it (its result
-    and ``run_id``), or None."""
-    from gnnrec_lab.comparison import machine_of
-    from gnnrec_lab.status import RunStatus
+    """``--resume``: the newest finished run of the store (``$GNNREC_LAB_HOME``) named ``name`` with the
+    settings ``want`` on ``machines`` (:func:`gnnrec_lab.comparison.finished_run`), or None."""
     from gnnrec_lab.store import Store
-    store = Store()
-    for rid in sorted(store.run_ids(RunStatus.FINISHED), reverse=True):
-        run = store.get_run(rid)
-        res = run.get("result") or {}
-        cfg = run.get("config") or res.get("config") or {}
-        if run.get("name") != name or not res or not all(_same(cfg.get(k), v) for k, v in want.items()):
-            continue
-        ran_on = machine_of(engine, cfg, run.get("info") or {}, res)
-        if all(_same(got, asked) for got, asked in zip(ran_on, machines)):
-            return dict(res, run_id=rid, reused=True)
-    return None
+    return finished_run(Store(), name, want, engine, machines)
 
 
-def _same(stored, given) -> bool:
-    if isinstance(given, float) or isinstance(stored, float):
-        return stored is not None and given is not None and math.isclose(float(stored), float(given), rel_tol=1e-9)
-    if isinstance(given, (list, tuple)):
-        return list(stored or []) == list(given)
-    return stored == given
-
-
-def _settings(a, depth: int, batch: int) -> dict:
+def _settings(a, engine: str, depth: int, batch: int) -> dict:
     """The config values a run reused by ``--resume`` must share with the one asked for."""
-    return {"dataset": a.dataset, "model": a.model, "layers": depth, "dim": a.dim, "batch_size": batch,
-            "epochs": a.epochs, "lr": a.lr, "target_recall": a.target, "eval_users": a.eval_users,
-            "max_steps_per_epoch": a.max_steps_per_epoch}
+    return headline_settings(engine, dataset=a.dataset, model=a.model, layers=depth, dim=a.dim, batch_size=batch,
+                             epochs=a.epochs, lr=a.lr, target_recall=a.target, eval_users=a.eval_users,
+                             max_steps_per_epoch=a.max_steps_per_epoch, cores=a.cores, fanout=a.fanout)
 
 
 def _run_or_reuse(a, name: str, want: dict, engine: str, machines: tuple, python, args: list,
@@ -208,7 +189,7 @@ def _run_or_reuse(a, name: str, want: dict, engine: str, machines: tuple, python
 
 def full_run(a, depth: int, batch: int) -> dict:
     rule = LARGE_BATCH_RULE
-    name = f"headline full{_tag(a)} L{depth} b{batch}"
+    name = headline_name("full", a.model, depth, batch)
     args = ["run", "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
             "--batch-size", batch, "--epochs", a.epochs, "--lr", a.lr, "--lr-rule", rule["lr_rule"],
             "--ref-batch-size", rule["ref_batch_size"], "--warmup-epochs", rule["warmup_epochs"], "--patience", 0,
@@ -216,13 +197,12 @@ def full_run(a, depth: int, batch: int) -> dict:
             "--name", name]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
-    want = dict(_settings(a, depth, batch), cores=a.cores, lr_rule=rule["lr_rule"],
-                ref_batch_size=rule["ref_batch_size"], warmup_epochs=rule["warmup_epochs"])
-    return _run_or_reuse(a, name, want, "full", (1, a.cores, None), sys.executable, args, a.timeout)
+    return _run_or_reuse(a, name, _settings(a, "full", depth, batch), "full", (1, a.cores, None), sys.executable,
+                         args, a.timeout)
 
 
 def dist_run(a, depth: int, batch: int, link: float) -> dict:
-    name = f"headline distdgl{_tag(a)} L{depth} b{batch} {link:g}G"
+    name = headline_name("distdgl", a.model, depth, batch, link)
     args = ["distributed", "--cluster", "emulated", "--partitions", a.partitions, "--cores-per-machine", a.cores,
             "--link-gbit", link, "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
             "--fanouts", ",".join([str(a.fanout)] * depth), "--batch-size", batch, "--epochs", a.epochs,
@@ -230,8 +210,8 @@ def dist_run(a, depth: int, batch: int, link: float) -> dict:
             "--name", name, "--timeout", a.timeout]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
-    want = dict(_settings(a, depth, batch), mode="sampled", fanouts=[a.fanout] * depth)
-    return _run_or_reuse(a, name, want, "distdgl", (a.partitions, a.cores, float(link)), dgl_lane_python(), args,
+    return _run_or_reuse(a, name, _settings(a, "distdgl", depth, batch), "distdgl",
+                         (a.partitions, a.cores, float(link)), dgl_lane_python(), args,
                          a.timeout + 300)
 
 

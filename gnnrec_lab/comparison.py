@@ -12,6 +12,7 @@ store through :mod:`~gnnrec_lab.projection` and :mod:`~gnnrec_lab.distributed`.
 """
 from __future__ import annotations
 
+import math
 import threading
 from typing import Optional
 
@@ -185,3 +186,59 @@ def best_by_depth(frame: pd.DataFrame, by: str = "time_to_target_s") -> pd.DataF
     f = frame.assign(_miss=frame[by].isna()).sort_values(["_miss", by, "epoch_s", "id"], na_position="last")
     return f.drop_duplicates(keys).drop(columns="_miss").sort_values(keys[:2] + ["layers", "series"],
                                                                      ignore_index=True)
+
+
+# --- the headline experiment's runs: named and reused the same way by benchmarks/bench_headline.py and
+# notebook 06, so the notebook at its full settings reads the runs the benchmark stored ---------------
+
+#: the lab's large-batch rule (docs/measurements.md, "Large batches"): Adam, lr x sqrt(batch / 2048),
+#: warm-up of half a pass; the full-graph side of the headline trains with it
+LARGE_BATCH_RULE = {"lr_rule": "sqrt", "ref_batch_size": 2048, "warmup_epochs": 0.5}
+
+
+def headline_name(engine: str, model: str, layers: int, batch_size: int, link_gbit: Optional[float] = None) -> str:
+    """A headline run's name (``headline full L2 b65536``, ``headline distdgl ngcf L3 b16384 10G``): the
+    model appears for every model but LightGCN, the link rate for DistDGL only."""
+    tag = "" if model == "lightgcn" else f" {model}"
+    if engine == "distdgl":
+        return f"headline distdgl{tag} L{layers} b{batch_size} {float(link_gbit or 0):g}G"
+    return f"headline full{tag} L{layers} b{batch_size}"
+
+
+def headline_settings(engine: str, *, dataset: str, model: str, layers: int, dim: int, batch_size: int,
+                      epochs: int, lr: float, target_recall: float, eval_users: int,
+                      max_steps_per_epoch: Optional[int] = None, cores: Optional[int] = None,
+                      fanout: Optional[int] = None) -> dict:
+    """The config values a stored headline run must share with the one asked for to be reused: the
+    training settings, plus the large-batch rule and ``cores`` (full graph) or sampled mode and
+    fan-outs (DistDGL)."""
+    want = {"dataset": dataset, "model": model, "layers": layers, "dim": dim, "batch_size": batch_size,
+            "epochs": epochs, "lr": lr, "target_recall": target_recall, "eval_users": eval_users,
+            "max_steps_per_epoch": max_steps_per_epoch}
+    if engine == "distdgl":
+        return dict(want, mode="sampled", fanouts=[fanout] * layers)
+    return dict(want, cores=cores, **LARGE_BATCH_RULE)
+
+
+def finished_run(store, name: str, want: dict, engine: str, machines: tuple) -> Optional[dict]:
+    """The newest finished run of ``store`` named ``name`` whose config has every value of ``want``
+    and that ran on ``machines`` (``(machines, cores per machine, link Gbit/s)``, as
+    :func:`machine_of` reads it), as the CLI's ``--json`` gives it (its result, ``run_id`` and
+    ``reused=True``), or None."""
+    for rid in sorted(store.run_ids(RunStatus.FINISHED), reverse=True):
+        run = store.get_run(rid)
+        res = run.get("result") or {}
+        cfg = run.get("config") or res.get("config") or {}
+        if run.get("name") != name or not res or not all(_same(cfg.get(k), v) for k, v in want.items()):
+            continue
+        if all(_same(got, asked) for got, asked in zip(machine_of(engine, cfg, run.get("info") or {}, res), machines)):
+            return dict(res, run_id=rid, reused=True)
+    return None
+
+
+def _same(stored, given) -> bool:
+    if isinstance(given, float) or isinstance(stored, float):
+        return stored is not None and given is not None and math.isclose(float(stored), float(given), rel_tol=1e-9)
+    if isinstance(given, (list, tuple)):
+        return list(stored or []) == list(given)
+    return stored == given

@@ -42,6 +42,9 @@ def test_quick_sets_small_defaults_and_keeps_what_is_given():
     full = _bench().parse_args([])
     assert full.dataset == "synth-gowalla" and full.depths == [1, 2, 3, 4] and full.links == [1.0, 10.0, 25.0, 0.0]
     assert full.cores == 1 and full.partitions == 2 and full.link == 10.0
+    # the bare command is the one behind docs/headline.md
+    assert (full.epochs, full.lr, full.eval_users, full.sweep_depth) == (40, 5e-3, 1000, 1)
+    assert full.full_batches == [16384, 65536] and full.dist_batches == [16384]
 
 
 def _check_page(md: str, img: pathlib.Path):
@@ -99,10 +102,14 @@ def test_resume_reuses_a_distdgl_run_only_on_the_same_machines(home):
     from gnnrec_lab.store import Store
     bench = _bench()
     store = Store()
-    rid = dist_run(store, 2, link=10.0, name="headline distdgl L2 b512 10G")
+    from gnnrec_lab.comparison import headline_name
+    name = headline_name("distdgl", "lightgcn", 2, 512, 10.0)
+    assert name == "headline distdgl L2 b512 10G"
+    assert headline_name("full", "ngcf", 3, 65536) == "headline full ngcf L3 b65536"
+    rid = dist_run(store, 2, link=10.0, name=name)
     cfg = store.get_run(rid)["config"]
     want = {k: cfg[k] for k in ("dataset", "model", "layers", "batch_size")}
-    assert bench.stored_run("headline distdgl L2 b512 10G", want, "distdgl", (2, 1, 10.0))["run_id"] == rid
-    assert bench.stored_run("headline distdgl L2 b512 10G", want, "distdgl", (4, 1, 10.0)) is None
-    assert bench.stored_run("headline distdgl L2 b512 10G", want, "distdgl", (2, 1, 1.0)) is None
-    assert bench.stored_run("headline distdgl L2 b512 10G", dict(want, layers=3), "distdgl", (2, 1, 10.0)) is None
+    assert bench.stored_run(name, want, "distdgl", (2, 1, 10.0))["run_id"] == rid
+    assert bench.stored_run(name, want, "distdgl", (4, 1, 10.0)) is None
+    assert bench.stored_run(name, want, "distdgl", (2, 1, 1.0)) is None
+    assert bench.stored_run(name, dict(want, layers=3), "distdgl", (2, 1, 10.0)) is None

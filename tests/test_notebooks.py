@@ -62,11 +62,29 @@ def test_notebook_runs_on_small_settings(path, monkeypatch, tmp_path):
     assert not (tmp_path / "data").exists(), "the notebook made a data/ in its own directory"
     if path.stem.startswith("03"):
         _check_fit_statement(nb)
+    if path.stem.startswith("06"):
+        _check_runs_read_back(path, nb, tmp_path)
     if path.stem.startswith("05"):  # the look-ahead cache notebook shows a real cached run's measured table
         outs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
         text = "".join(o.get("text", "") for o in outs) + "".join(str(o.get("data", {}).get("text/plain", ""))
                                                              for o in outs)
         assert "O_DIRECT" in text or "buffered+fadvise" in text
+
+def _check_runs_read_back(path, nb, tmp_path):
+    """Notebook 06 names its runs as benchmarks/bench_headline.py does and reads a finished run of the
+    same name, settings and machines back from the store instead of training it again: run a second
+    time on the same store, it trains nothing and shows the same runs."""
+    from gnnrec_lab.store import Store
+    ids = Store().run_ids()
+    names = {Store().get_run(i)["name"] for i in ids}
+    assert {"headline full L1 b128", "headline full L2 b512"} <= names, names
+    again = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(again, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert Store().run_ids() == ids
+    text = "".join(o.get("text", "") for c in again.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert text.count("(read back from the store)") >= 4 and "(trained)" not in text, text
+
 
 def _check_fit_statement(nb):
     """Notebook 03 says which footprints fit in DRAM: the statement must follow from the table it
