@@ -225,7 +225,7 @@ def finished_run(store, name: str, want: dict, engine: str, machines: tuple) -> 
     and that ran on ``machines`` (``(machines, cores per machine, link Gbit/s)``, as
     :func:`machine_of` reads it), as the CLI's ``--json`` gives it (its result, ``run_id`` and
     ``reused=True``), or None."""
-    for rid in sorted(store.run_ids(RunStatus.FINISHED), reverse=True):
+    for rid in sorted(store.run_ids(RunStatus.FINISHED, name=name), reverse=True):
         run = store.get_run(rid)
         res = run.get("result") or {}
         cfg = run.get("config") or res.get("config") or {}

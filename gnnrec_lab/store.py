@@ -495,10 +495,11 @@ class Store:
                           (config_json, RunStatus.FINISHED))
         return int(row[0][0]) if row else None
 
-    def run_ids(self, status: Optional[RunStatus] = None) -> list[int]:
-        if status is None:
-            return [r[0] for r in self._query("SELECT id FROM runs ORDER BY id")]
-        return [r[0] for r in self._query("SELECT id FROM runs WHERE status=? ORDER BY id", (status,))]
+    def run_ids(self, status: Optional[RunStatus] = None, name: Optional[str] = None) -> list[int]:
+        """Ids of the runs (of ``status``, named ``name`` where given), oldest first."""
+        where = [(c, v) for c, v in (("status", status), ("name", name)) if v is not None]
+        sql = "SELECT id FROM runs" + (" WHERE " + " AND ".join(f"{c}=?" for c, _ in where) if where else "")
+        return [r[0] for r in self._query(sql + " ORDER BY id", tuple(v for _, v in where))]
 
     # -- what the training loop reports ------------------------------------
     def record_start(self, run_id: int, info: dict) -> None:

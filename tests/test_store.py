@@ -594,3 +594,19 @@ def test_another_process_closing_does_not_pull_the_wal_from_under_a_live_store(t
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     con.close()
     assert {a, b} <= set(Store(tmp_path).run_ids()) and len(Store(tmp_path).run_ids()) == 3
+
+
+def test_run_ids_by_status_and_name(tmp_path):
+    """``run_ids(status, name)``: the runs of that status and name only, oldest first (how
+    ``comparison.finished_run`` finds a headline run without reading every run of the store)."""
+    from gnnrec_lab.status import RunStatus
+    s = Store(tmp_path)
+    a = s.add_run(RunConfig(dataset="synth-tiny", name="headline full L1 b128"))
+    b = s.add_run(RunConfig(dataset="synth-tiny", name="other"))
+    c = s.add_run(RunConfig(dataset="synth-tiny", name="headline full L1 b128"))
+    s.set_status(c, RunStatus.RUNNING)
+    s.set_status(c, RunStatus.FINISHED)
+    assert s.run_ids() == [a, b, c]
+    assert s.run_ids(name="headline full L1 b128") == [a, c]
+    assert s.run_ids(RunStatus.FINISHED, name="headline full L1 b128") == [c]
+    assert s.run_ids(RunStatus.FINISHED, name="other") == [] and s.run_ids(RunStatus.QUEUED) == [a, b]
