@@ -70,18 +70,20 @@ def test_notebook_runs_on_small_settings(path, monkeypatch, tmp_path):
                                                              for o in outs)
         assert "O_DIRECT" in text or "buffered+fadvise" in text
 
+
 def _check_runs_read_back(path, nb, tmp_path):
     """Notebook 06 names its runs as benchmarks/bench_headline.py does and reads a finished run of the
     same name, settings and machines back from the store instead of training it again: run a second
     time on the same store, it trains nothing and shows the same runs."""
     from gnnrec_lab.store import Store
-    ids = Store().run_ids()
-    names = {Store().get_run(i)["name"] for i in ids}
+    store = Store()
+    ids = store.run_ids()
+    names = {store.get_run(i)["name"] for i in ids}
     assert {"headline full L1 b128", "headline full L2 b512"} <= names, names
     again = nbformat.read(path, as_version=4)
     nbclient.NotebookClient(again, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
-    assert Store().run_ids() == ids
+    assert store.run_ids() == ids
     text = "".join(o.get("text", "") for c in again.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert text.count("(read back from the store)") >= 4 and "(trained)" not in text, text
 
