@@ -24,7 +24,7 @@ import statistics
 import time
 
 from gnnrec_lab import RunConfig, run
-from gnnrec_lab.benchmarking import runtime_summary
+from gnnrec_lab.training.benchmarking import runtime_summary
 
 # Test Recall@20 / NDCG@20 on ML-100K with the protocol above, from RecBole 1.2.1 (LightGCN and
 # NGCF, full-sort evaluation), as recorded in issue 12 of this project.

@@ -3,7 +3,7 @@
 On a shared machine the load drifts by more than the effect being measured, so two separate
 ``bench kernels`` runs cannot compare two kernel versions. Here one worker process per checkout
 (``PYTHONPATH`` = that tree) builds the same power-law graph and waits; the parent then starts N
-antagonists (:func:`gnnrec_lab.benchmarking.antagonists`) and asks the workers for one forward +
+antagonists (:func:`gnnrec_lab.training.benchmarking.antagonists`) and asks the workers for one forward +
 backward of every kernel in turn, alternating which goes first, so both see the same load.
 Reported per kernel and phase: each side's median seconds over the rounds (measured) and the
 median of the paired ratios (baseline / this checkout). Nothing is asserted.
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gnnrec_lab.benchmarking import antagonists, runtime_summary
+from gnnrec_lab.training.benchmarking import antagonists, runtime_summary
 
 HERE = Path(__file__).resolve().parent
 
@@ -29,8 +29,8 @@ WORKER = r"""
 import gc, json, sys
 import torch
 from gnnrec_lab import kernels as K
-from gnnrec_lab.benchmarking import SIZES, _run_kernel, power_law_graph
-from gnnrec_lab.recorder import Recorder, use_recorder
+from gnnrec_lab.training.benchmarking import SIZES, _run_kernel, power_law_graph
+from gnnrec_lab.util.recorder import Recorder, use_recorder
 size, dim, names = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
 K.warmup(torch.float32)
 adj = power_law_graph(*SIZES[size]).adj

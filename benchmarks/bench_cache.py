@@ -26,7 +26,7 @@ import numpy as np
 from gnnrec_lab.cache import mf_trace, next_use, parse_capacity, row_bytes, simulate, skew
 from gnnrec_lab.cache.simulate import policies_for
 from gnnrec_lab.data import load
-from gnnrec_lab.graph import BipartiteGraph
+from gnnrec_lab.graph.bipartite import BipartiteGraph
 
 
 def machine() -> dict:

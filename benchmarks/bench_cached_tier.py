@@ -2,7 +2,7 @@
 O_DIRECT file, a DRAM cache in front, for each policy -- vs no cache and vs all in DRAM.
 
 For each policy the same seeded run (default: synth-gowalla, MF i.e. 0 layers, batch 1024,
-dim 64, a few capped epochs) is trained through ``gnnrec_lab.train`` and reports, all
+dim 64, a few capped epochs) is trained through ``gnnrec_lab.training.loop`` and reports, all
 **measured** on this machine:
 
 * epoch time (median over epochs, min..max), training-thread stall on the slow tier per epoch,
@@ -33,7 +33,7 @@ Usage: python benchmarks/bench_cached_tier.py [--dataset synth-gowalla] [--model
 """
 from __future__ import annotations
 
-# first, before torch: gnnrec_lab.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
+# first, before torch: gnnrec_lab.util.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
 # loads (with torch's spinning default, numba's and torch's thread teams steal each other's cores)
 import gnnrec_lab  # noqa: F401
 
@@ -49,10 +49,11 @@ import time
 
 import torch
 
-import gnnrec_lab.train as train_mod
-from gnnrec_lab import RunConfig, calibrate, run
+import gnnrec_lab.training.loop as train_mod
+from gnnrec_lab import RunConfig, run
 from gnnrec_lab.cache.cached_rows import make_cached_rows
 from gnnrec_lab.cache.slow_tier import IO_THREADS
+from gnnrec_lab.memory import calibrate
 from gnnrec_lab.memory.profiles import misses_in_flight
 from gnnrec_lab.memory.tiermodel import get_profile
 

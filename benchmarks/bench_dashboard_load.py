@@ -44,7 +44,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["GNNREC_LAB_HOME"] = tmp
         from gnnrec_lab.dashboard.fake import fill_store
-        from gnnrec_lab.store import Store
+        from gnnrec_lab.runs.store import Store
         t0 = time.perf_counter()
         store = Store()
         # a few runs with kernel records (the Breakdown/Live pages), the rest steps and evals only
@@ -55,7 +55,7 @@ def main() -> int:
 
         port = free_port()
         env = dict(os.environ, GNNREC_LAB_HOME=tmp)
-        proc = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.cli", "dashboard", "--port", str(port),
+        proc = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.commands.cli", "dashboard", "--port", str(port),
                                  "--no-show", "--address", "127.0.0.1"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         url = f"http://127.0.0.1:{port}/"

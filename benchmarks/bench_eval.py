@@ -6,7 +6,7 @@ ranking costs the same whatever the weights; RecBole's embedding tables are load
 initial ones, so both rank with the same weights and their metrics must agree, which checks that
 both did the same work):
 
-* lab: ``gnnrec_lab.evaluate.evaluate(model, adj, dataset, "test")``, what a run does after
+* lab: ``gnnrec_lab.training.evaluate.evaluate(model, adj, dataset, "test")``, what a run does after
   training: one propagation without gradients, every test user's scores over all items, the
   user's training and validation items masked, top 20, Recall/MRR/NDCG/Hit/Precision at 10 and 20;
 * RecBole: ``Trainer.evaluate(test_data)`` with ``eval_args.mode = full``, the same work (its
@@ -24,7 +24,7 @@ Usage: python benchmarks/bench_eval.py [--datasets ml-100k,synth-gowalla] [--rep
 """
 from __future__ import annotations
 
-# first, before torch: gnnrec_lab.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
+# first, before torch: gnnrec_lab.util.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
 # loads (with torch's spinning default, numba's and torch's thread teams steal each other's cores)
 import gnnrec_lab  # noqa: F401
 
@@ -43,10 +43,10 @@ import numpy as np
 import torch
 
 from gnnrec_lab import data
-from gnnrec_lab.benchmarking import machine_line, runtime_summary
-from gnnrec_lab.evaluate import evaluate
-from gnnrec_lab.graph import BipartiteGraph
+from gnnrec_lab.graph.bipartite import BipartiteGraph
 from gnnrec_lab.models.lightgcn import LightGCN
+from gnnrec_lab.training.benchmarking import machine_line, runtime_summary
+from gnnrec_lab.training.evaluate import evaluate
 
 HERE = Path(__file__).resolve().parent
 TARGET = 5.0
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
         print(f"--recbole-python: {a.recbole_python} is not an executable interpreter; build the RecBole lane "
               f"with `make recbole`", file=sys.stderr)
         return 2
-    from gnnrec_lab.calibrate import host_profile
+    from gnnrec_lab.memory.calibrate import host_profile
     report = {"machine": machine_line(host_profile(measure_if_missing=True, quick=True)),
               "load_before": os.getloadavg(), "model": f"LightGCN dim {DIM}, {LAYERS} layers, untrained",
               "target": f"lab >= {TARGET:g}x faster than RecBole", "rows": []}

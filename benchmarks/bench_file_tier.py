@@ -28,10 +28,11 @@ import sys
 from pathlib import Path
 
 import gnnrec_lab  # noqa: F401  (process-wide runtime settings before torch/numba)
-from gnnrec_lab import RunConfig, calibrate, run
-from gnnrec_lab.config import TENSOR_CLASSES
-from gnnrec_lab.projection import stored_run_step_time
-from gnnrec_lab.store import Store
+from gnnrec_lab import RunConfig, run
+from gnnrec_lab.config.run import TENSOR_CLASSES
+from gnnrec_lab.memory import calibrate
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.services.projection import stored_run_step_time
 
 CONFIGS = {"embeddings": ("embeddings",), "optimizer state": ("optimizer",), "both": ("embeddings", "optimizer")}
 

@@ -18,8 +18,8 @@ import sys
 
 _CHILD = r"""
 import json, sys
-from gnnrec_lab.config import RunConfig
-from gnnrec_lab.train import train
+from gnnrec_lab.config.run import RunConfig
+from gnnrec_lab.training.loop import train
 from gnnrec_lab.memory.footprint import footprint_phases, peak_rss_bytes, total
 cfg = RunConfig(**json.loads(sys.argv[1]))
 res = train(cfg)

@@ -1,7 +1,7 @@
 """Share of a full LightGCN training step spent inside recorded kernels (issue 3 target: at least
 90%, i.e. framework overhead under 10%, at 100k+ edges).
 
-For each dataset: warm-up steps, then N full-graph steps through gnnrec_lab.train.train (the real
+For each dataset: warm-up steps, then N full-graph steps through gnnrec_lab.training.loop.train (the real
 loop, observed by a reporter). Per step: train()'s own step time (sampling through the optimizer
 step), the loop time between consecutive steps (adds the loop's per-step bookkeeping), and the sum
 of the step's kernel records. Share inside = recorded / step time (median over steps, min..max).
@@ -17,14 +17,14 @@ import pathlib
 import platform
 import statistics
 
-# importing gnnrec_lab sets the OpenMP wait policy before torch loads OpenMP (gnnrec_lab/runtime.py)
+# importing gnnrec_lab sets the OpenMP wait policy before torch loads OpenMP (gnnrec_lab/util/runtime.py)
 os.environ.setdefault("GNNREC_LAB_DATA", str(pathlib.Path(__file__).resolve().parents[1] / "data"))
 
 
 from gnnrec_lab import RunConfig, data, kernels  # noqa: E402
-from gnnrec_lab import profiling as P  # noqa: E402
-from gnnrec_lab.benchmarking import runtime_summary  # noqa: E402
-from gnnrec_lab.recorder import PHASES  # noqa: E402
+from gnnrec_lab.training import profiling as P  # noqa: E402
+from gnnrec_lab.training.benchmarking import runtime_summary  # noqa: E402
+from gnnrec_lab.util.recorder import PHASES  # noqa: E402
 
 TARGET = 0.90
 STEP_PHASES = ("sampling", "forward", "loss", "backward", "optimizer")

@@ -10,7 +10,7 @@ with a validation Recall@20 target (``--target``), and each side keeps the batch
 lab's large-batch rule (Adam, lr scaled by sqrt(batch / 2048), warm-up of half a pass:
 docs/measurements.md, "Large batches"); DistDGL tries ``--dist-batches`` at ``--lr`` with fan-out
 ``--fanout`` per layer. The full-graph side also shows the same run's times **modeled** on Optane App
-Direct and Memory Mode (the tier model, ``gnnrec_lab.comparison.full_vs_distributed``, the numbers the
+Direct and Memory Mode (the tier model, ``gnnrec_lab.services.comparison.full_vs_distributed``, the numbers the
 Compare page and notebook 06 show). A link sweep repeats DistDGL at ``--sweep-depth`` over ``--links``
 (Gbit/s; 0 = unshaped).
 
@@ -46,7 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gnnrec_lab.comparison import (  # noqa: E402
+from gnnrec_lab.distributed.engine import PHASES, TARGET_FRACTION, dgl_lane_python  # noqa: E402
+from gnnrec_lab.services.comparison import (  # noqa: E402
     LARGE_BATCH_RULE,
     best_by_depth,
     finished_run,
@@ -54,7 +55,6 @@ from gnnrec_lab.comparison import (  # noqa: E402
     headline_name,
     headline_settings,
 )
-from gnnrec_lab.distributed import PHASES, TARGET_FRACTION, dgl_lane_python  # noqa: E402
 
 SPLIT_WORDS = {"sampling": "sampling", "remote_fetch": "remote fetch", "compute": "compute", "grad_sync": "sync"}
 
@@ -151,9 +151,9 @@ def _say(*x):
 
 
 def _cli(python, args: list, timeout: float) -> dict:
-    """``python -m gnnrec_lab.cli ARGS --json`` from the repository root: the run's JSON (with run_id)."""
+    """``python -m gnnrec_lab.commands.cli ARGS --json`` from the repository root: the run's JSON (with run_id)."""
     t0 = time.perf_counter()
-    p = subprocess.run([str(python), "-m", "gnnrec_lab.cli", *map(str, args), "--json"], cwd=ROOT,
+    p = subprocess.run([str(python), "-m", "gnnrec_lab.commands.cli", *map(str, args), "--json"], cwd=ROOT,
                        capture_output=True, text=True, timeout=timeout,
                        env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")})
     if p.returncode != 0:
@@ -165,8 +165,8 @@ def _cli(python, args: list, timeout: float) -> dict:
 
 def stored_run(name: str, want: dict, engine: str, machines: tuple) -> dict | None:
     """``--resume``: the newest finished run of the store (``$GNNREC_LAB_HOME``) named ``name`` with the
-    settings ``want`` on ``machines`` (:func:`gnnrec_lab.comparison.finished_run`), or None."""
-    from gnnrec_lab.store import Store
+    settings ``want`` on ``machines`` (:func:`gnnrec_lab.services.comparison.finished_run`), or None."""
+    from gnnrec_lab.runs.store import Store
     return finished_run(Store(), name, want, engine, machines)
 
 
@@ -257,7 +257,7 @@ def figure(best, path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     from gnnrec_lab.dashboard.compare import ENGINE_COLORS, series_key
-    from gnnrec_lab.provenance import Provenance
+    from gnnrec_lab.util.provenance import Provenance
     series = list(dict.fromkeys(best.sort_values("kind")["series"]))
     order = list(ENGINE_COLORS)
     rows = {s: best[best["series"] == s].iloc[0].to_dict() for s in series}
@@ -332,8 +332,8 @@ def main(argv=None) -> int:
                 failures.append(f"DistDGL, {depth} layers, batch {b}: {e}")
                 _say(failures[-1])
 
-    from gnnrec_lab.calibrate import host_profile
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.memory.calibrate import host_profile
+    from gnnrec_lab.runs.store import Store
     store = Store()
     host = host_profile(measure_if_missing=True, quick=True)
     frame = full_vs_distributed(store, run_ids=runs, host=host, datasets=[a.dataset])
@@ -378,7 +378,7 @@ def main(argv=None) -> int:
 
 def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, host, started, load0, load1, wall,
                argv) -> None:
-    from gnnrec_lab.provenance import Provenance
+    from gnnrec_lab.util.provenance import Provenance
     out, img = Path(a.out), Path(a.img)
     cmd = "python benchmarks/bench_headline.py " + " ".join(argv if argv is not None else sys.argv[1:])
     title = (f"{MODEL_WORDS[a.model]} on {a.dataset}: full graph on 1 machine ({a.cores} core) "
@@ -411,7 +411,8 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
           f"(global, lr {a.lr:g}, fan-out {a.fanout} per layer); each side's best (least time to target) is shown",
           "- modeled: the full-graph run's times on Optane App Direct (every tensor class on the device) and "
           "Memory Mode (DRAM caching its predicted footprint): the tier model's modeled/measured step-time ratio "
-          f"for that run times its measured time (`gnnrec_lab.comparison.full_vs_distributed`; host calibration "
+          "for that run times its measured time (`gnnrec_lab.services.comparison.full_vs_distributed`; "
+          f"host calibration "
           f"{host.get('measured_at', '?')}). Everything else is measured here.", ""]
     if why_not is not None:
         L += [f"**DistDGL was not run** ({why_not}): the full-graph side only.", ""]

@@ -8,8 +8,8 @@ Usage: python benchmarks/bench_kernels.py [--sizes small,medium,large] [--dims 1
 """
 import sys
 
-# importing gnnrec_lab sets the OpenMP wait policy before torch loads OpenMP (gnnrec_lab/runtime.py)
-from gnnrec_lab.cli import main
+# importing gnnrec_lab sets the OpenMP wait policy before torch loads OpenMP (gnnrec_lab/util/runtime.py)
+from gnnrec_lab.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "kernels", *sys.argv[1:]]))

@@ -32,7 +32,7 @@ Usage:
 """
 from __future__ import annotations
 
-# first, before torch: gnnrec_lab.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
+# first, before torch: gnnrec_lab.util.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
 # loads (with torch's spinning default, numba's and torch's thread teams steal each other's cores)
 import gnnrec_lab  # noqa: F401
 
@@ -49,8 +49,8 @@ import torch
 
 from gnnrec_lab import RunConfig, run
 from gnnrec_lab.data import load
-from gnnrec_lab.reporting import Reporter
-from gnnrec_lab.sweep import format_table, summary_row, time_to_reach
+from gnnrec_lab.services.sweep import format_table, summary_row, time_to_reach
+from gnnrec_lab.training.reporting import Reporter
 
 REL = 0.02          # "within 2 %" (relative)
 SPEEDUP = 1 / 3     # "in at most one third of the baseline's wall time"

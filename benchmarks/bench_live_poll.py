@@ -28,11 +28,11 @@ def main() -> int:
     import panel as pn
     from bokeh.document import Document
 
-    from gnnrec_lab.config import RunConfig
+    from gnnrec_lab.config.run import RunConfig
     from gnnrec_lab.dashboard.common import Lab
     from gnnrec_lab.dashboard.live import LivePage
-    from gnnrec_lab.recorder import KernelRecord
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
+    from gnnrec_lab.util.recorder import KernelRecord
     rng = np.random.default_rng(0)
 
     def records(step):

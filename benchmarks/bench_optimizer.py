@@ -16,7 +16,7 @@ Usage: python benchmarks/bench_optimizer.py [--datasets ml-100k,synth-gowalla] [
 """
 from __future__ import annotations
 
-# first, before torch: gnnrec_lab.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
+# first, before torch: gnnrec_lab.util.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
 # loads (with torch's spinning default, numba's and torch's thread teams steal each other's cores)
 import gnnrec_lab  # noqa: F401
 

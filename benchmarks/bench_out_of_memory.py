@@ -34,8 +34,8 @@ def sample():
             peaks[k] = max(peaks.get(k, 0), v)
         time.sleep(0.002)
 threading.Thread(target=sample, daemon=True).start()
-from gnnrec_lab.config import RunConfig
-from gnnrec_lab.train import train
+from gnnrec_lab.config.run import RunConfig
+from gnnrec_lab.training.loop import train
 res = train(RunConfig(**json.loads(sys.argv[1])))
 time.sleep(0.01)
 print(json.dumps({"peaks": peaks, "status": res.status, "predicted": res.footprint.predicted}))
@@ -75,11 +75,11 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
 
-    from gnnrec_lab.cgroup import memory_cgroup_root, parse_size
-    from gnnrec_lab.config import RunConfig
-    from gnnrec_lab.errors import UserError
-    from gnnrec_lab.runner import Runner
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.config.run import RunConfig
+    from gnnrec_lab.runs.runner import Runner
+    from gnnrec_lab.runs.store import Store
+    from gnnrec_lab.util.cgroup import memory_cgroup_root, parse_size
+    from gnnrec_lab.util.errors import UserError
     try:
         memory_cgroup_root()
     except UserError as e:

@@ -1,7 +1,7 @@
 """Recorder vs torch.profiler: per-kernel totals of the same full-graph training steps
 (issue 3 target: agree within 10%).
 
-Each model trains warm-up + N steps through gnnrec_lab.train.train on the dataset; torch.profiler
+Each model trains warm-up + N steps through gnnrec_lab.training.loop.train on the dataset; torch.profiler
 runs over the last N. Per recorded kernel x phase: our recorded seconds per step, the profiler's
 seconds per step for the matching autograd Function event (``_SpMM``, ``_SpMMBackward``, ...; the
 optimizer against torch's ``Optimizer.step#...`` event), ratio ours / profiler and met / NOT met
@@ -23,13 +23,13 @@ import statistics
 
 os.environ.setdefault("GNNREC_LAB_DATA", str(pathlib.Path(__file__).resolve().parents[1] / "data"))
 
-# gnnrec_lab first: importing it sets the OpenMP wait policy (gnnrec_lab/runtime.py) before
+# gnnrec_lab first: importing it sets the OpenMP wait policy (gnnrec_lab/util/runtime.py) before
 # anything loads OpenMP
 import pandas as pd  # noqa: E402
 
 from gnnrec_lab import RunConfig  # noqa: E402
-from gnnrec_lab import profiling as P  # noqa: E402
-from gnnrec_lab.benchmarking import runtime_summary  # noqa: E402
+from gnnrec_lab.training import profiling as P  # noqa: E402
+from gnnrec_lab.training.benchmarking import runtime_summary  # noqa: E402
 
 TOL = 0.10
 

@@ -5,8 +5,8 @@ Usage: python benchmarks/bench_recording_overhead.py [--sizes medium] [--dims 64
 """
 import sys
 
-# importing gnnrec_lab sets the OpenMP wait policy before torch loads OpenMP (gnnrec_lab/runtime.py)
-from gnnrec_lab.cli import main
+# importing gnnrec_lab sets the OpenMP wait policy before torch loads OpenMP (gnnrec_lab/util/runtime.py)
+from gnnrec_lab.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "recording", *sys.argv[1:]]))

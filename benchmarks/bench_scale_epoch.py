@@ -3,7 +3,7 @@ validation Recall@20 it reaches (default synth-xl: 5M users, 1M items, 80.4M tra
 interactions; batch 1,048,576, the sqrt learning-rate rule from reference batch 2,048, linear
 warm-up over the first tenth of the epoch).
 
-It trains through ``gnnrec_lab.train`` (the propagation the lab uses: community order, side-by-side
+It trains through ``gnnrec_lab.training.loop`` (the propagation the lab uses: community order, side-by-side
 SpMM) and reports, all measured on this machine: the epoch's wall time (training steps only and
 start to end, which adds loading the split, building the graph, compiling and the evaluation), the
 step time (median and spread), the validation Recall@20 / NDCG@20 on a seeded sample of users
@@ -26,10 +26,10 @@ import time
 import numpy as np
 
 from gnnrec_lab import RunConfig
-from gnnrec_lab.benchmarking import runtime_summary
 from gnnrec_lab.data import load
-from gnnrec_lab.reporting import Reporter
-from gnnrec_lab.train import _eval_users, train
+from gnnrec_lab.training.benchmarking import runtime_summary
+from gnnrec_lab.training.loop import _eval_users, train
+from gnnrec_lab.training.reporting import Reporter
 
 
 class _Progress(Reporter):
@@ -54,7 +54,7 @@ def popularity_recall(ds, users: np.ndarray, topk=(20,)) -> dict:
     masking and users as the model's evaluation)."""
     import torch
 
-    from gnnrec_lab.evaluate import rank_metrics
+    from gnnrec_lab.training.evaluate import rank_metrics
     pop = np.bincount(ds.train[:, 1], minlength=ds.n_items).astype(np.float32)
     ue = torch.ones(ds.n_users, 1)
     ie = torch.from_numpy(pop).unsqueeze(1)

@@ -4,14 +4,14 @@
 Variants (``--variants``, default all four) cross the node order with the SpMM kernel:
 
 * order ``ids`` (the dataset's node order dropped) or ``community`` (the locality order cached with
-  the split, see gnnrec_lab.graph.locality_order; users first, then items);
+  the split, see gnnrec_lab.graph.bipartite.locality_order; users first, then items);
 * kernel ``rows`` (native.spmm row by row: every node row gathers its neighbours, so item rows
   gather users from the whole node table) or ``sides`` (native.spmm_sides, what the lab uses above
   native.SIDES_MIN_BYTES: user rows gather items and scatter into per-thread item accumulators,
   every random access in the item table).
 
 ``community+sides`` is what training uses; ``ids+rows`` is the propagation before either.
-For each variant it trains ``--steps`` steps through ``gnnrec_lab.train`` and reports, all measured
+For each variant it trains ``--steps`` steps through ``gnnrec_lab.training.loop`` and reports, all measured
 on this machine: the step time (median and spread over the steps after the first), the
 per-kernel breakdown (median seconds per step), and the fraction of two bounds each step reaches:
 
@@ -41,11 +41,11 @@ import statistics
 import time
 
 from gnnrec_lab import RunConfig
-from gnnrec_lab.benchmarking import runtime_summary
-from gnnrec_lab.calibrate import host_profile
 from gnnrec_lab.data import load
-from gnnrec_lab.reporting import Reporter
-from gnnrec_lab.train import train
+from gnnrec_lab.memory.calibrate import host_profile
+from gnnrec_lab.training.benchmarking import runtime_summary
+from gnnrec_lab.training.loop import train
+from gnnrec_lab.training.reporting import Reporter
 
 VARIANTS = ("ids+rows", "community+rows", "ids+sides", "community+sides")
 
@@ -82,7 +82,7 @@ class _Steps(Reporter):
 
 def _spmm_savings(ds, dim: int, cache_bytes=None) -> dict:
     """Bytes the cache-aware model takes off one SpMM (naive minus cache-aware), per variant."""
-    from gnnrec_lab.graph import BipartiteGraph
+    from gnnrec_lab.graph.bipartite import BipartiteGraph
     from gnnrec_lab.kernels import costs
     g = BipartiteGraph(ds.train, ds.n_users, ds.n_items, ds.node_order)
     out = {}
@@ -106,7 +106,7 @@ def propagation_ab(ds, a, variants) -> dict:
     import torch
 
     from gnnrec_lab import kernels
-    from gnnrec_lab.graph import BipartiteGraph
+    from gnnrec_lab.graph.bipartite import BipartiteGraph
     by_order = {}
     for v in variants:
         order = v.split("+")[0]

@@ -3,7 +3,7 @@
 Protocol (both): embeddings initialised N(0, 0.1) as in the LightGCN paper (PyG's own
 default, Xavier, with ``--pyg-init xavier|both``), the same dataset and seeded 8:1:1 split, embedding 64, 3 layers,
 Adam lr 1e-3, L2 1e-4, batch 2048, the same seeded BPR batches and negatives
-(gnnrec_lab.sampling), validation Recall@20 every epoch with early stopping
+(gnnrec_lab.graph.sampling), validation Recall@20 every epoch with early stopping
 (patience 5), test metrics at the best validation epoch, the same full-ranking
 metric code. Epoch time = wall time of the training steps (evaluation excluded).
 
@@ -16,7 +16,7 @@ Usage: python benchmarks/bench_vs_pyg.py [--dataset ml-100k] [--epochs 50] [--js
 """
 from __future__ import annotations
 
-# first, before torch: gnnrec_lab.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
+# first, before torch: gnnrec_lab.util.runtime sets OMP_WAIT_POLICY=PASSIVE, which OpenMP reads only when it
 # loads (with torch's spinning default, numba's and torch's thread teams steal each other's cores)
 import gnnrec_lab  # noqa: F401
 
@@ -33,9 +33,9 @@ import torch
 
 from gnnrec_lab import RunConfig, run
 from gnnrec_lab.data import load
-from gnnrec_lab.evaluate import rank_metrics
-from gnnrec_lab.graph import BipartiteGraph
-from gnnrec_lab.sampling import bpr_batches
+from gnnrec_lab.graph.bipartite import BipartiteGraph
+from gnnrec_lab.graph.sampling import bpr_batches
+from gnnrec_lab.training.evaluate import rank_metrics
 
 
 def run_pyg(ds, cfg: RunConfig, init: str = "normal"):

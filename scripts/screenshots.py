@@ -19,7 +19,7 @@ from playwright.sync_api import sync_playwright
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "img"
-CLI = [sys.executable, "-m", "gnnrec_lab.cli"]
+CLI = [sys.executable, "-m", "gnnrec_lab.commands.cli"]
 PAGES = ("Launch", "Live", "Breakdown", "Compare", "Cache")
 
 

@@ -1,7 +1,7 @@
 """Running the CLI in-process from tests."""
 from __future__ import annotations
 
-from gnnrec_lab import cli
+from gnnrec_lab.commands import cli
 
 
 def run_cli(argv, capsys) -> tuple[int, str, str]:

@@ -1,4 +1,4 @@
-"""Stand-ins for ``gnnrec_lab.train.train`` used by the runner/worker tests.
+"""Stand-ins for ``gnnrec_lab.training.loop.train`` used by the runner/worker tests.
 
 The worker imports one of these through ``GNNREC_LAB_TRAIN_FN=_fake_train:NAME``
 (tests put this directory on PYTHONPATH). Behaviour knobs come from the
@@ -13,8 +13,8 @@ import signal
 import sys
 import time
 
-from gnnrec_lab.errors import UserError
-from gnnrec_lab.recorder import KernelRecord
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.recorder import KernelRecord
 
 
 class FakeResult:

@@ -1,7 +1,7 @@
 """Small skewed user-item graphs for the sampling and cache tests."""
 import numpy as np
 
-from gnnrec_lab.graph import BipartiteGraph
+from gnnrec_lab.graph.bipartite import BipartiteGraph
 
 
 def power_law_graph(n_users=300, n_items=200, n_inter=3000, seed=0, user_exp=0.6, item_exp=0.9) -> BipartiteGraph:

@@ -14,14 +14,14 @@ if "GNNREC_LAB_HOME" not in os.environ or os.environ.get("GNNREC_LAB_TEST_KEEP_H
 import pytest  # noqa: E402
 
 # the package's process settings before any test module imports torch (the OpenMP wait policy)
-import gnnrec_lab.runtime  # noqa: E402,F401
+import gnnrec_lab.util.runtime  # noqa: E402,F401
 
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     """An empty run store in a home of the test's own (GNNREC_LAB_HOME points there); test files
     that need more (a calibration, a fake training function) define their own ``store``."""
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
     monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
     s = Store()
     yield s

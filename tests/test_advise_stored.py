@@ -8,8 +8,8 @@ import pytest
 from test_dashboard_components import _calibrate
 from test_launch_page import _dram_run
 
-from gnnrec_lab.cli import main
-from gnnrec_lab.store import Store
+from gnnrec_lab.commands.cli import main
+from gnnrec_lab.runs.store import Store
 
 ARGS = ["advise", "--dataset", "synth-tiny", "--model", "lightgcn", "--layers", "1", "--dim", "8",
         "--batch-size", "512", "--dram-gb", "16"]
@@ -25,9 +25,9 @@ def store(tmp_path, monkeypatch):
 
 
 def test_advise_uses_the_fastest_stored_dram_run_of_the_shape_and_names_it(store, capsys):
-    from gnnrec_lab.calibrate import host_profile
+    from gnnrec_lab.memory.calibrate import host_profile
     from gnnrec_lab.memory.tiermodel import run_step_time
-    from gnnrec_lab.projection import stored_run_records, stored_run_step_time
+    from gnnrec_lab.services.projection import stored_run_records, stored_run_step_time
     slow = _dram_run(store, 5.0)
     fast = _dram_run(store, 1.0)
     _dram_run(store, 0.1, dim=16)       # another shape
@@ -69,7 +69,7 @@ def test_advise_without_a_stored_run_says_it_is_modeled(store, capsys):
 
 
 def test_whatif_and_the_run_summary_name_their_placement(store, capsys):
-    from gnnrec_lab.train import modeled_line
+    from gnnrec_lab.training.loop import modeled_line
     rid = _dram_run(store, 1.0)
     assert main(["whatif", str(rid), "--device", "cxl_type3_ddr5_x8"]) == 0
     assert "placement: all tensor classes on the device" in capsys.readouterr().out
@@ -84,9 +84,9 @@ def test_advise_projects_at_the_configs_own_threads(store):
     """A config of --cores 16 --threads 8 is advised at 8 threads, as its stored run would be
     projected (tiermodel.run_threads): past 4 writers Optane's write bandwidth falls, so the
     host calibration's thread count would give another App Direct step."""
-    from gnnrec_lab.calibrate import host_profile
-    from gnnrec_lab.config import RunConfig
+    from gnnrec_lab.config.run import RunConfig
     from gnnrec_lab.memory.advise import advise, step_records
+    from gnnrec_lab.memory.calibrate import host_profile
     from gnnrec_lab.memory.tiermodel import project_step
     host = host_profile(measure_if_missing=False)
     counts = dict(n_users=20_000, n_items=10_000, n_train=400_000)

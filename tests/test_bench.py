@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from gnnrec_lab import benchmarking as bench
-from gnnrec_lab.cli import main
-from gnnrec_lab.errors import UserError
-from gnnrec_lab.proc import pid_alive
+from gnnrec_lab.commands.cli import main
+from gnnrec_lab.training import benchmarking as bench
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.proc import pid_alive
 
 
 def _wait_gone(pids, timeout=10.0):

@@ -65,7 +65,7 @@ def test_full_graph_side_on_synth_tiny_writes_the_page_and_figure(home):
 
 
 def test_resume_reuses_finished_runs_with_the_same_settings_and_trains_the_others(home):
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
     bench = _bench()
     out, img = home / "h.md", home / "h.png"
     common = ["--quick", "--full-only", "--depths", "1", "--out", str(out), "--img", str(img)]
@@ -99,10 +99,10 @@ def test_resume_reuses_a_distdgl_run_only_on_the_same_machines(home):
     machines of as many cores behind the same link as asked."""
     from test_full_vs_distributed import dist_run
 
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
     bench = _bench()
     store = Store()
-    from gnnrec_lab.comparison import headline_name
+    from gnnrec_lab.services.comparison import headline_name
     name = headline_name("distdgl", "lightgcn", 2, 512, 10.0)
     assert name == "headline distdgl L2 b512 10G"
     assert headline_name("full", "ngcf", 3, 65536) == "headline full ngcf L3 b65536"

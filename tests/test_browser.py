@@ -74,7 +74,7 @@ def serve(tmp_path, extra_env=None):
                PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
                **(extra_env or {}))
     log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.cli", "dashboard", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.commands.cli", "dashboard", "--port", str(port),
                              "--no-show", "--address", "127.0.0.1"], env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/"
@@ -165,7 +165,7 @@ def test_launch_tiny_run_watch_it_and_see_its_breakdown(tmp_path, browser):
         # it and the worker trained it), then the Live page, which the launch opened and which
         # polls the store every second, shows that end. A fixed 10 s for the Live heading alone
         # failed once in a fresh clone under load, while the page was still being built.
-        from gnnrec_lab.store import Store
+        from gnnrec_lab.runs.store import Store
         store = Store(tmp_path / "home")
         deadline = time.monotonic() + 45
         while not (len(store.runs_frame()) == 1 and store.status(1).is_terminal):
@@ -197,7 +197,7 @@ def test_crashed_or_killed_run_does_not_take_the_server_down(tmp_path, browser):
     proc, url = serve(tmp_path, {"GNNREC_LAB_TRAIN_FN": "test_browser:crash_or_die"})
     try:
         page, errors = open_page(browser, url)
-        from gnnrec_lab.store import Store
+        from gnnrec_lab.runs.store import Store
         store = Store(tmp_path / "home")
         # a crash inside training -> failed; a SIGKILL from outside (no OOM evidence) -> failed, "killed (SIGKILL)"
         for n, dim, expected in ((1, 7, "failed"), (2, 8, "failed")):

@@ -54,14 +54,14 @@ def wait_plot(page, prefix: str, cond, timeout_s: float = 20.0):
 
 
 def _records(step, ms, phases=("forward",)):
-    from gnnrec_lab.recorder import KernelRecord
+    from gnnrec_lab.util.recorder import KernelRecord
     return [KernelRecord("spmm", ph, 0, step, int(ms * 1e6), 1, 1, 1, "gather", 32, 1, "native") for ph in phases]
 
 
 def _run(store, ms, steps, *, mode="dram", status="finished", valid=True):
     """A run of ``steps`` steps of ``ms`` ms each (its worker: this process)."""
-    from gnnrec_lab.config import RunConfig
-    from gnnrec_lab.proc import proc_start_ticks
+    from gnnrec_lab.config.run import RunConfig
+    from gnnrec_lab.util.proc import proc_start_ticks
     rid = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=1, memory_mode=mode),
                         status="running")
     store.set_fields(rid, pid=os.getpid(), pid_start=proc_start_ticks(os.getpid()))
@@ -83,7 +83,7 @@ def _header(page) -> str:
 def test_live_follows_the_selected_run_patches_and_reads_the_end(tmp_path, browser):  # noqa: F811
     """Issue 22, items 2 and 10, as a user sees them."""
     ARTIFACTS.mkdir(exist_ok=True)
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
     store = Store(tmp_path / "home")
     slow = _run(store, 1200.0, 30)
     # a newer run, no step yet, in a modeled memory mode
@@ -152,7 +152,7 @@ def test_breakdown_axes_follow_the_run_and_compare_shows_modeled_times(tmp_path,
     """Issue 22, items 3 and 5: a 10 ms run after a 1.2 s one keeps its own axis; Compare has a
     modeled step time column beside the measured one."""
     ARTIFACTS.mkdir(exist_ok=True)
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
     store = Store(tmp_path / "home")
     slow, fast = _run(store, 1200.0, 5), _run(store, 10.0, 5, mode="cxl", status="running")
     store.record_result(fast, {"modeled": {"device": "cxl_type3_ddr5_x8", "kind": "modeled", "memory_mode": "cxl",

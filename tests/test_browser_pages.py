@@ -62,7 +62,7 @@ def seed_store(home: Path) -> dict:
     from test_dashboard_components import _calibrate
     from test_launch_page import _dram_run
 
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
     home.mkdir(parents=True, exist_ok=True)
     _calibrate()
     store = Store(home)
@@ -115,7 +115,7 @@ def test_launch_page_memory_step_time_spread_and_form(tmp_path, browser, monkeyp
 
 def test_cache_page_says_simulating_while_it_does_and_uses_the_cli_batch(tmp_path, browser):
     from gnnrec_lab import data
-    from gnnrec_lab.cli import build_parser
+    from gnnrec_lab.commands.cli import build_parser
     data.load("synth-tiny", data_dir=tmp_path / "data")   # prepared: the page simulates it at once
     cli_default = build_parser().parse_args(["cache", "skew", "--dataset", "x"]).batch_size
     proc, url = serve(tmp_path)
@@ -162,7 +162,7 @@ def test_panel_serve_app_is_read_only_and_says_so(tmp_path, browser):
         fill.select_option("synth-tiny")
         sync_api.expect(page.locator(".launch-button button")).to_be_disabled()
         assert "Run an example" not in page_text(page)
-        from gnnrec_lab.store import Store
+        from gnnrec_lab.runs.store import Store
         assert Store(tmp_path / "home").run_ids() == []
     finally:
         stop(proc)

@@ -8,7 +8,6 @@ import pytest
 from _graphs import power_law_graph
 
 import gnnrec_lab.data
-from gnnrec_lab import cli
 from gnnrec_lab.cache import (
     Trace,
     make_policy,
@@ -22,8 +21,9 @@ from gnnrec_lab.cache import (
     sweep,
 )
 from gnnrec_lab.cache.policies import INF, LookAheadOracle, StaticTop
-from gnnrec_lab.errors import UserError
-from gnnrec_lab.graph import BipartiteGraph
+from gnnrec_lab.commands import cli
+from gnnrec_lab.graph.bipartite import BipartiteGraph
+from gnnrec_lab.util.errors import UserError
 
 
 def skewed_graph(n_users=200, n_items=150, n_inter=2500, seed=0) -> BipartiteGraph:
@@ -244,7 +244,7 @@ def test_row_bytes():
 
 def test_one_policy_list_names_every_policy_and_derives_the_tier_and_run_sets():
     from gnnrec_lab.cache.policies import POLICIES, Policy
-    from gnnrec_lab.config import CACHE_POLICIES, SIMULATED_CACHE_POLICIES, TIER_CACHE_POLICIES
+    from gnnrec_lab.config.run import CACHE_POLICIES, SIMULATED_CACHE_POLICIES, TIER_CACHE_POLICIES
 
     def subclasses(c):
         return [s for k in c.__subclasses__() for s in [k, *subclasses(k)]]
@@ -384,7 +384,7 @@ def test_cached_tier_bit_identical_and_matches_simulator(tmp_path, cap, la):
 def test_cli_and_cache_page_offer_the_simulators_optimizers(fake_data, capsys):
     """One list: `cache sim` and the Cache page accept every optimizer row_bytes sizes (adagrad too)."""
     from gnnrec_lab.cache.simulate import row_bytes
-    from gnnrec_lab.config import OPTIMIZER_STATES
+    from gnnrec_lab.config.run import OPTIMIZER_STATES
     from gnnrec_lab.dashboard.cache import SIM_CONSTRAINTS
     assert SIM_CONSTRAINTS["optimizer"][0].values == tuple(OPTIMIZER_STATES)
     assert "adagrad" in OPTIMIZER_STATES and row_bytes(8, "adagrad") == 8 * 4 * 2

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-import gnnrec_lab.train as train_mod
+import gnnrec_lab.training.loop as train_mod
 from gnnrec_lab import RunConfig, run
 from gnnrec_lab.cache import Trace, simulate
 from gnnrec_lab.cache.cached_rows import CachedRows, make_cached_rows
+from gnnrec_lab.cache.rows import RowStore
 from gnnrec_lab.cache.slow_tier import SlowTier
-from gnnrec_lab.errors import ConfigError
-from gnnrec_lab.rows import RowStore
+from gnnrec_lab.util.errors import ConfigError
 
 # synth-tiny (700 rows), 2 layers, fan-outs 5,5: a 32-triple batch touches up to ~590 rows, so a
 # 90% cache (630 rows) holds one batch and still has to evict
@@ -99,7 +99,7 @@ def test_every_policy_trains_bit_identically_to_dram(dram_run, monkeypatch, poli
 def test_static_policy_ranks_rows_by_the_training_graphs_degrees(monkeypatch):
     """The static store takes the degrees of the graph the run trained on, not a second dataset load."""
     import gnnrec_lab.data as data
-    from gnnrec_lab.rows import make_row_store
+    from gnnrec_lab.cache.rows import make_row_store
 
     def no_load(*a, **k):
         raise AssertionError("the dataset was loaded again for the static policy's degrees")

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from gnnrec_lab import analysis, calibrate, kernels
-from gnnrec_lab.cli import main
-from gnnrec_lab.errors import UserError
-from gnnrec_lab.graph import BipartiteGraph
-from gnnrec_lab.recorder import KernelRecord, Recorder, use_recorder
+from gnnrec_lab import kernels
+from gnnrec_lab.commands.cli import main
+from gnnrec_lab.graph.bipartite import BipartiteGraph
+from gnnrec_lab.memory import analysis, calibrate
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.recorder import KernelRecord, Recorder, use_recorder
 
 
 @pytest.fixture
@@ -133,7 +134,7 @@ def test_chrome_trace(tmp_path):
 def test_breakdown_sums_calls_of_pre_aggregated_rows():
     import pandas as pd
 
-    from gnnrec_lab.analysis import breakdown
+    from gnnrec_lab.memory.analysis import breakdown
     df = pd.DataFrame([dict(name="spmm", phase="forward", ns=3_000_000_000, bytes_read=30, bytes_written=3,
                             flops=6, calls=60),
                        dict(name="spmm", phase="forward", ns=1_000_000_000, bytes_read=10, bytes_written=1,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gnnrec_lab import cgroup as cg_mod
-from gnnrec_lab.cgroup import MemoryCgroup, cgroup_usable, cgroup_version, memory_cgroup_root, oom_verdict
-from gnnrec_lab.errors import UserError
+from gnnrec_lab.util import cgroup as cg_mod
+from gnnrec_lab.util.cgroup import MemoryCgroup, cgroup_usable, cgroup_version, memory_cgroup_root, oom_verdict
+from gnnrec_lab.util.errors import UserError
 
 MiB = 2 ** 20
 UNIFIED = Path("/sys/fs/cgroup/unified")

@@ -1,17 +1,17 @@
-"""Checks declared as data: every constraint of every table (gnnrec_lab.checks) broken once, each
+"""Checks declared as data: every constraint of every table (gnnrec_lab.config.checks) broken once, each
 refusal a ConfigError naming the field."""
 import argparse
 import dataclasses
 
 import pytest
 
-from gnnrec_lab.checks import Interval, Rule, alternatives, broken_values, rules
-from gnnrec_lab.config import NUMERIC_FIELDS, RUN_CONSTRAINTS, RunConfig
+from gnnrec_lab.config.checks import Interval, Rule, alternatives, broken_values, rules
+from gnnrec_lab.config.run import NUMERIC_FIELDS, RUN_CONSTRAINTS, RunConfig
 from gnnrec_lab.dashboard.cache import SIM_CONSTRAINTS, SimRequest, _form_name
-from gnnrec_lab.distspec import DIST_CONSTRAINTS, DistSpec
-from gnnrec_lab.errors import ConfigError
+from gnnrec_lab.distributed.spec import DIST_CONSTRAINTS, DistSpec
 from gnnrec_lab.memory.footprint import COUNT_CONSTRAINTS, check_counts
-from gnnrec_lab.runner import RUNNER_CONSTRAINTS, Runner
+from gnnrec_lab.runs.runner import RUNNER_CONSTRAINTS, Runner
+from gnnrec_lab.util.errors import ConfigError
 
 _DIST_BASE = dict(workdir="/tmp/w", graph_name="g", partitions=2, dataset="synth-tiny")
 _COUNTS = dict(n_users=10, n_items=20, n_train=30)
@@ -95,7 +95,7 @@ def test_a_built_config_is_frozen_and_leaves_what_was_passed_alone():
 
 
 def test_mf_layers_is_the_one_rule():
-    from gnnrec_lab.config import MF_LAYERS, mf_layers
+    from gnnrec_lab.config.run import MF_LAYERS, mf_layers
     assert mf_layers("mf", 3) == MF_LAYERS == 0 and mf_layers("lightgcn", 3) == 3
     assert mf_layers("mf", 2, given=True) == 2          # then the table's rule refuses it
     with pytest.raises(ConfigError, match="model 'mf' has no propagation layers"):
@@ -105,7 +105,7 @@ def test_mf_layers_is_the_one_rule():
 
 
 def test_distributed_flags_are_checked_with_the_spec_table():
-    from gnnrec_lab import cli
+    from gnnrec_lab.commands import cli
     from gnnrec_lab.commands.distributed import _check
     parser = cli.build_parser()
     for argv, flag in [(["--layers", "0"], "--layers"), (["--model", "mf"], "--model"),

@@ -1,7 +1,7 @@
 """The bad-input battery: every user mistake ends in ONE line that names the parameter
 (or the file and line) and exit status 2; nothing is queued, lost or recreated.
 
-The CLI runs in-process through ``gnnrec_lab.cli.main`` (no interpreter start per case);
+The CLI runs in-process through ``gnnrec_lab.commands.cli.main`` (no interpreter start per case);
 every case is refused before any training or allocation, so the battery is quick.
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ import sqlite3
 
 import pytest
 
-from gnnrec_lab import cli
-from gnnrec_lab.config import RunConfig
-from gnnrec_lab.errors import ConfigError, UserError
+from gnnrec_lab.commands import cli
+from gnnrec_lab.config.run import RunConfig
+from gnnrec_lab.util.errors import ConfigError, UserError
 
 
 def run_cli(argv, capsys) -> tuple[int, str]:
@@ -97,7 +97,7 @@ def test_bad_input_is_one_line_naming_the_parameter(argv, needle, files, home, c
 
 
 def test_detach_validates_before_queuing(home, capsys):
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
     rc, err = run_cli(["run", "--detach", "--dataset", "nosuch"], capsys)
     assert_one_line(rc, err, "dataset")
     rc, err = run_cli(["run", "--detach", "--placement", "embeddings=numa:membind:5"], capsys)
@@ -149,7 +149,7 @@ def test_os_and_memory_errors_are_one_line(monkeypatch, capsys, home):
 # pre-flight: the predicted footprint against the memory available (issue 12 item 10)
 # ---------------------------------------------------------------------------
 def test_preflight_refuses_a_config_that_does_not_fit(monkeypatch, capsys, home):
-    from gnnrec_lab import preflight
+    from gnnrec_lab.memory import preflight
     monkeypatch.setattr(preflight, "available_bytes", lambda: 1 << 20)   # a 1 MiB machine
     rc, err = run_cli(["run", "--dataset", "synth-tiny", "--epochs", "1"], capsys)
     assert_one_line(rc, err, "footprint: predicted")
@@ -161,7 +161,7 @@ def test_preflight_refuses_a_config_that_does_not_fit(monkeypatch, capsys, home)
 
 
 def test_preflight_does_not_count_classes_placed_off_dram(tmp_path):
-    from gnnrec_lab import preflight
+    from gnnrec_lab.memory import preflight
     cfg = RunConfig(dataset="synth-tiny", dim=256)
     dram = preflight.check_launch(cfg, available=1 << 40)
     off = RunConfig(dataset="synth-tiny", dim=256,
@@ -190,7 +190,7 @@ import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import re  # noqa: E402
 
-from gnnrec_lab.config import field_help  # noqa: E402
+from gnnrec_lab.config.run import field_help  # noqa: E402
 
 _FLAGS = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction,
           argparse._AppendConstAction, argparse._CountAction, argparse._HelpAction, argparse._VersionAction,
@@ -239,16 +239,16 @@ def test_run_and_sweep_help_is_the_field_help():
 
 # ---------------------------------------------------------------------------
 # numbers at the door (issue 23 class 5): every numeric option of every command goes through the
-# shared bounded parsers (gnnrec_lab.bounds), the same ones RunConfig validates with
+# shared bounded parsers (gnnrec_lab.config.bounds), the same ones RunConfig validates with
 # ---------------------------------------------------------------------------
 import math  # noqa: E402
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from gnnrec_lab.bounds import integer, integers, number  # noqa: E402
 from gnnrec_lab.commands.common import field_type  # noqa: E402
-from gnnrec_lab.config import NUMERIC_FIELDS, OPTIONAL_FIELDS, check_field  # noqa: E402
+from gnnrec_lab.config.bounds import integer, integers, number  # noqa: E402
+from gnnrec_lab.config.run import NUMERIC_FIELDS, OPTIONAL_FIELDS, check_field  # noqa: E402
 
 _PARSER = cli.build_parser()
 # text no numeric option accepts: not finite, not a number, an empty list item, an empty value
@@ -440,8 +440,8 @@ def test_python_api_names_what_it_expects(home):
         RunConfig(topk=None)
     with pytest.raises(ConfigError, match="expected a dict"):
         RunConfig.from_dict([("dim", 3)])
-    from gnnrec_lab.runner import Runner
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.runner import Runner
+    from gnnrec_lab.runs.store import Store
     with pytest.raises(UserError, match="Runner.launch: config: expected a gnnrec_lab.RunConfig, got str"):
         Runner(Store(os.environ["GNNREC_LAB_HOME"]), pick_up=False).launch("ml-100k")
     with pytest.raises(UserError, match="Store.add_run: config: expected a gnnrec_lab.RunConfig, got dict"):

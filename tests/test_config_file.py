@@ -10,10 +10,10 @@ from _cli import run_cli as _cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gnnrec_lab import cli
+from gnnrec_lab.commands import cli
 from gnnrec_lab.commands.common import config_from_args
-from gnnrec_lab.config import RunConfig, read_config_file, save_config_file
-from gnnrec_lab.errors import ConfigError
+from gnnrec_lab.config.run import RunConfig, read_config_file, save_config_file
+from gnnrec_lab.util.errors import ConfigError
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

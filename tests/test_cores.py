@@ -11,10 +11,10 @@ import pytest
 from _cli import run_cli
 
 from gnnrec_lab import RunConfig, run
-from gnnrec_lab.errors import ConfigError
-from gnnrec_lab.pinning import allowed_cores, choose_cores, compute_threads, core_list_text, pinned
-from gnnrec_lab.reporting import Reporter
-from gnnrec_lab.store import Store
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.training.reporting import Reporter
+from gnnrec_lab.util.errors import ConfigError
+from gnnrec_lab.util.pinning import allowed_cores, choose_cores, compute_threads, core_list_text, pinned
 
 TINY = dict(dataset="synth-tiny", layers=1, dim=8, batch_size=1024, epochs=1, eval_users=50, patience=0)
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity calls here")

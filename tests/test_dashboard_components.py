@@ -5,7 +5,7 @@ import pandas as pd
 import panel as pn
 import pytest
 
-from gnnrec_lab.config import RunConfig
+from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.dashboard import common
 from gnnrec_lab.dashboard.breakdown import BreakdownPage, kernel_phase_ms, kernel_shares
 from gnnrec_lab.dashboard.common import Lab, modeled_bars
@@ -21,7 +21,7 @@ from gnnrec_lab.dashboard.live import (
     stacked_area,
     steady_eta,
 )
-from gnnrec_lab.store import connect
+from gnnrec_lab.runs.store import connect
 
 # Panel 1.9 renames widget name/button_type; the lab keeps the spelling panel>=1.4 understands.
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
@@ -80,7 +80,7 @@ def test_invalid_form_shows_error_next_to_widget_and_disables_launch(store):
 
 def test_form_widgets_are_labelled_in_words_from_the_field_docs(store):
     """Labels come from config.FIELD_DOCS (the words of the CLI's --help), never a field name."""
-    from gnnrec_lab.config import field_help, field_label
+    from gnnrec_lab.config.run import field_help, field_label
     from gnnrec_lab.dashboard.cache import CachePage
     from gnnrec_lab.dashboard.launch import FORM_FIELDS, LaunchForm
     lab = Lab(store=store, runner=RecordingRunner(store))
@@ -314,7 +314,7 @@ def test_compare_shows_full_graph_against_distdgl_runs(store):
     assert df.loc[dist, "engine"] == "distdgl" and df.loc[dist, "explosion_factor"] == 0.4
     assert df.loc[dist, "batch_ms"] == pytest.approx(200.0)
     # the table's target and time to it are the bars' (one per depth from the full-graph run)
-    from gnnrec_lab.comparison import full_vs_distributed
+    from gnnrec_lab.services.comparison import full_vs_distributed
     bars = full_vs_distributed(store).set_index("id")
     assert df.loc[dist, "target"] == pytest.approx(0.95 * 0.3) == bars.loc[dist, "target"]
     assert df.loc[full, "time_to_target_s"] == bars.loc[full, "time_to_target_s"]
@@ -335,7 +335,7 @@ def test_app_builds_launch_first_and_follows_page_requests(store):
 
 
 def test_dashboard_command_rejects_bad_port(capsys):
-    from gnnrec_lab.cli import main
+    from gnnrec_lab.commands.cli import main
     with pytest.raises(SystemExit) as e:   # refused by the option's bounded parser, inside argparse
         main(["dashboard", "--port", "70000"])
     assert e.value.code == 2
@@ -347,7 +347,7 @@ def tiny_graph(_dataset=None):
     """A seeded 60-user x 80-item graph with a few popular items (stands in for a dataset)."""
     import numpy as np
 
-    from gnnrec_lab.graph import BipartiteGraph
+    from gnnrec_lab.graph.bipartite import BipartiteGraph
     rng = np.random.default_rng(0)
     users = rng.integers(0, 60, 1500)
     items = np.minimum(rng.zipf(1.6, 1500) - 1, 79)
@@ -357,7 +357,7 @@ def tiny_graph(_dataset=None):
 
 def test_cache_form_parsing_names_the_field():
     from gnnrec_lab.dashboard.cache import SimRequest, parse_cache_sizes, parse_positive_ints
-    from gnnrec_lab.errors import UserError
+    from gnnrec_lab.util.errors import UserError
     assert parse_cache_sizes(" 5%, 100 ,12.5%") == ["5%", "100", "12.5%"]
     with pytest.raises(UserError, match="cache sizes"):
         parse_cache_sizes("5%,lots")
@@ -431,7 +431,7 @@ def test_cached_runs_table_and_live_stats(store):
     import numpy as np
 
     from gnnrec_lab.dashboard.cache import CachePage, cached_runs, live_cache_stats
-    from gnnrec_lab.recorder import KernelRecord
+    from gnnrec_lab.util.recorder import KernelRecord
     plain = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8), status="finished")
     cfg = RunConfig(dataset="synth-tiny", layers=1, dim=8, mode="sampled", fanouts=(5,), cache_policy="lru",
                     cache_size="10%")
@@ -504,7 +504,7 @@ def test_live_kernel_chart_plots_every_recorded_step(store):
     straight ramp from step 1); the chart now holds each step's recorded value."""
     import numpy as np
 
-    from gnnrec_lab.recorder import KernelRecord
+    from gnnrec_lab.util.recorder import KernelRecord
     rid = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=1), status="running")
     rng = np.random.default_rng(3)
     ns = {s: int(rng.integers(1_000_000, 9_000_000)) for s in range(1, 101)}
@@ -545,8 +545,8 @@ def _modeled_run(store, mode="optane_app_direct", steps=4):
 
 def _calibrate():
     """A fixed host calibration in the test's GNNREC_LAB_HOME (what `gnnrec-lab calibrate` writes)."""
-    from gnnrec_lab import calibrate
     from gnnrec_lab.kernels import native as nk
+    from gnnrec_lab.memory import calibrate
     calibrate.save(dict(copy_GBps=13.8, triad_GBps=12.2, gather64_GBps=1.35, gather256_GBps=1.75, latency_ns=456.0,
                         gemm_GFLOPs=35.7, kind="host", measured=True, measured_at="fixed",
                         cpu=calibrate.cpu_model(), threads=nk.threads()))
@@ -565,7 +565,7 @@ def test_run_labels_name_batch_size_memory_mode_and_profile(store):
 
 
 def test_runs_cli_shows_memory_mode_and_device(store, capsys):
-    from gnnrec_lab.cli import main
+    from gnnrec_lab.commands.cli import main
     mid = _modeled_run(store, "optane_memory_mode")
     assert main(["runs"]) == 0
     out = capsys.readouterr().out
@@ -597,7 +597,7 @@ def test_breakdown_draws_the_runs_device_kernel_by_phase_modeled_and_hatched(sto
     import holoviews as hv
 
     from gnnrec_lab.dashboard.breakdown import modeled_kernel_phase_ms
-    from gnnrec_lab.projection import run_modeled_step
+    from gnnrec_lab.services.projection import run_modeled_step
     _calibrate()
     mid = _modeled_run(store)
     lab = Lab(store=store, runner=RecordingRunner(store))
@@ -638,7 +638,7 @@ def test_live_header_shows_mode_profile_and_modeled_step_time(store):
 
 # -- run times, diverged runs, kernel compilation (issue 12: 5, 3, 11) -------------------------
 def test_time_parts_add_up_to_the_duration():
-    from gnnrec_lab.store import time_parts
+    from gnnrec_lab.runs.store import time_parts
     t = time_parts(100.0, 200.0, {"training_started": 150.0, "jit_s": 40.0}, 30.0)
     assert t == {"duration_s": 100.0, "startup_s": 10.0, "jit_s": 40.0, "train_s": 30.0, "other_s": 20.0}
     assert time_parts(100.0, float("nan"), None, None)["startup_s"] is None   # not at its loop yet
@@ -697,7 +697,7 @@ def test_live_says_compiling_kernels_until_the_compile_ends(store):
 def _timed_run(store, ms: float, steps: int = 3, status="finished", mode="dram", phases=("forward",),
                evals=True):
     """A run whose every step records ``ms`` of spmm time per phase in ``phases``."""
-    from gnnrec_lab.recorder import KernelRecord
+    from gnnrec_lab.util.recorder import KernelRecord
     rid = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=1, memory_mode=mode),
                         status="running")
     store.record_start(rid, {"steps_per_epoch": steps, "footprint_predicted": {"graph": 1000, "embeddings": 2000}})
@@ -825,7 +825,7 @@ def _finished_modeled_run(store, ratio=3.0, mode="cxl"):
 def test_runs_and_compare_show_modeled_times_beside_the_measured_ones(store, capsys):
     """`runs` and Compare showed a CXL run as "modeled ... train 1m 21s": DRAM seconds under a
     'modeled' label. Now measured and modeled (tiermodel.modeled_seconds) stand side by side."""
-    from gnnrec_lab.cli import main
+    from gnnrec_lab.commands.cli import main
     from gnnrec_lab.memory.tiermodel import modeled_ratio, modeled_seconds
     did = _timed_run(store, 20.0, steps=4)
     store.add_epoch(did, 1, 0.4, 4, 0.3)
@@ -898,7 +898,7 @@ def test_live_page_patches_its_plots_and_reads_the_last_evaluation(store):
     page = LivePage(lab)
     loss_fig, kernel_fig = page.loss_pane.object, page.kernel_pane.object
     header = page._header
-    from gnnrec_lab.recorder import KernelRecord
+    from gnnrec_lab.util.recorder import KernelRecord
     for s in (3, 4):
         store.add_step(rid, s, 1, 0.2, 0.005, [KernelRecord("spmm", "forward", 0, s, 5_000_000, 1, 1, 1, "gather",
                                                             32, 1, "native")])
@@ -922,7 +922,7 @@ def test_live_page_patches_its_plots_and_reads_the_last_evaluation(store):
 
 def test_runs_show_says_the_times_are_measured_and_the_modeled_training_time(store, capsys):
     """`runs show` printed "time  modeled" above seconds measured on DRAM."""
-    from gnnrec_lab.cli import main
+    from gnnrec_lab.commands.cli import main
     mid = _finished_modeled_run(store, ratio=3.0)
     assert main(["runs", "show", str(mid)]) == 0
     out = capsys.readouterr().out

@@ -9,13 +9,13 @@ import param
 import pytest
 from test_dashboard_components import RecordingRunner, _timed_run, texts
 
-from gnnrec_lab.config import FIELD_DOCS, MODELS, RunConfig
+from gnnrec_lab.config.run import FIELD_DOCS, MODELS, RunConfig
 from gnnrec_lab.dashboard.breakdown import BreakdownPage, newest_finished
 from gnnrec_lab.dashboard.common import BAR_STYLES, Lab, bar_style, hatch_hook, run_options, run_selector
 from gnnrec_lab.dashboard.compare import ComparePage
 from gnnrec_lab.dashboard.launch import FORM_DEFAULTS, FORM_FIELDS, LaunchForm, LaunchPage
 from gnnrec_lab.dashboard.live import LivePage, default_run
-from gnnrec_lab.provenance import Provenance
+from gnnrec_lab.util.provenance import Provenance
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 

@@ -20,9 +20,9 @@ import pytest
 pn = pytest.importorskip("panel")
 
 from gnnrec_lab.commands.dashboard import make_server  # noqa: E402
-from gnnrec_lab.config import RunConfig  # noqa: E402
+from gnnrec_lab.config.run import RunConfig  # noqa: E402
 from gnnrec_lab.dashboard.security import LaunchPolicy, RequestGuard, is_loopback  # noqa: E402
-from gnnrec_lab.errors import UserError  # noqa: E402
+from gnnrec_lab.util.errors import UserError  # noqa: E402
 
 
 def dash_args(**kw):
@@ -227,10 +227,10 @@ def test_lab_launch_refuses_outside_the_policy(tmp_path):
 def test_launch_button_disabled_with_the_reason(tmp_path, monkeypatch):
     """Issue 12 item 10 in the dashboard: a config predicted not to fit, or a file: placement the
     operator did not allow, keeps Launch disabled and says why next to the form."""
-    from gnnrec_lab import preflight
     from gnnrec_lab.dashboard.common import Lab
     from gnnrec_lab.dashboard.launch import LaunchPage
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.memory import preflight
+    from gnnrec_lab.runs.store import Store
 
     store = Store(tmp_path / "home")
 

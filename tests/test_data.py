@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gnnrec_lab import cli
+from gnnrec_lab.commands import cli
 from gnnrec_lab.data import Dataset, data_dir, describe, list_datasets, load, prepare, registry, storage
-from gnnrec_lab.errors import DataError
+from gnnrec_lab.util.errors import DataError
 
 REPO = Path(__file__).resolve().parents[1]
 WHEEL = registry.RECBOLE_WHEEL

@@ -10,12 +10,12 @@ import pytest
 from test_modeled_step import calibrated_store
 from test_tiermodel import HOST, _modeled_unlabelled
 
-from gnnrec_lab.cli import main
-from gnnrec_lab.errors import UserError
+from gnnrec_lab.commands.cli import main
 from gnnrec_lab.memory.profiles import load_profiles, misses_in_flight
 from gnnrec_lab.memory.tiermodel import project
 from gnnrec_lab.memory.validation import FIT_TOLERANCE, HELD_OUT_TARGET, load_points, validate
-from gnnrec_lab.recorder import KernelRecord
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.recorder import KernelRecord
 
 OPTANE = "optane_pmem100_appdirect_6x"
 # Held-out points the model misses, and why (README "Measured vs modeled"): on the remote socket
@@ -199,9 +199,9 @@ def recorded_dram_run(tmp_path_factory):
 
 
 def test_file_tier_profile_projects_a_recorded_run(recorded_dram_run, tmp_path):
-    from gnnrec_lab import calibrate
-    from gnnrec_lab.config import TENSOR_CLASSES
-    from gnnrec_lab.projection import stored_run_records, stored_run_step_time
+    from gnnrec_lab.config.run import TENSOR_CLASSES
+    from gnnrec_lab.memory import calibrate
+    from gnnrec_lab.services.projection import stored_run_records, stored_run_step_time
     store, rid, host = recorded_dram_run
     warm = calibrate.save_file_profile(calibrate.file_tier_profile(FILE_MEASURED, "ft_warm"), tmp_path / "w.yaml")
     cold = calibrate.file_tier_profile(FILE_MEASURED, "ft_cold")
@@ -231,7 +231,7 @@ def test_file_tier_profile_projects_a_recorded_run(recorded_dram_run, tmp_path):
 
 
 def test_whatif_onto_a_file_tier_is_labelled_modeled(recorded_dram_run, tmp_path, capsys):
-    from gnnrec_lab import calibrate
+    from gnnrec_lab.memory import calibrate
     store, rid, host = recorded_dram_run      # the fixture's store is the default one while it lives
     prof = calibrate.save_file_profile(calibrate.file_tier_profile(FILE_MEASURED, "ft"), tmp_path / "f.yaml")
     hp = tmp_path / "host.json"
@@ -249,7 +249,7 @@ def test_calibrate_tier_measures_a_directory(tmp_path, capsys, monkeypatch):
     """The direct-I/O measurement on a small file (skipped where the filesystem has no O_DIRECT)."""
     import os
 
-    from gnnrec_lab import calibrate
+    from gnnrec_lab.memory import calibrate
     probe = tmp_path / "probe"
     probe.write_bytes(b"\0" * 4096)
     try:

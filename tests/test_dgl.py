@@ -14,7 +14,7 @@ if "dgl" not in kernels.available_backends():
 import dgl  # noqa: E402
 
 from gnnrec_lab import RunConfig, run  # noqa: E402
-from gnnrec_lab.graph import CSR, BipartiteGraph  # noqa: E402
+from gnnrec_lab.graph.bipartite import CSR, BipartiteGraph  # noqa: E402
 
 
 def _graph(n_users=40, n_items=30, n=300, seed=0):
@@ -79,7 +79,7 @@ def test_dgl_layer_mean_and_sddmm_gradcheck(layers):
 
 
 def test_dgl_agrees_with_native_on_a_power_law_graph():
-    from gnnrec_lab.benchmarking import power_law_graph
+    from gnnrec_lab.training.benchmarking import power_law_graph
     adj = power_law_graph(3000, 2000, 20000, seed=4).adj
     x = torch.randn(adj.n_cols, 32)
     u = torch.randn(adj.n_rows, 32)
@@ -104,7 +104,7 @@ def test_short_training_on_dgl_matches_native(monkeypatch):
 
 
 def test_kernel_bench_shows_dgls_own_copy_u_sum_beside_the_backend():
-    from gnnrec_lab import benchmarking as bench
+    from gnnrec_lab.training import benchmarking as bench
     res = bench.run_kernel_bench(sizes=("small",), dims=(8,), backends=["native", "dgl"], kernels=("spmm",),
                                  repeats=1, include_pyg=False, host={"triad_GBps": 10.0})
     got = {(r.backend, r.phase) for r in res}

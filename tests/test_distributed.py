@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gnnrec_lab import kernels
-from gnnrec_lab.store import Store
+from gnnrec_lab.runs.store import Store
 
 HAVE_DGL = "dgl" in kernels.available_backends()
 needs_dgl = pytest.mark.skipif(not HAVE_DGL, reason="dgl is not importable here (the DGL lane: make test-dgl)")
@@ -25,7 +25,7 @@ TINY = ["--dataset", "synth-tiny", "--layers", "2", "--dim", "16", "--partitions
 
 
 def _cli(*args, timeout=400):
-    return subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", "distributed", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", "distributed", *args], capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -55,8 +55,8 @@ def test_bad_input_one_line_exit_2(args, needle):
 
 def test_explosion_factor_grows_with_depth_and_is_a_share_of_the_graph():
     from gnnrec_lab import data
-    from gnnrec_lab.distributed import explosion_factor
-    from gnnrec_lab.graph import BipartiteGraph
+    from gnnrec_lab.distributed.engine import explosion_factor
+    from gnnrec_lab.graph.bipartite import BipartiteGraph
     ds = data.load("synth-tiny")
     g = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
     f = [explosion_factor(g, d, 16, fanout=3, batches=2) for d in (1, 2, 3)]
@@ -83,8 +83,8 @@ def test_two_partitions_end_to_end_recorded_as_a_measured_distdgl_run():
     assert 0 < d["explosion_factor"] <= 1
     # DGL's distributed sampler and the lab's touch about as many nodes for the same batch
     from gnnrec_lab import data
-    from gnnrec_lab.distributed import explosion_factor
-    from gnnrec_lab.graph import BipartiteGraph
+    from gnnrec_lab.distributed.engine import explosion_factor
+    from gnnrec_lab.graph.bipartite import BipartiteGraph
     ds = data.load("synth-tiny")
     lab = explosion_factor(BipartiteGraph(ds.train, ds.n_users, ds.n_items), 2, 128, fanout=10, batches=4)
     assert abs(lab["input_nodes_per_batch"] - d["input_nodes_per_batch"]) <= 0.15 * lab["input_nodes_per_batch"]
@@ -110,7 +110,7 @@ def test_machines_sharing_dev_shm_are_caught_by_the_row_check():
 
 
 def test_ip_config_hosts_and_which_machines_start_here(tmp_path):
-    from gnnrec_lab.distributed import DistSpec, _env, _is_local, ip_hosts
+    from gnnrec_lab.distributed.engine import DistSpec, _env, _is_local, ip_hosts
     ip = tmp_path / "ip_config.txt"
     ip.write_text("192.0.2.5 30050\n\n203.0.113.7 30050\n")   # documentation/private addresses: never contacted
     spec = DistSpec(workdir=str(tmp_path), graph_name="g", partitions=2, dataset="synth-tiny", ip_config=str(ip))
@@ -129,7 +129,7 @@ needs_netns = pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0 or shut
 
 
 def _our_namespaces():
-    from gnnrec_lab.cluster import namespaces
+    from gnnrec_lab.distributed.cluster import namespaces
     return set(namespaces())
 
 
@@ -158,15 +158,15 @@ def test_emulated_cluster_bad_combinations_exit_2(args, needle):
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0, reason="runs as root to reach the tool check")
 def test_emulated_cluster_refuses_without_ip_on_path(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path)}    # an empty folder: no ip, tc or taskset
-    p = subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", "distributed", "--dataset", "synth-tiny",
+    p = subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", "distributed", "--dataset", "synth-tiny",
                         "--cluster", "emulated", "--partitions", "1"], capture_output=True, text=True, env=env,
                        timeout=120)
     assert p.returncode == 2 and "`ip` (iproute2) is not on PATH" in p.stderr, p.stderr
 
 
 def test_emulated_cluster_refuses_when_not_root(monkeypatch):
-    from gnnrec_lab import cluster
-    from gnnrec_lab.errors import UserError
+    from gnnrec_lab.distributed.engine import cluster
+    from gnnrec_lab.util.errors import UserError
     monkeypatch.setattr(cluster.os, "geteuid", lambda: 1000)
     with pytest.raises(UserError, match="needs root"):
         cluster.check_possible(1, 1, 10)
@@ -176,7 +176,7 @@ def test_emulated_cluster_refuses_when_not_root(monkeypatch):
 def test_emulated_cluster_links_machines_and_leaves_no_trace():
     """Two namespaces reach each other over the bridge, nothing appears on the host's own
     interfaces, and every namespace is gone after the block (also when it raises)."""
-    from gnnrec_lab.cluster import EmulatedCluster
+    from gnnrec_lab.distributed.cluster import EmulatedCluster
     host_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     with pytest.raises(ZeroDivisionError):
         with EmulatedCluster(2, 1, 1) as c:
@@ -202,7 +202,7 @@ def test_emulated_cluster_links_machines_and_leaves_no_trace():
 @needs_netns
 def test_emulated_two_machine_cluster_done_when_command():
     before = _our_namespaces()
-    p = subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", "distributed", "--cluster", "emulated",
+    p = subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", "distributed", "--cluster", "emulated",
                         "--partitions", "2", "--cores-per-machine", "1", "--link-gbit", "10", "--dataset", "synth-tiny",
                         "--layers", "2", "--epochs", "1", "--json"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
@@ -250,7 +250,7 @@ def test_emulated_cluster_stopped_half_way_leaves_nothing(sig, tmp_path):
     home = tmp_path / "home"
     runs = home / "runs"
     before_ns, before_runs = _our_namespaces(), set(os.listdir(runs)) if runs.is_dir() else set()
-    p = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.cli", "distributed", "--cluster", "emulated",
+    p = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.commands.cli", "distributed", "--cluster", "emulated",
                           "--partitions", "2", "--cores-per-machine", "1", "--link-gbit", "1",
                           "--dataset", "synth-tiny",
                           "--layers", "2", "--dim", "16", "--batch-size", "256", "--epochs", "50"],
@@ -277,7 +277,7 @@ def test_emulated_cluster_stopped_half_way_leaves_nothing(sig, tmp_path):
         if p.poll() is None:     # the test failed before the signal: leave the host clean anyway
             p.kill()
             p.wait()
-            from gnnrec_lab.cluster import EmulatedCluster
+            from gnnrec_lab.distributed.cluster import EmulatedCluster
             left = EmulatedCluster(2, 1, 1)
             left.created = sorted(_our_namespaces() - before_ns)
             left.teardown()
@@ -298,7 +298,7 @@ def test_distdgl_and_full_graph_runs_count_epochs_and_steps_alike():
               "--max-steps-per-epoch", "2", "--eval-users", "100"]
     d = _cli(*common, "--json")
     assert d.returncode == 0, d.stderr[-3000:]
-    f = subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", "run", *common, "--json"], capture_output=True,
+    f = subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", "run", *common, "--json"], capture_output=True,
                        text=True, timeout=400)
     assert f.returncode == 0, f.stderr[-3000:]
     rd, rf = json.loads(d.stdout), json.loads(f.stdout)
@@ -323,7 +323,7 @@ def test_emulated_cluster_timed_out_leaves_nothing(tmp_path):
     machines, their namespaces and links are gone."""
     home = tmp_path / "home"
     before = _our_namespaces()
-    p = subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", "distributed", "--cluster", "emulated",
+    p = subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", "distributed", "--cluster", "emulated",
                         "--partitions", "2", "--cores-per-machine", "1", "--link-gbit", "0", "--dataset", "synth-tiny",
                         "--layers", "2", "--dim", "16", "--batch-size", "256", "--epochs", "50", "--timeout", "3"],
                        capture_output=True, text=True, timeout=300, env={**os.environ, "GNNREC_LAB_HOME": str(home)})
@@ -342,7 +342,7 @@ SHORT = ["--dataset", "synth-tiny", "--layers", "2", "--dim", "16", "--batch-siz
 def test_distdgl_early_stops_and_says_its_target_was_not_reached_through_the_shared_loop():
     """train.py's loop runs DistDGL's trainers: patience ends the run (every trainer leaves
     together), every epoch is evaluated with training time only, a missed target says so."""
-    from gnnrec_lab.train import EarlyStopping
+    from gnnrec_lab.training.loop import EarlyStopping
     p = _cli(*SHORT, "--epochs", "6", "--patience", "1", "--lr", "1e-9", "--target-recall", "1.0", "--json")
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(p.stdout)
@@ -370,8 +370,8 @@ def test_distdgl_early_stops_and_says_its_target_was_not_reached_through_the_sha
 def test_distdgl_target_of_a_full_graph_run():
     """--target-of: the target is a share of a full-graph run's best validation Recall@20 at the
     same depth and batch size, evaluated on the same seeded users; reached or not is said."""
-    from gnnrec_lab.step import target_line
-    f = subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", "run", *SHORT, "--epochs", "1", "--json"],
+    from gnnrec_lab.training.step import target_line
+    f = subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", "run", *SHORT, "--epochs", "1", "--json"],
                        capture_output=True, text=True, timeout=400)
     assert f.returncode == 0, f.stderr[-3000:]
     rf = json.loads(f.stdout)

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import torch
 
-from gnnrec_lab.evaluate import rank_metrics
+from gnnrec_lab.training.evaluate import rank_metrics
 
 
 def brute_force(ue, ie, held, masked, ks):
@@ -102,7 +102,7 @@ def test_metric_keys_are_every_metric_at_every_k():
 
 
 def test_a_sampled_evaluation_says_so_wherever_its_metrics_are_formatted():
-    from gnnrec_lab.evaluate import format_metrics, sample_label
+    from gnnrec_lab.training.evaluate import format_metrics, sample_label
     ue, ie, train, valid, test = _random_case(0)
     full = rank_metrics(ue, ie, test, [train], topk=(10,))
     assert full["users"] == full["users_all"] and sample_label(full) == ""

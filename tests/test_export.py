@@ -7,8 +7,8 @@ import json
 import pytest
 from _cli import run_cli as _cli
 
-from gnnrec_lab import cli
-from gnnrec_lab.store import Store
+from gnnrec_lab.commands import cli
+from gnnrec_lab.runs.store import Store
 
 RUN = ["run", "--dataset", "synth-tiny", "--layers", "1", "--dim", "8", "--epochs", "2",
        "--max-steps-per-epoch", "2", "--no-progress"]

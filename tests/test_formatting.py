@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-import gnnrec_lab.formatting as F
-from gnnrec_lab.formatting import fmt_bytes, fmt_duration, fmt_ms, fmt_percent
+import gnnrec_lab.util.formatting as F
+from gnnrec_lab.util.formatting import fmt_bytes, fmt_duration, fmt_ms, fmt_percent
 
 
 @pytest.mark.parametrize("n, text", [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"),

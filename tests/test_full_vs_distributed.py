@@ -9,14 +9,14 @@ import numpy as np
 import panel as pn
 import pytest
 
-from gnnrec_lab.comparison import OPTANE_MODES, best_by_depth, engine_series, full_vs_distributed
-from gnnrec_lab.config import RunConfig
+from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.dashboard.common import Lab
 from gnnrec_lab.dashboard.compare import ComparePage, depth_bars
 from gnnrec_lab.dashboard.fake import fake_records
 from gnnrec_lab.memory.tiermodel import MODE_DEVICES
-from gnnrec_lab.projection import stored_run_step_time
-from gnnrec_lab.provenance import Provenance
+from gnnrec_lab.services.comparison import OPTANE_MODES, best_by_depth, engine_series, full_vs_distributed
+from gnnrec_lab.services.projection import stored_run_step_time
+from gnnrec_lab.util.provenance import Provenance
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 
@@ -27,8 +27,8 @@ HOST = dict(copy_GBps=13.8, triad_GBps=12.2, gather64_GBps=1.35, gather256_GBps=
 @pytest.fixture
 def host():
     """A fixed calibration saved where the pages read it."""
-    from gnnrec_lab import calibrate
     from gnnrec_lab.kernels import native as nk
+    from gnnrec_lab.memory import calibrate
     h = dict(HOST, cpu=calibrate.cpu_model(), threads=nk.threads())
     calibrate.save(h)
     return h
@@ -168,7 +168,7 @@ def test_compare_section_says_why_there_are_no_modeled_bars_without_a_calibratio
 def test_depth_bars_is_none_without_values():
     import pandas as pd
 
-    from gnnrec_lab.comparison import FULL_VS_DIST_COLUMNS
+    from gnnrec_lab.services.comparison import FULL_VS_DIST_COLUMNS
     assert depth_bars(pd.DataFrame(columns=FULL_VS_DIST_COLUMNS), "epoch_s", "s", "t") is None
 
 

@@ -1,6 +1,6 @@
 import numpy as np
 
-from gnnrec_lab.graph import CSR, BipartiteGraph
+from gnnrec_lab.graph.bipartite import CSR, BipartiteGraph
 
 
 def test_normalised_adjacency_matches_dense():
@@ -46,7 +46,7 @@ def _skewed_graph(seed=0):
 def test_locality_order_is_a_deterministic_permutation_with_hubs_first():
     import pytest
 
-    from gnnrec_lab.graph import locality_order
+    from gnnrec_lab.graph.bipartite import locality_order
     adj = _skewed_graph().adj
     deg = np.diff(adj.indptr)
     for method in ("community", "degree"):
@@ -61,7 +61,7 @@ def test_locality_order_is_a_deterministic_permutation_with_hubs_first():
 def test_community_order_groups_planted_communities():
     """Two disjoint halves (no edge between them): label propagation never mixes them, so
     after the hubs each half's nodes are contiguous in the order."""
-    from gnnrec_lab.graph import locality_order
+    from gnnrec_lab.graph.bipartite import locality_order
     rng = np.random.default_rng(3)
     u = rng.integers(0, 100, 2000)
     i = rng.integers(0, 50, 2000) + 50 * (u >= 50)        # users 0-49 -> items 0-49, 50-99 -> 50-99
@@ -90,7 +90,7 @@ def test_a_bipartite_order_keeps_users_first_and_the_permuted_matrix_stays_bipar
     """set_order on the user-item adjacency takes the order's users, then its items (each in the
     order's sequence), so P A P^T is bipartite with the same sides (what native.spmm_sides needs);
     an order that mixes the sides in a plain permutation loses the mark."""
-    from gnnrec_lab.graph import locality_order
+    from gnnrec_lab.graph.bipartite import locality_order
     g = _skewed_graph()
     assert g.adj.sides == g.n_users
     o = locality_order(g.adj, "community")

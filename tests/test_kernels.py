@@ -6,10 +6,10 @@ import torch
 import torch.nn.functional as F
 
 from gnnrec_lab import kernels
-from gnnrec_lab.errors import UserError
-from gnnrec_lab.graph import CSR, BipartiteGraph
+from gnnrec_lab.graph.bipartite import CSR, BipartiteGraph
 from gnnrec_lab.kernels import native
-from gnnrec_lab.recorder import Recorder, use_recorder
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.recorder import Recorder, use_recorder
 
 BACKENDS = kernels.available_backends()
 
@@ -237,7 +237,7 @@ def test_backend_selection():
 
 def test_lincomb_gradcheck_and_records():
     from gnnrec_lab import kernels as K
-    from gnnrec_lab.recorder import Recorder, use_recorder
+    from gnnrec_lab.util.recorder import Recorder, use_recorder
     a = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
     b = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x, y: K.lincomb("add", (0.25, 1.0), x, y), (a, b))
@@ -508,7 +508,7 @@ def test_layer_mean_in_locality_order_matches_the_unreordered_graph(backend, mon
     """A CSR carrying a locality order propagates in that order (rows permuted in and out, each
     way recorded as ``permute``); values and gradients, the deferred L2 gradient included, equal
     the unreordered graph's up to float summation order."""
-    from gnnrec_lab.graph import locality_order
+    from gnnrec_lab.graph.bipartite import locality_order
     from tests._graphs import power_law_graph
     plain = power_law_graph(n_users=300, n_items=200, n_inter=4000, seed=2)
     pairs = np.stack([plain.user_items.row_ids(), plain.user_items.indices], 1).astype(np.int32)
@@ -567,7 +567,7 @@ def test_side_by_side_spmm_matches_the_row_by_row_product(monkeypatch, ordered):
     layer mean (its fused running mean and the backward's added gradient, the deferred L2 term
     included) and NGCF's SpMM equal the row-by-row kernel's results up to float summation order,
     and each product is still recorded as one ``spmm``."""
-    from gnnrec_lab.graph import locality_order
+    from gnnrec_lab.graph.bipartite import locality_order
     from tests._graphs import power_law_graph
     g = power_law_graph(n_users=300, n_items=200, n_inter=4000, seed=5)
     if ordered:

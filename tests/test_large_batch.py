@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-import gnnrec_lab.train as train_mod
+import gnnrec_lab.training.loop as train_mod
 from gnnrec_lab import RunConfig, run
-from gnnrec_lab.optim import LAMB, build_optimizer, lr_at
+from gnnrec_lab.models.optim import LAMB, build_optimizer, lr_at
 
 TINY = dict(dataset="synth-tiny", dim=8, layers=1, batch_size=512, epochs=2, lr=1e-2, patience=0)
 

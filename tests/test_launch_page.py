@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from test_dashboard_components import RecordingRunner, _calibrate, texts
 
-from gnnrec_lab.config import RunConfig
+from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.dashboard.common import OVERLOADED_LABEL, Lab
 from gnnrec_lab.dashboard.fake import fake_records
 from gnnrec_lab.dashboard.security import LaunchPolicy, set_launch_policy
-from gnnrec_lab.formatting import fmt_bytes
+from gnnrec_lab.util.formatting import fmt_bytes
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 SHAPE = dict(dataset="synth-tiny", model="lightgcn", layers=1, dim=8, batch_size=512)
@@ -81,8 +81,8 @@ def _dram_run(store, scale: float, load1: float = 0.5, steps: int = 3, **over) -
 
 
 def test_step_time_predicts_from_the_fastest_same_shape_dram_run_and_shows_the_spread(store):
-    from gnnrec_lab.calibrate import host_profile
-    from gnnrec_lab.projection import dram_reference, stored_run_step_time
+    from gnnrec_lab.memory.calibrate import host_profile
+    from gnnrec_lab.services.projection import dram_reference, stored_run_step_time
     _calibrate()
     slow = _dram_run(store, 6.0, load1=5.0)       # the same shape measured under load
     fast = _dram_run(store, 1.0)
@@ -129,7 +129,7 @@ def test_form_has_eval_users_patience_seed_sampled_mode_cache_policy_and_device_
 
 def test_form_refuses_a_batch_larger_than_the_training_set_inline(store):
     from gnnrec_lab.data import describe
-    from gnnrec_lab.preflight import batch_size_error
+    from gnnrec_lab.memory.preflight import batch_size_error
     page = page_for(store, **SHAPE)
     assert not page.button.disabled
     page.form.batch_size = 10_000_000
@@ -143,13 +143,13 @@ def test_form_refuses_a_batch_larger_than_the_training_set_inline(store):
 
 def test_errors_not_tied_to_a_field_carry_no_form_prefix(store):
     from gnnrec_lab.dashboard.launch import error_text
-    from gnnrec_lab.errors import ConfigError
+    from gnnrec_lab.util.errors import ConfigError
     assert error_text(ConfigError("form", "the runner is busy")) == "the runner is busy"
     assert error_text(ConfigError("dim", "must be positive")) == "dim: must be positive"   # a field keeps its name
 
     class Refusing(RecordingRunner):
         def launch(self, config):
-            from gnnrec_lab.errors import UserError
+            from gnnrec_lab.util.errors import UserError
             raise UserError("the runner is busy")
     from gnnrec_lab.dashboard.launch import LaunchPage
     page = LaunchPage(Lab(store=store, runner=Refusing(store)))

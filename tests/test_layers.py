@@ -1,6 +1,7 @@
-"""The package's layers hold (gnnrec_lab/layers.py): every import goes to the same or a lower layer,
-the imports form no cycle, an import inside a function keeps something heavy out, and every module
-imports alone in a fresh interpreter."""
+"""The package's layers hold (gnnrec_lab/util/layers.py): every module sits in a layer's folder, every
+import goes to the same or a lower folder, the imports form no cycle (counting the package
+``__init__`` each import runs), an import inside a function keeps something heavy out, and every
+module imports alone in a fresh interpreter."""
 from __future__ import annotations
 
 import ast
@@ -11,9 +12,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gnnrec_lab.layers import HEAVY, LAYERS, layer_of
+from gnnrec_lab.util.layers import HEAVY, INIT_LAYERS, LAYERS, PACKAGE, layer_of
 
-PACKAGE = "gnnrec_lab"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 
@@ -23,10 +23,12 @@ class Import:
     target: str        # imported package module
     line: int
     deferred: bool     # inside a function
+    via: str = ""      # the module the statement names, where ``target`` is a package __init__ it runs
 
     def where(self) -> str:
         kind = "inside a function" if self.deferred else "at the top"
-        return f"{self.source} (line {self.line}, {kind}) imports {self.target}"
+        how = f" (its __init__, importing {self.via})" if self.via else ""
+        return f"{self.source} (line {self.line}, {kind}) imports {self.target}{how}"
 
 
 def module_name(path: Path) -> str:
@@ -63,9 +65,22 @@ def _known(name: str, mods: dict) -> str:
     return name
 
 
+def init_edges(imp: Import, mods) -> list[Import]:
+    """The package ``__init__`` modules that importing ``imp.target`` runs: each package above it,
+    but the top package and the packages the importer itself sits in (their ``__init__`` ran first)."""
+    parts = imp.target.split(".")
+    out = []
+    for k in range(2, len(parts)):
+        pkg = ".".join(parts[:k])
+        if pkg in mods and pkg != imp.source and not imp.source.startswith(pkg + "."):
+            out.append(Import(imp.source, pkg, imp.line, imp.deferred, via=imp.target))
+    return out
+
+
 def scan(mods: dict[str, Path]) -> tuple[list[Import], dict[str, set], dict[str, set]]:
-    """Package-internal imports; for each module the package modules and the third-party top-level
-    names it imports at its top (those run when it is imported)."""
+    """Package-internal imports, each with the package ``__init__`` modules it runs; for each module
+    the package modules and the third-party top-level names it imports at its top (those run when it
+    is imported)."""
     imports, top_internal, top_external = [], {m: set() for m in mods}, {m: set() for m in mods}
     for mod, path in mods.items():
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -85,19 +100,22 @@ def scan(mods: dict[str, Path]) -> tuple[list[Import], dict[str, set], dict[str,
                     base = ".".join(base + ([node.module] if node.module else []))
                 elif node.module and node.module.split(".")[0] == PACKAGE:
                     base = node.module
-                else:
+                else:   # third-party (`from numba import njit`): counted below, as `import numba` is
+                    base = None
                     if node.module and node.module != "__future__":
                         external.append(node.module)
-                    continue
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+                if base:
+                    targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
             else:
                 continue
             is_deferred = id(node) in deferred
             for t in dict.fromkeys(_known(t, mods) for t in targets):
                 if t != mod:
-                    imports.append(Import(mod, t, node.lineno, is_deferred))
-                    if not is_deferred:
-                        top_internal[mod].add(t)
+                    imp = Import(mod, t, node.lineno, is_deferred)
+                    for i in (imp, *init_edges(imp, mods)):
+                        imports.append(i)
+                        if not is_deferred:
+                            top_internal[mod].add(i.target)
             if not is_deferred:
                 top_external[mod].update(e.split(".")[0] for e in external)
     return imports, top_internal, top_external
@@ -159,11 +177,17 @@ MODS = modules()
 IMPORTS, TOP_INTERNAL, TOP_EXTERNAL = scan(MODS)
 
 
-def test_every_module_has_a_layer():
+def test_every_module_sits_in_a_layers_folder():
+    """Nothing but the package __init__ in the package root; every folder a layer, every layer a folder."""
     missing = [m for m in MODS if not _has_layer(m)]
-    listed = {f"{PACKAGE}.{m}" if m != PACKAGE else m for mods in LAYERS.values() for m in mods}
-    assert not missing, f"modules in no layer of gnnrec_lab/layers.py: {missing}"
-    assert listed <= set(MODS), f"layers.py lists modules that do not exist: {sorted(listed - set(MODS))}"
+    assert not missing, f"modules in no folder of gnnrec_lab/util/layers.py's LAYERS: {missing}"
+    root = sorted(p.name for p in ROOT.glob("*.py") if p.name != "__init__.py")
+    assert not root, f"modules in the package root (put each in its layer's folder): {root}"
+    folders = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert folders == set(LAYERS), (f"folders that are no layer: {sorted(folders - set(LAYERS))}; "
+                                    f"layers with no folder: {sorted(set(LAYERS) - folders)}")
+    stray = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("*/*/__init__.py"))
+    assert not stray, f"packages inside a layer (a layer is one folder deep): {stray}"
 
 
 def _has_layer(m):
@@ -175,16 +199,17 @@ def _has_layer(m):
 
 
 def test_imports_go_to_the_same_or_a_lower_layer():
-    names = list(LAYERS)
+    names = [*LAYERS, PACKAGE]
     bad = [f"{i.where()}: layer {names[layer_of(i.source)]!r} may not import layer {names[layer_of(i.target)]!r}"
            for i in IMPORTS if layer_of(i.target) > layer_of(i.source)
            and not (i.target == PACKAGE or i.source == PACKAGE and i.deferred)]
-    assert not bad, "imports above their layer (gnnrec_lab/layers.py):\n" + "\n".join(bad)
+    assert not bad, "imports above their layer (gnnrec_lab/util/layers.py):\n" + "\n".join(bad)
 
 
 def test_the_package_init_imports_only_the_bottom_layers_at_its_top():
     """It runs before every module: what it imports at its top, every module imports."""
-    bad = [i.where() for i in IMPORTS if i.source == PACKAGE and not i.deferred and layer_of(i.target) > 1]
+    top = max(LAYERS.index(f) for f in INIT_LAYERS)
+    bad = [i.where() for i in IMPORTS if i.source == PACKAGE and not i.deferred and layer_of(i.target) > top]
     assert not bad, bad
 
 
@@ -196,15 +221,29 @@ def test_no_import_cycles_even_through_imports_inside_functions():
 def test_an_import_inside_a_function_keeps_a_heavy_module_out():
     heavy = heavy_loads(MODS, TOP_INTERNAL, TOP_EXTERNAL)
     bad = [f"{i.where()}, which loads nothing heavy {i.source} does not load already: import it at the top"
-           for i in IMPORTS if i.deferred and i.source != PACKAGE and not heavy[i.target] - heavy[i.source]]
+           for i in IMPORTS if i.deferred and not i.via and i.source != PACKAGE
+           and not heavy[i.target] - heavy[i.source]]
     assert not bad, "\n".join(bad)
 
 
-def test_the_scan_sees_imports_inside_functions():
-    assert any(i.source == f"{PACKAGE}.commands.run" and i.target == f"{PACKAGE}.train" and i.deferred
+def test_the_scan_sees_imports_inside_functions_and_the_package_inits_they_run():
+    assert any(i.source == f"{PACKAGE}.commands.run" and i.target == f"{PACKAGE}.training.loop" and i.deferred
                for i in IMPORTS)
-    assert any(i.source == f"{PACKAGE}.config" and i.target == f"{PACKAGE}.places" and not i.deferred
+    assert any(i.source == f"{PACKAGE}.config.run" and i.target == f"{PACKAGE}.config.places" and not i.deferred
                for i in IMPORTS)
+    # importing kernels.native runs kernels/__init__: an arrow of its own, the module it came through named
+    assert any(i.source == f"{PACKAGE}.models.lightgcn" and i.target == f"{PACKAGE}.kernels"
+               and i.via.startswith(f"{PACKAGE}.kernels.") for i in IMPORTS)
+    # ... but not for the importer's own package, whose __init__ ran before it
+    assert not any(i.source == f"{PACKAGE}.kernels.backends" and i.target == f"{PACKAGE}.kernels" for i in IMPORTS)
+    # a cycle only through a package __init__ is found (graph -> kernels.native -> kernels/__init__ -> graph)
+    mods = {f"{PACKAGE}.graph.bipartite": 0, f"{PACKAGE}.kernels": 0, f"{PACKAGE}.kernels.native": 0}
+    first = Import(f"{PACKAGE}.graph.bipartite", f"{PACKAGE}.kernels.native", 1, True)
+    back = Import(f"{PACKAGE}.kernels", f"{PACKAGE}.graph.bipartite", 2, False)
+    assert find_cycle([first, back]) == []
+    assert [i.target for i in find_cycle([first, *init_edges(first, mods), back])][-1] == first.source
+    # `from numba import njit` loads numba as `import numba` does
+    assert "numba" in TOP_EXTERNAL[f"{PACKAGE}.graph.reorder"]
     # memory.placement names numpy only for its annotations, under TYPE_CHECKING: that loads nothing
     assert "numpy" not in TOP_EXTERNAL[f"{PACKAGE}.memory.placement"]
     loop = [Import("a", "b", 1, False), Import("b", "c", 2, True), Import("c", "a", 3, True)]
@@ -217,7 +256,7 @@ def test_the_scan_sees_imports_inside_functions():
 # one child per core at a time.
 _CHILDREN = r"""
 import json, os, sys, traceback
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # gnnrec_lab.runtime's, before torch loads
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # gnnrec_lab.util.runtime's, before torch loads
 for name in sys.argv[1:]:
     try:
         __import__(name)

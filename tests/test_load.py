@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from gnnrec_lab import proc
-from gnnrec_lab.config import RunConfig
-from gnnrec_lab.store import Store
+from gnnrec_lab.config.run import RunConfig
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.util import proc
 
 TINY = dict(dataset="synth-tiny", dim=8, layers=1, batch_size=512, epochs=2, max_steps_per_epoch=2, patience=0)
 
@@ -40,7 +40,7 @@ def test_load_summary_flags_load_above_the_cores():
 @pytest.fixture
 def overloaded_run(tmp_path, monkeypatch):
     """One real (tiny) training run recorded in a store while the load average reads 9 on 2 cores."""
-    from gnnrec_lab.train import train
+    from gnnrec_lab.training.loop import train
     monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
     monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 8.0, 7.0))
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
@@ -64,7 +64,7 @@ def test_a_run_stores_its_load_at_start_middle_and_end(overloaded_run):
 
 
 def test_every_view_flags_the_overloaded_run(overloaded_run, capsys):
-    from gnnrec_lab import cli
+    from gnnrec_lab.commands import cli
     from gnnrec_lab.dashboard.common import OVERLOADED_LABEL, run_options
     store, rid, quiet = overloaded_run
     assert cli.main(["runs"]) == 0
@@ -88,7 +88,7 @@ def test_every_view_flags_the_overloaded_run(overloaded_run, capsys):
 
 
 def test_runs_show_prints_counts_as_integers(tmp_path, monkeypatch, capsys):
-    from gnnrec_lab import cli
+    from gnnrec_lab.commands import cli
     monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
     store = Store()
     rid = store.add_run(RunConfig(**TINY), status="finished")

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from gnnrec_lab import RunConfig
-from gnnrec_lab.reporting import Reporter
-from gnnrec_lab.status import RunStatus
-from gnnrec_lab.step import target_line, target_outcome
-from gnnrec_lab.train import FullStep, _compile_kernels, _eval_users, _prepare, run_loop
+from gnnrec_lab.training.loop import FullStep, _compile_kernels, _eval_users, _prepare, run_loop
+from gnnrec_lab.training.reporting import Reporter
+from gnnrec_lab.training.step import target_line, target_outcome
+from gnnrec_lab.util.status import RunStatus
 
 TINY = dict(dataset="synth-tiny", dim=16, layers=2, batch_size=512, epochs=3, lr=5e-3, patience=0,
             max_steps_per_epoch=2, eval_users=100)
@@ -80,7 +80,7 @@ def test_evaluations_every_epoch_with_training_time_only():
 
 def test_eval_users_are_one_seeded_sample_for_every_engine():
     from gnnrec_lab import data
-    from gnnrec_lab.distspec import DistSpec
+    from gnnrec_lab.distributed.spec import DistSpec
     ds = data.load("synth-tiny")
     spec = DistSpec(workdir="/nonexistent", graph_name="g", partitions=2, dataset="synth-tiny", layers=2, dim=16,
                     fanouts=[10, 10], batch_size=512, eval_users=100, seed=7)
@@ -108,7 +108,7 @@ def test_target_outcome_reached_not_reached_and_none():
 
 
 def test_comparison_frame_measures_both_engines_against_one_common_target():
-    from gnnrec_lab.distributed import comparison_frame
+    from gnnrec_lab.distributed.engine import comparison_frame
     cfg = dict(dataset="d", model="lightgcn", layers=2, batch_size=1024, seed=1, eval_users=100)
     full = {"config": {**cfg, "mode": "full"}, "best_valid": {"recall@20": 0.2}, "history": H,
             "epoch_seconds": [4.0]}

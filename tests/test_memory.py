@@ -2,7 +2,6 @@
 file-backed (App Direct style) tensors."""
 from __future__ import annotations
 
-import importlib
 import os
 import tempfile
 
@@ -10,15 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from gnnrec_lab.config import RunConfig
-from gnnrec_lab.errors import UserError
-from gnnrec_lab.graph import BipartiteGraph
+from gnnrec_lab.config.places import parse_place
+from gnnrec_lab.config.run import RunConfig
+from gnnrec_lab.graph.bipartite import BipartiteGraph
+from gnnrec_lab.memory import footprint as fpmod
 from gnnrec_lab.memory.footprint import footprint, footprint_phases, measure_peak, total
 from gnnrec_lab.memory.placement import allocate, is_file_backed, numactl_args, place_array, place_tensor, probe_dax
 from gnnrec_lab.memory.topology import Topology, detect, parse_cpulist, read_nodes
-from gnnrec_lab.places import parse_place
-
-fpmod = importlib.import_module("gnnrec_lab.memory.footprint")  # the package attribute is the function
+from gnnrec_lab.util.errors import UserError
 
 
 def tiny(n_users=40, n_items=60, n=500, seed=0):
@@ -159,13 +157,13 @@ def test_runtime_baseline_is_remeasured_for_an_environment_made_again_at_the_sam
 def test_footprint_adds_kernel_compilation_only_when_the_run_will_compile(monkeypatch):
     """Measured: a fresh environment's first run compiles the kernels and peaks 141 MiB higher
     than the next (which loads numba's disk cache); without the term it was predicted 22% low."""
-    from gnnrec_lab.kernels import native
+    from gnnrec_lab import kernels
     monkeypatch.setattr(fpmod, "runtime_baseline_bytes", lambda refresh=False: 500 << 20)
     cfg = RunConfig(dataset="ml-100k")
     counts = dict(n_users=943, n_items=1682, n_train=80_000)
-    monkeypatch.setattr(native, "uncached_kernels", lambda: [])
+    monkeypatch.setattr(kernels, "uncached_kernels", lambda: [])
     assert footprint(cfg, counts=counts)["runtime"] == 500 << 20
-    monkeypatch.setattr(native, "uncached_kernels", lambda: ["spmm"])
+    monkeypatch.setattr(kernels, "uncached_kernels", lambda: ["spmm"])
     assert footprint(cfg, counts=counts)["runtime"] == (500 << 20) + fpmod.JIT_COMPILE_BYTES
     assert footprint(cfg, counts=counts, runtime_bytes=0)["runtime"] == 0   # the caller's value wins
 

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gnnrec_lab.config import TENSOR_CLASSES, RunConfig
+from gnnrec_lab.config.run import TENSOR_CLASSES, RunConfig
 from gnnrec_lab.memory.profiles import load_profiles
 from gnnrec_lab.memory.tiermodel import MODE_DEVICES, run_step_time
-from gnnrec_lab.projection import stored_run_records, stored_run_step_time
+from gnnrec_lab.services.projection import stored_run_records, stored_run_step_time
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 
@@ -46,9 +46,9 @@ RUNS = {"lightgcn": dict(model="lightgcn", memory_mode="optane_app_direct"),
 def calibrated_store(tmp_path_factory, host: dict):
     """A fresh store in its own GNNREC_LAB_HOME, ``host`` (with this machine's cpu and threads)
     saved there as the calibration; yields (store, host) and closes the store."""
-    from gnnrec_lab import calibrate
     from gnnrec_lab.kernels import native as nk
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.memory import calibrate
+    from gnnrec_lab.runs.store import Store
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GNNREC_LAB_HOME", str(tmp_path_factory.mktemp("home")))
         host = dict(host, cpu=calibrate.cpu_model(), threads=nk.threads())
@@ -63,7 +63,7 @@ def calibrated_store(tmp_path_factory, host: dict):
 @pytest.fixture(scope="module")
 def recorded_runs(tmp_path_factory):
     """Real synth-tiny runs in modeled memory modes, trained in-process into a fresh store."""
-    from gnnrec_lab.train import train
+    from gnnrec_lab.training.loop import train
     with calibrated_store(tmp_path_factory, SLOW_HOST) as (store, host):
         out = {}
         for key, kw in RUNS.items():
@@ -82,12 +82,12 @@ def recorded(request, recorded_runs):
 
 
 def test_every_view_shows_the_one_modeled_step_time(recorded, capsys):
-    from gnnrec_lab.cli import main
+    from gnnrec_lab.commands.cli import main
     from gnnrec_lab.commands.run import _print_summary
     from gnnrec_lab.dashboard.breakdown import BreakdownPage, modeled_kernel_phase_ms
     from gnnrec_lab.dashboard.common import Lab
     from gnnrec_lab.dashboard.live import LiveMonitor, modeled_text
-    from gnnrec_lab.projection import step_time_projection
+    from gnnrec_lab.services.projection import step_time_projection
     store, rid, result, host = recorded
     ref = stored_run_step_time(store, rid, host)
     DEVICE = MODE_DEVICES[result.config.memory_mode]

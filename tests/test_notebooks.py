@@ -75,7 +75,7 @@ def _check_runs_read_back(path, nb, tmp_path):
     """Notebook 06 names its runs as benchmarks/bench_headline.py does and reads a finished run of the
     same name, settings and machines back from the store instead of training it again: run a second
     time on the same store, it trains nothing and shows the same runs."""
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
     store = Store()
     ids = store.run_ids()
     names = {store.get_run(i)["name"] for i in ids}

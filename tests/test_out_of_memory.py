@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gnnrec_lab import cgroup as cgroup_mod
-from gnnrec_lab.cgroup import MemoryCgroup, memory_cgroup_root, memory_limit_of, parse_size
-from gnnrec_lab.config import RunConfig
-from gnnrec_lab.errors import UserError
+from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.memory.footprint import footprint
-from gnnrec_lab.runner import Runner
-from gnnrec_lab.store import Store
+from gnnrec_lab.runs.runner import Runner
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.util import cgroup as cgroup_mod
+from gnnrec_lab.util.cgroup import MemoryCgroup, memory_cgroup_root, memory_limit_of, parse_size
+from gnnrec_lab.util.errors import UserError
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 MiB = 2**20
@@ -124,7 +124,7 @@ def test_real_run_over_the_limit_ooms_in_dram_and_completes_file_backed(store, t
 
 
 def test_cli_detached_run_with_a_memory_limit(store, monkeypatch, capsys):
-    from gnnrec_lab import cli
+    from gnnrec_lab.commands import cli
     assert cli.main(["run", "--memory-limit", "2X", "--detach", "--dataset", "synth-tiny"]) == 2
     assert "--memory-limit: expected a size like 2G" in capsys.readouterr().err
     assert cli.main(["run", "--memory-limit", "2G", "--dataset", "synth-tiny"]) == 2

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 
 
 def test_cache_page_says_simulating_while_busy_and_uses_the_cli_batch(store):
-    from gnnrec_lab.cli import build_parser
+    from gnnrec_lab.commands.cli import build_parser
     from gnnrec_lab.dashboard.cache import CachePage
     release = threading.Event()
 
@@ -40,7 +40,7 @@ def test_panel_serve_app_is_read_only(store):
     lab = Lab(store=store, read_only=PANEL_SERVE_READ_ONLY)
     assert lab.runner is None
     with pytest.raises(RuntimeError, match="read-only"):
-        from gnnrec_lab.config import RunConfig
+        from gnnrec_lab.config.run import RunConfig
         lab.launch(RunConfig(dataset="synth-tiny"))
     app = build_app(lab)
     side = "\n".join(str(o.object) for o in app.sidebar if hasattr(o, "object"))
@@ -54,9 +54,9 @@ def test_panel_serve_app_is_read_only(store):
 def test_roofline_and_bound_are_explained_where_shown(store):
     import pandas as pd
 
-    from gnnrec_lab.analysis import BOUND_NOTE, ROOFLINE_NOTE, format_breakdown
     from gnnrec_lab.dashboard.breakdown import BreakdownPage
     from gnnrec_lab.dashboard.fake import fill_store
+    from gnnrec_lab.memory.analysis import BOUND_NOTE, ROOFLINE_NOTE, format_breakdown
     _calibrate()
     assert "Above 100%" in BOUND_NOTE
     df = pd.DataFrame([dict(kernel="spmm", phase="forward", calls=1, seconds=0.1, share=1.0, bytes=1e9, GBps=10.0,

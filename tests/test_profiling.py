@@ -6,7 +6,7 @@ import math
 import pytest
 
 from gnnrec_lab import RunConfig
-from gnnrec_lab import profiling as P
+from gnnrec_lab.training import profiling as P
 
 TINY = dict(dataset="synth-tiny", dim=16, layers=2, batch_size=512, lr=5e-3)
 
@@ -154,7 +154,7 @@ def test_every_recorded_kernel_is_a_named_profiler_range(extra):
 def test_no_profiler_range_without_a_profiler():
     import contextlib
 
-    from gnnrec_lab.recorder import profiler_active, profiler_range
+    from gnnrec_lab.util.recorder import profiler_active, profiler_range
     assert not profiler_active()
     assert isinstance(profiler_range("spmm", "forward"), contextlib.nullcontext)
     import torch

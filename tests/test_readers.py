@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gnnrec_lab.data import load, readers, registry
-from gnnrec_lab.errors import DataError
+from gnnrec_lab.util.errors import DataError
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

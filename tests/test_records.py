@@ -7,11 +7,11 @@ from collections import namedtuple
 import pandas as pd
 import pytest
 
-from gnnrec_lab.config import RunConfig
-from gnnrec_lab.errors import UserError
+from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.memory.footprint import Footprint
-from gnnrec_lab.provenance import Provenance, part, parts
-from gnnrec_lab.recorder import (
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.provenance import Provenance, part, parts
+from gnnrec_lab.util.recorder import (
     RECORD_FIELDS,
     STORE_KEY,
     SUMMED_FIELDS,
@@ -59,7 +59,7 @@ def test_parts_read_the_provenance_each_field_declares():
 
 def test_run_result_and_projection_label_each_part():
     from gnnrec_lab.memory.tiermodel import RunProjection
-    from gnnrec_lab.train import RunResult
+    from gnnrec_lab.training.loop import RunResult
     kind = RunResult(RunConfig()).to_dict()["kind"]
     assert kind == {"train_seconds": "measured", "epoch_seconds": "measured", "jit_seconds": "measured",
                     "kernels": "measured", "phases": "measured", "best_valid": "measured", "test": "measured",
@@ -80,8 +80,8 @@ def test_kernel_records_carry_their_provenance():
 
 def test_advise_records_are_modeled_and_stored_ones_measured(tmp_path):
     from gnnrec_lab.memory.advise import step_records
-    from gnnrec_lab.projection import reference_records
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
+    from gnnrec_lab.services.projection import reference_records
     host = dict(copy_GBps=9.0, triad_GBps=8.0, gather64_GBps=3.0, gather256_GBps=6.0, latency_ns=90.0,
                 gemm_GFLOPs=50.0, threads=2, kind="host", measured=True)
     counts = dict(n_users=50, n_items=40, n_train=300)

@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from gnnrec_lab import cli
-from gnnrec_lab.config import RunConfig
-from gnnrec_lab.errors import UserError
+from gnnrec_lab.commands import cli
+from gnnrec_lab.config.places import parse_nodes
+from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.memory.placement import numa_request, numactl_argv
-from gnnrec_lab.places import parse_nodes
-from gnnrec_lab.provenance import Provenance
-from gnnrec_lab.runner import Runner, launch_detached
-from gnnrec_lab.store import Store
+from gnnrec_lab.runs.runner import Runner, launch_detached
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.provenance import Provenance
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -64,7 +64,7 @@ def test_finished_run(store):
 
 def test_worker_records_the_result_once(store, monkeypatch):
     """The store reporter's on_finish writes the result; the worker must not write it again."""
-    from gnnrec_lab import worker
+    from gnnrec_lab.runs import worker
     calls = []
     real = Store.record_result
     monkeypatch.setattr(Store, "record_result", lambda self, *a: (calls.append(a[0]), real(self, *a))[1])
@@ -133,7 +133,7 @@ def test_sigkill_without_oom_evidence_is_killed_not_oom(store, monkeypatch):
 
 
 def test_kernel_log_names_an_oom_kill(tmp_path):
-    from gnnrec_lab.runner import kernel_oom_kill
+    from gnnrec_lab.runs.runner import kernel_oom_kill
     log = tmp_path / "kmsg"
     log.write_text("6,1,2,-;eth0: link up\n"
                    "3,2,3,-;Out of memory: Killed process 4242 (python) total-vm:9000kB, anon-rss:800kB\n")
@@ -301,7 +301,7 @@ def test_cli_cancels_run_of_another_process(store, monkeypatch, capsys):
     assert f"run {rid}: cancelled" in capsys.readouterr().out
     run = store.get_run(rid)
     assert run["status"] == "cancelled" and run["cancel_requested"]
-    from gnnrec_lab.proc import pid_alive
+    from gnnrec_lab.util.proc import pid_alive
     assert not pid_alive(run["pid"], run["pid_start"])
 
 

@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 from _graphs import power_law_graph
 
-from gnnrec_lab.errors import UserError
-from gnnrec_lab.graph import BipartiteGraph
-from gnnrec_lab.sampling import (
+from gnnrec_lab.graph.bipartite import BipartiteGraph
+from gnnrec_lab.graph.sampling import (
     Prefetcher,
     SubGraph,
     batch_nodes,
@@ -16,6 +15,7 @@ from gnnrec_lab.sampling import (
     sample_negatives,
     sample_subgraph,
 )
+from gnnrec_lab.util.errors import UserError
 
 
 @pytest.fixture(scope="module")

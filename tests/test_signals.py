@@ -1,6 +1,6 @@
 """How a run ends when it blows up or is stopped (issue 23 classes 2 and 3).
 
-* Divergence: a finite loss that leaves :class:`~gnnrec_lab.train.DivergenceBound` (100x the first
+* Divergence: a finite loss that leaves :class:`~gnnrec_lab.training.loop.DivergenceBound` (100x the first
   step's loss for 5 steps in a row, or not finite) ends the run ``diverged``, exit 4, with no test
   metrics, in every way a run is started (in process, the CLI with and without ``--json``, detached).
 * Signals: SIGINT / SIGTERM sent at generated moments of a step (most of a step is numba kernels)
@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gnnrec_lab import RunConfig, run
-from gnnrec_lab.reporting import Reporter
-from gnnrec_lab.train import DivergenceBound
+from gnnrec_lab.training.loop import DivergenceBound
+from gnnrec_lab.training.reporting import Reporter
 
 TINY = dict(dataset="synth-tiny", dim=16, layers=2, batch_size=512, lr=5e-3, patience=0)
 
@@ -68,7 +68,7 @@ def test_a_finite_blow_up_is_diverged_not_finished(extra):
 
 def _cli(*args, env=None, **kw):
     e = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", *args], capture_output=True, text=True,
                           env=e, timeout=300, **kw)
 
 
@@ -86,7 +86,7 @@ def test_cli_json_and_detached_runs_diverge_with_exit_4(tmp_path):
     rid = json.loads(p.stdout)["run_id"]
     w = _cli("runs", "wait", str(rid), "--timeout", "240", env=env)
     assert w.returncode == 1 and f"run {rid}: diverged" in w.stdout, (w.stdout, w.stderr)
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
     store = Store(tmp_path)
     assert [store.status(r) for r in store.run_ids()] == ["diverged", "diverged"]
     assert "100x" in store.get_run(rid)["error"]
@@ -132,7 +132,8 @@ def test_signal_during_a_kernel_ends_the_run_between_steps(signum, status, extra
 
 def _start_foreground(tmp_path, *extra):
     env = dict(os.environ, GNNREC_LAB_HOME=str(tmp_path))
-    return subprocess.Popen([sys.executable, "-m", "gnnrec_lab.cli", "run", "--dataset", "synth-tiny", "--dim", "128",
+    return subprocess.Popen([sys.executable, "-m", "gnnrec_lab.commands.cli", "run", "--dataset", "synth-tiny",
+                             "--dim", "128",
                              "--layers", "3", "--epochs", "1000", "--batch-size", "512", "--no-progress", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
@@ -152,7 +153,7 @@ def _wait_steps(store, n=3, timeout=240):
     (signal.SIGINT, 130, "interrupted", "SIGINT"), (signal.SIGTERM, 143, "cancelled", "SIGTERM")],
     ids=["ctrl-c", "sigterm"])
 def test_foreground_run_stopped_by_a_signal_records_which(tmp_path, signum, rc, status, words):
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
     p = _start_foreground(tmp_path)
     try:
         rid = _wait_steps(Store(tmp_path))
@@ -174,7 +175,7 @@ def test_runs_cancel_with_a_short_grace_is_cancelled_not_failed(tmp_path):
              "--batch-size", "512", "--detach", "--json", env=env)
     assert p.returncode == 0, p.stderr
     rid = json.loads(p.stdout)["run_id"]
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.runs.store import Store
     store = Store(tmp_path)
     _wait_steps(store)
     c = _cli("runs", "cancel", str(rid), "--grace", "0.3", env=env)
@@ -186,7 +187,7 @@ def test_runs_cancel_with_a_short_grace_is_cancelled_not_failed(tmp_path):
 
 def test_an_ignored_signal_stays_ignored():
     """nohup and background jobs ignore SIGINT on purpose: a run keeps it ignored."""
-    from gnnrec_lab.signals import StopSignals
+    from gnnrec_lab.util.signals import StopSignals
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with StopSignals():

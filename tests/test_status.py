@@ -6,13 +6,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from gnnrec_lab.config import RunConfig
-from gnnrec_lab.runner import Runner
-from gnnrec_lab.signals import EXIT_INTERRUPTED
-from gnnrec_lab.status import RunStatus
-from gnnrec_lab.store import Store
-from gnnrec_lab.sweep import PointState
-from gnnrec_lab.worker import EXIT_DIVERGED, EXIT_OK, exit_status, finish_run
+from gnnrec_lab.config.run import RunConfig
+from gnnrec_lab.runs.runner import Runner
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.runs.worker import EXIT_DIVERGED, EXIT_OK, exit_status, finish_run
+from gnnrec_lab.services.sweep import PointState
+from gnnrec_lab.util.signals import EXIT_INTERRUPTED
+from gnnrec_lab.util.status import RunStatus
 
 ACTIVE = {RunStatus.QUEUED, RunStatus.RUNNING}
 FAILURES = {RunStatus.FAILED, RunStatus.OOM, RunStatus.DIVERGED}

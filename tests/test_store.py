@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-from gnnrec_lab.config import RunConfig
-from gnnrec_lab.errors import UserError
-from gnnrec_lab.home import lab_home
-from gnnrec_lab.proc import pid_alive, proc_start_ticks
-from gnnrec_lab.provenance import Provenance
-from gnnrec_lab.recorder import KernelRecord
-from gnnrec_lab.store import SCHEMA_VERSION, Store, connect, migrate
+from gnnrec_lab.config.run import RunConfig
+from gnnrec_lab.runs.store import SCHEMA_VERSION, Store, connect, migrate
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.home import lab_home
+from gnnrec_lab.util.proc import pid_alive, proc_start_ticks
+from gnnrec_lab.util.provenance import Provenance
+from gnnrec_lab.util.recorder import KernelRecord
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -197,7 +197,7 @@ def test_store_before_one_provenance_spelling_reads_the_same(tmp_path):
     k = s.kernels_frame(1).iloc[0]
     assert (k["name"], k.calls, k.ns, k.bytes_read, k.bytes_written, k.flops, k.random_bytes, k.row_bytes,
             k.pattern) == ("spmm", 2, 150, 20, 4, 8, 10, 64, "gather")
-    from gnnrec_lab.projection import stored_run_records
+    from gnnrec_lab.services.projection import stored_run_records
     assert stored_run_records(s, 1)[2] == {"graph": 100, "embeddings": 200}   # the predicted bytes, as before
     s.add_footprint(2, {"graph": 8}, "predicted")
     assert list(zip(s.footprint_frame(2).bytes, s.footprint_frame(2).kind)) == [(8, "modeled")]
@@ -217,8 +217,8 @@ def test_refuses_newer_schema(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from gnnrec_lab.store import Store
-    from gnnrec_lab.recorder import KernelRecord
+    from gnnrec_lab.runs.store import Store
+    from gnnrec_lab.util.recorder import KernelRecord
     home, rid, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     rep = Store(home).reporter(rid)
     for step in range(n):
@@ -316,7 +316,7 @@ def test_pid_alive_checks_identity():
     (b"SQLite format 3\x00" + b"\xff" * 4000, "damaged"),
 ])
 def test_damaged_store_is_reported_and_kept(tmp_path, monkeypatch, content, needle):
-    import gnnrec_lab.store as store_mod
+    import gnnrec_lab.runs.store as store_mod
     monkeypatch.setattr(store_mod, "EMPTY_GRACE_S", 0.1)
     path = tmp_path / "lab.sqlite"
     path.write_bytes(content)
@@ -387,7 +387,7 @@ DAMAGE = {"truncated": '{"dataset": "ml-1', "garbage": "\x00\xff not json", "a l
 
 
 def _cli(argv, capsys):
-    from gnnrec_lab import cli
+    from gnnrec_lab.commands import cli
     try:
         rc = cli.main(argv)
     except SystemExit as e:
@@ -449,7 +449,7 @@ def test_a_damaged_json_column_names_its_run_and_the_others_still_open(tmp_path,
 def test_a_read_only_home_or_a_full_disk_is_named_not_called_damage(tmp_path, monkeypatch, capsys, error, needle,
                                                                     not_needle):
     """Opening a store, and the CLI's handler for a store error mid-command, say what is wrong."""
-    import gnnrec_lab.store as store_mod
+    import gnnrec_lab.runs.store as store_mod
     Store(tmp_path)   # a sound store is there
 
     def refuse(*a, **k):
@@ -467,7 +467,7 @@ def test_a_read_only_home_or_a_full_disk_is_named_not_called_damage(tmp_path, mo
 
 
 def test_a_worker_that_hits_a_full_disk_records_it(tmp_path):
-    from gnnrec_lab.worker import failure
+    from gnnrec_lab.runs.worker import failure
     status, error, code = failure(sqlite3.OperationalError("database or disk is full"))
     assert status == "failed" and "disk is full" in error and code == 1
     status, error, _ = failure(OSError(28, "No space left on device", "/data/x.npy"))
@@ -525,7 +525,7 @@ def test_a_real_full_disk_and_read_only_mount(small_mount, monkeypatch, capsys):
     with pytest.raises(sqlite3.OperationalError) as e:
         for i in range(200_000):
             s.add_step(rid, i, 0, 0.5, 0.01, [rec("spmm", i, 100, 0)])
-    from gnnrec_lab.store import describe_store_error
+    from gnnrec_lab.runs.store import describe_store_error
     assert "the disk is full" in describe_store_error(e.value, s.path)
     s.close()
     rc, out, err = _cli(["runs"], capsys)
@@ -585,7 +585,7 @@ def test_another_process_closing_does_not_pull_the_wal_from_under_a_live_store(t
     first = Store(tmp_path)
     a = first.add_run(RunConfig())
     Store(tmp_path).run_ids()                       # a second open in the same process
-    code = ("import sys; from gnnrec_lab.store import Store; from gnnrec_lab.config import RunConfig; "
+    code = ("import sys; from gnnrec_lab.runs.store import Store; from gnnrec_lab.config.run import RunConfig; "
             "s = Store(sys.argv[1]); s.add_run(RunConfig()); s.close()")
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=120)
     b = first.add_run(RunConfig())
@@ -599,7 +599,7 @@ def test_another_process_closing_does_not_pull_the_wal_from_under_a_live_store(t
 def test_run_ids_by_status_and_name(tmp_path):
     """``run_ids(status, name)``: the runs of that status and name only, oldest first (how
     ``comparison.finished_run`` finds a headline run without reading every run of the store)."""
-    from gnnrec_lab.status import RunStatus
+    from gnnrec_lab.util.status import RunStatus
     s = Store(tmp_path)
     a = s.add_run(RunConfig(dataset="synth-tiny", name="headline full L1 b128"))
     b = s.add_run(RunConfig(dataset="synth-tiny", name="other"))

@@ -13,9 +13,8 @@ import time
 import pytest
 
 from gnnrec_lab import RunConfig
-from gnnrec_lab.errors import ConfigError, DataError, UserError
-from gnnrec_lab.store import Store
-from gnnrec_lab.sweep import (
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.services.sweep import (
     Sweep,
     SweepInterrupted,
     expand,
@@ -27,6 +26,7 @@ from gnnrec_lab.sweep import (
     time_to_reach,
     varied_fields,
 )
+from gnnrec_lab.util.errors import ConfigError, DataError, UserError
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 BASE = dict(dataset="synth-tiny", dim=8, epochs=1)
@@ -169,7 +169,7 @@ def test_interrupt_cancels_queued_and_running_points(home, monkeypatch):
             raise KeyboardInterrupt
         real_sleep(s)
 
-    monkeypatch.setattr("gnnrec_lab.sweep.time.sleep", sleepy)
+    monkeypatch.setattr("gnnrec_lab.services.sweep.time.sleep", sleepy)
     with pytest.raises(SweepInterrupted) as e:
         Sweep(pts, store=store, poll_s=0.05).run()
     out = e.value.outcome
@@ -182,13 +182,14 @@ def test_interrupt_cancels_queued_and_running_points(home, monkeypatch):
 # CLI
 # ---------------------------------------------------------------------------
 def _cli(*args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", "sweep", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", "sweep", *args], capture_output=True,
+                          text=True,
                           timeout=300, env=env or os.environ.copy(), **kw)
 
 
 def test_cli_sweep_ctrl_c_exits_130_and_leaves_nothing_queued(home):
     env = dict(os.environ, FAKE_STEPS="100000", FAKE_SLEEP="0.01")
-    proc = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.cli", "sweep", "--dataset", "synth-tiny",
+    proc = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.commands.cli", "sweep", "--dataset", "synth-tiny",
                              "--layers", "1,2,3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     store = Store(home)
     deadline = time.monotonic() + 60

@@ -6,7 +6,7 @@ import pytest
 
 from gnnrec_lab.data import describe, load, synthetic
 from gnnrec_lab.data.synthetic import SynthParams, canonical_name, generate, parse_synth_name, user_degrees
-from gnnrec_lab.errors import DataError
+from gnnrec_lab.util.errors import DataError
 
 P = SynthParams(users=2000, items=3000, interactions=60_000, seed=11)
 
@@ -147,7 +147,7 @@ def test_large_splits_cache_a_locality_order_of_the_training_graph(tmp_path, mon
     """At ORDER_MIN_NODES nodes and above, the split carries the training graph's locality order
     (computed once, cached, a damaged file rebuilt); below it there is none."""
     from gnnrec_lab.data import registry
-    from gnnrec_lab.graph import BipartiteGraph, locality_order
+    from gnnrec_lab.graph.bipartite import BipartiteGraph, locality_order
     name = "synth:users=300,items=200,interactions=4000"
     assert load(name, data_dir=tmp_path).node_order is None
     monkeypatch.setattr(registry, "ORDER_MIN_NODES", 500)

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from gnnrec_lab.cli import main
-from gnnrec_lab.config import TENSOR_CLASSES
-from gnnrec_lab.errors import UserError
+from gnnrec_lab.commands.cli import main
+from gnnrec_lab.config.run import TENSOR_CLASSES
 from gnnrec_lab.memory.profiles import get_profile, host_device, load_profiles
 from gnnrec_lab.memory.tiermodel import mm_hit_rate, project, project_step
-from gnnrec_lab.recorder import KernelRecord
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.recorder import KernelRecord
 
 HOST = dict(copy_GBps=9.0, triad_GBps=8.0, gather64_GBps=3.0, gather256_GBps=6.0, latency_ns=90.0,
             gemm_GFLOPs=50.0, threads=2, cpu="fixed test host", measured_at="fixed", kind="host", measured=True)
@@ -265,8 +265,8 @@ def test_whatif_on_a_stored_run_uses_its_footprint_for_memory_mode(capsys):
     import json as _json
 
     from gnnrec_lab import RunConfig, run
-    from gnnrec_lab.cli import main
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.commands.cli import main
+    from gnnrec_lab.runs.store import Store
     cfg = RunConfig(dataset="synth-tiny", layers=1, dim=8, batch_size=1024, epochs=1, max_steps_per_epoch=2)
     store = Store()
     rid = store.add_run(cfg)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from gnnrec_lab import RunConfig, run
-from gnnrec_lab.errors import ConfigError
-from gnnrec_lab.graph import BipartiteGraph
+from gnnrec_lab.graph.bipartite import BipartiteGraph
 from gnnrec_lab.models import NGCF
+from gnnrec_lab.util.errors import ConfigError
 
 TINY = dict(dataset="synth-tiny", dim=16, layers=2, batch_size=512, epochs=4, lr=5e-3, patience=0)
 
@@ -112,7 +112,7 @@ def test_batch_larger_than_train_set_is_refused():
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "gnnrec_lab.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", *args], capture_output=True, text=True,
                           timeout=300, env=env)
 
 
@@ -149,8 +149,8 @@ def test_non_finite_loss_ends_the_run_as_diverged():
 
 def test_cli_runs_are_stored_and_a_diverged_run_exits_non_zero(tmp_path, monkeypatch, capsys):
     """`gnnrec-lab run` in a terminal records its run (Compare sees it); nan ends it as diverged."""
-    from gnnrec_lab import cli
-    from gnnrec_lab.store import Store
+    from gnnrec_lab.commands import cli
+    from gnnrec_lab.runs.store import Store
     monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
     tiny = ["run", "--dataset", "synth-tiny", "--layers", "1", "--dim", "8", "--epochs", "2",
             "--batch-size", "1024", "--max-steps-per-epoch", "2", "--no-progress"]
@@ -177,12 +177,12 @@ def test_warmup_fills_numbas_disk_cache_and_a_cold_start_says_compiling(monkeypa
     finds one uncached says 'compiling kernels' before its long silent warm-up."""
     import pathlib
 
-    from gnnrec_lab import cli
-    from gnnrec_lab.kernels import native
-    from gnnrec_lab.reporting import Reporter
+    from gnnrec_lab import kernels
+    from gnnrec_lab.commands import cli
+    from gnnrec_lab.training.reporting import Reporter
     assert cli.main(["warmup", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert native.uncached_kernels() == []
+    assert kernels.uncached_kernels() == []
     assert any(pathlib.Path(out["cache_dir"]).glob("native.spmm-*.nbi"))
 
     class Events(Reporter):
@@ -197,7 +197,7 @@ def test_warmup_fills_numbas_disk_cache_and_a_cold_start_says_compiling(monkeypa
     warm = Events()
     run(RunConfig(**TINY | {"epochs": 1, "max_steps_per_epoch": 1}), reporter=warm)
     assert "compiling" not in warm.seen
-    monkeypatch.setattr(native, "uncached_kernels", lambda: ["spmm"])
+    monkeypatch.setattr(kernels, "uncached_kernels", lambda: ["spmm"])
     cold = Events()
     run(RunConfig(**TINY | {"epochs": 1, "max_steps_per_epoch": 1}), reporter=cold)
     assert cold.seen.index("compiling") < cold.seen.index("start") < cold.seen.index("jit")
@@ -217,7 +217,7 @@ def test_sampled_mode_trains_deterministically_and_reports_redundancy():
 
 
 def test_sparse_row_adam_matches_torch_sparse_adam():
-    from gnnrec_lab.optim import SparseRowAdam
+    from gnnrec_lab.models.optim import SparseRowAdam
     torch.manual_seed(0)
     w = torch.randn(10, 4)
     ref = torch.nn.Parameter(w.clone())
@@ -244,8 +244,8 @@ def test_file_backed_embeddings_match_dram(tmp_path):
 def test_run_in_a_modeled_memory_mode_carries_a_labelled_projection(tmp_path, monkeypatch):
     # a fixed host calibration keeps the test deterministic; the projection takes device / platform
     # DRAM ratios, so a slower tier is never modeled faster on any host (tests/test_modeled_step.py)
-    from gnnrec_lab import calibrate
     from gnnrec_lab.kernels import native as nk
+    from gnnrec_lab.memory import calibrate
     monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
     calibrate.save(dict(copy_GBps=30.0, triad_GBps=28.0, gather64_GBps=12.0, gather256_GBps=20.0, latency_ns=90.0,
                         gemm_GFLOPs=150.0, threads=nk.threads(), cpu=calibrate.cpu_model(), measured_at="fixed",
@@ -262,7 +262,7 @@ def test_run_in_a_modeled_memory_mode_carries_a_labelled_projection(tmp_path, mo
 def test_adam_is_torchs_fused_adam_and_follows_torchs_default_adam():
     """A run's adam is torch.optim.Adam(fused=True) (benchmarks/bench_optimizer.py: as fast as the
     one-pass native Adam it replaced); same updates as torch's default Adam."""
-    from gnnrec_lab.optim import build_optimizer, fused_cpu_adam
+    from gnnrec_lab.models.optim import build_optimizer, fused_cpu_adam
     torch.manual_seed(0)
     w = torch.randn(300, 7)
     a, b = torch.nn.Parameter(w.clone()), torch.nn.Parameter(w.clone())
@@ -281,9 +281,9 @@ def test_adam_is_torchs_fused_adam_and_follows_torchs_default_adam():
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 def test_each_optimizer_step_is_one_record_taken_by_torchs_step_hooks(optimizer):
-    from gnnrec_lab.optim import build_optimizer
-    from gnnrec_lab.recorder import Recorder, use_recorder
-    from gnnrec_lab.train import _record_steps
+    from gnnrec_lab.models.optim import build_optimizer
+    from gnnrec_lab.training.loop import _record_steps
+    from gnnrec_lab.util.recorder import Recorder, use_recorder
     cfg = RunConfig(dataset="synth-tiny", optimizer=optimizer)
     p = torch.nn.Parameter(torch.ones(10, 4))
     opt = build_optimizer(cfg, [p])
@@ -315,7 +315,7 @@ ML100K_LIGHTGCN_VALID = [
 
 
 def _stop_epoch(curve, patience, eval_every=1):
-    from gnnrec_lab.train import EarlyStopping
+    from gnnrec_lab.training.loop import EarlyStopping
     es = EarlyStopping(patience)
     for epoch in range(eval_every, len(curve) + 1, eval_every):
         es.update(epoch, curve[epoch - 1])
@@ -340,7 +340,7 @@ def test_training_in_locality_order_matches_the_unreordered_run(monkeypatch):
 
     from gnnrec_lab import kernels
     from gnnrec_lab.data import load
-    from gnnrec_lab.graph import locality_order
+    from gnnrec_lab.graph.bipartite import locality_order
     ds = load("synth-tiny")
     order = locality_order(BipartiteGraph(ds.train, ds.n_users, ds.n_items).adj, "community")
     cfg = RunConfig(**TINY | {"epochs": 2})

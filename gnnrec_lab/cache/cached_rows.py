@@ -1,7 +1,7 @@
 """A real cached tier: embedding rows (+ Adam moments) in a slow-tier file, a DRAM cache in front.
 
 :class:`CachedRows` is the row store sampled-mode training uses when
-``cache_policy`` is not ``none`` (see :mod:`gnnrec_lab.rows`): one record per
+``cache_policy`` is not ``none`` (see :mod:`gnnrec_lab.cache.rows`): one record per
 row holds the embedding and its two Adam moments, so a row moves with one
 read; a DRAM cache of ``capacity`` rows sits in front, run by a policy:
 
@@ -19,7 +19,7 @@ read; a DRAM cache of ``capacity`` rows sits in front, run by a policy:
   then least recently used). Batches the sampler produced past the epoch's
   last step (an epoch cap) are not prefetched.
 
-Updates run :class:`~gnnrec_lab.optim.SparseRowAdam` on the cached rows (same
+Updates run :class:`~gnnrec_lab.models.optim.SparseRowAdam` on the cached rows (same
 tensors shapes, same operations, one global step count), so training is
 bit-identical to the DRAM store. :func:`make_cached_rows` builds one for a run:
 it writes the model's table to a new :class:`~gnnrec_lab.cache.slow_tier.SlowTier` file.
@@ -35,23 +35,23 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..config import TIER_CACHE_POLICIES
-from ..errors import ConfigError, UserError
-from ..memory.placement import place_of
-from ..optim import SparseRowAdam
-from ..provenance import Provenance
-from ..recorder import get_recorder, profiler_range
-from .policies import INF
-from .simulate import parse_capacity
-from .slow_tier import IO_THREADS, SlowTier
+from gnnrec_lab.cache.policies import INF
+from gnnrec_lab.cache.simulate import parse_capacity
+from gnnrec_lab.cache.slow_tier import IO_THREADS, SlowTier
+from gnnrec_lab.config.run import TIER_CACHE_POLICIES
+from gnnrec_lab.memory.placement import place_of
+from gnnrec_lab.models.optim import SparseRowAdam
+from gnnrec_lab.util.errors import ConfigError, UserError
+from gnnrec_lab.util.provenance import Provenance
+from gnnrec_lab.util.recorder import get_recorder, profiler_range
 
 JOB_READ_ROWS = 4096       # oracle: rows one prefetch job reads at most (more batches per job when they fit)
 
 
 class CachedRows:
-    """A :class:`~gnnrec_lab.rows.RowStore` over a :class:`SlowTier` of ``[embedding | m | v]`` records.
+    """A :class:`~gnnrec_lab.cache.rows.RowStore` over a :class:`SlowTier` of ``[embedding | m | v]`` records.
 
-    ``capacity`` rows of DRAM cache; ``policy`` one of :data:`~gnnrec_lab.config.TIER_CACHE_POLICIES`;
+    ``capacity`` rows of DRAM cache; ``policy`` one of :data:`~gnnrec_lab.config.run.TIER_CACHE_POLICIES`;
     ``lookahead`` the oracle's window ``L`` in batches; ``scores`` the static
     policy's ranking (node degree; higher is pinned first); ``table`` the
     model's embedding tensor, refreshed from the slow tier by :meth:`sync`;
@@ -574,7 +574,7 @@ def make_cached_rows(config, model, degrees: Optional[np.ndarray], policy: Optio
     overrides ``config.cache_policy`` (``"none"`` = a store that reads every
     row every batch; benchmarks use it). ``degrees``: interactions per node
     (users, then items) of the training graph, one per table row
-    (:attr:`~gnnrec_lab.graph.BipartiteGraph.degree`); the static policy pins
+    (:attr:`~gnnrec_lab.graph.bipartite.BipartiteGraph.degree`); the static policy pins
     the highest; other policies ignore it (None is fine).
     """
     policy = policy or config.cache_policy

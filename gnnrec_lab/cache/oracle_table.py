@@ -11,10 +11,10 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import UserError
-from .simulate import next_use as _next_use
-from .slow_tier import SlowTier
-from .traces import Trace
+from gnnrec_lab.cache.simulate import next_use as _next_use
+from gnnrec_lab.cache.slow_tier import SlowTier
+from gnnrec_lab.cache.traces import Trace
+from gnnrec_lab.util.errors import UserError
 
 
 class OracleCachedTable:

@@ -40,8 +40,8 @@ from typing import Optional
 import numba
 import numpy as np
 
-from ..config import SIMULATED_CACHE_POLICIES
-from ..errors import UserError
+from gnnrec_lab.config.run import SIMULATED_CACHE_POLICIES
+from gnnrec_lab.util.errors import UserError
 
 INF = np.int64(2**62)   # "never used again"
 

@@ -16,10 +16,10 @@ from typing import Iterable, Optional, Sequence, Union
 import numba
 import numpy as np
 
-from ..config import OPTIMIZER_STATES, SIMULATED_CACHE_POLICIES
-from ..errors import UserError
-from .policies import INF, Policy, make_policy
-from .traces import Trace
+from gnnrec_lab.cache.policies import INF, Policy, make_policy
+from gnnrec_lab.cache.traces import Trace
+from gnnrec_lab.config.run import OPTIMIZER_STATES, SIMULATED_CACHE_POLICIES
+from gnnrec_lab.util.errors import UserError
 
 
 @numba.njit(cache=True, nogil=True)

@@ -25,8 +25,8 @@ from typing import Optional
 import numba
 import numpy as np
 
-from ..errors import UserError
-from .aio import AIO_DEPTH, IOCB_PREAD, IOCB_PWRITE, Aio, stage_rows, unstage_rows
+from gnnrec_lab.cache.aio import AIO_DEPTH, IOCB_PREAD, IOCB_PWRITE, Aio, stage_rows, unstage_rows
+from gnnrec_lab.util.errors import UserError
 
 ALIGN = 512
 MAX_IO_BYTES = 1 << 20     # one system call moves at most this much

@@ -15,16 +15,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Optional, Sequence, Union
 
-from ..config import CACHE_TRACE_KINDS
-from ..errors import UserError
-from ..graph import BipartiteGraph
-from .simulate import sweep_records
-from .traces import Trace, mf_trace, sampled_trace, skew
+from gnnrec_lab.cache.simulate import sweep_records
+from gnnrec_lab.cache.traces import Trace, mf_trace, sampled_trace, skew
+from gnnrec_lab.config.run import CACHE_TRACE_KINDS
+from gnnrec_lab.graph.bipartite import BipartiteGraph
+from gnnrec_lab.util.errors import UserError
 
 
 def make_trace(graph: BipartiteGraph, kind: str, batch_size: int, fanouts: Sequence[int] = (),
                epochs: int = 1, seed: int = 0) -> Trace:
-    """The access trace of ``kind`` (one of :data:`~gnnrec_lab.config.CACHE_TRACE_KINDS`) over
+    """The access trace of ``kind`` (one of :data:`~gnnrec_lab.config.run.CACHE_TRACE_KINDS`) over
     ``graph``; ``fanouts`` (first hop first) apply to ``"sampled"`` only."""
     if kind == "mf":
         return mf_trace(graph, batch_size, epochs, seed)

@@ -19,9 +19,9 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from ..errors import UserError
-from ..graph import BipartiteGraph
-from ..sampling import batch_nodes, bpr_batches, redundancy_factor, sample_subgraph
+from gnnrec_lab.graph.bipartite import BipartiteGraph
+from gnnrec_lab.graph.sampling import batch_nodes, bpr_batches, redundancy_factor, sample_subgraph
+from gnnrec_lab.util.errors import UserError
 
 
 @dataclass

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 
-from ..bounds import MAX_DRAM_GIB, number
-from ..config import RunConfig, mf_layers
-from ..errors import UserError
-from ..formatting import fmt_ms
-from ..memory.footprint import check_counts
-from ..store import Store
-from .common import add_field_argument, bounded
+from gnnrec_lab.commands.common import add_field_argument, bounded
+from gnnrec_lab.config.bounds import MAX_DRAM_GIB, number
+from gnnrec_lab.config.run import RunConfig, mf_layers
+from gnnrec_lab.memory.footprint import check_counts
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.formatting import fmt_ms
 
 
 def register(subparsers):
@@ -42,7 +42,7 @@ def register(subparsers):
 
 def _reference(cfg, host):
     """The stored DRAM measurement of ``cfg``'s shape with its kernel records, or None."""
-    from ..projection import dram_reference, reference_records
+    from gnnrec_lab.services.projection import dram_reference, reference_records
     try:
         store = Store()
     except UserError:   # no readable store: the kernel-count model, as with --ignore-runs
@@ -62,13 +62,13 @@ def _counts(args) -> dict:
                 raise UserError(f"--counts: expected NAME=INTEGER pairs, got {part!r}")
             out[k.strip()] = v
         return check_counts(out, "--counts", strict=True)
-    from ..data import describe
+    from gnnrec_lab.data import describe
     return describe(args.dataset)
 
 
 def run(args) -> int:
-    from ..calibrate import load_host_profile
-    from ..memory.advise import GiB, advise
+    from gnnrec_lab.memory.advise import GiB, advise
+    from gnnrec_lab.memory.calibrate import load_host_profile
     layers = mf_layers(args.model, args.layers)
     cfg = RunConfig(dataset=args.dataset, model=args.model, ngcf_form=args.ngcf_form, layers=layers,
                     dim=args.dim, batch_size=args.batch_size, optimizer=args.optimizer)

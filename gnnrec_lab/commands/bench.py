@@ -14,12 +14,12 @@ import argparse
 import json
 import sys
 
-from .. import preflight
-from ..bounds import MAX_ANTAGONISTS, MAX_REPEATS, integer, integers
-from ..config import MAXIMA
-from ..errors import UserError
-from ..formatting import fmt_bytes
-from .common import bounded
+from gnnrec_lab.commands.common import bounded
+from gnnrec_lab.config.bounds import MAX_ANTAGONISTS, MAX_REPEATS, integer, integers
+from gnnrec_lab.config.run import MAXIMA
+from gnnrec_lab.memory import preflight
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.formatting import fmt_bytes
 
 
 def _csv(kind):
@@ -35,7 +35,7 @@ def _check_memory(args) -> None:
     """Refuse sizes x dims whose operands do not fit in the memory available now, before allocating:
     a kernel's inputs and outputs are node rows (n_nodes x dim) and, for the edge kernels, edge
     rows (nnz x dim), float32 (~4 node-row and 2 edge-row tensors alive at once, forward and backward)."""
-    from ..benchmarking import SIZES
+    from gnnrec_lab.training.benchmarking import SIZES
     sizes = [s for s in (args.sizes if args.target == "kernels" else args.sizes[:1]) if s in SIZES]
     dims = args.dims if args.target == "kernels" else args.dims[:1]
     if not sizes:
@@ -81,8 +81,8 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from .. import benchmarking as bench
-    from ..calibrate import host_profile
+    from gnnrec_lab.memory.calibrate import host_profile
+    from gnnrec_lab.training import benchmarking as bench
     _check_memory(args)
     if args.target == "recording":
         if args.repeats is not None and args.repeats < MIN_RECORDING_REPEATS:
@@ -112,7 +112,7 @@ def run(args) -> int:
         print(bench.machine_line(host))
         print(bench.pyg_note())
         print(bench.dgl_note())
-        from ..analysis import BOUND_NOTE
+        from gnnrec_lab.memory.analysis import BOUND_NOTE
         print(BOUND_NOTE)
         print(bench.antagonist_line(args.antagonist))
         print(bench.HEADER)

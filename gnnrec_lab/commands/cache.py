@@ -10,12 +10,12 @@ import argparse
 import json
 import sys
 
-from ..bounds import integers
-from ..config import CACHE_TRACE_BATCH, MAXIMA, OPTIMIZER_STATES, SIMULATED_CACHE_POLICIES, check_field
-from ..errors import UserError
-from ..formatting import fmt_percent
-from ..provenance import Provenance
-from .common import bounded, field_type
+from gnnrec_lab.commands.common import bounded, field_type
+from gnnrec_lab.config.bounds import integers
+from gnnrec_lab.config.run import CACHE_TRACE_BATCH, MAXIMA, OPTIMIZER_STATES, SIMULATED_CACHE_POLICIES, check_field
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.formatting import fmt_percent
+from gnnrec_lab.util.provenance import Provenance
 
 
 def _add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -95,7 +95,7 @@ def _fanouts(args) -> list[int]:
 def _trace_request(args):
     """Validate the trace options and load the dataset's training graph. Returns (graph, the
     trace options of :func:`gnnrec_lab.cache.study.make_trace`)."""
-    from ..graph import BipartiteGraph
+    from gnnrec_lab.graph.bipartite import BipartiteGraph
 
     model = str(args.model).lower()
     if model not in ("mf", "lightgcn", "ngcf"):
@@ -106,7 +106,7 @@ def _trace_request(args):
     fanouts = _fanouts(args) if model != "mf" else []
     if model == "mf" and args.fanouts is not None:
         raise UserError("--fanouts applies to sampled models (lightgcn, ngcf), not --model mf")
-    from ..data import load
+    from gnnrec_lab.data import load
     ds = load(args.dataset, seed=seed)
     graph = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
     return graph, {"kind": "mf" if model == "mf" else "sampled", "batch_size": batch_size, "fanouts": fanouts,
@@ -114,13 +114,13 @@ def _trace_request(args):
 
 
 def _trace_info(args, trace) -> dict:
-    from ..cache.study import trace_info
+    from gnnrec_lab.cache.study import trace_info
     return {"dataset": args.dataset, "model": args.model, **trace_info(trace), **trace.stats}
 
 
 def _sim(args) -> int:
-    from .. import cache
-    from ..cache.study import run_study
+    from gnnrec_lab import cache
+    from gnnrec_lab.cache.study import run_study
 
     lookahead = _field("--lookahead", "lookahead", args.lookahead)
     dim = _field("--dim", "dim", args.dim)
@@ -174,8 +174,8 @@ def _sim(args) -> int:
 
 
 def _skew(args) -> int:
-    from .. import cache
-    from ..cache.study import make_trace
+    from gnnrec_lab import cache
+    from gnnrec_lab.cache.study import make_trace
 
     graph, opts = _trace_request(args)
     trace = make_trace(graph, **opts)

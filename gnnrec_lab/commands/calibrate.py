@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from ..cgroup import parse_size
-from ..errors import UserError
+from gnnrec_lab.util.cgroup import parse_size
+from gnnrec_lab.util.errors import UserError
 
 
 def register(subparsers):
@@ -29,7 +29,7 @@ def register(subparsers):
 
 
 def _tier(args) -> int:
-    from .. import calibrate
+    from gnnrec_lab.memory import calibrate
     kind, _, directory = args.tier.partition(":")
     if kind != "file" or not directory:
         raise UserError(f"--tier: expected file:DIR, got {args.tier!r}")
@@ -60,7 +60,7 @@ def _tier(args) -> int:
 
 
 def run(args) -> int:
-    from .. import calibrate
+    from gnnrec_lab.memory import calibrate
     if args.tier:
         return _tier(args)
     if args.show:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..bounds import INT64_MAX, integer, number
-from ..config import (
+from gnnrec_lab.config.bounds import INT64_MAX, integer, number
+from gnnrec_lab.config.run import (
     FIELD_DOCS,
     NUMERIC_FIELDS,
     TUPLE_FIELDS,
@@ -22,7 +22,7 @@ from ..config import (
     mf_layers,
     read_config_file,
 )
-from ..errors import ConfigError
+from gnnrec_lab.util.errors import ConfigError
 
 
 def _parse_placement(text: str) -> dict:
@@ -43,7 +43,7 @@ def _parse_placement(text: str) -> dict:
 
 
 def bounded(check, *args, **kw):
-    """An argparse ``type`` from a :mod:`gnnrec_lab.bounds` checker: ``bounded(integer, "--dims",
+    """An argparse ``type`` from a :mod:`gnnrec_lab.config.bounds` checker: ``bounded(integer, "--dims",
     lo=1)`` parses the text with the same bounds and words as RunConfig; a refusal is an
     ``ArgumentTypeError``, so argparse prints "argument --flag: must be ..." (never the name of a
     function)."""

@@ -13,10 +13,10 @@ import argparse
 import secrets
 import socket
 
-from ..bounds import integer
-from ..cgroup import cgroup_usable, parse_size
-from ..errors import UserError
-from .common import bounded
+from gnnrec_lab.commands.common import bounded
+from gnnrec_lab.config.bounds import integer
+from gnnrec_lab.util.cgroup import cgroup_usable, parse_size
+from gnnrec_lab.util.errors import UserError
 
 MAX_RUNS = 64   # --max-runs' largest value
 
@@ -62,7 +62,7 @@ def _check_address(address: str) -> str:
 
 def launch_policy_from_args(args):
     """The :class:`~gnnrec_lab.dashboard.security.LaunchPolicy` the flags ask for."""
-    from ..dashboard.security import LaunchPolicy, allowed_dirs, default_memory_limit
+    from gnnrec_lab.dashboard.security import LaunchPolicy, allowed_dirs, default_memory_limit
     integer("--max-runs", args.max_runs, 1, MAX_RUNS)   # callers that build args themselves
     dirs = allowed_dirs(args.allow_placement_dir)
     text = str(args.run_memory_limit).strip().lower()
@@ -91,7 +91,7 @@ def make_server(args):
     ``--allow-remote`` or a port that cannot be bound.
     """
     integer("--port", args.port, 0, 65535)
-    from ..dashboard.security import RequestGuard, install_guard, is_loopback, local_names, set_launch_policy
+    from gnnrec_lab.dashboard.security import RequestGuard, install_guard, is_loopback, local_names, set_launch_policy
     address = _check_address(args.address)
     remote = not is_loopback(address)
     if remote and not args.allow_remote:
@@ -101,7 +101,7 @@ def make_server(args):
     try:
         import panel as pn
 
-        from ..dashboard.app import TITLE, build_app
+        from gnnrec_lab.dashboard.app import TITLE, build_app
     except ImportError as e:
         raise UserError(f"the dashboards need the 'dash' extras (pip install 'gnnrec-lab[dash]'): {e}") from e
     token = secrets.token_urlsafe(24) if (remote or args.require_token) else None
@@ -130,7 +130,7 @@ def make_server(args):
 
 def run(args) -> int:
     server, url, guard = make_server(args)
-    from ..dashboard.security import launch_policy
+    from gnnrec_lab.dashboard.security import launch_policy
     policy = launch_policy()
     print(f"gnnrec-lab dashboards: {url}", flush=True)
     if guard.token:

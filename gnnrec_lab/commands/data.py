@@ -5,8 +5,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..bounds import number
-from .common import add_field_argument, bounded, field_type
+from gnnrec_lab.commands.common import add_field_argument, bounded, field_type
+from gnnrec_lab.config.bounds import number
 
 
 def register(subparsers) -> None:
@@ -66,8 +66,8 @@ def _count_cell(n) -> str:
 
 
 def cmd_list(args) -> int:
-    from ..data import list_datasets
-    from ..data.registry import data_dir_source
+    from gnnrec_lab.data import list_datasets
+    from gnnrec_lab.data.registry import data_dir_source
 
     rows = list_datasets(args.data_dir)
     if args.json:
@@ -89,7 +89,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_prepare(args) -> int:
-    from ..data import load, prepare
+    from gnnrec_lab.data import load, prepare
 
     cols = {"user": args.user_col, "item": args.item_col, "rating": args.rating_col, "timestamp": args.time_col}
     cols = {k: v for k, v in cols.items() if v is not None} or None
@@ -138,7 +138,7 @@ def _ids_kind(ds):
 
 
 def cmd_info(args) -> int:
-    from ..data import describe, load
+    from gnnrec_lab.data import describe, load
 
     d = describe(args.name, args.data_dir)
     if not d["prepared"]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
-from ..errors import UserError
-from ..memory.profiles import load_profiles, misses_in_flight
-from ..memory.validation import FIT_TOLERANCE, HELD_OUT_TARGET, device_curves, format_params, validate
+from gnnrec_lab.memory.profiles import load_profiles, misses_in_flight
+from gnnrec_lab.memory.validation import FIT_TOLERANCE, HELD_OUT_TARGET, device_curves, format_params, validate
+from gnnrec_lab.util.errors import UserError
 
 
 def register(subparsers):
@@ -37,7 +37,7 @@ def register(subparsers):
 
 def _host_mlp():
     """Misses in flight per thread from the cached host calibration (None when there is none)."""
-    from ..calibrate import load
+    from gnnrec_lab.memory.calibrate import load
     return misses_in_flight(load())
 
 

@@ -6,8 +6,8 @@ link prediction with the lab's model on sampled blocks, evaluates with the lab's
 evaluation and records a measured run with engine ``distdgl`` in the run store: per mini-batch
 time split (sampling, remote fetch, compute, gradient sync), bytes between partitions (counted),
 epoch time, time to the Recall@20 target. Training goes through the lab's own loop
-(:func:`gnnrec_lab.train.run_loop`), so epochs, evaluation, early stopping and the target are
-counted as in ``gnnrec-lab run``. See :mod:`gnnrec_lab.distributed`.
+(:func:`gnnrec_lab.training.loop.run_loop`), so epochs, evaluation, early stopping and the target are
+counted as in ``gnnrec-lab run``. See :mod:`gnnrec_lab.distributed.engine`.
 """
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ import signal
 import sys
 from pathlib import Path
 
-from ..checks import check, check_value
-from ..cluster import check_possible
-from ..distspec import CLUSTERS, DIST_CONSTRAINTS, MODELS
-from ..errors import UserError
-from ..formatting import fmt_ms
-from ..status import RunStatus
-from ..step import target_line
-from ..store import Store
-from .common import add_field_argument, bounded, field_type
+from gnnrec_lab.commands.common import add_field_argument, bounded, field_type
+from gnnrec_lab.config.checks import check, check_value
+from gnnrec_lab.distributed.cluster import check_possible
+from gnnrec_lab.distributed.spec import CLUSTERS, DIST_CONSTRAINTS, MODELS
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.training.step import target_line
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.formatting import fmt_ms
+from gnnrec_lab.util.status import RunStatus
 
 
 def _spec_type(name: str):
@@ -131,8 +131,8 @@ def _check(args):
 
 
 def main(args) -> int:
-    from .. import data  # numpy and the training code: loaded by a run, not by the CLI's start
-    from .. import distributed as D
+    from gnnrec_lab import data  # numpy and the training code: loaded by a run, not by the CLI's start
+    from gnnrec_lab.distributed.engine import engine as D
     _check(args)
     D.require_dgl()
     dataset = data.load(args.dataset, seed=args.seed)

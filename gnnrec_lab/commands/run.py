@@ -4,19 +4,19 @@ from __future__ import annotations
 import json
 import sys
 
-from ..cgroup import parse_size
-from ..config import save_config_file
-from ..errors import UserError
-from ..formatting import fmt_bytes, fmt_ms
-from ..memory.placement import numa_request
-from ..preflight import check_launch
-from ..proc import proc_start_ticks
-from ..runner import launch_detached
-from ..signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
-from ..status import RunStatus
-from ..store import Store
-from ..worker import EXIT_DIVERGED, failure, finish_run
-from .common import add_config_arguments, add_config_file_argument, config_from_args
+from gnnrec_lab.commands.common import add_config_arguments, add_config_file_argument, config_from_args
+from gnnrec_lab.config.run import save_config_file
+from gnnrec_lab.memory.placement import numa_request
+from gnnrec_lab.memory.preflight import check_launch
+from gnnrec_lab.runs.runner import launch_detached
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.runs.worker import EXIT_DIVERGED, failure, finish_run
+from gnnrec_lab.util.cgroup import parse_size
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.formatting import fmt_bytes, fmt_ms
+from gnnrec_lab.util.proc import proc_start_ticks
+from gnnrec_lab.util.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
+from gnnrec_lab.util.status import RunStatus
 
 
 def register(sub):
@@ -48,18 +48,18 @@ def register(sub):
 def _print_summary(result, out=None):
     out = out or sys.stdout   # looked up per call: a default bound at import keeps a stream that may be closed
     t = result.test
-    from ..evaluate import format_metrics
+    from gnnrec_lab.training.evaluate import format_metrics
     ms = format_metrics(t)
     print(f"test metrics (best valid epoch {result.best_epoch}): {ms}", file=out)
     n = max(result.steps, 1)
     print(f"{result.steps} steps in {result.train_seconds:.2f} s measured "
           f"({fmt_ms(result.train_seconds / n)}/step); kernel JIT/warm-up {result.jit_seconds:.2f} s "
           f"not counted", file=out)
-    from ..analysis import breakdown, format_breakdown
+    from gnnrec_lab.memory.analysis import breakdown, format_breakdown
     print("per-kernel time (measured on this machine):", file=out)
     print(format_breakdown(breakdown(result.kernel_frame())), file=out)
     if result.modeled:
-        from ..train import modeled_line
+        from gnnrec_lab.training.loop import modeled_line
         print(modeled_line(result.modeled), file=out)
     fp = result.footprint
     if fp.predicted:
@@ -125,7 +125,7 @@ def main(args) -> int:
     result, run_id = train_stored(config, progress=not args.no_progress and not args.json,
                                   store_it=not args.no_store)
     if args.trace is not None:
-        from ..analysis import export_chrome_trace
+        from gnnrec_lab.memory.analysis import export_chrome_trace
         export_chrome_trace(result.step_records, args.trace)
     if args.json:
         print(json.dumps(result.to_dict() | {"run_id": run_id}, default=str))
@@ -149,12 +149,12 @@ def train_stored(config, progress: bool = False, store_it: bool = True, own_sigt
     """Train in this process; unless ``store_it`` is False, record the run in the run store as a
     worker would (status running with this pid, every step, the result once, the final status).
     ``own_sigterm`` (the CLI) makes SIGTERM end the run with a status; a notebook kernel, whose
-    signals are its own, passes False. ``train_kw`` go to :func:`~gnnrec_lab.train.train`
+    signals are its own, passes False. ``train_kw`` go to :func:`~gnnrec_lab.training.loop.train`
     (``dataset=``). Returns ``(result, run_id or None)``."""
     import signal
     import threading
 
-    from ..train import train
+    from gnnrec_lab.training.loop import train
     if own_sigterm and threading.current_thread() is threading.main_thread():
         # SIGTERM outside the training loop (which turns it into a flag) still ends the run with a
         # status: the default action would kill the process and leave the run "running"

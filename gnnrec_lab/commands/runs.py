@@ -6,16 +6,16 @@ import math
 import sys
 import time
 
-from ..bounds import MAX_SECONDS, number
-from ..errors import UserError
-from ..export import export_mlflow, export_tensorboard
-from ..formatting import fmt_duration, fmt_ms
-from ..proc import LOAD_POINTS, load_cell, load_summary, load_warning
-from ..provenance import Provenance
-from ..runner import Runner, recover_dead
-from ..status import RunStatus
-from ..store import Store, describe_store_error
-from .common import bounded, run_id
+from gnnrec_lab.commands.common import bounded, run_id
+from gnnrec_lab.config.bounds import MAX_SECONDS, number
+from gnnrec_lab.runs.runner import Runner, recover_dead
+from gnnrec_lab.runs.store import Store, describe_store_error
+from gnnrec_lab.services.export import export_mlflow, export_tensorboard
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.formatting import fmt_duration, fmt_ms
+from gnnrec_lab.util.proc import LOAD_POINTS, load_cell, load_summary, load_warning
+from gnnrec_lab.util.provenance import Provenance
+from gnnrec_lab.util.status import RunStatus
 
 TABLE = (  # (header, column in runs_frame)
     ("id", "id"), ("name", "name"), ("status", "status"), ("dataset", "dataset"), ("model", "model"),
@@ -113,7 +113,7 @@ def _table_cell(v, col: str) -> str:
 
 
 def _load_cell(row: dict) -> str:
-    """The list's load column (:func:`~gnnrec_lab.proc.load_cell`)."""
+    """The list's load column (:func:`~gnnrec_lab.util.proc.load_cell`)."""
     return load_cell(row.get("load_max"), row.get("cpus"), row.get("overloaded"), OVERLOADED_MARK)
 
 
@@ -194,12 +194,12 @@ def _show(store, run_id: int, as_json: bool) -> int:
                                                  " (DRAM); modeled on the device: the 'modeled' lines"))
     print(f"  config     {cfg.get('dataset')} {cfg.get('model')} layers={cfg.get('layers')} dim={cfg.get('dim')} "
           f"batch={cfg.get('batch_size')}")
-    from ..memory.tiermodel import mode_label
+    from gnnrec_lab.memory.tiermodel import mode_label
     print(f"  memory     {mode_label(cfg.get('memory_mode') or 'dram', cfg.get('device_profile'))}")
     modeled = (run.get("result") or {}).get("modeled") or {}
     if modeled.get("modeled_s_per_step") is not None:
-        from ..memory.tiermodel import modeled_ratio, modeled_seconds
-        from ..train import modeled_line
+        from gnnrec_lab.memory.tiermodel import modeled_ratio, modeled_seconds
+        from gnnrec_lab.training.loop import modeled_line
         print(f"  modeled    {modeled_line(modeled)}")
         train = modeled_seconds(run.get("train_s"), modeled_ratio(modeled))
         if train is not None:
@@ -220,7 +220,7 @@ def _show(store, run_id: int, as_json: bool) -> int:
         last = evals.groupby(["split", "metric"], sort=True)["value"].last()
         for (split, metric), v in last.items():
             print(f"  {split:<6} {metric:<12} {_metric(metric, v)}  (last)")
-        from ..evaluate import sample_label
+        from gnnrec_lab.training.evaluate import sample_label
         for split in last.index.get_level_values(0).unique():
             label = sample_label(last[split].to_dict())
             if label:

@@ -5,11 +5,11 @@ import json
 import statistics
 import sys
 
-from ..bounds import MAX_SECONDS, integer, number
-from ..config import file_error, read_config_file
-from ..errors import ConfigError, UserError
-from ..sweep import Sweep, SweepInterrupted, expand, format_table, progress_line
-from .common import add_config_arguments, add_config_file_argument, bounded, config_overrides
+from gnnrec_lab.commands.common import add_config_arguments, add_config_file_argument, bounded, config_overrides
+from gnnrec_lab.config.bounds import MAX_SECONDS, integer, number
+from gnnrec_lab.config.run import file_error, read_config_file
+from gnnrec_lab.services.sweep import Sweep, SweepInterrupted, expand, format_table, progress_line
+from gnnrec_lab.util.errors import ConfigError, UserError
 
 MAX_CONCURRENT = 64   # runs a sweep starts at once
 

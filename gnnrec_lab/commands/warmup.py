@@ -26,7 +26,7 @@ def cache_dir() -> str:
     from numba.core import config
     if config.CACHE_DIR:
         return config.CACHE_DIR
-    from .. import kernels
+    from gnnrec_lab import kernels
     return os.path.join(os.path.dirname(kernels.__file__), "__pycache__")
 
 
@@ -34,8 +34,8 @@ def _sampling_warmup() -> None:
     """BPR negative sampling (every run's first step) and k-hop sampling (sampled mode) on a tiny graph."""
     import numpy as np
 
-    from ..graph import BipartiteGraph
-    from ..sampling import batch_nodes, bpr_batches, sample_subgraph
+    from gnnrec_lab.graph.bipartite import BipartiteGraph
+    from gnnrec_lab.graph.sampling import batch_nodes, bpr_batches, sample_subgraph
     g = BipartiteGraph(np.array([[0, 0], [1, 1], [1, 0], [2, 2]]), 3, 4)
     rng = np.random.default_rng(0)
     users, pos, neg = next(bpr_batches(g, 2, rng))
@@ -43,7 +43,7 @@ def _sampling_warmup() -> None:
 
 
 def run(args) -> int:
-    from .. import kernels
+    from gnnrec_lab import kernels
     t0 = time.perf_counter()
     kernels.warmup()
     _sampling_warmup()

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import math
 
-from ..bounds import MAX_BYTES, MAX_DRAM_GIB, integer, number
-from ..config import TENSOR_CLASSES
-from ..errors import UserError
-from ..provenance import Provenance
-from ..store import Store
-from .common import bounded, run_id
+from gnnrec_lab.commands.common import bounded, run_id
+from gnnrec_lab.config.bounds import MAX_BYTES, MAX_DRAM_GIB, integer, number
+from gnnrec_lab.config.run import TENSOR_CLASSES
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.provenance import Provenance
 
 
 def register(subparsers):
@@ -60,7 +60,7 @@ def _records(args):
         return recs, None, None, {}
     if not args.run_id:
         raise UserError("whatif: give a RUN_ID or --records FILE")
-    from ..projection import stored_run_records
+    from gnnrec_lab.services.projection import stored_run_records
     store = Store()
     store.get_run(args.run_id, need=("config",))   # a damaged config is named, not projected as defaults
     frame, steps, fp, cfg = stored_run_records(store, args.run_id)   # what every view projects
@@ -70,8 +70,8 @@ def _records(args):
 
 
 def run(args) -> int:
-    from ..calibrate import load_host_profile
-    from ..memory.tiermodel import project, run_step_time, run_threads
+    from gnnrec_lab.memory.calibrate import load_host_profile
+    from gnnrec_lab.memory.tiermodel import project, run_step_time, run_threads
     placement = {}
     for item in args.placement:
         cls, _, where = item.partition("=")

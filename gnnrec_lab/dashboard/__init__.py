@@ -5,12 +5,12 @@ Each page is a ``pn.viewable.Viewer`` driven by one shared :class:`Lab`
 a served page (``gnnrec-lab dashboard`` or ``panel serve dashboards/app.py``).
 Notebooks call ``load_extensions(inline=True)`` first, so their plots draw offline.
 """
-from .common import Lab, load_extensions
+from gnnrec_lab.dashboard.common import Lab, load_extensions
 
 __all__ = ["Lab", "build_app", "load_extensions"]
 
 
 def build_app(lab=None):
     """The whole app (a FastListTemplate); see :func:`gnnrec_lab.dashboard.app.build_app`."""
-    from .app import build_app as _build
+    from gnnrec_lab.dashboard.app import build_app as _build
     return _build(lab)

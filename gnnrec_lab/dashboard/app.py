@@ -12,12 +12,12 @@ from typing import Optional
 import panel as pn
 from panel.theme.fast import Fast as _PanelFast
 
-from .breakdown import BreakdownPage
-from .cache import CachePage
-from .common import Lab, load_extensions
-from .compare import ComparePage
-from .launch import LaunchPage
-from .live import LivePage
+from gnnrec_lab.dashboard.breakdown import BreakdownPage
+from gnnrec_lab.dashboard.cache import CachePage
+from gnnrec_lab.dashboard.common import Lab, load_extensions
+from gnnrec_lab.dashboard.compare import ComparePage
+from gnnrec_lab.dashboard.launch import LaunchPage
+from gnnrec_lab.dashboard.live import LivePage
 
 TITLE = "gnnrec-lab"
 

@@ -21,17 +21,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..analysis import ROOFLINE_NOTE, breakdown, roofline_points
-from ..calibrate import host_profile, load
-from ..formatting import fmt_bytes, fmt_ms, fmt_percent
-from ..memory.footprint import Footprint
-from ..memory.profiles import get_profile, misses_in_flight
-from ..memory.tiermodel import mode_device
-from ..memory.validation import device_curves
-from ..projection import run_modeled_step, tier_projection
-from ..provenance import Provenance
-from ..status import RunStatus
-from .common import (
+from gnnrec_lab.dashboard.common import (
     BAR_COLOR,
     MODELED_NOTE,
     Lab,
@@ -46,6 +36,16 @@ from .common import (
     run_selector,
     safe_call,
 )
+from gnnrec_lab.memory.analysis import ROOFLINE_NOTE, breakdown, roofline_points
+from gnnrec_lab.memory.calibrate import host_profile, load
+from gnnrec_lab.memory.footprint import Footprint
+from gnnrec_lab.memory.profiles import get_profile, misses_in_flight
+from gnnrec_lab.memory.tiermodel import mode_device
+from gnnrec_lab.memory.validation import device_curves
+from gnnrec_lab.services.projection import run_modeled_step, tier_projection
+from gnnrec_lab.util.formatting import fmt_bytes, fmt_ms, fmt_percent
+from gnnrec_lab.util.provenance import Provenance
+from gnnrec_lab.util.status import RunStatus
 
 
 def phase_cmap(phases) -> dict:
@@ -123,7 +123,7 @@ def share_pie(shares: pd.DataFrame):
 def roofline_frame(kernels: pd.DataFrame) -> tuple[Optional[pd.DataFrame], Optional[dict], Optional[str]]:
     """Points and ceilings for the roofline: ``(points, ceilings, None)`` or ``(None, None, reason)``.
 
-    Uses ``gnnrec_lab.analysis.roofline_points`` and the calibrated host profile
+    Uses ``gnnrec_lab.memory.analysis.roofline_points`` and the calibrated host profile
     (``triad_GBps`` and ``gemm_GFLOPs`` ceilings, measured by ``gnnrec-lab calibrate``).
     """
     host, why = safe_call(host_profile, measure_if_missing=False)

@@ -30,9 +30,9 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..bounds import integer, integers
-from ..checks import Interval, Options, Parsed, Subset, Text, check
-from ..config import (
+from gnnrec_lab.config.bounds import integer, integers
+from gnnrec_lab.config.checks import Interval, Options, Parsed, Subset, Text, check
+from gnnrec_lab.config.run import (
     CACHE_TRACE_BATCH,
     CACHE_TRACE_KINDS,
     MAX_SEED,
@@ -41,13 +41,13 @@ from ..config import (
     SIMULATED_CACHE_POLICIES,
     field_label,
 )
-from ..data import list_datasets, load
-from ..errors import ConfigError, UserError
-from ..formatting import fmt_bytes, fmt_percent
-from ..graph import BipartiteGraph
-from ..status import RunStatus
-from ..store import parse_json_field
-from .common import Lab, error_note, not_available, safe_call
+from gnnrec_lab.dashboard.common import Lab, error_note, not_available, safe_call
+from gnnrec_lab.data import list_datasets, load
+from gnnrec_lab.graph.bipartite import BipartiteGraph
+from gnnrec_lab.runs.store import parse_json_field
+from gnnrec_lab.util.errors import ConfigError, UserError
+from gnnrec_lab.util.formatting import fmt_bytes, fmt_percent
+from gnnrec_lab.util.status import RunStatus
 
 LIVE_POLL_MS = 2000
 MAX_CACHED = 16
@@ -65,7 +65,7 @@ def parse_cache_sizes(text: str) -> list[str]:
 
     Raises UserError naming "cache sizes" for an empty list or a bad entry.
     """
-    from ..cache import parse_capacity
+    from gnnrec_lab.cache import parse_capacity
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     if not parts:
         raise UserError("cache sizes: give at least one size, e.g. 5%,10%,20%")
@@ -132,7 +132,7 @@ def _cache_sizes(param: str, value) -> tuple:
         raise ConfigError(param, str(e).removeprefix("cache sizes: ")) from None
 
 
-# What a simulation request accepts (gnnrec_lab.checks; the form's fields, named in its words). The
+# What a simulation request accepts (gnnrec_lab.config.checks; the form's fields, named in its words). The
 # optimizers are the simulator's (config.OPTIMIZER_STATES, as `cache sim`): per-row state moves with the row.
 SIM_CONSTRAINTS: dict[str, list] = {
     "dataset": [Text("a dataset name (choose a dataset)", strip=True)],
@@ -175,8 +175,8 @@ def run_simulation(req: SimRequest, graph_loader: Callable = load_graph) -> SimO
 
     User mistakes come back in ``outcome.error`` (one line); the frame is then empty.
     """
-    from .. import cache
-    from ..cache.study import run_study
+    from gnnrec_lab import cache
+    from gnnrec_lab.cache.study import run_study
     try:
         req.checked()
         rb = cache.row_bytes(req.dim, req.optimizer)

@@ -2,8 +2,8 @@
 
 One :class:`Lab` per browser session holds the run table and the selection (which run the
 Live and Breakdown pages show) as ``param`` parameters, which the pages follow (every page's
-run list is one :func:`run_selector`); the :class:`~gnnrec_lab.store.Store`
-and :class:`~gnnrec_lab.runner.Runner` behind it are one per server process, so
+run list is one :func:`run_selector`); the :class:`~gnnrec_lab.runs.store.Store`
+and :class:`~gnnrec_lab.runs.runner.Runner` behind it are one per server process, so
 every session reads the same runs and the concurrency limit holds across tabs.
 
 Where a piece of the lab cannot give a page what it needs (no store file, no host
@@ -19,14 +19,14 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..errors import UserError
-from ..memory.tiermodel import mode_device
-from ..preflight import footprint_error
-from ..provenance import Provenance
-from ..runner import Runner
-from ..status import RunStatus
-from ..store import Store
-from .security import launch_policy
+from gnnrec_lab.dashboard.security import launch_policy
+from gnnrec_lab.memory.preflight import footprint_error
+from gnnrec_lab.memory.tiermodel import mode_device
+from gnnrec_lab.runs.runner import Runner
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.provenance import Provenance
+from gnnrec_lab.util.status import RunStatus
 
 # One colour rule for every plot: a phase, a kernel and a run each keep one colour on every page
 # and for every run; hatching (never colour) is what marks a bar as modeled.
@@ -155,7 +155,7 @@ def hatch_hook(kind=None, column: str = "hatch"):
 def modeled_bars(df: pd.DataFrame, x: str, y: str, ylabel: str):
     """Bars of ``y`` by ``x`` with measured solid and modeled hatched, and a kind label on each bar.
 
-    ``df`` needs a ``kind`` column (a :class:`~gnnrec_lab.provenance.Provenance`).
+    ``df`` needs a ``kind`` column (a :class:`~gnnrec_lab.util.provenance.Provenance`).
     """
     import holoviews as hv
     df = df.copy()
@@ -208,7 +208,7 @@ _shared: dict[str, Any] = {}
 
 
 def shared_store():
-    """The process's :class:`~gnnrec_lab.store.Store` (``(store, None)`` or ``(None, reason)``)."""
+    """The process's :class:`~gnnrec_lab.runs.store.Store` (``(store, None)`` or ``(None, reason)``)."""
     with _lock:
         if "store" not in _shared:
             store, why = safe_call(Store)
@@ -219,7 +219,7 @@ def shared_store():
 
 
 def shared_runner(store):
-    """The process's :class:`~gnnrec_lab.runner.Runner` over ``store`` (one for all sessions)."""
+    """The process's :class:`~gnnrec_lab.runs.runner.Runner` over ``store`` (one for all sessions)."""
     with _lock:
         key = ("runner", id(store))
         if key not in _shared:

@@ -10,7 +10,7 @@ their loss and validation Recall@20 curves, each run in its one colour. Two scat
 the mean epoch time of every finished run (measured, and modeled for a modeled memory mode)
 against batch size and against depth, coloured by memory mode and dataset. "Full graph vs DistDGL"
 shows time to target and epoch time by depth for full-graph training on one machine and DistDGL on
-P machines (:func:`gnnrec_lab.comparison.full_vs_distributed`), the full-graph run's Optane App Direct
+P machines (:func:`gnnrec_lab.services.comparison.full_vs_distributed`), the full-graph run's Optane App Direct
 and Memory Mode times modeled and hatched.
 """
 from __future__ import annotations
@@ -21,15 +21,8 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..comparison import best_by_depth, full_vs_distributed
-from ..config import FIELD_DOCS, field_label
-from ..memory.tiermodel import MODE_DEVICES, modeled_seconds
-from ..proc import load_cell
-from ..projection import host_calibration
-from ..provenance import Provenance
-from ..status import RunStatus
-from ..store import TEST_METRICS
-from .common import (
+from gnnrec_lab.config.run import FIELD_DOCS, field_label
+from gnnrec_lab.dashboard.common import (
     OVERLOADED_LABEL,
     Lab,
     bar_style,
@@ -41,6 +34,13 @@ from .common import (
     safe_call,
     status_css,
 )
+from gnnrec_lab.memory.tiermodel import MODE_DEVICES, modeled_seconds
+from gnnrec_lab.runs.store import TEST_METRICS
+from gnnrec_lab.services.comparison import best_by_depth, full_vs_distributed
+from gnnrec_lab.services.projection import host_calibration
+from gnnrec_lab.util.proc import load_cell
+from gnnrec_lab.util.provenance import Provenance
+from gnnrec_lab.util.status import RunStatus
 
 # Times measured on this host, each modeled twin beside it (a modeled memory mode's kernels run on
 # DRAM here; its twin is tiermodel.modeled_seconds, as `gnnrec-lab runs` shows it).
@@ -211,7 +211,7 @@ class ComparePage(pn.viewable.Viewer):
     @param.depends("lab.runs")
     def distributed(self):
         """Full graph on one machine vs DistDGL on P machines (issue 20): time to target and epoch
-        time by depth, each series' best run (:func:`gnnrec_lab.comparison.full_vs_distributed`, the
+        time by depth, each series' best run (:func:`gnnrec_lab.services.comparison.full_vs_distributed`, the
         notebook's and ``bench_headline``'s numbers too), the full-graph run's Optane App Direct and
         Memory Mode times modeled and hatched; below, every run of the comparison (measured)."""
         df, note = full_vs_distributed_frame(self.lab.store)   # one read of the runs for bars and table
@@ -272,7 +272,7 @@ def series_tag(row) -> str:
 
 
 def depth_bars(frame: pd.DataFrame, y: str, ylabel: str, title: str):
-    """Grouped bars of ``y`` by depth, one per series (its :func:`~gnnrec_lab.comparison.best_by_depth`
+    """Grouped bars of ``y`` by depth, one per series (its :func:`~gnnrec_lab.services.comparison.best_by_depth`
     run), each series in its colour, modeled ones hatched (:data:`~.common.BAR_STYLES`); None when
     no series has a value."""
     import holoviews as hv
@@ -295,7 +295,7 @@ def depth_bars(frame: pd.DataFrame, y: str, ylabel: str, title: str):
 
 
 def full_vs_distributed_frame(store, run_ids=None):
-    """:func:`gnnrec_lab.comparison.full_vs_distributed` of ``run_ids`` (default: every finished run)
+    """:func:`gnnrec_lab.services.comparison.full_vs_distributed` of ``run_ids`` (default: every finished run)
     with this host's calibration (never measured on the way): ``(frame, note)``, the note naming
     what could not be modeled."""
     host, why = host_calibration()

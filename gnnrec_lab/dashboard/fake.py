@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import RunConfig
-from ..recorder import KernelRecord
-from ..status import RunStatus
+from gnnrec_lab.config.run import RunConfig
+from gnnrec_lab.util.recorder import KernelRecord
+from gnnrec_lab.util.status import RunStatus
 
 # the kernels a real full-graph LightGCN step records (fused loss terms, no separate gathers)
 KERNELS = (("spmm", "forward", "gather"), ("spmm", "backward", "gather"), ("bpr_loss", "loss", "gather"),

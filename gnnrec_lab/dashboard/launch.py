@@ -21,7 +21,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..config import (
+from gnnrec_lab.config.run import (
     BACKENDS,
     CACHE_POLICIES,
     FIELD_DOCS,
@@ -36,17 +36,25 @@ from ..config import (
     field_help,
     field_label,
 )
-from ..data import describe, list_datasets
-from ..errors import ConfigError, UserError
-from ..formatting import fmt_bytes, fmt_ms
-from ..memory.placement import file_placed
-from ..memory.profiles import load_profiles
-from ..memory.tiermodel import mode_device, mode_label
-from ..preflight import memory_verdict
-from ..projection import dram_reference, host_calibration, tier_projection
-from ..provenance import Provenance
-from .common import MODELED_NOTE, OVERLOADED_LABEL, Lab, hatch_hook, modeled_bars, not_available, safe_call
-from .security import launch_policy
+from gnnrec_lab.dashboard.common import (
+    MODELED_NOTE,
+    OVERLOADED_LABEL,
+    Lab,
+    hatch_hook,
+    modeled_bars,
+    not_available,
+    safe_call,
+)
+from gnnrec_lab.dashboard.security import launch_policy
+from gnnrec_lab.data import describe, list_datasets
+from gnnrec_lab.memory.placement import file_placed
+from gnnrec_lab.memory.preflight import memory_verdict
+from gnnrec_lab.memory.profiles import load_profiles
+from gnnrec_lab.memory.tiermodel import mode_device, mode_label
+from gnnrec_lab.services.projection import dram_reference, host_calibration, tier_projection
+from gnnrec_lab.util.errors import ConfigError, UserError
+from gnnrec_lab.util.formatting import fmt_bytes, fmt_ms
+from gnnrec_lab.util.provenance import Provenance
 
 # The one-click example offered on a fresh install (small enough for two cores).
 EXAMPLE_CONFIG = dict(dataset="ml-100k", model="lightgcn", layers=3, dim=64, batch_size=2048,
@@ -196,7 +204,7 @@ def config_from_values(values: dict) -> tuple[Optional[RunConfig], Optional[Conf
 
 
 def memory_prediction(config: RunConfig) -> tuple[Optional[dict], Optional[str]]:
-    """:func:`~gnnrec_lab.preflight.memory_verdict` of ``config`` under this dashboard's launch
+    """:func:`~gnnrec_lab.memory.preflight.memory_verdict` of ``config`` under this dashboard's launch
     policy: the predicted DRAM bytes (modeled), by class, and the limit that applies (the same
     numbers the Launch button's pre-flight check uses), or ``(None, reason)``."""
     counts, why = safe_call(describe, config.dataset, data_dir=config.data_dir)
@@ -224,7 +232,7 @@ def memory_chart(v: dict):
 
 
 def reference_runs(lab: Lab, config: RunConfig) -> tuple[Optional[dict], Optional[str]]:
-    """:func:`~gnnrec_lab.projection.dram_reference` for ``config`` (the fastest stored DRAM run of
+    """:func:`~gnnrec_lab.services.projection.dram_reference` for ``config`` (the fastest stored DRAM run of
     its shape and the spread of them all), or ``(None, reason)``; ``(None, None)`` when there is none."""
     host, why = host_calibration()
     if host is None:

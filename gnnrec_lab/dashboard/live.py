@@ -36,12 +36,12 @@ import pandas as pd
 import panel as pn
 import param
 
-from ..formatting import fmt_bytes, fmt_duration, fmt_ms
-from ..memory.tiermodel import mode_device, run_step_time
-from ..projection import host_calibration, predicted_footprint
-from ..recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS
-from ..status import RunStatus
-from .common import PALETTE, Lab, kernel_color, not_available, run_selector, safe_call
+from gnnrec_lab.dashboard.common import PALETTE, Lab, kernel_color, not_available, run_selector, safe_call
+from gnnrec_lab.memory.tiermodel import mode_device, run_step_time
+from gnnrec_lab.services.projection import host_calibration, predicted_footprint
+from gnnrec_lab.util.formatting import fmt_bytes, fmt_duration, fmt_ms
+from gnnrec_lab.util.recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS
+from gnnrec_lab.util.status import RunStatus
 
 POLL_MS = 1000
 LOSS_COLUMNS = {"step": pd.Series(dtype=float), "loss": pd.Series(dtype=float)}

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 from urllib.parse import urlsplit
 
-from ..errors import UserError
-from ..memory.placement import file_placed
-from ..status import RunStatus
+from gnnrec_lab.memory.placement import file_placed
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.status import RunStatus
 
 TOKEN_COOKIE = "gnnrec_lab_token"
 # paths that answer without the login token (they reveal nothing)

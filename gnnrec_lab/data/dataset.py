@@ -18,7 +18,7 @@ class Dataset:
     (None for synthetic data, whose ids are already contiguous). ``meta`` records
     source, format, seed, split, min_rating, counts and generation parameters.
     ``node_order``: a locality order of the training graph's ``n_users + n_items`` nodes
-    (:func:`gnnrec_lab.graph.locality_order`), cached with the split of large datasets (None
+    (:func:`gnnrec_lab.graph.bipartite.locality_order`), cached with the split of large datasets (None
     for small ones); the kernels propagate in that order, results are the same.
     """
 

@@ -20,7 +20,7 @@ Ids are tokens: ``007`` and ``7`` are two users. Integer ids are kept as integer
 the format defines them so (``u.data``, LightGCN files, integer Parquet columns) or when the
 caller asks (``ids="int"``).
 
-Every problem raises :class:`~gnnrec_lab.errors.DataError` naming the file and, for a
+Every problem raises :class:`~gnnrec_lab.util.errors.DataError` naming the file and, for a
 malformed line, its 1-based line number.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from ..errors import DataError
+from gnnrec_lab.util.errors import DataError
 
 FORMATS = ("auto", "ml100k", "lightgcn", "csv", "parquet", "recbole")
 ID_TYPES = ("token", "int")

@@ -37,12 +37,12 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import DataError
-from ..graph import BipartiteGraph, locality_order
-from ..home import lab_home
-from . import readers, storage, synthetic
-from .dataset import Dataset
-from .split import check_split, split_per_user
+from gnnrec_lab.data import readers, storage, synthetic
+from gnnrec_lab.data.dataset import Dataset
+from gnnrec_lab.data.split import check_split, split_per_user
+from gnnrec_lab.graph.bipartite import BipartiteGraph, locality_order
+from gnnrec_lab.util.errors import DataError
+from gnnrec_lab.util.home import lab_home
 
 ML100K = "ml-100k"
 RECBOLE_SPEC = "recbole==1.2.1"

@@ -19,8 +19,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ..errors import DataError
-from .storage import NpyWriter
+from gnnrec_lab.data.storage import NpyWriter
+from gnnrec_lab.util.errors import DataError
 
 BLOCK_ROWS = 4_000_000
 MIN_SPLIT_DEGREE = 3

@@ -29,7 +29,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..errors import DataError
+from gnnrec_lab.util.errors import DataError
 
 CHUNK_DRAWS = 4_000_000
 # The community part of one user never asks for more than this share of the community's items.

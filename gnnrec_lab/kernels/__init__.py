@@ -19,7 +19,7 @@ Public API::
 
 ``W`` is the CSR's weighted matrix: ``values`` (or 1) times ``row_scale[r]`` times
 ``col_scale[c]``. Every call appends one
-:class:`~gnnrec_lab.recorder.KernelRecord` to the active recorder: the forward
+:class:`~gnnrec_lab.util.recorder.KernelRecord` to the active recorder: the forward
 in the recorder's current phase, the backward with ``phase="backward"`` (the
 backward of ``gather`` is recorded as ``scatter_add``). Wall time is measured;
 bytes and flops are those an ideal kernel must move and do, from
@@ -42,18 +42,18 @@ import time
 import weakref
 from typing import Callable, Iterator
 
-from ..runtime import tune_malloc
+from gnnrec_lab.util.runtime import tune_malloc
 
-MALLOC_TUNED = tune_malloc()   # glibc's thresholds, before numpy and torch allocate (gnnrec_lab.runtime says why)
+MALLOC_TUNED = tune_malloc()   # glibc's thresholds, before numpy and torch allocate (gnnrec_lab.util.runtime says why)
 
 import numpy as np
 import torch
 
-from ..errors import UserError
-from ..graph import CSR, BipartiteGraph
-from ..recorder import Recorder, get_recorder, profiler_active, profiler_range, use_recorder
-from . import buffers, costs, native
-from .backends import BACKEND_CLASSES
+from gnnrec_lab.graph.bipartite import CSR, BipartiteGraph
+from gnnrec_lab.kernels import buffers, costs, native, topk
+from gnnrec_lab.kernels.backends import BACKEND_CLASSES
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.recorder import Recorder, get_recorder, profiler_active, profiler_range, use_recorder
 
 __all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "layer_mean", "sddmm", "lincomb",
            "bpr_loss", "sq_norm_rows", "bpr_l2_loss",
@@ -292,7 +292,7 @@ LOCALITY_MIN_BYTES = 96 << 20
 
 def _locality(blocks, x: torch.Tensor):
     """``(P A P^T, perm, inv)`` when every block is one square CSR that carries a locality order
-    (:meth:`~gnnrec_lab.graph.CSR.set_order`) and its gathered table exceeds
+    (:meth:`~gnnrec_lab.graph.bipartite.CSR.set_order`) and its gathered table exceeds
     :data:`LOCALITY_MIN_BYTES`; else None."""
     a = blocks[0]
     local = getattr(a, "_local", None)
@@ -726,8 +726,29 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
             blk = CSR(np.array([0, 1, 2], dtype=np.int64), np.array([1, 2], dtype=np.int32), 2, 3, None,
                       np.ones(2, dtype=np.float32), np.ones(3, dtype=np.float32))
             layer_mean([blk], torch.ones((3, 2), dtype=dtype, requires_grad=True), 0.5).sum().backward()
-        # the evaluation's ranking kernel (called by gnnrec_lab.evaluate, not through a backend)
-        scratch.jit_seconds += native.ensure_compiled(native.rank_block,
-                                                      native.rank_block_args(torch.empty(0, dtype=dtype).numpy().dtype))
+        # the evaluation's ranking kernel (called by gnnrec_lab.training.evaluate, not through a backend)
+        scratch.jit_seconds += native.ensure_compiled(topk.rank_block,
+                                                      topk.rank_block_args(torch.empty(0, dtype=dtype).numpy().dtype))
         recorder.jit_seconds += scratch.jit_seconds
     return recorder.jit_seconds - j0
+
+
+# The numba kernels a training run compiles (warmup() covers them); calibration's micro-kernels
+# (kernels.microbench) and the graph's reordering (graph.reorder) are not among them.
+TRAINING_KERNELS = {name: getattr(native, name) for name in (
+    "spmm", "edge_aggregate", "edge_broadcast", "sddmm_dot", "sddmm_mul", "bpr_rows", "sq_norm_rows", "gather_rows",
+    "permute_values", "scatter_add_rows")} | {"rank_block": topk.rank_block}
+
+
+def uncached_kernels() -> list:
+    """Training kernels with no usable entry in numba's disk cache (none yet, or compiled from an
+    older source): the next warm-up compiles them, ~1.5 min on 2 cores, instead of loading them.
+    Reads numba's cache index through its (private) cache object; [] when that is not there."""
+    out = []
+    for name, kernel in TRAINING_KERNELS.items():
+        try:
+            if not kernel._cache._cache_file._load_index():
+                out.append(name)
+        except Exception:  # noqa: BLE001 - another numba version: no answer is better than a wrong one
+            pass
+    return out

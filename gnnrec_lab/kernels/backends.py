@@ -3,7 +3,7 @@
 A backend turns tensors into tensors; :mod:`gnnrec_lab.kernels` wraps each
 operation in autograd and records it. Per-matrix helpers (load-balanced row
 chunks, weights cast to the feature dtype, the transposed structure, torch
-sparse tensors) are built once and cached on the :class:`~gnnrec_lab.graph.CSR`
+sparse tensors) are built once and cached on the :class:`~gnnrec_lab.graph.bipartite.CSR`
 object in the private attribute ``_kern``.
 
 Operations (``W`` the weighted CSR, ``r_e``/``c_e`` the row/column of entry e):
@@ -22,9 +22,9 @@ import warnings
 import numpy as np
 import torch
 
-from ..recorder import get_recorder
-from . import buffers
-from . import native as nk
+from gnnrec_lab.kernels import buffers
+from gnnrec_lab.kernels import native as nk
+from gnnrec_lab.util.recorder import get_recorder
 
 
 def _aux(adj) -> dict:

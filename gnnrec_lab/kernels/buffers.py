@@ -7,7 +7,7 @@ an SpMM's time on this VM. :func:`empty` gives such tensors their own anonymous 
 with ``MADV_HUGEPAGE`` (transparent huge pages, honoured where the kernel's THP mode is
 ``always`` or ``madvise``): 2 MiB pages, 512x fewer faults. Smaller tensors come from
 ``torch.empty``: glibc's heap reuses them once :mod:`gnnrec_lab.kernels` has fixed its mmap and
-trim thresholds (:mod:`gnnrec_lab.runtime` says why; with glibc's dynamic defaults blocks of a
+trim thresholds (:mod:`gnnrec_lab.util.runtime` says why; with glibc's dynamic defaults blocks of a
 few MiB kept being faulted in again), so memory behaviour below the threshold matches the
 footprint model's allocator-retention term.
 

@@ -22,13 +22,13 @@ backends running the same call are compared against the same work. The model:
   ``2 * nnz * D``, mul ``nnz * D``.
 
 Each function returns the keyword arguments for
-:meth:`gnnrec_lab.recorder.Recorder.record` (bytes in bytes, flops in
+:meth:`gnnrec_lab.util.recorder.Recorder.record` (bytes in bytes, flops in
 floating point operations).
 """
 from __future__ import annotations
 
-from . import native as nk
-from .backends import _aux
+from gnnrec_lab.kernels import native as nk
+from gnnrec_lab.kernels.backends import _aux
 
 INDPTR_BYTES = 8
 PERM_BYTES = 4  # the native edge permutation is int32 below 2**31 entries

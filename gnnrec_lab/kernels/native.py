@@ -37,7 +37,7 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-_JIT = dict(parallel=True, cache=True, fastmath=False, nogil=True)
+JIT = dict(parallel=True, cache=True, fastmath=False, nogil=True)
 # Software prefetch distance (entries ahead) for gathered rows: the row loops are latency-bound
 # (a few misses in flight per core); prefetching 32 entries ahead halves an L3-resident SpMM
 # (200k nodes / 5M nnz, D=64: 4/8/16/32 entries ahead -> 46/48/44/33 ms, none 67-89 ms).
@@ -147,7 +147,7 @@ def _block_range(indptr, pos, b, r, chunk_end):
     return lo, hi, lim - PREFETCH_AHEAD
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def spmm(indptr, pos, indices, values, eperm, row_scale, col_scale, x, out, bounds,
          alpha, acc, init, addend, beta):
     """out[r] = alpha * row_scale[r] * sum_e values[eperm[e]] * col_scale[c_e] * x[c_e],
@@ -278,7 +278,7 @@ SIDES_MIN_BYTES = MAX_COL_BLOCKS * COL_BLOCK_BYTES
 SIDES_PREFETCH_AHEAD = 8
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def spmm_sides(indptr, indices, row_scale, col_scale, x, n_first, out, part, bounds,
                alpha, acc, init, addend, beta):
     """:func:`spmm` for a symmetric bipartite matrix whose first ``n_first`` rows (users) hold
@@ -373,7 +373,7 @@ def rows_sorted(indptr, indices) -> bool:
     return bool(asc.all())
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def edge_aggregate(indptr, indices, values, row_scale, col_scale, ev, eperm, xg, out, bounds):
     """out[r] = row_scale[r] * sum_e values[e] * col_scale[c_e] * ev[eperm[e]] (* xg[c_e]).
 
@@ -413,7 +413,7 @@ def edge_aggregate(indptr, indices, values, row_scale, col_scale, ev, eperm, xg,
     return out
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def edge_broadcast(indptr, indices, values, row_scale, col_scale, g, out, bounds):
     """out[e] = w_e * g[r_e]: the backward of ``spmm_edge`` (w_e the CSR weight)."""
     D = g.shape[1]
@@ -470,7 +470,7 @@ def sddmm_dot(indptr, pos, indices, u, v, out, bounds):
     return out
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def sddmm_mul(indptr, indices, u, v, out, bounds):
     """out[e] = u[r_e] * v[c_e] (elementwise, D wide) for every stored entry e."""
     D = u.shape[1]
@@ -545,7 +545,7 @@ def sq_norm_rows(table, u, p, n, off, coef, g):
     return 0.5 * float(coef) * total
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def gather_rows(table, idx, out):
     """out[i] = table[idx[i]]."""
     D = table.shape[1]
@@ -556,7 +556,7 @@ def gather_rows(table, idx, out):
     return out
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def permute_values(src, perm, out):
     """out[k] = src[perm[k]] for a 1-D array (per-edge scalars into another entry order)."""
     for k in prange(out.shape[0]):
@@ -564,7 +564,7 @@ def permute_values(src, perm, out):
     return out
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def scatter_add_rows(idx, src, out, col_blocks):
     """out[idx[i]] += src[i]; ``out`` must be zeroed by the caller.
 
@@ -581,56 +581,6 @@ def scatter_add_rows(idx, src, out, col_blocks):
             for d in range(w):
                 o[d] += x[d]
     return out
-
-
-@njit(**_JIT)
-def stream_copy(a, b, bounds):
-    """b[:] = a[:] (STREAM copy), parallel over ``bounds`` chunks.
-
-    Each chunk works on slices indexed from 0: an index taken from ``bounds`` may be
-    negative as far as numba knows, and the wrap-around test it then emits per access
-    keeps LLVM from vectorising the loop (a scalar triad measured 6.5 GB/s where the
-    vectorised one moves 31 GB/s on this VM)."""
-    for ch in prange(bounds.shape[0] - 1):
-        s0 = bounds[ch]
-        n = bounds[ch + 1] - s0
-        src = a[s0:s0 + n]
-        dst = b[s0:s0 + n]
-        for i in range(n):
-            dst[i] = src[i]
-
-
-@njit(**_JIT)
-def stream_triad(a, b, c, s, bounds):
-    """a[:] = b[:] + s * c[:] (STREAM triad); chunk slices as in :func:`stream_copy`."""
-    for ch in prange(bounds.shape[0] - 1):
-        s0 = bounds[ch]
-        n = bounds[ch + 1] - s0
-        aa = a[s0:s0 + n]
-        bb = b[s0:s0 + n]
-        cc = c[s0:s0 + n]
-        for i in range(n):
-            aa[i] = bb[i] + s * cc[i]
-
-
-@njit(**_JIT)
-def gather_sum(table, idx, out, bounds):
-    """out[ch] = sum over i in chunk ch of table[idx[i]] rows: random row-gather bandwidth."""
-    D = table.shape[1]
-    for ch in prange(bounds.shape[0] - 1):
-        for i in range(bounds[ch], bounds[ch + 1]):
-            j = idx[i]
-            for d in range(D):
-                out[ch, d] += table[j, d]
-
-
-@njit(cache=True)
-def pointer_chase(nxt, steps):
-    """Follow ``nxt`` ``steps`` times from 0 (each load depends on the last)."""
-    p = 0
-    for _ in range(steps):
-        p = nxt[p]
-    return p
 
 
 @njit(cache=True, nogil=True)
@@ -666,168 +616,8 @@ def distinct_gathers(indptr, indices, n_cols, budget):
     return total, panel + 1
 
 
-# -- node reordering (prepare time) ---------------------------------------------
-@njit(cache=True, nogil=True)
-def _mix(a):
-    """A 64-bit integer hash (splitmix64's finaliser): deterministic tie-breaking."""
-    z = np.uint64(a) + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-@njit(cache=True, nogil=True)
-def label_propagation(indptr, indices, visit, skip, labels, iters, min_changed):
-    """Asynchronous label propagation (Raghavan et al. 2007): each node in ``visit`` order takes
-    the label most frequent among its neighbours (ties broken by a hash of label and round, the
-    current label kept when it ties), updating ``labels`` in place. Nodes with ``skip`` set
-    neither vote nor change (hubs, which would merge every community). Stops after ``iters``
-    rounds or when fewer than ``min_changed`` labels changed in a round. Serial (in-place
-    updates are what make it converge). Returns the rounds run."""
-    n = indptr.shape[0] - 1
-    cnt = np.zeros(n, dtype=np.int32)
-    maxdeg = 0
-    for r in range(n):
-        maxdeg = max(maxdeg, indptr[r + 1] - indptr[r])
-    seen = np.empty(maxdeg, dtype=np.int64)
-    rounds = 0
-    for it in range(iters):
-        rounds += 1
-        changed = 0
-        for k in range(visit.shape[0]):
-            r = visit[k]
-            if skip[r]:
-                continue
-            ns = 0
-            for e in range(indptr[r], indptr[r + 1]):
-                c = indices[e]
-                if skip[c]:
-                    continue
-                lab = labels[c]
-                if cnt[lab] == 0:
-                    seen[ns] = lab
-                    ns += 1
-                cnt[lab] += 1
-            if ns == 0:
-                continue
-            cur = labels[r]
-            best = cur
-            bestc = cnt[cur]
-            besth = _mix(cur * 1000003 + it)
-            for j in range(ns):
-                lab = seen[j]
-                c = cnt[lab]
-                if c > bestc:
-                    best, bestc, besth = lab, c, _mix(lab * 1000003 + it)
-                elif c == bestc and lab != cur and best != cur:
-                    h = _mix(lab * 1000003 + it)
-                    if h > besth:
-                        best, besth = lab, h
-            for j in range(ns):
-                cnt[seen[j]] = 0
-            if best != cur:
-                labels[r] = best
-                changed += 1
-        if changed < min_changed:
-            break
-    return rounds
-
-
-@njit(**_JIT)
-def permute_csr(indptr, indices, perm, inv, new_indptr, new_indices):
-    """The structure of ``P A P^T``: row ``r`` of the result is row ``perm[r]`` of ``A`` with every
-    column ``c`` renamed ``inv[c]`` and sorted ascending (``new_indptr`` filled by the caller)."""
-    for r in prange(perm.shape[0]):
-        src = perm[r]
-        lo = indptr[src]
-        o = new_indptr[r]
-        d = indptr[src + 1] - lo
-        for k in range(d):
-            new_indices[o + k] = inv[indices[lo + k]]
-        new_indices[o:o + d].sort()
-    return new_indices
-
-
 # -- compilation outside timed regions ---------------------------------------
 _compiled: set = set()
-
-
-@njit(**_JIT)
-def rank_block(scores, users, m_ptr, m_items, h_ptr, h_items, kmax, ks, discounts, idcg_cum, top, out):
-    """Full-ranking metrics for one block of users, one row at a time (parallel over rows).
-
-    ``scores[r]`` holds user ``users[r]``'s scores over all items (a reused GEMM buffer, changed
-    here: the user's masked items ``m_items[m_ptr[u]:m_ptr[u+1]]`` are set to -inf). The row is
-    scanned once in item order keeping its ``kmax`` best in ``top[r]`` (insertion into a sorted
-    list; a later item enters only with a strictly higher score than the last kept, so among
-    equal scores the lower item id ranks first, -inf ones included). Each ranked item is tested
-    against the held-out items ``h_items[h_ptr[u]:h_ptr[u+1]]`` and the metrics at every K of
-    ``ks`` are written to ``out[r]``, metric-major (recall, mrr, ndcg, hit, precision), K within a
-    metric: recall = hits / |held-out|, mrr = 1 / rank of the first hit, ndcg = DCG / IDCG with
-    ``discounts`` and ``idcg_cum`` (cumulative), hit = any, precision = hits / K."""
-    n_items = scores.shape[1]
-    nk = ks.shape[0]
-    ninf = -np.inf
-    for r in prange(users.shape[0]):
-        u = users[r]
-        row = scores[r]
-        for j in range(m_ptr[u], m_ptr[u + 1]):
-            row[m_items[j]] = ninf
-        ti = top[r]
-        ts = np.empty(kmax, dtype=scores.dtype)
-        n = 0
-        thr = ninf
-        for i in range(n_items):
-            s = row[i]
-            if n == kmax:
-                if not s > thr:
-                    continue
-                p = kmax - 1
-            else:
-                p = n
-                n += 1
-            while p > 0 and ts[p - 1] < s:   # equal scores stay ahead (lower ids)
-                ts[p] = ts[p - 1]
-                ti[p] = ti[p - 1]
-                p -= 1
-            ts[p] = s
-            ti[p] = i
-            thr = ts[n - 1]
-        h0 = h_ptr[u]
-        h1 = h_ptr[u + 1]
-        cnt = h1 - h0
-        n_hit = 0
-        first = -1
-        dcg = 0.0
-        kj = 0
-        for j in range(kmax + 1):
-            while kj < nk and (j == kmax or j == ks[kj]):   # write every K whose cut-off is j
-                kk = min(ks[kj], kmax)
-                out[r, kj] = n_hit / cnt
-                out[r, nk + kj] = 1.0 / (first + 1) if n_hit > 0 else 0.0
-                out[r, 2 * nk + kj] = dcg / idcg_cum[min(cnt, kk) - 1]
-                out[r, 3 * nk + kj] = 1.0 if n_hit > 0 else 0.0
-                out[r, 4 * nk + kj] = n_hit / ks[kj]
-                kj += 1
-            if j == kmax:
-                break
-            item = ti[j]
-            for e in range(h0, h1):
-                if h_items[e] == item:
-                    n_hit += 1
-                    if first < 0:
-                        first = j
-                    dcg += discounts[j]
-                    break
-
-
-def rank_block_args(dtype) -> tuple:
-    """Arguments of :func:`rank_block`'s types (scores of numpy ``dtype``) on a one-user, two-item
-    case: what ``kernels.warmup`` compiles it for (evaluation passes the same types)."""
-    i64 = np.int64
-    return (np.zeros((1, 2), dtype=dtype), np.zeros(1, i64), np.zeros(2, i64), np.zeros(0, i64),
-            np.array([0, 1], i64), np.zeros(1, i64), 1, np.ones(1, i64), np.ones(1), np.ones(1),
-            np.zeros((1, 1), i64), np.zeros((1, 5)))
 
 
 def _key(kernel, args) -> tuple:
@@ -851,22 +641,3 @@ def ensure_compiled(kernel, args) -> float:
 def threads() -> int:
     return int(numba.get_num_threads())
 
-
-# The kernels a training run compiles (kernels.warmup() covers them); the
-# bandwidth/latency micro-kernels above are calibration's.
-TRAINING_KERNELS = ("spmm", "edge_aggregate", "edge_broadcast", "sddmm_dot", "sddmm_mul", "bpr_rows",
-                    "sq_norm_rows", "gather_rows", "permute_values", "scatter_add_rows", "rank_block")
-
-
-def uncached_kernels() -> list:
-    """Training kernels with no usable entry in numba's disk cache (none yet, or compiled from an
-    older source): the next warm-up compiles them, ~1.5 min on 2 cores, instead of loading them.
-    Reads numba's cache index through its (private) cache object; [] when that is not there."""
-    out = []
-    for name in TRAINING_KERNELS:
-        try:
-            if not globals()[name]._cache._cache_file._load_index():
-                out.append(name)
-        except Exception:  # noqa: BLE001 - another numba version: no answer is better than a wrong one
-            pass
-    return out

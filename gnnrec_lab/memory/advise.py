@@ -13,15 +13,15 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
-from ..config import TENSOR_CLASSES
-from ..kernels import costs
-from ..provenance import Provenance
-from ..recorder import KernelRecord
-from . import tiermodel
-from .footprint import F32, optimizer_states, total
-from .footprint import footprint as predict_footprint
-from .profiles import host_device
-from .tiermodel import ALL_ON_DEVICE, TRAIN_PHASES, ns_per_byte, prepare, project_step, split_bytes
+from gnnrec_lab.config.run import TENSOR_CLASSES
+from gnnrec_lab.kernels import costs
+from gnnrec_lab.memory import tiermodel
+from gnnrec_lab.memory.footprint import F32, optimizer_states, total
+from gnnrec_lab.memory.footprint import footprint as predict_footprint
+from gnnrec_lab.memory.profiles import host_device
+from gnnrec_lab.memory.tiermodel import ALL_ON_DEVICE, TRAIN_PHASES, ns_per_byte, prepare, project_step, split_bytes
+from gnnrec_lab.util.provenance import Provenance
+from gnnrec_lab.util.recorder import KernelRecord
 
 # Every memory mode advise compares -> the device profile it is modeled with by default
 # (dram on the host's own profile; the others as tiermodel.MODE_DEVICES).

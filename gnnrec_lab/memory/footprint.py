@@ -85,10 +85,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..bounds import MAX_INTERACTIONS, MAX_ROWS, integer
-from ..checks import Interval, Rule, check
-from ..errors import ConfigError, UserError
-from ..provenance import Provenance, part, parts
+from gnnrec_lab.config.bounds import MAX_INTERACTIONS, MAX_ROWS, integer
+from gnnrec_lab.config.checks import Interval, Rule, check
+from gnnrec_lab.util.errors import ConfigError, UserError
+from gnnrec_lab.util.provenance import Provenance, part, parts
 
 # Peak RSS that compiling the training kernels adds to a run (measured: the first ML-100K
 # LightGCN run of a fresh environment, numba 0.68.1, empty disk cache, peaked at 648.6 MiB, the
@@ -127,7 +127,7 @@ def _train_fits_graph(c) -> Optional[str]:
     return None
 
 
-# What dataset counts a footprint accepts (gnnrec_lab.checks); the first three are required
+# What dataset counts a footprint accepts (gnnrec_lab.config.checks); the first three are required
 # (COUNT_NAMES), the others optional. A refusal names the counts' parameter and the count.
 COUNT_CONSTRAINTS: dict[str, list] = {
     "n_users": [Interval(integer, lo=1, hi=MAX_ROWS)],
@@ -159,7 +159,7 @@ def check_counts(counts: dict, param: str = "counts", strict: bool = False) -> d
 
 def _counts(config, counts: Optional[dict]) -> dict:
     if counts is None:
-        from ..data import describe
+        from gnnrec_lab.data import describe
         counts = describe(config.dataset)
     c = check_counts(counts)
     if "n_interactions" not in c:
@@ -230,21 +230,21 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
              + 8 * c["n_interactions"])                                   # int32 [user, item] splits
     if edge_form:
         graph += (idx + 4) * e      # the transposed structure SDDMM's backward caches (row ids + entry perm)
-    from ..kernels.native import col_block_count  # numba and torch: loaded by a prediction, not by the package
+    from gnnrec_lab.kernels.native import col_block_count  # numba and torch: loaded by a prediction, not by the package
     nb = col_block_count(n, d * F32)
     if nb > 1:                      # the column-block row positions the native SpMM caches
         graph += 8 * (nb + 1) * n
     # a locality order cached with a large split: the order, P A P^T, its scales and the int64 order
     # and inverse the kernels hold; LightGCN's layer mean then propagates in it (one node tensor
     # more at a time: the permuted input, or the permuted mean before it is mapped back)
-    from ..data.registry import ORDER_MIN_NODES
-    from ..kernels import LOCALITY_MIN_BYTES
+    from gnnrec_lab.data.registry import ORDER_MIN_NODES
+    from gnnrec_lab.kernels import LOCALITY_MIN_BYTES
     local = (config.model == "lightgcn" and n >= ORDER_MIN_NODES and F32 * n * d > LOCALITY_MIN_BYTES)
     if local:
         graph += idx * n + 8 * (n + 1) + idx * e + F32 * n + 16 * n
     # a table above native.SIDES_MIN_BYTES is multiplied side by side (native.spmm_sides): one
     # item-side accumulator per thread, kept with the adjacency
-    from ..kernels.native import SIDES_MIN_BYTES, threads
+    from gnnrec_lab.kernels.native import SIDES_MIN_BYTES, threads
     parts = threads() * F32 * ni * d if config.model != "mf" and F32 * n * d > SIDES_MIN_BYTES else 0
     graph += parts
     params = F32 * n * d
@@ -274,7 +274,7 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     heap_step = (2 * L + 4) * ndf if config.model == "lightgcn" else act_train
     # node tensors of kernels.buffers.POOL_MIN_BYTES or more: up to POOL_MAX released mappings are
     # kept for reuse (kernels.buffers)
-    from ..kernels.buffers import POOL_MAX, POOL_MIN_BYTES
+    from gnnrec_lab.kernels.buffers import POOL_MAX, POOL_MIN_BYTES
     retained = heap_step if ndf < GLIBC_MMAP_THRESHOLD_MAX else (POOL_MAX * ndf if ndf >= POOL_MIN_BYTES else 0)
     # edge form: one layer's per-edge message at a time (freed after aggregation; backward keeps none)
     edge = F32 * e * d if edge_form else 0
@@ -334,7 +334,7 @@ def jit_compile_bytes() -> int:
     """:data:`JIT_COMPILE_BYTES` when the next run will compile its kernels (numba's disk cache
     has no build of some training kernel: a fresh environment without ``gnnrec-lab warmup``, or
     kernels changed since), else 0. Modeled bytes."""
-    from ..kernels.native import uncached_kernels
+    from gnnrec_lab.kernels import uncached_kernels
     return JIT_COMPILE_BYTES if uncached_kernels() else 0
 
 

@@ -1,7 +1,7 @@
 """Real placement of tensor classes: DRAM, NUMA policies, file-backed (App Direct) memory.
 
-A place is one of the strings a :class:`~gnnrec_lab.config.RunConfig` accepts (parsed by
-:mod:`gnnrec_lab.places`):
+A place is one of the strings a :class:`~gnnrec_lab.config.run.RunConfig` accepts (parsed by
+:mod:`gnnrec_lab.config.places`):
 
 ``dram``
     an ordinary allocation.
@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from ..errors import UserError
-from ..places import Place, parse_nodes, parse_place, parse_placement
-from .topology import Topology, detect
+from gnnrec_lab.config.places import Place, parse_nodes, parse_place, parse_placement
+from gnnrec_lab.memory.topology import Topology, detect
+from gnnrec_lab.util.errors import UserError
 
 if TYPE_CHECKING:  # annotations only: parsing a placement (config, runner) needs no numpy
     import numpy as np

@@ -25,7 +25,7 @@ from typing import Iterable, Optional
 
 import yaml
 
-from ..errors import UserError
+from gnnrec_lab.util.errors import UserError
 
 KINDS = ("dram", "pmem", "pmem_memory_mode", "cxl", "dram_remote", "file", "host")
 ENV_VAR = "GNNREC_LAB_DEVICES"
@@ -396,7 +396,7 @@ def _read_file(path: Path) -> list[DeviceProfile]:
 
 
 def host_device(host: dict) -> DeviceProfile:
-    """The calibrated host (``gnnrec_lab.calibrate.host_profile()``) as a measured profile.
+    """The calibrated host (``gnnrec_lab.memory.calibrate.host_profile()``) as a measured profile.
 
     Streams run at the host's triad bandwidth for reads and writes; random rows at its
     measured gather bandwidth for 64 B and 256 B rows.

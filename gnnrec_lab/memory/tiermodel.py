@@ -1,7 +1,7 @@
 """The tier model: a kernel's measured DRAM time projected onto another memory tier.
 
 Every number this module returns is **modeled** (rows carry ``kind`` MODELED, a
-:class:`~gnnrec_lab.provenance.Provenance`);
+:class:`~gnnrec_lab.util.provenance.Provenance`);
 only ``measured_s`` (the input) is measured. Equations and assumptions are in
 ``docs/tier_model.md``; in short, for each kernel group
 
@@ -31,10 +31,10 @@ from typing import Optional
 
 import pandas as pd
 
-from ..errors import UserError
-from ..provenance import Provenance, part, parts
-from ..recorder import records_frame
-from .profiles import DeviceProfile, get_profile, host_device, misses_in_flight
+from gnnrec_lab.memory.profiles import DeviceProfile, get_profile, host_device, misses_in_flight
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.provenance import Provenance, part, parts
+from gnnrec_lab.util.recorder import records_frame
 
 COMPONENTS = ("stream_read", "stream_write", "random_read", "random_write")
 OPTIMIZER_KERNELS = ("adam", "adamw", "lamb", "sgd", "optimizer")
@@ -305,7 +305,7 @@ def project(records, host, device, placement: Optional[dict] = None, footprint=N
     """Project measured kernel records onto ``device``; one row per ``by`` group.
 
     ``records``: KernelRecords, dicts or a DataFrame (``Store().kernels_frame`` columns work).
-    ``host``: the calibration dict (``gnnrec_lab.calibrate.host_profile()``) or a host DeviceProfile.
+    ``host``: the calibration dict (``gnnrec_lab.memory.calibrate.host_profile()``) or a host DeviceProfile.
     ``device``: a profile name or :class:`DeviceProfile`; ``"host"`` projects onto the host itself.
     ``placement``: ``{tensor class: "dram" | anything else}``; classes not named, and every class
     when ``placement`` is None, sit on the device. ``footprint``: bytes (int or a by-class dict),

@@ -17,9 +17,9 @@ from typing import Optional
 
 import yaml
 
-from ..errors import UserError
-from ..provenance import Provenance
-from .profiles import STORES, DeviceProfile, load_profiles
+from gnnrec_lab.memory.profiles import STORES, DeviceProfile, load_profiles
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.provenance import Provenance
 
 POINTS_FILE = Path(__file__).with_name("published_points.yaml")
 FIT_TOLERANCE = 0.01      # fitted points: reproduced to 1%

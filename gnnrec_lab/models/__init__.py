@@ -7,8 +7,8 @@ triples on those representations.
 """
 from __future__ import annotations
 
-from .lightgcn import MF, LightGCN
-from .ngcf import NGCF
+from gnnrec_lab.models.lightgcn import MF, LightGCN
+from gnnrec_lab.models.ngcf import NGCF
 
 
 def build_model(config, n_users: int, n_items: int):

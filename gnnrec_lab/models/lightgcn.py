@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import kernels
-from ..kernels import buffers
+from gnnrec_lab import kernels
+from gnnrec_lab.kernels import buffers
 
 
 class LightGCN(nn.Module):

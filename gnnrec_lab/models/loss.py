@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import kernels
+from gnnrec_lab import kernels
 
 
 def bpr_loss(model, out: torch.Tensor, users, pos, neg, l2: float):

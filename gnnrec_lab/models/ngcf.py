@@ -27,8 +27,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from .. import kernels
-from ..kernels import buffers
+from gnnrec_lab import kernels
+from gnnrec_lab.kernels import buffers
 
 
 class NGCF(nn.Module):

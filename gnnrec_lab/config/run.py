@@ -1,0 +1,556 @@
+"""What is a run? One validated :class:`RunConfig`.
+
+The CLI, the dashboards, the notebooks, the runner and the store all build and
+read this one object. Validation happens here, once, at the door: each error
+names the field, the value given and what is allowed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+from gnnrec_lab.config.bounds import integer, integers, number
+from gnnrec_lab.config.checks import Interval, Options, Parsed, Rule, Text, check, check_value
+from gnnrec_lab.config.places import TENSOR_CLASSES, parse_placement
+from gnnrec_lab.util.errors import ConfigError, UserError
+
+MODELS = ("lightgcn", "ngcf", "mf")
+NGCF_FORMS = ("edge", "node")
+OPTIMIZERS = ("adam", "adamw", "sgd", "lamb")
+# per-row state vectors of every optimizer the cache simulator sizes rows for (runs use OPTIMIZERS;
+# adagrad, one vector, is simulated only): the CLI's `cache sim`, the Cache page and row_bytes
+OPTIMIZER_STATES = {"sgd": 0, "adagrad": 1, "adam": 2, "adamw": 2, "lamb": 2}
+LR_RULES = ("none", "linear", "sqrt")
+SCHEDULES = ("none", "cosine", "step")
+BACKENDS = ("native", "torch", "dgl")
+MODES = ("full", "sampled")
+# Embedding-cache replacement policies, the one list every view shows in this order
+# (gnnrec_lab.cache.policies implements each; the simulator runs them all). none: no cache, every
+# row read from and written back to the slow tier every batch; belady: the offline optimum (it needs
+# the whole future), so only the simulator runs it.
+SIMULATED_CACHE_POLICIES = ("none", "lru", "lfu", "static", "oracle", "belady")
+# what the real cached tier (gnnrec_lab.cache.cached_rows) runs: every policy but the offline one
+TIER_CACHE_POLICIES = tuple(p for p in SIMULATED_CACHE_POLICIES if p != "belady")
+# A run's cache_policy. none: table in DRAM (no slow tier); stream: slow tier, no cache (the tier's
+# "none"); the others: slow tier behind a DRAM cache of cache_size rows.
+CACHE_POLICIES = ("none", "stream") + tuple(p for p in TIER_CACHE_POLICIES if p != "none")
+# How a cache study's access trace is made (gnnrec_lab.cache.study): "mf" BPR batches of a 0-layer
+# model, "sampled" k-hop sub-graph batches.
+CACHE_TRACE_KINDS = ("mf", "sampled")
+# Training triples per batch of a cache study's trace when none is asked for: `gnnrec-lab cache` and
+# the Cache page both start here, so the same dataset's skew reads the same in both.
+CACHE_TRACE_BATCH = 1024
+# Memory modes a run can be launched in. "dram" is measured here; the others are
+# measured where the hardware exists and modeled (labelled so) elsewhere.
+MEMORY_MODES = ("dram", "optane_memory_mode", "optane_app_direct", "cxl", "remote_numa")
+
+
+# Largest value each integer field accepts: far beyond any run this lab can hold, small enough
+# that a typo (``--dim 10**12``) is refused here instead of failing deep inside an allocation.
+MAXIMA = {"layers": 64, "dim": 65_536, "batch_size": 1 << 27, "epochs": 1_000_000, "ref_batch_size": 1 << 27,
+          "warmup_steps": 1 << 40, "eval_every": 1_000_000, "patience": 1_000_000, "eval_users": 1 << 31,
+          "max_steps_per_epoch": 1 << 40, "lookahead": 1_000_000, "threads": 1024, "fanouts": 1_000_000,
+          "topk": 100_000, "cache_size": 1 << 40, "cores": 4096}
+MAX_SEED = 2**32 - 1     # numpy/numba seed range
+
+# The layers a graph model propagates over. Model mf has none (MF_LAYERS): mf_layers gives it 0 where
+# no layers were asked for, and the table's rule _layers_fit_model refuses any other count; the two
+# are the one place that knows it.
+LAYERS = Interval(integer, lo=1, hi=MAXIMA["layers"])
+MF_LAYERS = 0
+
+
+def mf_layers(model, layers, given: bool = False):
+    """The layers a run of ``model`` gets: model mf has none (:data:`MF_LAYERS`) unless ``layers``
+    was ``given`` explicitly (then the table's rule judges it); any other model keeps ``layers``."""
+    return MF_LAYERS if model == "mf" and not given else layers
+
+
+# -- cross-field rules and parsers of RUN_CONSTRAINTS ------------------------------------------------
+def _layers_fit_model(c) -> Optional[str]:
+    """Model mf has no propagation layers; every other model has at least one."""
+    if c["model"] == "mf" and c["layers"] != MF_LAYERS:
+        return f"model 'mf' has no propagation layers; use {MF_LAYERS}, got {c['layers']}"
+    if c["model"] != "mf":   # 0 layers is mf's alone: say so in the range
+        try:
+            LAYERS.parse("layers", c["layers"])
+        except ConfigError as e:
+            return e.reason
+    return None
+
+
+def fanout_per_layer(c) -> Optional[str]:
+    """A sampling model samples at every layer (RunConfig in sampled mode, every DistSpec)."""
+    if len(c["fanouts"]) != c["layers"]:
+        return f"needs one fan-out per layer ({c['layers']}), got {len(c['fanouts'])}"
+    return None
+
+
+def _one_fanout_per_layer(c) -> Optional[str]:
+    """A sampled graph model samples at every layer."""
+    return fanout_per_layer(c) if c["mode"] == "sampled" and c["model"] != "mf" else None
+
+
+def _cache_needs_sampled(c) -> Optional[str]:
+    """The embedding cache sits in front of the sampled mode's slow-tier table."""
+    if c["cache_policy"] != "none" and c["mode"] != "sampled":
+        return f"an embedding cache needs mode='sampled', got mode={c['mode']!r}"
+    return None
+
+
+def _threads_within_cores(c) -> Optional[str]:
+    """A run pinned to ``cores`` cores runs at most one compute thread per core (more would queue
+    on the same cores and time the waiting)."""
+    if c["cores"] is not None and c["threads"] is not None and c["threads"] > c["cores"]:
+        return f"threads ({c['threads']}) must not exceed cores ({c['cores']}): one thread per pinned core at most"
+    return None
+
+
+def _ascending_unique(ks: tuple) -> tuple:
+    return tuple(sorted(set(ks)))
+
+
+def _cache_size(param: str, value) -> str:
+    """A row count or a share of rows, as its stripped text."""
+    cs = str(value).strip()
+    try:
+        ok = (0 < float(cs[:-1]) <= 100) if cs.endswith("%") else 0 < int(cs) <= MAXIMA["cache_size"]
+    except ValueError:
+        ok = False
+    if not ok or isinstance(value, bool):
+        raise ConfigError(param, f"must be a row count from 1 to {MAXIMA['cache_size']:,} (e.g. 50000) "
+                                 f"or a share of rows in (0, 100]% (e.g. 5%), got {value!r}")
+    return cs
+
+
+def _placement(param: str, value) -> dict:
+    """The placement mapping, checked (known classes, well-formed places) and copied."""
+    parse_placement(value)
+    return dict(value)
+
+
+# What a RunConfig accepts, field -> constraints (gnnrec_lab.config.checks: a value meets one of the field's
+# alternatives, then every Rule holds). RunConfig checks with it when built, the CLI's --field flags
+# parse with the same entries (commands/common.py), and tests/test_checks.py breaks each one once.
+RUN_CONSTRAINTS: dict[str, list] = {
+    "dataset": [Text("a dataset name")],
+    "model": [Options(MODELS)],
+    "ngcf_form": [Options(NGCF_FORMS)],
+    "layers": [LAYERS, Interval(integer, lo=MF_LAYERS, hi=MF_LAYERS),
+               Rule(_layers_fit_model, dict(model="mf", layers=2))],
+    "dim": [Interval(integer, lo=1, hi=MAXIMA["dim"])],
+    "batch_size": [Interval(integer, lo=1, hi=MAXIMA["batch_size"])],
+    "epochs": [Interval(integer, lo=1, hi=MAXIMA["epochs"])],
+    "lr": [Interval(number, lo=0, lo_open=True)],
+    "l2": [Interval(number, lo=0)],
+    "optimizer": [Options(OPTIMIZERS)],
+    "momentum": [Interval(number, lo=0, hi=1)],
+    "weight_decay": [Interval(number, lo=0)],
+    "lr_rule": [Options(LR_RULES)],
+    "ref_batch_size": [Interval(integer, lo=1, hi=MAXIMA["ref_batch_size"])],
+    "warmup_steps": [Interval(integer, lo=0, hi=MAXIMA["warmup_steps"])],
+    "warmup_epochs": [Interval(number, lo=0, hi=float(MAXIMA["epochs"]))],
+    "schedule": [Options(SCHEDULES)],
+    "seed": [Interval(integer, lo=0, hi=MAX_SEED)],
+    "backend": [Options(BACKENDS)],
+    "mode": [Options(MODES)],
+    "fanouts": [Interval(integers, lo=1, hi=MAXIMA["fanouts"], max_len=MAXIMA["layers"]),
+                Rule(_one_fanout_per_layer, dict(mode="sampled", layers=2, fanouts=(10,)))],
+    "topk": [Interval(integers, _ascending_unique, lo=1, hi=MAXIMA["topk"], max_len=MAXIMA["layers"])],
+    "eval_every": [Interval(integer, lo=1, hi=MAXIMA["eval_every"])],
+    "patience": [Interval(integer, lo=0, hi=MAXIMA["patience"])],
+    "target_recall": [None, Interval(number, lo=0, hi=1, lo_open=True)],
+    "eval_users": [None, Interval(integer, lo=1, hi=MAXIMA["eval_users"])],
+    "max_steps_per_epoch": [None, Interval(integer, lo=1, hi=MAXIMA["max_steps_per_epoch"])],
+    "cache_policy": [Options(CACHE_POLICIES), Rule(_cache_needs_sampled, dict(cache_policy="lru", mode="full"))],
+    "cache_size": [Parsed(_cache_size, breaks=("0", "0%", "150%", "lots", 1 << 41, True))],
+    "lookahead": [Interval(integer, lo=1, hi=MAXIMA["lookahead"])],
+    "memory_mode": [Options(MEMORY_MODES)],
+    "placement": [Parsed(_placement, breaks=({"weights": "dram"}, {"embeddings": "ssd"}, "embeddings=dram"))],
+    "device_profile": [None, Text("a device profile name", strip=True)],
+    "threads": [None, Interval(integer, lo=1, hi=MAXIMA["threads"])],
+    "cores": [None, Interval(integer, lo=1, hi=MAXIMA["cores"]),
+              Rule(_threads_within_cores, dict(cores=1, threads=2))],
+    "data_dir": [None, Text("a directory path (or unset for the default)", strip=True, nul=False)],
+    "name": [None, Text("a label of at most 200 characters", empty=True, max_len=200)],
+}
+
+# Every numeric field (the ones read by the bounded checkers of gnnrec_lab.config.bounds) and its constraints;
+# the CLI's --field flags parse with them (commands/common.py).
+NUMERIC_FIELDS: dict[str, list] = {n: cs for n, cs in RUN_CONSTRAINTS.items()
+                                   if any(isinstance(c, Interval) for c in cs)}
+# numeric fields whose None means "unset" (see FIELD_DOCS' unset words)
+OPTIONAL_FIELDS = tuple(n for n, cs in NUMERIC_FIELDS.items() if None in cs)
+
+
+def check_field(name: str, value, text: bool = True, param: Optional[str] = None):
+    """``value`` for numeric RunConfig field ``name``, checked against its constraints (ConfigError
+    naming ``param``, the field by default, otherwise); ``text``: the value may be what a user typed."""
+    return check_value(param or name, NUMERIC_FIELDS[name], value, text=text)
+
+
+def _checker(name: str):
+    """The bounds checker (integer, number or integers) that reads numeric field ``name``."""
+    return next(c.check for c in NUMERIC_FIELDS[name] if isinstance(c, Interval))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run, checked against :data:`RUN_CONSTRAINTS` when built and frozen after: a
+    changed run is ``config.replace(field=value)``, checked again. All sizes in elements unless a
+    name says bytes."""
+
+    dataset: str = "ml-100k"
+    model: str = "lightgcn"
+    ngcf_form: str = "edge"          # NGCF only: edge-wise (per-edge messages) or node-wise
+    layers: int = 3
+    dim: int = 64
+    batch_size: int = 2048
+    epochs: int = 200                # the reference protocol's cap (RecBole 1.2.1 runs, docs/accuracy.md)
+    lr: float = 1e-3
+    l2: float = 1e-4
+    optimizer: str = "adam"
+    momentum: float = 0.9            # SGD only
+    weight_decay: float = 0.0        # AdamW / LAMB decoupled decay
+    lr_rule: str = "none"            # scale lr with batch size relative to ref_batch_size
+    ref_batch_size: int = 2048
+    warmup_steps: int = 0
+    warmup_epochs: float = 0.0
+    schedule: str = "none"           # after warm-up
+    seed: int = 2020
+    backend: str = "native"
+    mode: str = "full"
+    fanouts: tuple = (10, 10, 10)    # sampled mode only
+    topk: tuple = (10, 20)
+    eval_every: int = 1              # epochs
+    patience: int = 30               # epochs without a new best valid Recall@20 before stopping; 0 = never
+                                     # (outlasts LightGCN's epoch 23-45 plateau on ML-100K: train.EarlyStopping)
+    target_recall: Optional[float] = None   # time-to-accuracy target on validation Recall@20
+    eval_users: Optional[int] = None        # evaluate a seeded sample of users (None = all)
+    max_steps_per_epoch: Optional[int] = None  # cap for quick runs and tests
+    cache_policy: str = "none"       # sampled mode: DRAM cache in front of a slow-tier embedding table
+    cache_size: str = "5%"           # rows ("50000") or share of rows ("5%")
+    lookahead: int = 200             # batches the oracle policy sees ahead
+    memory_mode: str = "dram"
+    placement: dict = field(default_factory=dict)   # tensor class -> "dram" | "file:DIR" | "numa:POLICY:NODES"
+    device_profile: Optional[str] = None            # tier-model target for modeled modes
+    threads: Optional[int] = None
+    # pin the training process to this many cores (gnnrec_lab.util.pinning): one "machine"
+    cores: Optional[int] = None
+    data_dir: Optional[str] = None
+    name: Optional[str] = None       # free-form label
+
+    _parameter_constraints: ClassVar[dict] = RUN_CONSTRAINTS
+
+    def __post_init__(self):
+        # built once, here: ints and tuples normalised (numpy ints, lists; topk ascending, once each),
+        # the cache size stripped, the placement copied; floats are kept as given
+        for name, value in check(self._parameter_constraints, self._values()).items():
+            if value is not getattr(self, name) and not isinstance(value, float):
+                object.__setattr__(self, name, value)
+
+    def _values(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def validate(self) -> "RunConfig":
+        """This config, checked again (it was when built; nothing is changed)."""
+        check(self._parameter_constraints, self._values())
+        return self
+
+    # ------------------------------------------------------------------
+    @property
+    def effective_lr(self) -> float:
+        """Learning rate after the batch-size scaling rule."""
+        ratio = self.batch_size / self.ref_batch_size
+        if self.lr_rule == "linear":
+            return self.lr * ratio
+        if self.lr_rule == "sqrt":
+            return self.lr * ratio ** 0.5
+        return self.lr
+
+    @property
+    def measured(self) -> bool:
+        """Whether time in this run is measured on its memory mode (True for DRAM)."""
+        return self.memory_mode == "dram"
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["fanouts"] = list(self.fanouts)
+        d["topk"] = list(self.topk)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        if not isinstance(d, dict):
+            raise ConfigError("config", f"expected a dict of RunConfig fields, got {type(d).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown field; allowed: {', '.join(sorted(known))}")
+        return cls(**d)
+
+    def replace(self, **changes) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def expect_config(config, where: str) -> None:
+    """Refuse anything but a RunConfig at a Python entry point (``run``, ``train``, ``Runner.launch``),
+    naming what was given and how to build one (not "'dict' object has no attribute 'validate'")."""
+    if not isinstance(config, RunConfig):
+        hint = " (RunConfig.from_dict(d) builds one from a dict)" if isinstance(config, dict) else ""
+        raise UserError(f"{where}: config: expected a gnnrec_lab.RunConfig, got {type(config).__name__}{hint}")
+
+
+# ----------------------------------------------------------------------
+# How each field reads to a person: the one source of the words the CLI's --help and the
+# dashboard's forms show (tests/test_config.py checks every field has them).
+@dataclass(frozen=True)
+class FieldDoc:
+    """``label``: the field's name on a form, in words with units. ``help``: what it does and what it
+    accepts (a sentence fragment; the default is appended by :func:`field_help`). ``unset``: what an
+    empty value (None, an empty placement) means, shown as the default instead of "None"."""
+
+    label: str
+    help: str
+    unset: str = ""
+
+
+def _choices(values) -> str:
+    return ", ".join(values)
+
+
+FIELD_DOCS: dict[str, FieldDoc] = {
+    "dataset": FieldDoc("Dataset", "interactions to train on: a built-in or prepared dataset name (see `gnnrec-lab "
+                                   "data list`) or a generated one, synth:users=N,items=N,interactions=N"),
+    "model": FieldDoc("Model", f"recommender to train, one of {_choices(MODELS)} (mf: matrix factorisation, "
+                               f"embeddings without graph layers)"),
+    "ngcf_form": FieldDoc("NGCF form", f"how NGCF computes its neighbour products, one of {_choices(NGCF_FORMS)}: "
+                                       f"edge keeps one message per edge (memory grows with the edges), node "
+                                       f"aggregates first (same result, no per-edge tensor); NGCF only"),
+    "layers": FieldDoc("Propagation layers", "graph convolution layers, i.e. how many hops each embedding mixes "
+                                             "over, from 1 to 64 (model mf has none and is given 0)"),
+    "dim": FieldDoc("Embedding dimension", "length of each user and item embedding vector (float32 values per row)"),
+    "batch_size": FieldDoc("Batch size (interactions per step)",
+                           "training triples (user, positive item, sampled negative item) per optimizer step"),
+    "epochs": FieldDoc("Maximum epochs", "passes over the training interactions before the run stops; early "
+                                         "stopping (patience) may end it sooner"),
+    "lr": FieldDoc("Learning rate", "the optimizer's base step size, before the batch-size rule, warm-up and "
+                                    "schedule apply"),
+    "l2": FieldDoc("L2 regularisation weight", "weight of the L2 penalty on the batch's input (layer-0) embeddings "
+                                               "in the BPR loss; 0 turns it off"),
+    "optimizer": FieldDoc("Optimizer", f"parameter update rule, one of {_choices(OPTIMIZERS)}"),
+    "momentum": FieldDoc("SGD momentum", "share of the previous update SGD carries into the next, from 0 "
+                                         "to 1; used by optimizer sgd only"),
+    "weight_decay": FieldDoc("Decoupled weight decay", "weight decay applied apart from the gradient by adamw "
+                                                       "and lamb (the others ignore it); 0 turns it off"),
+    "lr_rule": FieldDoc("Learning-rate scaling rule", f"how the learning rate follows the batch size relative to "
+                                                      f"the reference batch size, one of {_choices(LR_RULES)}: "
+                                                      f"linear multiplies it by batch / reference, sqrt by the "
+                                                      f"square root of that"),
+    "ref_batch_size": FieldDoc("Reference batch size (interactions per step)",
+                               "batch size at which the learning rate is used as given by the scaling rule"),
+    "warmup_steps": FieldDoc("Warm-up (optimizer steps)", "steps over which the learning rate rises linearly to its "
+                                                          "full value; the longer of this and warm-up epochs applies"),
+    "warmup_epochs": FieldDoc("Warm-up (epochs)", "warm-up length in epochs, fractions allowed (0.5 = half an "
+                                                  "epoch); the longer of this and warm-up steps applies"),
+    "schedule": FieldDoc("Learning-rate schedule", f"decay after warm-up, one of {_choices(SCHEDULES)}: cosine "
+                                                   f"falls to 0 at the last step, step divides by 10 at 50% and "
+                                                   f"at 75% of the steps"),
+    "seed": FieldDoc("Random seed", f"seed of initialisation, negative sampling, batch order and the evaluated "
+                                    f"users, an integer from 0 to {MAX_SEED}"),
+    "backend": FieldDoc("Kernel backend", f"implementation of the sparse kernels (SpMM, SDDMM), one of "
+                                          f"{_choices(BACKENDS)}: native is this project's numba kernels, torch "
+                                          f"uses torch.sparse, dgl uses DGL's (needs DGL installed)"),
+    "mode": FieldDoc("Training mode", f"one of {_choices(MODES)}: full propagates over the whole graph every "
+                                      f"step, sampled over a sub-graph sampled around each batch with the fan-outs"),
+    "fanouts": FieldDoc("Fan-outs per layer (neighbours)", "neighbours sampled per node at each layer, first hop "
+                                                           "first, comma-separated, one per layer; sampled mode only"),
+    "topk": FieldDoc("Top-K cut-offs", "list lengths K at which Recall, MRR, NDCG, Hit and Precision@K are reported, "
+                                                "comma-separated"),
+    "eval_every": FieldDoc("Evaluate every (epochs)", "epochs between validation evaluations; the last epoch is "
+                                                      "always evaluated"),
+    "patience": FieldDoc("Early-stopping patience (epochs)", "epochs without a new best validation Recall@20 "
+                                                             "before the run stops; 0 never stops early"),
+    "target_recall": FieldDoc("Target validation Recall@20", "value in (0, 1] whose first crossing is recorded as "
+                                                             "the time to accuracy (the run goes on)",
+                              unset="no target"),
+    "eval_users": FieldDoc("Evaluated users", "number of users evaluated, a seeded random sample (quicker, "
+                                              "noisier metrics)", unset="all users"),
+    "max_steps_per_epoch": FieldDoc("Step cap per epoch (optimizer steps)", "most steps an epoch takes, for quick "
+                                                                            "runs and tests", unset="no cap"),
+    "cache_policy": FieldDoc("Embedding cache policy", f"sampled mode only, one of {_choices(CACHE_POLICIES)}: none "
+                                                       f"keeps the embedding table in DRAM, stream puts it on the "
+                                                       f"slow tier without a cache, the others put a DRAM cache of "
+                                                       f"cache-size rows in front of the slow tier"),
+    "cache_size": FieldDoc("Cache size (rows or % of rows)", "capacity of the DRAM embedding cache: a row count "
+                                                             "(50000) or a share of the table's rows (5%)"),
+    "lookahead": FieldDoc("Oracle look-ahead (batches)", "upcoming batches the oracle cache policy sees when it "
+                                                         "chooses what to evict"),
+    "memory_mode": FieldDoc("Memory mode", f"memory the run's step time is for, one of {_choices(MEMORY_MODES)}: "
+                                           f"dram is measured on this host; for the others the kernels run on "
+                                           f"this host's DRAM and the tier model projects their step time onto "
+                                           f"the mode's device profile (modeled)"),
+    "placement": FieldDoc("Placement per tensor class", f"where tensor classes live, CLASS=PLACE pairs "
+                                                        f"comma-separated (e.g. embeddings=file:/mnt/pmem,"
+                                                        f"optimizer=numa:membind:1); classes: "
+                                                        f"{_choices(TENSOR_CLASSES)}; places: dram, file:DIR, "
+                                                        f"numa:POLICY:NODES", unset="every class in DRAM"),
+    "device_profile": FieldDoc("Device profile (modeled)", "device the tier model projects a non-DRAM memory mode "
+                                                           "onto: a profile name from gnnrec_lab/memory/devices.yaml "
+                                                           "or $GNNREC_LAB_DEVICES (e.g. cxl_type3_ddr5_x8)",
+                               unset="the memory mode's own profile"),
+    "threads": FieldDoc("Compute threads", "threads for torch and the numba kernels",
+                        unset="all cores, one left to the slow tier's I/O when a cache is used"),
+    "cores": FieldDoc("Pinned cores", "pin the training process to this many cores of its own, the first ones "
+                                      "it may run on (its affinity mask), and run that many compute threads: "
+                                      "one machine of C cores, as DistDGL's --cores-per-machine C; refused "
+                                      "when the process may run on fewer", unset="not pinned"),
+    "data_dir": FieldDoc("Data directory", "directory where datasets are prepared and loaded from",
+                         unset="$GNNREC_LAB_DATA, else the checkout's data/, else $GNNREC_LAB_HOME/data"),
+    "name": FieldDoc("Run name", "free-form label stored with the run, up to 200 characters", unset="none"),
+}
+
+
+def field_label(name: str) -> str:
+    """The words a form shows for RunConfig field ``name`` (e.g. "Embedding dimension" for ``dim``)."""
+    return FIELD_DOCS[name].label
+
+
+def default_text(name: str, value: Any = dataclasses.MISSING) -> str:
+    """How a default of field ``name`` reads: ``value``, else RunConfig's default; an empty one in
+    the field's words ("all users"), a tuple comma-separated."""
+    if value is dataclasses.MISSING:
+        f = RunConfig.__dataclass_fields__[name]
+        value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    if value is None or (isinstance(value, (dict, list, tuple)) and not value):
+        return FIELD_DOCS[name].unset or "none"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def field_help(name: str, default: Any = dataclasses.MISSING) -> str:
+    """What field ``name`` does, with its default (RunConfig's unless ``default`` is given):
+    the text of its ``--help`` and of its tooltip on the dashboard."""
+    return f"{FIELD_DOCS[name].help} (default: {default_text(name, default)})"
+
+
+# ----------------------------------------------------------------------
+# Run files: RunConfig's fields as YAML (``gnnrec-lab run --config run.yaml``), as RecBole and
+# Hydra users keep their runs. The file is only a mapping of field -> value; RunConfig validates it.
+# which fields are floats and which tuples, read off NUMERIC_FIELDS' checkers (the CLI's flags use TUPLE_FIELDS too)
+_FLOAT_FIELDS = tuple(n for n in NUMERIC_FIELDS if _checker(n) is number)
+TUPLE_FIELDS = tuple(n for n in NUMERIC_FIELDS if _checker(n) is integers)   # fanouts, topk
+
+
+class ConfigFileError(ConfigError):
+    """A field of a run file is invalid: names the file, the field's line and the field."""
+
+    def __init__(self, path, line: Optional[int], param: str, message: str):
+        self.param = param
+        where = f"{path}:{line}" if line else str(path)
+        UserError.__init__(self, f"{where}: {param}: {message}")
+
+
+def _coerce(name: str, value):
+    """A YAML value as RunConfig takes it: lists as tuples where the field is a tuple, and the
+    exponent floats YAML 1.1 reads as strings (``1e-3``) as floats; anything else is left for
+    RunConfig to judge."""
+    if name in TUPLE_FIELDS:
+        if isinstance(value, list):
+            return tuple(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return (value,)
+    if name in _FLOAT_FIELDS and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def read_config_file(path, multi: bool = False) -> tuple[dict, dict]:
+    """``(fields, lines)`` of YAML run file ``path``: field -> value (``multi``: field -> list of
+    values, a list value being the values a sweep takes) and field -> its 1-based line.
+    Unknown fields, duplicate keys and YAML errors name the file and line."""
+    import yaml
+
+    p = str(path)
+    try:
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise UserError(f"--config: {p}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"--config: {p}: is a directory; give a YAML file") from None
+    except UnicodeDecodeError:
+        raise UserError(f"--config: {p}: not UTF-8 text") from None
+    except OSError as e:
+        raise UserError(f"--config: {p}: {e.strerror}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        raise UserError(f"{p}:{mark.line + 1 if mark else '?'}: not valid YAML ({e.problem or e.context})") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
+        raise UserError(f"{p}:1: expected a mapping of RunConfig fields (dim: 64, layers: 3, ...), "
+                        f"got {type(data).__name__}")
+    lines: dict = {}
+    for key_node, _ in node.value:
+        key = key_node.value
+        if key in lines:
+            raise UserError(f"{p}:{key_node.start_mark.line + 1}: {key}: given twice "
+                            f"(first on line {lines[key]})")
+        lines[key] = key_node.start_mark.line + 1
+    known = [f.name for f in dataclasses.fields(RunConfig)]
+    for key in data:
+        if not isinstance(key, str) or key not in known:
+            raise ConfigFileError(p, lines.get(str(key)), str(key),
+                                  f"unknown field; allowed: {', '.join(sorted(known))}")
+    if not multi:
+        return {k: _coerce(k, v) for k, v in data.items()}, lines
+    out = {}
+    for k, v in data.items():
+        # a sweep axis: a list for a scalar field, a list of lists for fanouts/topk, a list of mappings
+        # for placement
+        if k in TUPLE_FIELDS:
+            axis = isinstance(v, list) and bool(v) and all(isinstance(x, list) for x in v)
+            out[k] = [_coerce(k, x) for x in v] if axis else _coerce(k, v)
+        else:
+            out[k] = [_coerce(k, x) for x in v] if isinstance(v, list) else [_coerce(k, v)]
+    return out, lines
+
+
+def file_error(e: ConfigError, path, lines: dict, from_file) -> ConfigError:
+    """``e`` with the run file's name and the field's line when the field came from the file."""
+    if isinstance(e, ConfigFileError) or path is None:
+        return e
+    message = str(e)[len(e.param) + 2:] if str(e).startswith(f"{e.param}: ") else str(e)
+    if e.param in from_file:
+        return ConfigFileError(path, lines.get(e.param), e.param, message)
+    return e
+
+
+def save_config_file(config: RunConfig, path) -> None:
+    """Write ``config`` as a YAML run file (every field, RunConfig's order); read back by
+    :func:`read_config_file` it gives the same config."""
+    import yaml
+    d = config.to_dict()
+    head = ("# gnnrec-lab run configuration: every RunConfig field (gnnrec-lab run --config FILE;\n"
+            "# flags given with --config override the file)\n")
+    body = yaml.safe_dump(d, sort_keys=False, default_flow_style=None, allow_unicode=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(head + body)
+    import os
+    os.replace(tmp, path)

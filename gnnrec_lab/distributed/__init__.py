@@ -1,0 +1,1 @@
+"""DistDGL-style distributed training on an emulated (or real) cluster of machines."""

@@ -1,0 +1,170 @@
+"""One run in its own process: ``python -m gnnrec_lab.runs.worker RUN_ID``.
+
+The worker loads the run's config from the store (``$GNNREC_LAB_HOME``), marks
+it running with its pid, trains with a :class:`~gnnrec_lab.runs.store.StoreReporter`
+and writes the final status itself:
+
+* ``finished`` / ``cancelled`` / ``interrupted`` / ``diverged``: what the training function's
+  result says (``diverged``: the loss left :class:`~gnnrec_lab.training.loop.DivergenceBound`; cancelled /
+  interrupted: a cancel request, SIGTERM or SIGINT seen between steps, see :mod:`gnnrec_lab.util.signals`);
+* ``oom``: a ``MemoryError`` (or torch's "can't allocate memory") escaped training;
+* ``failed``: a :class:`~gnnrec_lab.util.errors.UserError` (its one-line message) or
+  any other exception (the traceback);
+* SIGTERM (sent by ``Runner.cancel`` after the grace period) ends it as ``cancelled``, the error
+  naming the signal (outside the training loop, or a second SIGTERM, it stops the worker at once).
+
+The training callable is ``gnnrec_lab.training.loop:train`` unless
+``GNNREC_LAB_TRAIN_FN=module:attr`` names another (tests use fakes).
+
+Exit status: 0 finished/cancelled, 1 failed, 3 oom, 4 diverged, 130 interrupted.
+
+:func:`finish_run` and :func:`failure` are shared with ``gnnrec-lab run`` in a terminal, which
+records its in-process run in the store the same way.
+"""
+from __future__ import annotations
+
+import errno
+import importlib
+import json
+import os
+import signal
+import sys
+import traceback
+
+from gnnrec_lab.config.run import RunConfig
+from gnnrec_lab.runs.store import Store
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.proc import host_info, proc_start_ticks
+from gnnrec_lab.util.signals import EXIT_INTERRUPTED, Terminated, signal_cause
+from gnnrec_lab.util.status import RunStatus
+
+TRAIN_FN_ENV = "GNNREC_LAB_TRAIN_FN"
+DEFAULT_TRAIN_FN = "gnnrec_lab.training.loop:train"
+EXIT_OK, EXIT_FAILED, EXIT_OOM, EXIT_DIVERGED = 0, 1, 3, 4
+STDERR_TAIL_LINES = 50
+
+
+def resolve_train_fn(spec: str | None = None):
+    """The callable named by ``spec`` ('module:attr' or 'module.attr'), default from the environment."""
+    spec = spec or os.environ.get(TRAIN_FN_ENV) or DEFAULT_TRAIN_FN
+    mod, sep, attr = spec.partition(":")
+    if not sep:
+        mod, _, attr = spec.rpartition(".")
+    if not mod or not attr:
+        raise UserError(f"{TRAIN_FN_ENV}: expected 'module:function', got {spec!r}")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` means an allocation failed (Python's MemoryError or torch's CPU allocator)."""
+    if isinstance(exc, MemoryError):
+        return True
+    msg = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in msg or "out of memory" in msg)
+
+
+def tail_lines(path, n: int = STDERR_TAIL_LINES, max_bytes: int = 64 * 1024) -> str:
+    """The last ``n`` lines of a text file (reads at most ``max_bytes`` from its end); '' if absent."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-n:])
+
+
+def finish_run(store, run_id: int, result, reporter=None) -> RunStatus:
+    """Record a training function's ``result`` and its final status; return the status.
+
+    The result is written once: a :class:`~gnnrec_lab.runs.store.StoreReporter` given as
+    ``reporter`` has already written it from ``on_finish`` (a training function that never
+    called it, e.g. a test fake, gets it written here)."""
+    status = RunStatus.of(getattr(result, "status", RunStatus.FINISHED))
+    # a result says how its training loop ended; an active status or a crash is not one of those
+    if status is None or status.is_active or status.is_crash:
+        status = RunStatus.FINISHED
+    if not getattr(reporter, "recorded", False):
+        store.record_result(run_id, result)
+    info = getattr(result, "info", None) or {}
+    error = info.get("diverged") if status is RunStatus.DIVERGED else info.get("stopped")
+    store.set_status(run_id, status, error=error, only_if=(RunStatus.RUNNING,))
+    return status
+
+
+def failure(exc: BaseException) -> tuple:
+    """``(status, error, exit status)`` for an exception that escaped training (a signal behind it,
+    even wrapped in a compiled kernel's SystemError, is the signal's ending, not a failure)."""
+    sig = signal_cause(exc)
+    if isinstance(sig, KeyboardInterrupt):
+        return RunStatus.INTERRUPTED, "interrupted: stopped at once by a second SIGINT (Ctrl-C)", EXIT_INTERRUPTED
+    if isinstance(sig, Terminated):
+        return (RunStatus.CANCELLED,
+                "cancelled: stopped at once by SIGTERM (outside the training loop, or a second one)", EXIT_OK)
+    if isinstance(exc, UserError):
+        return RunStatus.FAILED, str(exc), EXIT_FAILED
+    if "disk is full" in str(exc).lower() or getattr(exc, "errno", None) == errno.ENOSPC:
+        return RunStatus.FAILED, f"failed: the disk is full ({type(exc).__name__}: {exc})", EXIT_FAILED
+    if is_out_of_memory(exc):
+        return RunStatus.OOM, (f"out of memory: {type(exc).__name__}: {exc}".rstrip(": ")
+                               + " (an allocation failed inside the run: lower batch_size or dim, or place "
+                                 "tensors on a larger tier)"), EXIT_OOM
+    return RunStatus.FAILED, traceback.format_exc(), EXIT_FAILED
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def exit_status(status: RunStatus) -> int:
+    """The worker's exit status for a run's final ``status``."""
+    return {RunStatus.DIVERGED: EXIT_DIVERGED, RunStatus.INTERRUPTED: EXIT_INTERRUPTED}.get(status, EXIT_OK)
+
+
+def run_worker(run_id: int, store=None) -> int:
+    """Train run ``run_id`` from the store and record its final status. Returns the exit status."""
+
+    store = store or Store()
+    run_dir = store.run_dir(run_id)
+    stderr_path = run_dir / "stderr.log"
+
+    def fail(status: RunStatus, error: str, code: int) -> int:
+        sys.stderr.flush()
+        store.set_status(run_id, status, error=error, stderr_tail=tail_lines(stderr_path) or None,
+                         only_if=(RunStatus.QUEUED, RunStatus.RUNNING))
+        return code
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        run = store.get_run(run_id, need=("config",))
+        config = RunConfig.from_dict(run["config"])
+        if not store.set_status(run_id, RunStatus.RUNNING, pid=os.getpid(),
+                                pid_start=proc_start_ticks(os.getpid()), host=json.dumps(host_info()),
+                                only_if=(RunStatus.QUEUED, RunStatus.RUNNING)):
+            return EXIT_OK  # cancelled (or otherwise ended) before this process got going
+        train_fn = resolve_train_fn()
+        reporter = store.reporter(run_id)
+        result = train_fn(config, reporter=reporter, progress=False)
+        status = finish_run(store, run_id, result, reporter)
+        return exit_status(status)
+    except UserError as e:
+        print(f"gnnrec-lab: error: {e}", file=sys.stderr)
+        return fail(*failure(e))
+    except BaseException as e:  # noqa: BLE001 - every other ending is recorded, then reported
+        if signal_cause(e) is None:
+            print(traceback.format_exc(), file=sys.stderr)
+        return fail(*failure(e))
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or not argv[0].isdigit():
+        print("usage: python -m gnnrec_lab.runs.worker RUN_ID", file=sys.stderr)
+        return 2
+    return run_worker(int(argv[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""Full-graph training on one machine vs DistDGL on P machines (issue 20): the numbers every view
+of the comparison shows (the Compare page's "Full graph vs DistDGL" section, notebook 06,
+``benchmarks/bench_headline.py``).
+
+One machine is C cores and its memory: a full-graph run pinned with ``--cores C`` is one, a DistDGL
+run on the emulated cluster (``--partitions P --cores-per-machine C``) is P. Each stored run is a
+*measured* row; each full-graph run also gets one *modeled* row per Optane memory mode (the papers'
+single machine is an Optane one): its measured durations times the tier model's modeled/measured
+training-step ratio of that run on the mode's device (:func:`full_graph_modeled`,
+:func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`). A services-layer module: it reads the run
+store through :mod:`~gnnrec_lab.services.projection` and :mod:`~gnnrec_lab.distributed.engine`.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from typing import Optional
+
+import pandas as pd
+
+from gnnrec_lab.distributed.engine import DEPTH_FIELDS, TARGET_FRACTION, common_targets, comparison_row
+from gnnrec_lab.memory.tiermodel import MODE_DEVICES, modeled_seconds
+from gnnrec_lab.services.projection import stored_run_step_time
+from gnnrec_lab.util.provenance import Provenance
+from gnnrec_lab.util.status import RunStatus
+
+# The papers' single machine is an Optane one: the full-graph side of the comparison also shows each
+# run's times modeled on these memory modes' devices (tiermodel.MODE_DEVICES; modeled, hatched).
+OPTANE_MODES = ("optane_app_direct", "optane_memory_mode")
+OPTANE_WORDS = {"optane_app_direct": "Optane App Direct", "optane_memory_mode": "Optane Memory Mode"}
+FULL_VS_DIST_COLUMNS = ["id", "engine", "series", "kind", "dataset", "model", "layers", "batch_size", "machines",
+                        "cores_per_machine", "link_gbit", "target", "target_reached", "reference_run",
+                        "time_to_target_s", "epoch_s", "train_s",
+                        "best_valid_recall@20", "test_recall@20", "explosion_factor", "batch_ms", "device", "ratio",
+                        "placement_assumption"]
+
+
+def _plural(n, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def machine_of(engine: str, cfg: dict, info: dict, result: dict) -> tuple:
+    """``(machines, cores per machine, link Gbit/s)`` a stored run ran on: a full-graph run is one
+    machine of its ``--cores`` (else the cores its process could run on); a DistDGL run is one
+    machine per partition, each of its emulated machine's cores (None on a local cluster, where the
+    machines share the host's cores), its link rate (0: unshaped; None: not emulated)."""
+    if engine != "distdgl":
+        aff = (info.get("host") or {}).get("affinity")
+        cores = cfg.get("cores") or (len(aff) if aff else (info.get("host") or {}).get("cpus"))
+        return 1, cores, None
+    dist = info.get("distributed") or (result.get("info") or {}).get("distributed") or {}
+    cluster = dist.get("cluster") or {}
+    ms = cluster.get("machines") or []
+    cores = len(ms[0]["cores"]) if cluster.get("kind") == "emulated" and ms and ms[0].get("cores") else None
+    return dist.get("partitions") or len(ms) or None, cores, cluster.get("link_gbit")
+
+
+def engine_series(engine: str, machines, cores, link_gbit=None, mode: Optional[str] = None) -> str:
+    """How a bar series of the comparison is named on every view: the engine, the machines it ran on
+    and, for a modeled one, the memory mode (e.g. ``full graph, 1 machine x 1 core (measured)``,
+    ``full graph on Optane App Direct (modeled)``, ``DistDGL, 2 machines x 1 core, 10 Gbit/s (measured)``)."""
+    if mode is not None:
+        return f"full graph on {OPTANE_WORDS.get(mode, mode)} (modeled)"
+    where = _plural(machines or 1, "machine") + (f" x {_plural(cores, 'core')}" if cores else "")
+    if engine != "distdgl":
+        return f"full graph, {where} (measured)"
+    link = "" if link_gbit is None else (", unshaped links" if not link_gbit else f", {link_gbit:g} Gbit/s")
+    return f"DistDGL, {where}{link} (measured)"
+
+
+_MODELED_CACHE: dict = {}
+_MODELED_LOCK = threading.Lock()
+
+
+def full_graph_modeled(store, run_id: int, host: dict, modes=OPTANE_MODES) -> dict:
+    """A stored full-graph run's training-step time modeled on each of ``modes``' devices
+    (:func:`gnnrec_lab.services.projection.stored_run_step_time`: its kernel records, the run's placement, else
+    every tensor class on the device; Memory Mode's DRAM cache over its predicted footprint) with the
+    run's own threads (:func:`~gnnrec_lab.memory.tiermodel.run_threads`, as every other view):
+    ``{mode: {"device", "ratio", "placement_assumption", "kind": MODELED}}``, or
+    ``{mode: {"reason": ...}}`` where it cannot be projected. The ratio scales its measured durations
+    (:func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`). Only finished runs are passed here
+    (:func:`full_vs_distributed`): each projection is kept for the process's life."""
+    out = {}
+    for mode in modes:
+        # a finished run's records never change: its projection is computed once per calibration
+        key = (str(getattr(store, "home", id(store))), int(run_id), mode, host.get("measured_at"),
+               host.get("triad_GBps"))
+        with _MODELED_LOCK:
+            if key in _MODELED_CACHE:
+                out[mode] = _MODELED_CACHE[key]
+                continue
+        try:
+            st = stored_run_step_time(store, run_id, host, device=MODE_DEVICES[mode])
+        except Exception as e:   # noqa: BLE001 - a view shows why instead of the bar
+            out[mode] = {"reason": f"{type(e).__name__}: {e}"}
+            continue
+        ratio = st.get("ratio")
+        out[mode] = {"device": st["device"], "ratio": None if ratio != ratio else ratio,
+                     "placement_assumption": st.get("placement_assumption"), "kind": Provenance.MODELED}
+        with _MODELED_LOCK:
+            _MODELED_CACHE[key] = out[mode]
+    return out
+
+
+def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=OPTANE_MODES,
+                        datasets=None, target_fraction: Optional[float] = TARGET_FRACTION) -> pd.DataFrame:
+    """**The** full graph vs DistDGL comparison every view shows (the Compare page's section,
+    notebook 06, ``benchmarks/bench_headline.py``): finished runs of ``store`` (``run_ids``, else
+    every one), one row per bar, :data:`FULL_VS_DIST_COLUMNS`.
+
+    Each full-graph run (mode full, every tensor class in DRAM) gives a *measured* row (its time to
+    the Recall@20 target, mean epoch and training seconds as recorded) and, with ``host`` (this
+    host's calibration), one *modeled* row per Optane memory mode in ``modes``: the same durations
+    times the run's modeled/measured step-time ratio on that device (:func:`full_graph_modeled`,
+    :func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`), ``kind`` MODELED. Each DistDGL run gives a
+    measured row. ``series`` names engine and machines (:func:`engine_series`); ``machines`` and
+    ``cores_per_machine`` say what "one machine" was. ``datasets``: keep only these (default: the
+    datasets that have a DistDGL run, or every dataset where none has). The frame's
+    ``attrs["reasons"]`` lists projections that failed (run, mode, why).
+
+    Time to target means the same on every row: ``target`` is ``target_fraction`` of the best
+    validation Recall@20 of the full-graph runs among them at the same depth (dataset, model, layers,
+    seed, eval users: :data:`~gnnrec_lab.distributed.engine.DEPTH_FIELDS`; ``reference_run``), and
+    ``time_to_target_s`` the training seconds each run took to reach it (evaluation excluded, the
+    same seeded users; None with ``target_reached`` False when it did not). Without a full-graph run
+    at that depth, or with ``target_fraction=None``, it is the run's own ``--target-recall``'s."""
+    ids = store.run_ids(RunStatus.FINISHED) if run_ids is None else list(run_ids)
+    runs, rows, reasons = [], [], []
+    for rid in ids:
+        run = store.get_run(rid)
+        res = run.get("result") or {}
+        if not res:
+            continue
+        row = comparison_row(res, rid)
+        cfg = run.get("config") or res.get("config") or {}
+        if row["engine"] == "full" and any(w != "dram" for w in (cfg.get("placement") or {}).values()):
+            continue   # part of it ran on a file or another node: not one DRAM machine
+        if row["engine"] not in ("full", "distdgl"):
+            continue
+        runs.append((rid, run, res, row, cfg))
+    targets = (common_targets([(rid, res) for rid, _, res, _, _ in runs], target_fraction, fields=DEPTH_FIELDS)
+               if target_fraction is not None else [{}] * len(runs))
+    for (_, _, res, row, _), t in zip(runs, targets):
+        if t:
+            row.update(target=t["value"], target_reached=t["reached"], reference_run=t["of_run"],
+                       time_to_target_s=t["time_s"])
+        else:
+            own = (res.get("target") or {})
+            row.update(target=own.get("value"), target_reached=own.get("reached"), reference_run=None)
+    dist_sets = {row["dataset"] for _, _, _, row, _ in runs if row["engine"] == "distdgl"}
+    keep = set(datasets) if datasets is not None else (dist_sets or None)
+    for rid, run, res, row, cfg in runs:
+        if keep is not None and row["dataset"] not in keep:
+            continue
+        info = run.get("info") or {}
+        machines, cores, link = machine_of(row["engine"], cfg, info, res)
+        base = {k: row.get(k) for k in FULL_VS_DIST_COLUMNS if k in row}
+        base.update(machines=machines, cores_per_machine=cores, link_gbit=link, train_s=res.get("train_seconds"),
+                    kind=Provenance.MEASURED, device="this host (DRAM)", ratio=None, placement_assumption=None,
+                    series=engine_series(row["engine"], machines, cores, link))
+        rows.append(base)
+        if row["engine"] != "full" or host is None:
+            continue
+        for mode, m in full_graph_modeled(store, rid, host, modes).items():
+            if "reason" in m:
+                reasons.append((rid, mode, m["reason"]))
+                continue
+            q = m["ratio"]
+            rows.append(dict(base, kind=Provenance.MODELED, device=m["device"], ratio=q,
+                             placement_assumption=m["placement_assumption"],
+                             series=engine_series("full", machines, cores, mode=mode),
+                             **{k: modeled_seconds(base[k], q) for k in ("time_to_target_s", "epoch_s", "train_s")}))
+    out = pd.DataFrame(rows, columns=FULL_VS_DIST_COLUMNS)
+    out.attrs["reasons"] = reasons
+    return out
+
+
+def best_by_depth(frame: pd.DataFrame, by: str = "time_to_target_s") -> pd.DataFrame:
+    """Each series' best run at each depth (and dataset, model): the row with the least ``by``
+    (runs that never reached the target come last, then the least epoch time): each engine with
+    the batch size it does best with. One row per (dataset, model, series, layers), by depth."""
+    if frame.empty:
+        return frame.copy()
+    keys = ["dataset", "model", "series", "layers"]
+    f = frame.assign(_miss=frame[by].isna()).sort_values(["_miss", by, "epoch_s", "id"], na_position="last")
+    return f.drop_duplicates(keys).drop(columns="_miss").sort_values(keys[:2] + ["layers", "series"],
+                                                                     ignore_index=True)
+
+
+# --- the headline experiment's runs: named and reused the same way by benchmarks/bench_headline.py and
+# notebook 06, so the notebook at its full settings reads the runs the benchmark stored ---------------
+
+#: the lab's large-batch rule (docs/measurements.md, "Large batches"): Adam, lr x sqrt(batch / 2048),
+#: warm-up of half a pass; the full-graph side of the headline trains with it
+LARGE_BATCH_RULE = {"lr_rule": "sqrt", "ref_batch_size": 2048, "warmup_epochs": 0.5}
+
+
+def headline_name(engine: str, model: str, layers: int, batch_size: int, link_gbit: Optional[float] = None) -> str:
+    """A headline run's name (``headline full L2 b65536``, ``headline distdgl ngcf L3 b16384 10G``): the
+    model appears for every model but LightGCN, the link rate for DistDGL only."""
+    tag = "" if model == "lightgcn" else f" {model}"
+    if engine == "distdgl":
+        return f"headline distdgl{tag} L{layers} b{batch_size} {float(link_gbit or 0):g}G"
+    return f"headline full{tag} L{layers} b{batch_size}"
+
+
+def headline_settings(engine: str, *, dataset: str, model: str, layers: int, dim: int, batch_size: int,
+                      epochs: int, lr: float, target_recall: float, eval_users: int,
+                      max_steps_per_epoch: Optional[int] = None, cores: Optional[int] = None,
+                      fanout: Optional[int] = None) -> dict:
+    """The config values a stored headline run must share with the one asked for to be reused: the
+    training settings, plus the large-batch rule and ``cores`` (full graph) or sampled mode and
+    fan-outs (DistDGL)."""
+    want = {"dataset": dataset, "model": model, "layers": layers, "dim": dim, "batch_size": batch_size,
+            "epochs": epochs, "lr": lr, "target_recall": target_recall, "eval_users": eval_users,
+            "max_steps_per_epoch": max_steps_per_epoch}
+    if engine == "distdgl":
+        return dict(want, mode="sampled", fanouts=[fanout] * layers)
+    return dict(want, cores=cores, **LARGE_BATCH_RULE)
+
+
+def finished_run(store, name: str, want: dict, engine: str, machines: tuple) -> Optional[dict]:
+    """The newest finished run of ``store`` named ``name`` whose config has every value of ``want``
+    and that ran on ``machines`` (``(machines, cores per machine, link Gbit/s)``, as
+    :func:`machine_of` reads it), as the CLI's ``--json`` gives it (its result, ``run_id`` and
+    ``reused=True``), or None."""
+    for rid in sorted(store.run_ids(RunStatus.FINISHED, name=name), reverse=True):
+        run = store.get_run(rid)
+        res = run.get("result") or {}
+        cfg = run.get("config") or res.get("config") or {}
+        if not res or not all(_same(cfg.get(k), v) for k, v in want.items()):
+            continue
+        if all(_same(got, asked) for got, asked in zip(machine_of(engine, cfg, run.get("info") or {}, res), machines)):
+            return dict(res, run_id=rid, reused=True)
+    return None
+
+
+def _same(stored, given) -> bool:
+    if isinstance(given, float) or isinstance(stored, float):
+        return stored is not None and given is not None and math.isclose(float(stored), float(given), rel_tol=1e-9)
+    if isinstance(given, (list, tuple)):
+        return list(stored or []) == list(given)
+    return stored == given

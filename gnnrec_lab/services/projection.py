@@ -1,0 +1,197 @@
+"""A stored run's projection: its kernel records read back from the run store and put through the tier
+model, the stored DRAM run a configuration's modeled step starts from, and this host's calibration.
+
+The tier model (:mod:`gnnrec_lab.memory.tiermodel`) and the advice (:mod:`gnnrec_lab.memory.advise`)
+compute from records and never read the store; this module is where a stored run meets them, so the
+CLI (``whatif``, ``advise``) and every dashboard page project a stored run the same way. Measured
+seconds are the run's own; every projected figure is *modeled*.
+
+The ``(value, reason)`` functions (:func:`host_calibration`, :func:`run_modeled_step`,
+:func:`tier_projection`) never raise: a page shows the reason instead of the chart.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Optional
+
+import pandas as pd
+
+from gnnrec_lab.memory.calibrate import host_profile
+from gnnrec_lab.memory.profiles import load_profiles
+from gnnrec_lab.memory.tiermodel import TRAIN_PHASES, mode_device, placement_assumption, run_step_time
+from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.provenance import Provenance
+from gnnrec_lab.util.recorder import KernelRecord
+from gnnrec_lab.util.status import RunStatus
+
+
+def _or_reason(fn, *a, **kw) -> tuple:
+    """``(fn(*a, **kw), None)``, or ``(None, reason)`` when it raises."""
+    try:
+        return fn(*a, **kw), None
+    except Exception as e:
+        return None, f"{type(e).__name__}: {e}"
+
+
+def predicted_footprint(fpf) -> Optional[dict]:
+    """``{tensor class: bytes}`` of a stored run's modeled (predicted) footprint rows, or None."""
+    if fpf is None or not len(fpf):
+        return None
+    pred = fpf[fpf["kind"] == Provenance.MODELED]
+    return {r.tensor_class: int(r.bytes) for r in pred.itertuples()} or None
+
+
+def stored_run_records(store, run_id) -> tuple:
+    """``(kernel totals, steps, predicted footprint by class or None, config dict)`` of a stored run:
+    the inputs :func:`run_step_time` takes, read the same way by every view, from one committed
+    state of the store (a running run's totals and its step count agree)."""
+    with store.snapshot():
+        run = store.get_run(run_id)
+        totals = store.kernel_totals_frame(run_id)
+        steps = store.kernel_step_count(run_id)
+        fpf = store.footprint_frame(run_id)
+    return totals, steps, predicted_footprint(fpf), run.get("config") or {}
+
+
+def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
+                         placement: Optional[dict] = None, **kw) -> dict:
+    """:func:`run_step_time` of a run in the store (its kernels so far, its config, its footprint)."""
+    totals, steps, fp, cfg = stored_run_records(store, run_id)
+    if totals is None or len(totals) == 0:
+        raise UserError(f"run {run_id} has no kernel records")
+    return run_step_time(totals, host, cfg, device=device, placement=placement, footprint=fp, steps=steps, **kw)
+
+
+def step_time_projection(store, run_id, host, placement: Optional[dict] = None) -> pd.DataFrame:
+    """Step time (s) of a stored run measured here and projected onto each slower device profile.
+
+    A frame ``device, seconds, kind, chosen``: one MEASURED row (the run's own training-step
+    kernel time on this host's DRAM) and one MODELED row per non-DRAM device profile
+    (:func:`run_step_time`, the run's placement), ``chosen`` marking the device of the run's own
+    memory mode. ``placement`` replaces the run's own (the Launch page projects the form's).
+    The frame's ``attrs["placement_assumption"]`` names the placement in words.
+    Raises UserError when the run has no kernel records or no profile projects.
+    """
+    records, steps, footprint, cfg = stored_run_records(store, run_id)
+    if records is None or records.empty:
+        raise UserError(f"run {run_id} has no kernel records")
+    own = mode_device(cfg.get("memory_mode", "dram"), cfg.get("device_profile"))
+    profiles = load_profiles()
+    if not profiles:
+        raise UserError("no device profiles")
+    rows, measured, reasons = [], None, []
+    for name, prof in profiles.items():
+        if getattr(prof, "kind", None) in ("dram", "host"):
+            continue
+        try:
+            res = run_step_time(records, host, cfg, device=name, placement=placement, footprint=footprint,
+                                steps=steps)
+        except (UserError, ValueError, KeyError) as e:  # one profile that cannot project: say which
+            reasons.append(f"{name}: {type(e).__name__}: {e}")
+            continue
+        measured = res["measured_s"]
+        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind=Provenance.MODELED, chosen=name == own))
+    if measured is None:
+        raise UserError("; ".join(reasons) or "no projection")
+    rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind=Provenance.MEASURED,
+                        chosen=own is None))
+    out = pd.DataFrame(rows)
+    out.attrs["placement_assumption"] = placement_assumption(placement if placement is not None
+                                                             else dict(cfg.get("placement") or {}))
+    return out
+
+
+# What makes two runs' training steps the same work: a stored DRAM run with these equal measures
+# the step another configuration of that shape would take.
+SHAPE_KEYS = ("dataset", "model", "layers", "dim", "batch_size", "mode", "backend")
+# How many of the newest same-shape DRAM runs are compared.
+REFERENCE_CANDIDATES = 20
+
+
+def _same_shape(row: dict, config) -> bool:
+    keys = SHAPE_KEYS + (("ngcf_form",) if getattr(config, "model", None) == "ngcf" else ())
+    return all(row.get(k) == getattr(config, k, None) for k in keys)
+
+
+def dram_reference(store, config, host) -> Optional[dict]:
+    """The stored DRAM measurement modeled step times for ``config`` start from, or None.
+
+    Candidates: the newest :data:`REFERENCE_CANDIDATES` finished runs in ``store`` with
+    ``config``'s shape (:data:`SHAPE_KEYS`, and the NGCF form), memory mode ``dram`` with every
+    tensor class in DRAM, and kernel records. Their measured step times (training kernels per step
+    on this host) differ by the load the machine had while they ran; load only ever adds time, so
+    the **fastest** is the reference. Returns ``{"run_id", "measured_s", "rule": "fastest",
+    "runs": [{"run_id", "measured_s", "load_max", "overloaded"}], "min_s", "median_s", "max_s",
+    "kind"}`` (seconds per step; kind MEASURED).
+    """
+    runs = store.runs_frame(status=RunStatus.FINISHED)
+    if runs.empty:
+        return None
+    rows = [r for r in runs.to_dict("records") if r.get("memory_mode") == "dram" and _same_shape(r, config)]
+    out = []
+    for r in sorted(rows, key=lambda r: -int(r["id"]))[:REFERENCE_CANDIDATES]:
+        placement = (store.get_run(int(r["id"])).get("config") or {}).get("placement") or {}
+        if any(where != "dram" for where in placement.values()):
+            continue   # part of it ran on a file or another node: not a DRAM measurement
+        try:
+            st = stored_run_step_time(store, int(r["id"]), host, device="host")
+        except (ValueError, KeyError):   # UserError (no kernel records) included
+            continue
+        if st["measured_s"] > 0:
+            out.append({"run_id": int(r["id"]), "measured_s": float(st["measured_s"]),
+                        "load_max": None if r.get("load_max") != r.get("load_max") else r.get("load_max"),
+                        "overloaded": r.get("overloaded") is True})
+    if not out:
+        return None
+    times = [x["measured_s"] for x in out]
+    best = min(out, key=lambda x: (x["measured_s"], -x["run_id"]))
+    return {"run_id": best["run_id"], "measured_s": best["measured_s"], "rule": "fastest",
+            "runs": sorted(out, key=lambda x: x["run_id"]), "min_s": min(times),
+            "median_s": statistics.median(times), "max_s": max(times), "kind": Provenance.MEASURED}
+
+
+def reference_records(store, run_id: int) -> list:
+    """A stored run's training kernels as one step of KernelRecords (each kernel's mean per step,
+    measured): the input :func:`~gnnrec_lab.memory.advise.advise` models instead of
+    :func:`~gnnrec_lab.memory.advise.step_records`."""
+    with store.snapshot():
+        totals = store.kernel_totals_frame(run_id)
+        steps = max(1, store.kernel_step_count(run_id))
+        backend = str((store.get_run(run_id).get("config") or {}).get("backend") or "")
+    recs = []
+    for r in totals.itertuples():
+        if r.phase not in TRAIN_PHASES:
+            continue
+        recs.append(KernelRecord(r.name, r.phase, int(r.layer), 0, int(round(r.ns / steps)),
+                                 int(round(r.bytes_read / steps)), int(round(r.bytes_written / steps)),
+                                 int(round(r.flops / steps)), r.pattern, int(r.row_bytes or 0),
+                                 int(round((r.random_bytes or 0) / steps)), backend, Provenance.MEASURED))
+    return recs
+
+
+def host_calibration() -> tuple[Optional[dict], Optional[str]]:
+    """This host's calibration (measured), never measured on the way (a page must not wait for it):
+    ``(host, None)`` or ``(None, reason)``."""
+    host, why = _or_reason(host_profile, measure_if_missing=False)
+    if host is None:
+        return None, f"host calibration: {why}"
+    return host, None
+
+
+def run_modeled_step(store, run_id, device: Optional[str] = None) -> tuple[Optional[dict], Optional[str]]:
+    """:func:`stored_run_step_time` of a stored run (the value the run summary, the store and
+    ``whatif`` show): ``(dict, None)`` or ``(None, reason)``. ``device`` defaults to the run's mode's."""
+    host, why = host_calibration()
+    if host is None:
+        return None, why
+    return _or_reason(stored_run_step_time, store, run_id, host, device=device)
+
+
+def tier_projection(store, run_id: int,
+                    placement: Optional[dict] = None) -> tuple[Optional[pd.DataFrame], Optional[str]]:
+    """:func:`step_time_projection` of ``run_id`` (under ``placement``) with this host's calibration:
+    ``(frame, None)``, or ``(None, reason)`` the page shows instead of the chart."""
+    host, why = host_calibration()
+    if host is None:
+        return None, why
+    return _or_reason(step_time_projection, store, run_id, host, placement=placement)
