@@ -56,7 +56,7 @@ def test_placement_flag_keeps_commas_inside_a_place():
 import dataclasses  # noqa: E402
 import re  # noqa: E402
 
-from gnnrec_lab.config.run import run as C  # noqa: E402
+from gnnrec_lab.config import run as C  # noqa: E402
 
 FIELDS = [f.name for f in dataclasses.fields(RunConfig)]
 # the allowed values each choice field's help must list, so a value added to a tuple is documented

@@ -165,7 +165,7 @@ def test_emulated_cluster_refuses_without_ip_on_path(tmp_path):
 
 
 def test_emulated_cluster_refuses_when_not_root(monkeypatch):
-    from gnnrec_lab.distributed.engine import cluster
+    from gnnrec_lab.distributed import cluster
     from gnnrec_lab.util.errors import UserError
     monkeypatch.setattr(cluster.os, "geteuid", lambda: 1000)
     with pytest.raises(UserError, match="needs root"):

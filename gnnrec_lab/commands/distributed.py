@@ -132,7 +132,7 @@ def _check(args):
 
 def main(args) -> int:
     from gnnrec_lab import data  # numpy and the training code: loaded by a run, not by the CLI's start
-    from gnnrec_lab.distributed.engine import engine as D
+    from gnnrec_lab.distributed import engine as D
     _check(args)
     D.require_dgl()
     dataset = data.load(args.dataset, seed=args.seed)
