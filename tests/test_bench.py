@@ -45,7 +45,7 @@ def test_antagonists_are_ended_when_the_block_raises():
 
 
 def test_antagonists_end_by_themselves_when_the_benchmark_is_killed():
-    code = ("import sys, time; from gnnrec_lab import benchmarking as b\n"
+    code = ("import sys, time; from gnnrec_lab.training import benchmarking as b\n"
             "with b.antagonists(2) as pids:\n"
             "    print(*pids, flush=True); time.sleep(60)\n")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
