@@ -518,7 +518,7 @@ def test_layer_mean_in_locality_order_matches_the_unreordered_graph(backend, mon
     u, p, n = torch.tensor([0, 5, 299]), torch.tensor([1, 2, 199]), torch.tensor([3, 0, 7])
     outs = []
     for g, limit in ((plain, 0), (ordered, 0), (ordered, 10**9)):
-        monkeypatch.setattr(kernels, "LOCALITY_MIN_BYTES", limit)
+        monkeypatch.setattr(kernels.fused, "LOCALITY_MIN_BYTES", limit)
         x = x0.clone().requires_grad_(True)
         rec = Recorder()
         rec.phase = "forward"
@@ -573,7 +573,7 @@ def test_side_by_side_spmm_matches_the_row_by_row_product(monkeypatch, ordered):
     if ordered:
         pairs = np.stack([g.user_items.row_ids(), g.user_items.indices], 1).astype(np.int32)
         g = BipartiteGraph(pairs, 300, 200, node_order=locality_order(g.adj, "community"))
-        monkeypatch.setattr(kernels, "LOCALITY_MIN_BYTES", 0)
+        monkeypatch.setattr(kernels.fused, "LOCALITY_MIN_BYTES", 0)
     x0 = torch.randn(500, 8, dtype=torch.float64)
     u, p, n = torch.tensor([0, 5, 299]), torch.tensor([1, 2, 199]), torch.tensor([3, 0, 7])
     outs = []

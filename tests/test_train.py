@@ -345,7 +345,7 @@ def test_training_in_locality_order_matches_the_unreordered_run(monkeypatch):
     order = locality_order(BipartiteGraph(ds.train, ds.n_users, ds.n_items).adj, "community")
     cfg = RunConfig(**TINY | {"epochs": 2})
     a = run(cfg, dataset=ds)
-    monkeypatch.setattr(kernels, "LOCALITY_MIN_BYTES", 0)
+    monkeypatch.setattr(kernels.fused, "LOCALITY_MIN_BYTES", 0)
     b = run(cfg, dataset=dataclasses.replace(ds, node_order=order))
     assert "permute" in {k["name"] for k in b.kernels} and "permute" not in {k["name"] for k in a.kernels}
     assert len(a.history) == len(b.history) > 0

@@ -68,8 +68,8 @@ PRIVATE_SHM_ENV = "GNNREC_LAB_PRIVATE_SHM"   # set by the launcher on machines i
 
 
 def dgl_available() -> bool:
-    from gnnrec_lab.kernels import _dgl_importable
-    return _dgl_importable()
+    from gnnrec_lab.kernels import dgl_importable
+    return dgl_importable()
 
 
 def require_dgl() -> None:

@@ -238,7 +238,7 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     # and inverse the kernels hold; LightGCN's layer mean then propagates in it (one node tensor
     # more at a time: the permuted input, or the permuted mean before it is mapped back)
     from gnnrec_lab.data.registry import ORDER_MIN_NODES
-    from gnnrec_lab.kernels import LOCALITY_MIN_BYTES
+    from gnnrec_lab.kernels.fused import LOCALITY_MIN_BYTES
     local = (config.model == "lightgcn" and n >= ORDER_MIN_NODES and F32 * n * d > LOCALITY_MIN_BYTES)
     if local:
         graph += idx * n + 8 * (n + 1) + idx * e + F32 * n + 16 * n

@@ -33,9 +33,10 @@ from gnnrec_lab import kernels as K
 from gnnrec_lab.config.bounds import MAX_ANTAGONISTS
 from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.graph.bipartite import BipartiteGraph
-from gnnrec_lab.kernels import _backend, available_backends, buffers
+from gnnrec_lab.kernels import available_backends, buffers
 from gnnrec_lab.kernels.backends import DglBackend
 from gnnrec_lab.kernels.costs import spmm as spmm_cost
+from gnnrec_lab.kernels.registry import backend as backend_object
 from gnnrec_lab.memory.calibrate import host_profile
 from gnnrec_lab.models.lightgcn import LightGCN
 from gnnrec_lab.models.loss import bpr_loss_rows
@@ -231,7 +232,7 @@ def _dgl_raw_spmm(adj, dim, repeats):
     """DGL's own ``copy_u_sum`` (unweighted, no normalisation) on the same graph structure the
     ``dgl`` backend uses: the fastest DGL formulation of the product, timed with perf_counter
     (one warm-up), the reference for the backend's normalised SpMM."""
-    be = _backend("dgl")
+    be = backend_object("dgl")
     g = torch.Generator().manual_seed(0)
     x = _input(adj.n_cols, dim, g).detach()
     ts = []
