@@ -2,7 +2,7 @@
 
 The store keeps a run's config, host, info and result as JSON (:mod:`gnnrec_lab.runs.store`),
 written by this version or an older one, or damaged since: a section may be absent, None, or (in
-a damaged row) not an object at all. Readers used to guard each level with ``.get("x") or {}``;
+a damaged row) not an object at all. Readers used to guard each level of them with an ``or {}``;
 here each section is read once into its type, an absent or unreadable one as that type's empty,
 never a KeyError:
 

@@ -78,7 +78,7 @@ def with_modeled(runs: pd.DataFrame) -> pd.DataFrame:
 def modeled_runs_frame(store, status: Optional[RunStatus] = None) -> pd.DataFrame:
     """The run table of every view (``gnnrec-lab runs``, the dashboard's pages): the store's
     :meth:`~gnnrec_lab.runs.store.Store.runs_frame` (of ``status``) :func:`with_modeled`."""
-    return with_modeled(store.runs_frame(status=status))
+    return with_modeled(store.runs_frame() if status is None else store.runs_frame(status=status))
 
 
 def predicted_footprint(fpf) -> Optional[dict]:
