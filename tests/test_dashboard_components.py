@@ -22,6 +22,7 @@ from gnnrec_lab.dashboard.live import (
     steady_eta,
 )
 from gnnrec_lab.runs.store import connect
+from gnnrec_lab.services.projection import modeled_runs_frame
 
 # Panel 1.9 renames widget name/button_type; the lab keeps the spelling panel>=1.4 understands.
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
@@ -261,7 +262,7 @@ def test_breakdown_page_renders_fake_run(store):
 # -- compare --------------------------------------------------------------------------
 def test_runs_table_and_epoch_seconds(store):
     ids = fill_store(store, n_runs=3, steps=4, epochs=2)
-    runs = store.runs_frame()
+    runs = modeled_runs_frame(store)
     table = runs_table(runs)
     assert list(table.index) == sorted(ids, reverse=True)
     assert {"model", "layers", "batch_size", "status"} <= set(table.columns)
@@ -277,7 +278,7 @@ def test_compare_table_shows_every_test_metric_at_20(store):
     ids = fill_store(store, n_runs=1, steps=4)
     values = {"recall@20": 0.21, "mrr@20": 0.33, "ndcg@20": 0.17, "hit@20": 0.64, "precision@20": 0.05}
     store.add_eval(ids[0], 1, 4, "test", dict(values, users=943), 2.5)
-    table = runs_table(store.runs_frame())
+    table = runs_table(modeled_runs_frame(store))
     for metric, value in values.items():
         assert table.loc[ids[0], f"test_{metric}"] == pytest.approx(value)
     from gnnrec_lab.dashboard.compare import TABLE_TITLES
@@ -556,11 +557,11 @@ def test_run_labels_name_batch_size_memory_mode_and_profile(store):
     from gnnrec_lab.dashboard.common import run_options
     did = store.add_run(RunConfig(dataset="synth-tiny", layers=2, dim=16, batch_size=1024, epochs=1))
     mid = _modeled_run(store, "cxl")
-    labels = {v: k for k, v in run_options(store.runs_frame()).items()}
+    labels = {v: k for k, v in run_options(modeled_runs_frame(store)).items()}
     assert "b1024" in labels[did] and "d16" in labels[did] and " dram" in labels[did]
     assert "b512" in labels[mid] and "cxl→cxl_type3_ddr5_x8 (modeled)" in labels[mid]
-    assert store.runs_frame().set_index("id").loc[mid, "device"] == "cxl_type3_ddr5_x8"
-    table = runs_table(store.runs_frame())
+    assert modeled_runs_frame(store).set_index("id").loc[mid, "device"] == "cxl_type3_ddr5_x8"
+    table = runs_table(modeled_runs_frame(store))
     assert table.loc[mid, "memory_mode"] == "cxl" and table.loc[mid, "device"] == "cxl_type3_ddr5_x8"
 
 
@@ -660,7 +661,7 @@ def test_compare_shows_startup_jit_and_training_time_apart_rounded(store):
     assert 31 < row["startup_s"] < 33 and row["other_s"] >= 0
     assert row[["startup_s", "jit_s", "train_s", "other_s"]].sum() == pytest.approx(row["duration_s"], abs=0.2)
     assert store.get_run(rid)["train_s"] == pytest.approx(row["train_s"])
-    table = runs_table(store.runs_frame())
+    table = runs_table(modeled_runs_frame(store))
     assert {"train_s", "startup_s", "jit_s", "duration_s"} <= set(table.columns)
     assert table.loc[rid, "jit_s"] == 88.0 and table.loc[rid, "train_s"] == 0.1
 
@@ -830,7 +831,7 @@ def test_runs_and_compare_show_modeled_times_beside_the_measured_ones(store, cap
     did = _timed_run(store, 20.0, steps=4)
     store.add_epoch(did, 1, 0.4, 4, 0.3)
     mid = _finished_modeled_run(store, ratio=3.0)
-    row = store.runs_frame().set_index("id")
+    row = modeled_runs_frame(store).set_index("id")
     assert row.loc[mid, "train_s"] == pytest.approx(0.08) and row.loc[mid, "step_s"] == pytest.approx(0.02)
     assert row.loc[mid, "modeled_ratio"] == pytest.approx(3.0)
     assert row.loc[mid, "modeled_train_s"] == pytest.approx(modeled_seconds(0.08, 3.0)) == pytest.approx(0.24)
@@ -847,13 +848,13 @@ def test_runs_and_compare_show_modeled_times_beside_the_measured_ones(store, cap
     dline = [ln for ln in lines if ln.startswith(str(did) + " ")][0]
     assert "20.0 ms" in dline and "60.0 ms" not in dline
     del cols
-    table = runs_table(store.runs_frame())
+    table = runs_table(modeled_runs_frame(store))
     assert table.loc[mid, "step_ms"] == 20.0 and table.loc[mid, "modeled_step_ms"] == 60.0
     assert table.loc[mid, "modeled_train_s"] == pytest.approx(0.2)          # 0.24 s rounded to 0.1
     assert "measured" not in table.columns and pd.isna(table.loc[did, "modeled_step_ms"])
     page = ComparePage(Lab(store=store, runner=RecordingRunner(store)))
     assert page.table.titles["modeled_step_ms"] == "Step ms (modeled)"
-    es = epoch_seconds(store, store.runs_frame()).set_index("id")
+    es = epoch_seconds(store, modeled_runs_frame(store)).set_index("id")
     assert es.loc[mid, "modeled_epoch_s"] == pytest.approx(1.5) and pd.isna(es.loc[did, "modeled_epoch_s"])
     assert es.loc[mid, "group"] == "cxl · synth-tiny" and es.loc[did, "group"] == "dram · synth-tiny"
     plots = [p.object for p in pn.panel(page.scaling()).select(pn.pane.HoloViews)]

@@ -66,6 +66,7 @@ def test_a_run_stores_its_load_at_start_middle_and_end(overloaded_run):
 def test_every_view_flags_the_overloaded_run(overloaded_run, capsys):
     from gnnrec_lab.commands import cli
     from gnnrec_lab.dashboard.common import OVERLOADED_LABEL, run_options
+    from gnnrec_lab.services.projection import modeled_runs_frame
     store, rid, quiet = overloaded_run
     assert cli.main(["runs"]) == 0
     out = capsys.readouterr().out
@@ -80,10 +81,10 @@ def test_every_view_flags_the_overloaded_run(overloaded_run, capsys):
     assert "load       start 9.00, middle 9.00, end 9.00" in out and "exceeded the 2 cores" in out
     assert cli.main(["runs", "show", str(rid), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["load"]["overloaded"] is True
-    labels = {v: k for k, v in run_options(store.runs_frame()).items()}
+    labels = {v: k for k, v in run_options(modeled_runs_frame(store)).items()}
     assert labels[rid].endswith(OVERLOADED_LABEL) and OVERLOADED_LABEL not in labels[quiet]
     from gnnrec_lab.dashboard.compare import runs_table
-    table = runs_table(store.runs_frame())
+    table = runs_table(modeled_runs_frame(store))
     assert table.loc[rid, "load"] == f"9.0/2 {OVERLOADED_LABEL}" and table.loc[quiet, "load"] == "-"
 
 

@@ -489,7 +489,8 @@ def test_dashboards_open_beside_a_damaged_row(tmp_path, monkeypatch, field):
     ids = fill_store(s, n_runs=3, steps=4, epochs=2)
     with s._write() as con:
         con.execute(f"UPDATE runs SET {field}=? WHERE id=?", ('{"broken', ids[1]))
-    runs = s.runs_frame()
+    from gnnrec_lab.services.projection import modeled_runs_frame
+    runs = modeled_runs_frame(s)   # what the pages read
     assert set(runs.id) == set(ids)
     runs_table(runs)
     epoch_seconds(s, runs)
@@ -610,3 +611,92 @@ def test_run_ids_by_status_and_name(tmp_path):
     assert s.run_ids(name="headline full L1 b128") == [a, c]
     assert s.run_ids(RunStatus.FINISHED, name="headline full L1 b128") == [c]
     assert s.run_ids(RunStatus.FINISHED, name="other") == [] and s.run_ids(RunStatus.QUEUED) == [a, b]
+
+
+def test_the_store_runs_no_tier_model():
+    """The store's run table is the store's data: the tier model's columns are added by
+    services.projection.with_modeled, so runs/store.py imports nothing of memory/tiermodel (at its
+    top or inside a function)."""
+    import ast
+    path = os.path.join(REPO, "gnnrec_lab", "runs", "store.py")
+    tree = ast.parse(open(path).read(), filename=path)
+    named = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            named += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            named += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+    assert named and not [n for n in named if "tiermodel" in n], [n for n in named if "tiermodel" in n]
+
+
+def test_the_views_run_table_is_the_stores_with_the_modeled_columns(tmp_path):
+    """modeled_runs_frame: the store's plain frame with ``device`` after ``backend`` and the modeled
+    columns last, its projection inputs gone: the columns (and their order: ``runs --json``'s keys)
+    every view showed when the store computed them."""
+    import pandas as pd
+
+    from gnnrec_lab.services.projection import PROJECTION_INPUTS, modeled_runs_frame, with_modeled
+    s = Store(tmp_path)
+    for frame in (modeled_runs_frame(s), None):   # an empty store, then one DRAM and one CXL run
+        if frame is None:
+            s.add_run(RunConfig(dataset="synth-tiny"))
+            rid = s.add_run(RunConfig(dataset="synth-tiny", memory_mode="cxl"), status="running")
+            s.add_step(rid, 1, 1, 0.5, 0.02)
+            s.record_result(rid, {"modeled": {"measured_s_per_step": 0.02, "modeled_s_per_step": 0.05}})
+            frame = modeled_runs_frame(s)
+            plain = s.runs_frame()
+            assert set(PROJECTION_INPUTS) <= set(plain.columns) and "device" not in plain.columns
+            assert not {"modeled_ratio", "modeled_step_s", "modeled_train_s"} & set(plain.columns)
+            assert list(with_modeled(plain).columns) == list(frame.columns) and "device" not in plain.columns
+            row = frame.set_index("id").loc[rid]
+            assert row["device"] == "cxl_type3_ddr5_x8" and row["modeled_ratio"] == pytest.approx(2.5)
+            assert row["modeled_step_s"] == pytest.approx(0.05) and row["modeled_train_s"] == pytest.approx(0.05)
+            assert pd.isna(frame.set_index("id").loc[rid - 1, "device"])   # a DRAM run: measured, no device
+        cols = list(frame.columns)
+        assert cols[cols.index("backend") + 1] == "device"
+        assert cols[-4:] == ["step_s", "modeled_ratio", "modeled_step_s", "modeled_train_s"]
+        assert not set(PROJECTION_INPUTS) & set(cols)
+
+
+def test_a_stored_run_reads_typed_whatever_version_wrote_it(tmp_path):
+    """RunRecord / StoredResult: every section typed, an absent, None or damaged one its type's
+    empty (never a KeyError or an AttributeError on ``None.get``), the stored values unchanged."""
+    from gnnrec_lab.memory.footprint import Footprint
+    from gnnrec_lab.runs.record import RunRecord, StoredConfig, StoredResult
+    from gnnrec_lab.training.loop import RunResult
+    from gnnrec_lab.util.status import RunStatus
+    for old in (None, {}, [1, 2], {"epochs": 3}, {"modeled": "x", "info": None, "test": [0.1], "footprint": 7}):
+        r = StoredResult.from_dict(old)
+        assert (r.modeled, r.info, r.best_valid, r.test, r.target, r.phases, r.distributed) == ({},) * 7
+        assert (r.kernels, r.history, r.epoch_seconds) == ([], [], []) and r.footprint == Footprint()
+        assert r.config == {} and isinstance(r.config, StoredConfig) and r.config.placement == {}
+        assert r.row_store == {} and r.status is None and r.train_seconds is None
+        assert r.epochs == (3 if isinstance(old, dict) and "epochs" in old else None)
+    cfg = RunConfig(dataset="synth-tiny", memory_mode="cxl", placement={"embeddings": "dram"})
+    res = RunResult(cfg, epochs=2, steps=8, train_seconds=1.5, best_valid={"recall@20": 0.3},
+                    info={"sampled": {"row_store": {"hits": 4}}}, modeled={"device": "d"})
+    res.footprint.measured["peak_rss"] = 123
+    for given in (res, res.to_dict()):
+        r = StoredResult.from_dict(given)
+        assert r.config == cfg.to_dict() and r.config.placement == {"embeddings": "dram"}
+        assert (r.status, r.epochs, r.steps, r.train_seconds) == (RunStatus.FINISHED, 2, 8, 1.5)
+        assert r.best_valid == {"recall@20": 0.3} and r.row_store == {"hits": 4} and r.modeled == {"device": "d"}
+        assert r.footprint.peak_rss == 123 and r.raw["kind"] == res.to_dict()["kind"]
+
+    s = Store(tmp_path)
+    rid = s.add_run(cfg)
+    s.record_start(rid, {"host": {"hostname": "h"}, "load": {"start": {"load1": 1.0}}})
+    s.record_result(rid, res)
+    rec = s.run_record(rid)
+    assert (rec.id, rec.status, rec.config.placement, rec.host) == (rid, RunStatus.QUEUED, {"embeddings": "dram"},
+                                                                     {"hostname": "h"})
+    assert rec.load == {"start": {"load1": 1.0}} and rec.result.footprint.peak_rss == 123
+    assert rec.row == s.get_run(rid) | {"duration_s": rec.row["duration_s"]} and RunRecord.of(rec) is rec
+    with s._write() as con:
+        con.execute("UPDATE runs SET config=?, result=?, info=NULL WHERE id=?", ('{"broken', "[1]", rid))
+    rec = s.run_record(rid)
+    assert rec.config == {} and rec.result == StoredResult() and rec.info == {} and rec.load is None
+    assert [w.split(":")[0] for w in rec.damaged] == ["config", "result"]
+    with pytest.raises(UserError, match="damaged: config"):
+        s.run_record(rid, need=("config",))
+    assert RunRecord.of(None).config == {} and RunRecord.of({"id": "4"}).id == 4   # a page's placeholder run

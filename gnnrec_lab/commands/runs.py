@@ -8,6 +8,7 @@ import time
 
 from gnnrec_lab.commands.common import bounded, run_id
 from gnnrec_lab.config.bounds import MAX_SECONDS, number
+from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.runs.runner import Runner, recover_dead
 from gnnrec_lab.runs.store import Store, describe_store_error
 from gnnrec_lab.services.export import export_mlflow, export_tensorboard
@@ -17,7 +18,7 @@ from gnnrec_lab.util.proc import LOAD_POINTS, load_cell, load_summary, load_warn
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.status import RunStatus
 
-TABLE = (  # (header, column in runs_frame)
+TABLE = (  # (header, column in services.projection.modeled_runs_frame)
     ("id", "id"), ("name", "name"), ("status", "status"), ("dataset", "dataset"), ("model", "model"),
     ("layers", "layers"), ("dim", "dim"), ("batch", "batch_size"), ("memory mode", "memory_mode"),
     ("device (modeled)", "device"), ("started", "started"),
@@ -142,7 +143,8 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
 
 
 def _list(store, args) -> int:
-    df = store.runs_frame(status=args.status)
+    from gnnrec_lab.services.projection import modeled_runs_frame  # the tier model's columns (pandas)
+    df = modeled_runs_frame(store, status=args.status)
     if args.json:
         out = []
         for rec in df.to_dict(orient="records"):
@@ -169,10 +171,11 @@ def _list(store, args) -> int:
 
 def _show(store, run_id: int, as_json: bool) -> int:
     run = store.get_run(run_id)
+    rec = RunRecord.of(run)
     steps = store.steps_frame(run_id)
     evals = store.evals_frame([run_id])
     fp = store.footprint_frame(run_id)
-    load = (run.get("info") or {}).get("load")
+    load = rec.load
     run["load"] = load_summary(load)
     if as_json:
         run["steps"] = len(steps)
@@ -182,7 +185,7 @@ def _show(store, run_id: int, as_json: bool) -> int:
         print(json.dumps(run, default=str, indent=1))
         return 0
     ts = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"  # noqa: E731
-    cfg = run["config"] or {}
+    cfg = rec.config
     print(f"run {run['id']}  {run['name'] or ''}".rstrip())
     for why in run["damaged"]:
         print(f"  damaged    {why} (kept as it is; shown as missing below)")
@@ -196,7 +199,7 @@ def _show(store, run_id: int, as_json: bool) -> int:
           f"batch={cfg.get('batch_size')}")
     from gnnrec_lab.memory.tiermodel import mode_label
     print(f"  memory     {mode_label(cfg.get('memory_mode') or 'dram', cfg.get('device_profile'))}")
-    modeled = (run.get("result") or {}).get("modeled") or {}
+    modeled = rec.result.modeled
     if modeled.get("modeled_s_per_step") is not None:
         from gnnrec_lab.memory.tiermodel import modeled_ratio, modeled_seconds
         from gnnrec_lab.training.loop import modeled_line

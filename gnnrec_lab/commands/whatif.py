@@ -11,6 +11,7 @@ import math
 from gnnrec_lab.commands.common import bounded, run_id
 from gnnrec_lab.config.bounds import MAX_BYTES, MAX_DRAM_GIB, integer, number
 from gnnrec_lab.config.run import TENSOR_CLASSES
+from gnnrec_lab.runs.record import StoredConfig
 from gnnrec_lab.runs.store import Store
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.provenance import Provenance
@@ -57,7 +58,7 @@ def _records(args):
             recs = recs.get("records", recs.get("kernels"))
         if not isinstance(recs, list) or not all(isinstance(r, dict) for r in recs):
             raise UserError(f"--records: {args.records} must hold a list of kernel-record objects")
-        return recs, None, None, {}
+        return recs, None, None, StoredConfig()
     if not args.run_id:
         raise UserError("whatif: give a RUN_ID or --records FILE")
     from gnnrec_lab.services.projection import stored_run_records
@@ -84,7 +85,7 @@ def run(args) -> int:
     footprint = args.footprint_bytes if args.footprint_bytes is not None else (dict(fp) if fp else None)
     host = load_host_profile(args.host_profile)
     # a stored run keeps its own placement unless --placement says otherwise
-    place = placement or dict(cfg.get("placement") or {}) or None
+    place = placement or cfg.placement or None
     kw = dict(footprint=footprint, remote=args.remote,
               dram_cache_bytes=int(args.dram_gb * (1 << 30)) if args.dram_gb else None,
               extra_paths=args.devices_file, threads=run_threads(cfg))   # the table and the step alike

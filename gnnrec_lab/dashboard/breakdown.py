@@ -38,10 +38,10 @@ from gnnrec_lab.dashboard.common import (
 )
 from gnnrec_lab.memory.analysis import ROOFLINE_NOTE, breakdown, roofline_points
 from gnnrec_lab.memory.calibrate import host_profile, load
-from gnnrec_lab.memory.footprint import Footprint
 from gnnrec_lab.memory.profiles import get_profile, misses_in_flight
 from gnnrec_lab.memory.tiermodel import mode_device
 from gnnrec_lab.memory.validation import device_curves
+from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.services.projection import run_modeled_step, tier_projection
 from gnnrec_lab.util.formatting import fmt_bytes, fmt_ms, fmt_percent
 from gnnrec_lab.util.provenance import Provenance
@@ -80,7 +80,7 @@ def modeled_kernel_phase_ms(step: Optional[dict]) -> pd.DataFrame:
 def mode_header(run: dict) -> str:
     """What the Breakdown header says about time: measured here, and (modeled memory modes) which
     memory mode and device profile the modeled charts use."""
-    cfg = run.get("config") or {}
+    cfg = RunRecord.of(run).config
     mode = cfg.get("memory_mode") or "dram"
     dev = safe_call(mode_device, mode, cfg.get("device_profile"))[0]
     if mode == "dram" or dev is None:
@@ -203,7 +203,7 @@ class BreakdownPage(pn.viewable.Viewer):
 
     def _modeled_kernel_section(self, run_id, run: dict):
         """Measured DRAM kernel x phase next to the same step modeled on the run's device."""
-        cfg = run.get("config") or {}
+        cfg = RunRecord.of(run).config
         if (cfg.get("memory_mode") or "dram") == "dram":
             return pn.Spacer(height=0)
         step, why = run_modeled_step(self.lab.store, run_id)
@@ -255,7 +255,7 @@ class BreakdownPage(pn.viewable.Viewer):
             color=BAR_COLOR, hooks=[hatch_hook()], responsive=True, height=300, xrotation=30, tools=["hover"],
             title="Footprint by tensor class (hatched = modeled)", ylabel="GiB")
         line = hv.HLine(dram / 2**30).opts(color="red", line_dash="dashed")
-        peak = Footprint.from_dict((run.get("result") or {}).get("footprint")).peak_rss
+        peak = RunRecord.of(run).result.footprint.peak_rss
         text = f"DRAM of this machine: {fmt_bytes(dram)} (red dashed line, off-scale when far above the bars)."
         if peak:
             text += f" Peak RSS of the worker: **{fmt_bytes(peak)}** (measured)."
@@ -276,7 +276,7 @@ class BreakdownPage(pn.viewable.Viewer):
 
     def _device_section(self, run: dict):
         """The run's device profile as the model sees it (modeled curves; none for a DRAM run)."""
-        cfg = run.get("config") or {}
+        cfg = RunRecord.of(run).config
         dev = safe_call(mode_device, cfg.get("memory_mode") or "dram", cfg.get("device_profile"))[0]
         if dev is None:
             return pn.Spacer(height=0)

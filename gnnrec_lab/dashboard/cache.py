@@ -44,6 +44,7 @@ from gnnrec_lab.config.run import (
 from gnnrec_lab.dashboard.common import Lab, error_note, not_available, safe_call
 from gnnrec_lab.data import list_datasets, load
 from gnnrec_lab.graph.bipartite import BipartiteGraph
+from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.runs.store import parse_json_field
 from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.formatting import fmt_bytes, fmt_percent
@@ -328,12 +329,11 @@ def cached_runs(store, status: Optional[RunStatus] = None, limit: int = 200) -> 
     else:
         recs = []
         for rid in sorted(store.run_ids(status), reverse=True):
-            run = store.get_run(rid)
-            cfg = run.get("config") or {}
+            run = store.run_record(rid)
+            cfg = run.config
             if cfg.get("cache_policy", "none") == "none":
                 continue
-            rs = (((run.get("result") or {}).get("info") or {}).get("sampled") or {}).get("row_store") or {}
-            recs.append((rid, run.get("name"), run.get("status"), cfg, rs))
+            recs.append((rid, run.name, run.status, cfg, run.result.row_store))
             if len(recs) >= limit:
                 break
     rows = []
@@ -374,7 +374,7 @@ def live_cache_stats(store, run_id: int, dim: int) -> Optional[dict]:
 
 
 def live_text(run: dict, stats: Optional[dict]) -> str:
-    cfg = run.get("config") or {}
+    cfg = RunRecord.of(run).config
     head = (f"**Run #{run.get('id')}** ({cfg.get('cache_policy')} cache of {cfg.get('cache_size')} rows, "
             f"{cfg.get('dataset')}) is **{run.get('status')}**")
     if stats is None:
@@ -602,7 +602,7 @@ class CachePage(pn.viewable.Viewer):
             rid = int(running["id"].iloc[0])
             run = self.lab.run(rid) or {"id": rid}
             run.setdefault("id", rid)
-            stats = live_cache_stats(store, rid, int((run.get("config") or {}).get("dim") or 64))
+            stats = live_cache_stats(store, rid, int(RunRecord.of(run).config.get("dim") or 64))
             text = live_text(run, stats)
         except Exception as e:  # a bad read must not stop the periodic callback
             text = f"Live cache stats unavailable: {type(e).__name__}: {e}"

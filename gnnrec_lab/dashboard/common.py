@@ -240,8 +240,8 @@ class Lab(param.Parameterized):
 
     run_id = param.Parameter(default=None, doc="run shown on the Live and Breakdown pages")
     runs = param.DataFrame(default=None, allow_None=True,
-                           doc="the run table (Store.runs_frame), read when a page first needs it "
-                               "(load_runs) and re-read by refresh_runs; pages follow it")
+                           doc="the run table (services.projection.modeled_runs_frame), read when a page first "
+                               "needs it (load_runs) and re-read by refresh_runs; pages follow it")
     page = param.String(default="", doc="page the app should show (Launch, Live, Breakdown, Compare, Cache)")
 
     def __init__(self, store=None, runner=None, read_only: Optional[str] = None, **params):
@@ -268,7 +268,8 @@ class Lab(param.Parameterized):
         set again (nothing redraws)."""
         df = None
         if self.store is not None:
-            df, _ = safe_call(lambda: self.store.runs_frame(), default=pd.DataFrame())
+            from gnnrec_lab.services.projection import modeled_runs_frame  # the tier model's columns (numpy)
+            df, _ = safe_call(lambda: modeled_runs_frame(self.store), default=pd.DataFrame())
         df = df if df is not None else pd.DataFrame()
         if self.runs is None or not df.equals(self.runs):
             self.runs = df

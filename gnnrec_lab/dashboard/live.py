@@ -38,6 +38,7 @@ import param
 
 from gnnrec_lab.dashboard.common import PALETTE, Lab, kernel_color, not_available, run_selector, safe_call
 from gnnrec_lab.memory.tiermodel import mode_device, run_step_time
+from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.services.projection import host_calibration, predicted_footprint
 from gnnrec_lab.util.formatting import fmt_bytes, fmt_duration, fmt_ms
 from gnnrec_lab.util.recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS
@@ -291,8 +292,8 @@ class LiveMonitor(param.Parameterized):
             return 0
         self.error = run.get("error") or ""
         self.status = self.lab.status(self.run_id)
-        cfg = run.get("config") or {}
-        info = run.get("info") or {}
+        rec = RunRecord.of(run)
+        cfg, info = rec.config, rec.info
         self._cfg, self._info = cfg, info
         self.memory_mode = str(cfg.get("memory_mode") or "dram")
         self.device = _mode_device(self.memory_mode, cfg.get("device_profile"))

@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from gnnrec_lab.config.run import expect_config
 from gnnrec_lab.memory.footprint import Footprint
+from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.training.reporting import Reporter
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.home import lab_home
@@ -405,6 +406,11 @@ class Store:
         d.update(time_parts(d["started"], end, d["info"], train_s))
         return d
 
+    def run_record(self, run_id: int, need: Sequence[str] = ()) -> RunRecord:
+        """One run with typed sections (:class:`~gnnrec_lab.runs.record.RunRecord`): its config, host,
+        info and result as read by :meth:`get_run` (``need`` as there), an absent or damaged one empty."""
+        return RunRecord.of(self.get_run(run_id, need))
+
     def status(self, run_id: int) -> RunStatus:
         row = self._query("SELECT status FROM runs WHERE id=?", (int(run_id),))
         if not row:
@@ -616,9 +622,14 @@ class Store:
         ``startup_s``, ``jit_s``, ``train_s``, ``other_s`` as in :func:`time_parts`; ``load_max``
         (the highest 1-minute load average sampled during the run), ``cpus`` and ``overloaded``
         (that load exceeded the cores: :func:`~gnnrec_lab.util.proc.load_summary`); ``step_s`` the mean
-        training step (measured); for a modeled memory mode once its projection is stored,
-        ``modeled_ratio`` and ``modeled_step_s``, ``modeled_train_s``
-        (:func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`, *modeled*), else NaN.
+        training step (measured).
+
+        The frame is the store's own, with no tier model in it: ``device_profile`` (the config's) and
+        ``modeled_s_per_step``, ``measured_s_per_step`` (the run's stored projection, ``result.modeled``;
+        NaN until it has one) are what :func:`gnnrec_lab.services.projection.with_modeled` turns into
+        the columns every view shows: ``device`` and, for a modeled memory mode, ``modeled_ratio``,
+        ``modeled_step_s``, ``modeled_train_s`` (*modeled*). Views read
+        :func:`gnnrec_lab.services.projection.modeled_runs_frame`.
         """
         import pandas as pd
         sql = """SELECT r.id, r.name, r.status, r.measured, r.created, r.started, r.finished,
@@ -630,9 +641,9 @@ class Store:
                    (SELECT MAX(step) FROM steps s WHERE s.run_id=r.id) AS last_step,
                    (SELECT COUNT(*) FROM steps s WHERE s.run_id=r.id) AS n_steps,
                    CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.modeled_s_per_step')
-                   END AS _modeled_kernel_s,
+                   END AS modeled_s_per_step,
                    CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.measured_s_per_step')
-                   END AS _measured_kernel_s
+                   END AS measured_s_per_step
                  FROM runs r""".replace("{test_metrics}", "\n".join(
             f"""                   (SELECT value FROM evals e WHERE e.run_id=r.id AND e.split='test'
                       AND lower(e.metric)='{m}' ORDER BY e.rowid DESC LIMIT 1) AS "test_{m}","""
@@ -652,8 +663,7 @@ class Store:
         for key in ("dataset", "model", "layers", "dim", "batch_size", "memory_mode", "ngcf_form", "mode",
                     "backend"):
             df[key] = [c.get(key) for c in cfgs]
-        from gnnrec_lab.memory.tiermodel import mode_device  # the profile a modeled memory mode uses
-        df["device"] = [mode_device(c.get("memory_mode", "dram"), c.get("device_profile")) for c in cfgs]
+        df["device_profile"] = [c.get("device_profile") for c in cfgs]   # services.projection's device
         now = time.time()
         end = df["finished"].where(df["finished"].notna(),
                                    df["status"].map(lambda s: now if s == RunStatus.RUNNING else None))
@@ -664,19 +674,14 @@ class Store:
         df["load_max"] = pd.Series([s.get("max_load1") for s in loads], index=df.index, dtype=float)
         df["cpus"] = [s.get("cpus") for s in loads]
         df["overloaded"] = [s.get("overloaded") for s in loads]
-        # measured mean training step, and (modeled memory modes, once the run has its projection)
-        # the same durations modeled on the run's device: tiermodel.modeled_seconds, in every view
-        from gnnrec_lab.memory.tiermodel import modeled_ratio, modeled_seconds
+        # measured mean training step; the stored projection's per-step seconds go last, as they were
+        # stored (services.projection.with_modeled models the run's durations from them)
         df["step_s"] = (df["train_s"].astype(float) / df["n_steps"].where(df["n_steps"] > 0)).astype(float)
-        ratio = [modeled_ratio({"modeled_s_per_step": a, "measured_s_per_step": b})
-                 for a, b in zip(df["_modeled_kernel_s"], df["_measured_kernel_s"])]
-        df["modeled_ratio"] = pd.Series(ratio, index=df.index, dtype=float)
-        for key in ("step_s", "train_s"):
-            df[f"modeled_{key}"] = pd.Series([modeled_seconds(v, q) for v, q in zip(df[key], ratio)],
-                                             index=df.index, dtype=float)
+        for key in ("modeled_s_per_step", "measured_s_per_step"):
+            df[key] = df.pop(key)
         for col in ("created", "started", "finished"):
             df[col] = pd.to_datetime(df[col], unit="s", utc=True)
-        return df.drop(columns=["config", "info", "_modeled_kernel_s", "_measured_kernel_s"])
+        return df.drop(columns=["config", "info"])
 
     def steps_frame(self, run_id: int):
         """Steps of a run: step, epoch, loss, seconds (training time of the step), wall (Unix s)."""

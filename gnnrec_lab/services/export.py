@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from gnnrec_lab.config.run import RunConfig, save_config_file
+from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.status import RunStatus
@@ -73,14 +74,14 @@ def series_of(store, run: dict) -> list[tuple[str, float, int]]:
             out.append((f"{r.split}_{r.metric}", float(r.value), int(r.epoch)))
     for r in store.steps_frame(run_id).itertuples():
         out.append(("step_seconds_measured", float(r.seconds), int(r.step)))
-    result = run.get("result") or {}
-    modeled = result.get("modeled") or {}
+    result = RunRecord.of(run).result
+    modeled = result.modeled
     if _finite(modeled.get("modeled_s_per_step")):
         out.append(("modeled_step_seconds", float(modeled["modeled_s_per_step"]), 0))
     if _finite(modeled.get("measured_s_per_step")):
         out.append(("step_seconds_measured_mean", float(modeled["measured_s_per_step"]), 0))
-    if _finite(result.get("train_seconds")):
-        out.append(("train_seconds_measured", float(result["train_seconds"]), 0))
+    if _finite(result.train_seconds):
+        out.append(("train_seconds_measured", float(result.train_seconds), 0))
     return [(n, v, s) for n, v, s in out if math.isfinite(v)]
 
 
@@ -90,14 +91,15 @@ def mlflow_name(name: str) -> str:
 
 
 def tags_of(store, run: dict) -> dict:
-    cfg = run.get("config") or {}
+    rec = RunRecord.of(run)
+    cfg = rec.config
     tags = {TAG_RUN: str(run["id"]), TAG_STORE: str(store.path), "gnnrec_lab.util.status": str(run["status"]),
             "gnnrec_lab.time": str(run.get("measured")), "gnnrec_lab.memory_mode": str(cfg.get("memory_mode")),
             "gnnrec_lab.dataset": str(cfg.get("dataset")), "gnnrec_lab.model": str(cfg.get("model"))}
-    modeled = (run.get("result") or {}).get("modeled") or {}
+    modeled = rec.result.modeled
     if modeled.get("device"):
         tags["gnnrec_lab.modeled_device"] = str(modeled["device"])
-    for k, v in (run.get("host") or {}).items():
+    for k, v in rec.host.items():
         tags[f"host.{k}"] = str(v)
     if run.get("sweep"):
         tags["gnnrec_lab.services.sweep"] = str(run["sweep"])
@@ -171,7 +173,7 @@ def export_mlflow(store, run_ids: Iterable[int], tracking_uri: Optional[str] = N
         if found:
             out.append({"run_id": run["id"], "mlflow_run_id": found[0].info.run_id, "new": False})
             continue
-        cfg = run.get("config") or {}
+        cfg = RunRecord.of(run).config
         start_ms = int((run.get("started") or run.get("created") or 0) * 1000)
         tags = tags_of(store, run)
         mrun = client.create_run(exp_id, start_time=start_ms,
@@ -226,7 +228,7 @@ def export_tensorboard(store, run_ids: Iterable[int], logdir) -> list[dict]:
                 w.add_scalar(tag, v, global_step=step, walltime=wall)
                 if split == "test" and "@" in metric:
                     test[f"test/{metric}"] = v
-            cfg = run.get("config") or {}
+            cfg = RunRecord.of(run).config
             # numbers stay numbers (TensorBoard's hparams table sorts and filters them); the rest as text
             text = params_of(cfg)
             hp = {k: v if isinstance(v, (int, float, str, bool)) else text[k] for k, v in cfg.items()}

@@ -6,6 +6,10 @@ compute from records and never read the store; this module is where a stored run
 CLI (``whatif``, ``advise``) and every dashboard page project a stored run the same way. Measured
 seconds are the run's own; every projected figure is *modeled*.
 
+The run table every view shows is :func:`modeled_runs_frame`: the store's plain
+:meth:`~gnnrec_lab.runs.store.Store.runs_frame` with the tier model's columns added here
+(:func:`with_modeled`), so the store itself never runs the tier model.
+
 The ``(value, reason)`` functions (:func:`host_calibration`, :func:`run_modeled_step`,
 :func:`tier_projection`) never raise: a page shows the reason instead of the chart.
 """
@@ -18,7 +22,15 @@ import pandas as pd
 
 from gnnrec_lab.memory.calibrate import host_profile
 from gnnrec_lab.memory.profiles import load_profiles
-from gnnrec_lab.memory.tiermodel import TRAIN_PHASES, mode_device, placement_assumption, run_step_time
+from gnnrec_lab.memory.tiermodel import (
+    TRAIN_PHASES,
+    mode_device,
+    modeled_ratio,
+    modeled_seconds,
+    placement_assumption,
+    run_step_time,
+)
+from gnnrec_lab.runs.record import StoredConfig
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.recorder import KernelRecord
@@ -33,6 +45,42 @@ def _or_reason(fn, *a, **kw) -> tuple:
         return None, f"{type(e).__name__}: {e}"
 
 
+# The plain run table's columns with_modeled reads and replaces by the modeled ones.
+PROJECTION_INPUTS = ("device_profile", "modeled_s_per_step", "measured_s_per_step")
+
+
+def _text(v) -> Optional[str]:
+    """A config value of the run table as a string, None where it is missing (None or pandas' NaN)."""
+    return v if isinstance(v, str) else None
+
+
+def with_modeled(runs: pd.DataFrame) -> pd.DataFrame:
+    """The store's run table (:meth:`~gnnrec_lab.runs.store.Store.runs_frame`) with the tier model's
+    columns, as every view shows it: ``device`` (after ``backend``: the device profile a modeled memory
+    mode is modeled on, :func:`~gnnrec_lab.memory.tiermodel.mode_device`; None for ``dram``), and
+    ``modeled_ratio`` (the run's stored projection's modeled / measured step time,
+    :func:`~gnnrec_lab.memory.tiermodel.modeled_ratio`), ``modeled_step_s`` and ``modeled_train_s``
+    (the measured ``step_s`` and ``train_s`` modeled on the device,
+    :func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`; *modeled*; NaN for a DRAM run or one without
+    its projection yet). The inputs (:data:`PROJECTION_INPUTS`) leave the frame; ``runs`` is not changed."""
+    df = runs.copy()
+    device = [mode_device(_text(m), _text(p)) for m, p in zip(df["memory_mode"], df["device_profile"])]
+    df.insert(df.columns.get_loc("backend") + 1, "device", device)
+    ratio = [modeled_ratio({"modeled_s_per_step": a, "measured_s_per_step": b})
+             for a, b in zip(df["modeled_s_per_step"], df["measured_s_per_step"])]
+    df["modeled_ratio"] = pd.Series(ratio, index=df.index, dtype=float)
+    for key in ("step_s", "train_s"):
+        df[f"modeled_{key}"] = pd.Series([modeled_seconds(v, q) for v, q in zip(df[key], ratio)],
+                                         index=df.index, dtype=float)
+    return df.drop(columns=list(PROJECTION_INPUTS))
+
+
+def modeled_runs_frame(store, status: Optional[RunStatus] = None) -> pd.DataFrame:
+    """The run table of every view (``gnnrec-lab runs``, the dashboard's pages): the store's
+    :meth:`~gnnrec_lab.runs.store.Store.runs_frame` (of ``status``) :func:`with_modeled`."""
+    return with_modeled(store.runs_frame() if status is None else store.runs_frame(status=status))
+
+
 def predicted_footprint(fpf) -> Optional[dict]:
     """``{tensor class: bytes}`` of a stored run's modeled (predicted) footprint rows, or None."""
     if fpf is None or not len(fpf):
@@ -42,15 +90,16 @@ def predicted_footprint(fpf) -> Optional[dict]:
 
 
 def stored_run_records(store, run_id) -> tuple:
-    """``(kernel totals, steps, predicted footprint by class or None, config dict)`` of a stored run:
+    """``(kernel totals, steps, predicted footprint by class or None, config)`` of a stored run (the
+    config a :class:`~gnnrec_lab.runs.record.StoredConfig`, ``{}`` when damaged):
     the inputs :func:`run_step_time` takes, read the same way by every view, from one committed
     state of the store (a running run's totals and its step count agree)."""
     with store.snapshot():
-        run = store.get_run(run_id)
+        run = store.run_record(run_id)
         totals = store.kernel_totals_frame(run_id)
         steps = store.kernel_step_count(run_id)
         fpf = store.footprint_frame(run_id)
-    return totals, steps, predicted_footprint(fpf), run.get("config") or {}
+    return totals, steps, predicted_footprint(fpf), run.config
 
 
 def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
@@ -97,7 +146,7 @@ def step_time_projection(store, run_id, host, placement: Optional[dict] = None) 
                         chosen=own is None))
     out = pd.DataFrame(rows)
     out.attrs["placement_assumption"] = placement_assumption(placement if placement is not None
-                                                             else dict(cfg.get("placement") or {}))
+                                                             else StoredConfig.of(cfg).placement)
     return out
 
 
@@ -130,7 +179,7 @@ def dram_reference(store, config, host) -> Optional[dict]:
     rows = [r for r in runs.to_dict("records") if r.get("memory_mode") == "dram" and _same_shape(r, config)]
     out = []
     for r in sorted(rows, key=lambda r: -int(r["id"]))[:REFERENCE_CANDIDATES]:
-        placement = (store.get_run(int(r["id"])).get("config") or {}).get("placement") or {}
+        placement = store.run_record(int(r["id"])).config.placement
         if any(where != "dram" for where in placement.values()):
             continue   # part of it ran on a file or another node: not a DRAM measurement
         try:
@@ -157,7 +206,7 @@ def reference_records(store, run_id: int) -> list:
     with store.snapshot():
         totals = store.kernel_totals_frame(run_id)
         steps = max(1, store.kernel_step_count(run_id))
-        backend = str((store.get_run(run_id).get("config") or {}).get("backend") or "")
+        backend = str(store.run_record(run_id).config.get("backend") or "")
     recs = []
     for r in totals.itertuples():
         if r.phase not in TRAIN_PHASES:

@@ -32,7 +32,7 @@ from enum import StrEnum
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 from gnnrec_lab.config.run import TUPLE_FIELDS, RunConfig, mf_layers
-from gnnrec_lab.memory.footprint import Footprint
+from gnnrec_lab.runs.record import StoredResult
 from gnnrec_lab.runs.runner import Runner
 from gnnrec_lab.runs.store import Store
 from gnnrec_lab.util.errors import UserError
@@ -127,22 +127,21 @@ def summary_row(result: dict) -> dict:
     ``time_to_target_s`` (None when the target was not set or not reached),
     ``peak_rss_mib`` (measured), ``footprint_mib`` (predicted from shapes: modeled).
     """
-    result = result or {}
-    info = result.get("info") or {}
-    epochs = result.get("epoch_seconds") or []
-    fp = Footprint.from_dict(result.get("footprint"))
+    res = StoredResult.from_dict(result)
+    epochs = res.epoch_seconds
+    fp = res.footprint
     pred = fp.predicted
-    best, test = result.get("best_valid") or {}, result.get("test") or {}
+    best, test = res.best_valid, res.test
     rss = fp.peak_rss
     return {
-        "steps_per_epoch": info.get("steps_per_epoch"),
-        "epochs": result.get("epochs"),
+        "steps_per_epoch": res.info.get("steps_per_epoch"),
+        "epochs": res.epochs,
         "epoch_s": (sum(epochs) / len(epochs)) if epochs else None,
-        "train_s": result.get("train_seconds"),
+        "train_s": res.train_seconds,
         "valid_recall@20": best.get(RECALL_KEY),
         "test_recall@20": test.get(RECALL_KEY),
         "test_ndcg@20": test.get("ndcg@20"),
-        "time_to_target_s": result.get("time_to_target_s"),
+        "time_to_target_s": res.time_to_target_s,
         "peak_rss_mib": rss / 2**20 if rss else None,
         "footprint_mib": (sum(v for v in pred.values() if isinstance(v, (int, float))) / 2**20) if pred else None,
     }
@@ -153,7 +152,7 @@ def summary_frame(results: Sequence[dict], fields: Sequence[str] = ()):
     import pandas as pd
     rows = []
     for r in results:
-        cfg = (r or {}).get("config") or {}
+        cfg = StoredResult.from_dict(r).config
         rows.append({**{f: cfg.get(f) for f in fields}, **summary_row(r)})
     return pd.DataFrame(rows)
 
@@ -452,12 +451,12 @@ def breakdown_frame(results: Sequence, fields: Sequence[str] = ()):
     from gnnrec_lab.memory.analysis import breakdown
     frames = []
     for i, r in enumerate(results):
-        d = r.to_dict() if hasattr(r, "to_dict") else dict(r)
-        bd = breakdown(pd.DataFrame(d.get("kernels") or []))
-        steps = max(int(d.get("steps") or 1), 1)
+        res = StoredResult.from_dict(r if hasattr(r, "to_dict") else dict(r))
+        bd = breakdown(pd.DataFrame(res.kernels))
+        steps = max(int(res.steps or 1), 1)
         for col in ("seconds", "bytes", "random_bytes", "flops"):
             bd[col] = bd[col] / steps
-        cfg = d.get("config") or {}
+        cfg = res.config
         bd.insert(0, "run", i)
         bd.insert(1, "label", " ".join(f"{f}={cfg.get(f)}" for f in fields) or f"run {i}")
         for f in fields:
