@@ -242,7 +242,7 @@ def test_wrong_format_empty_missing_unknown(dd, tmp_path):
         prepare(str(_write(tmp_path / "head.csv", "user,item\n")), data_dir=dd)
     with pytest.raises(DataError, match="no such file or directory"):
         prepare(str(tmp_path / "missing.csv"), data_dir=dd)
-    with pytest.raises(DataError, match=r"unknown dataset 'gowala'; built-in: ml-100k, synth-tiny"):
+    with pytest.raises(DataError, match=r"unknown dataset 'gowala'; built-in: ml-100k, gowalla, synth-tiny"):
         load("gowala", data_dir=dd)
     with pytest.raises(DataError, match="not a dataset name"):
         load("../data", data_dir=dd)
@@ -368,7 +368,7 @@ def test_describe_and_list_are_cheap(dd, tmp_path):
     assert (d["n_users"], d["n_items"], d["n_interactions"], d["kind"], d["prepared"]) == (3, 5, 15, "user", True)
     assert d["n_train"] == load(name, data_dir=dd).n_train and d["n_train_exact"]
     rows = {r["name"]: r for r in list_datasets(dd)}
-    assert list(rows)[:7] == list(registry.builtin_names())
+    assert list(rows)[:len(registry.builtin_names())] == list(registry.builtin_names())
     assert rows["mine"]["prepared"] and not rows["synth-xl"]["prepared"]
 
 
@@ -447,3 +447,59 @@ def test_failed_prepare_keeps_the_dataset_it_would_replace(dd, tmp_path):
     assert (after.n_users, after.n_items, after.train.shape) == (before.n_users, before.n_items, before.train.shape)
     assert [m["name"] for m in registry._prepared_metas(dd)].count("foo") == 1
     assert not [p.name for p in dd.iterdir() if p.name.startswith(".tmp-foo")]
+
+
+LGCN_VALID = "0 12\n1 19\n4 13\n"
+
+
+def test_lightgcn_directory_with_valid_txt_keeps_all_three_cuts(dd, tmp_path):
+    """A valid.txt is the validation cut (not one carved out of train), whatever the split seed."""
+    src = tmp_path / "with-valid"
+    _write(src / "train.txt", LGCN_TRAIN)
+    _write(src / "valid.txt", LGCN_VALID)
+    _write(src / "test.txt", LGCN_TEST)
+    name = prepare(str(src), format="lightgcn", data_dir=dd, progress=False)
+    ds = load(name, data_dir=dd)
+    assert ds.meta["given_valid"] and ds.meta["given_test"]
+    assert ds.n_items == 19                      # items 1..19 over train, valid and test
+    assert _pairs_as_ids(ds, "valid") == {(0, 12), (1, 19), (4, 13)}
+    assert _pairs_as_ids(ds, "train") == {(0, i) for i in range(1, 10)} | {(1, i) for i in range(2, 19)} | \
+        {(3, 1), (3, 2), (3, 5), (4, 7), (4, 8), (4, 9)}
+    assert _pairs_as_ids(ds, "test") == {(0, 11), (1, 1), (3, 3), (3, 4), (4, 10)}
+    assert "given train / valid / test kept" in ds.meta["split_protocol"]
+    assert ds.meta["counts"]["valid"] == 3 and ds.meta["counts"]["interactions"] == 32 + 3 + 5
+    other = load(name, data_dir=dd, seed=7)
+    assert _pairs_as_ids(other, "valid") == _pairs_as_ids(ds, "valid")
+    # an empty valid.txt is refused with its path, not silently replaced by a carved part
+    _write(src / "valid.txt", "\n")
+    with pytest.raises(DataError, match=r"valid\.txt: no interactions \(remove it"):
+        prepare(str(src), format="lightgcn", data_dir=dd, progress=False)
+    assert load(name, data_dir=dd).meta["given_valid"]   # the earlier preparation is kept
+
+
+def test_gowalla_is_built_in_and_prepares_offline_from_the_shipped_split(dd, monkeypatch):
+    """`data prepare gowalla` reads the LightGCN authors' split shipped in the package (no network):
+    their counts, their test file byte for byte, and the cut kept as given."""
+    import gzip
+    import hashlib
+    monkeypatch.setattr(registry, "_ml100k_wheel", lambda *a: pytest.fail("gowalla must not download"))
+    test_txt = gzip.decompress((registry.GOWALLA_DIR / "test.txt.gz").read_bytes())
+    assert hashlib.md5(test_txt).hexdigest() == "c04e2c4bcd2389f53ed8281816166149"   # the authors' test.txt
+    before = describe("gowalla", data_dir=dd)
+    assert not before["prepared"] and before["n_train"] == registry.GOWALLA_TRAIN
+    assert "gowalla" in [r["name"] for r in list_datasets(dd)]
+    assert cli.main(["data", "prepare", "gowalla", "--data-dir", str(dd)]) == 0
+    ds = load("gowalla", data_dir=dd)
+    assert (ds.n_users, ds.n_items) == (29_858, 40_981)
+    assert (len(ds.train), len(ds.valid), len(ds.test)) == (719_081, 91_047, 217_242)
+    after = describe("gowalla", data_dir=dd)
+    assert {k: after[k] for k in ("n_users", "n_items", "n_interactions", "n_train")} == \
+        {k: before[k] for k in ("n_users", "n_items", "n_interactions", "n_train")}
+    assert ds.meta["kind"] == "real" and ds.meta["source"] == registry.GOWALLA_SOURCE
+    # the ids are the files' own: user 0's first test items are the first line of test.txt
+    first = test_txt.split(b"\n", 1)[0].split()
+    assert int(first[0]) == 0
+    user0 = {ds.item_ids[i].item() for u, i in np.asarray(ds.test) if ds.user_ids[u] == 0}
+    assert user0 == {int(x) for x in first[1:]}
+    with pytest.raises(DataError, match="gowalla has no ratings"):
+        prepare("gowalla", min_rating=4, data_dir=dd)

@@ -5,9 +5,11 @@ Formats (``detect_format`` picks one from the path when ``format`` is ``auto``):
 * ``ml100k``: MovieLens-100K ``u.data`` (tab-separated ``user item rating timestamp``),
   a GroupLens ``ml-100k.zip`` holding ``ml-100k/u.data``, or the ``recbole`` wheel
   holding ``recbole/dataset_example/ml-100k/ml-100k.inter``.
-* ``lightgcn``: a directory with ``train.txt`` and ``test.txt``; each line is
-  ``user item item ...`` (space-separated integers; a user with no items is allowed).
-  The given train/test cut is kept.
+* ``lightgcn``: a directory with ``train.txt`` and ``test.txt`` and optionally ``valid.txt``;
+  each line is ``user item item ...`` (space-separated integers; a user with no items is
+  allowed). The given train/test cut is kept, and so is the validation cut when ``valid.txt``
+  is there (otherwise the lab carves one out of train). A file may be gzip-compressed
+  (``train.txt.gz``: the shipped Gowalla split is read so).
 * ``csv``: delimited edge lists (CSV, TSV, whitespace, ``::``) with columns
   user, item and optionally rating and timestamp; the header is detected.
 * ``parquet``: the same columns in a Parquet file (read with pyarrow).
@@ -26,6 +28,7 @@ malformed line, its 1-based line number.
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import math
 import re
@@ -73,12 +76,14 @@ class Interactions:
 
 @dataclass
 class GivenSplit:
-    """A LightGCN-style directory: the train and test cuts as given."""
+    """A LightGCN-style directory: the train and test cuts as given, and the validation cut where the
+    directory has one (``valid.txt``)."""
 
     train: Interactions
     test: Interactions
     line_users: np.ndarray            # every user that heads a line (also those without items)
     source: str
+    valid: Optional[Interactions] = None
 
 
 # ----------------------------------------------------------------------
@@ -652,24 +657,39 @@ def read_recbole(path: Path, columns=None, sep: Optional[str] = None, ids: str =
 
 
 # ----------------------------------------------------------------------
+def lightgcn_file(directory: Path, stem: str) -> Optional[Path]:
+    """``directory/stem`` (``train.txt``, ...), else its gzip-compressed ``stem.gz``; None if neither."""
+    for p in (directory / stem, directory / f"{stem}.gz"):
+        if p.is_file():
+            return p
+    return None
+
+
 def read_lightgcn(directory: Path) -> GivenSplit:
-    """Read ``train.txt`` and ``test.txt`` (lines ``user item item ...``, integers)."""
-    train_u, train_i, heads_tr = _read_lightgcn_file(directory / "train.txt")
-    test_u, test_i, heads_te = _read_lightgcn_file(directory / "test.txt")
-    if train_u.size == 0:
-        raise DataError(f"{directory / 'train.txt'}: no interactions")
-    if test_u.size == 0:
-        raise DataError(f"{directory / 'test.txt'}: no interactions (nothing to evaluate)")
-    return GivenSplit(Interactions(train_u, train_i, None, str(directory / "train.txt")),
-                      Interactions(test_u, test_i, None, str(directory / "test.txt")),
-                      np.unique(np.concatenate([heads_tr, heads_te])), str(directory))
+    """Read ``train.txt``, ``test.txt`` and, where there is one, ``valid.txt`` (lines
+    ``user item item ...``, integers; each may be gzip-compressed, ``train.txt.gz``)."""
+    parts = {}
+    for stem in ("train.txt", "valid.txt", "test.txt"):
+        path = lightgcn_file(directory, stem)
+        if path is None and stem == "valid.txt":
+            continue
+        users, items, heads = _read_lightgcn_file(path or directory / stem)
+        if users.size == 0:
+            why = {"train.txt": "", "test.txt": " (nothing to evaluate)",
+                   "valid.txt": " (remove it to carve a validation part out of train.txt)"}[stem]
+            raise DataError(f"{path}: no interactions{why}")
+        parts[stem] = (Interactions(users, items, None, str(path)), heads)
+    return GivenSplit(parts["train.txt"][0], parts["test.txt"][0],
+                      np.unique(np.concatenate([h for _, h in parts.values()])), str(directory),
+                      parts["valid.txt"][0] if "valid.txt" in parts else None)
 
 
 def _read_lightgcn_file(path: Path):
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     heads, counts, flat = [], [], []
-    with open(path, encoding="utf-8", errors="replace") as f:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
             tok = line.split()
             if not tok:
@@ -731,12 +751,16 @@ def _pairs(u: np.ndarray, i: np.ndarray, n_items: int):
 
 
 def index_given(given: GivenSplit):
-    """Re-index a LightGCN train/test pair over the union of their ids.
+    """Re-index a LightGCN train/(valid/)test cut over the union of their ids.
 
-    Returns ``(train_pairs, test_pairs, user_ids, item_ids, duplicates)``.
+    Returns ``(train_pairs, valid_pairs or None, test_pairs, user_ids, item_ids, duplicates)``.
     """
-    user_ids = np.unique(np.concatenate([given.line_users, given.train.users, given.test.users]))
-    item_ids = np.unique(np.concatenate([given.train.items, given.test.items]))
-    tr, d1 = _pairs(_codes(given.train.users, user_ids), _codes(given.train.items, item_ids), item_ids.size)
-    te, d2 = _pairs(_codes(given.test.users, user_ids), _codes(given.test.items, item_ids), item_ids.size)
-    return tr, te, user_ids, item_ids, d1 + d2
+    cuts = [given.train, given.test] + ([given.valid] if given.valid is not None else [])
+    user_ids = np.unique(np.concatenate([given.line_users] + [c.users for c in cuts]))
+    item_ids = np.unique(np.concatenate([c.items for c in cuts]))
+    pairs, dup = [], 0
+    for c in cuts:
+        p, d = _pairs(_codes(c.users, user_ids), _codes(c.items, item_ids), item_ids.size)
+        pairs.append(p)
+        dup += d
+    return pairs[0], (pairs[2] if given.valid is not None else None), pairs[1], user_ids, item_ids, dup

@@ -7,6 +7,7 @@ Layout under the data directory (``$GNNREC_LAB_DATA``, else the checkout's ``dat
     <name>/recipe.json          how to rebuild a user dataset if the cache is damaged
     <name>/interactions.npy     (n, 2) int32 [user, item], sorted, no duplicates
     <name>/train_given.npy      LightGCN directories: the given cut instead
+    <name>/valid_given.npy      ... and its validation cut, where it had a valid.txt
     <name>/test.npy
     <name>/user_ids.npy         original id of each contiguous user / item (real data)
     <name>/item_ids.npy
@@ -17,7 +18,8 @@ Preparing is done once per dataset (and once per split seed and fractions);
 every directory is built under a temporary name and renamed into place, and a
 directory whose meta or arrays do not check out is rebuilt.
 
-Names: ``ml-100k`` (real MovieLens-100K), the synthetic presets
+Names: ``ml-100k`` (real MovieLens-100K), ``gowalla`` (the LightGCN authors' real Gowalla split,
+shipped in ``gnnrec_lab/data/gowalla``: its train/valid/test cut kept as given), the synthetic presets
 (:data:`~gnnrec_lab.data.synthetic.PRESETS`), parametric synthetic names
 ``synth:users=...,items=...,interactions=...[,seed=...]`` and names of datasets a
 user prepared from files. For synthetic data the generation seed is part of the
@@ -50,6 +52,12 @@ RECBOLE_WHEEL = "recbole-1.2.1-py3-none-any.whl"
 # Published counts of MovieLens-100K, used by describe() before it is prepared.
 ML100K_COUNTS = {"n_users": 943, "n_items": 1682, "n_interactions": 100_000}
 ML100K_SOURCE = f"{RECBOLE_SPEC} wheel: {readers.RECBOLE_ML100K_MEMBER}"
+GOWALLA = "gowalla"
+GOWALLA_DIR = Path(__file__).resolve().with_name("gowalla")
+# Counts of the shipped split (its README), for describe() before it is prepared.
+GOWALLA_COUNTS = {"n_users": 29_858, "n_items": 40_981, "n_interactions": 1_027_370}
+GOWALLA_TRAIN = 719_081
+GOWALLA_SOURCE = "LightGCN authors' Gowalla split (SNAP loc-gowalla), shipped: gnnrec_lab/data/gowalla"
 DEFAULT_SPLIT = (0.8, 0.1, 0.1)
 DEFAULT_SEED = 2020
 # Datasets with more interactions than this are memory-mapped on load instead of read.
@@ -63,7 +71,7 @@ ORDER_METHOD = "community"
 
 
 def builtin_names() -> tuple:
-    return (ML100K,) + tuple(synthetic.PRESETS)
+    return (ML100K, GOWALLA) + tuple(synthetic.PRESETS)
 
 
 def checkout_root() -> Optional[Path]:
@@ -120,12 +128,14 @@ def _root(dd) -> Path:
 
 # ----------------------------------------------------------------------
 def _resolve(name):
-    """``(kind, synth params or None, canonical name)``; kind: ml100k | synth | user."""
+    """``(kind, synth params or None, canonical name)``; kind: ml100k | gowalla | synth | user."""
     if not isinstance(name, str) or not name.strip():
         raise DataError(f"dataset name must be a non-empty string, got {name!r}")
     name = name.strip()
     if name == ML100K:
         return "ml100k", None, name
+    if name == GOWALLA:
+        return "gowalla", None, name
     if name in synthetic.PRESETS:
         return "synth", synthetic.preset_params(name), name
     if name.startswith("synth:"):
@@ -193,7 +203,7 @@ def load(name: str, *, seed: int = DEFAULT_SEED, split=DEFAULT_SPLIT, data_dir=N
     user_ids = storage.open_array(d / "user_ids.npy", mmap) if (d / "user_ids.npy").exists() else None
     item_ids = storage.open_array(d / "item_ids.npy", mmap) if (d / "item_ids.npy").exists() else None
     info = {k: meta.get(k) for k in ("source", "format", "kind", "min_rating", "duplicates_merged",
-                                     "columns", "given_test")}
+                                     "columns", "given_test", "given_valid")}
     order_file = sd / _order_name()
     node_order = storage.open_array(order_file, mmap=False) if order_file.exists() else None
     info.update(seed=seed, split=list(fractions), split_protocol=smeta["protocol"],
@@ -228,6 +238,9 @@ def describe(name: str, data_dir=None) -> dict:
         return out
     if kind == "ml100k":
         out = dict(ML100K_COUNTS, kind="real", source=ML100K_SOURCE)
+    elif kind == "gowalla":   # its cut is given: train is train.txt
+        return dict(GOWALLA_COUNTS, kind="real", source=GOWALLA_SOURCE, n_train=GOWALLA_TRAIN, prepared=False,
+                    n_train_exact=True)
     elif kind == "synth":
         p = params.resolved()
         out = {"n_users": p.users, "n_items": p.items, "n_interactions": p.interactions,
@@ -293,6 +306,8 @@ def prepare(source: str, *, format=None, name=None, min_rating=None, columns=Non
             return cname
         if kind == "synth":
             raise DataError("min_rating: synthetic datasets have no ratings")
+        if kind == "gowalla":
+            raise DataError("min_rating: gowalla has no ratings (each interaction is a check-in)")
         recipe = {"builtin": ML100K, "min_rating": min_rating}
         target = name or f"{ML100K}-min{min_rating:g}"
     else:
@@ -354,6 +369,8 @@ def _ensure_prepared(name, root: Path, progress: bool):
         return d, storage.read_meta(d)
     if kind == "ml100k":
         _build_ml100k(root, d)
+    elif kind == "gowalla":
+        _build_user(GOWALLA, {"builtin": GOWALLA, "min_rating": None}, root, replace=True)
     elif kind == "synth":
         _build_synth(cname, params, d, progress)
     else:
@@ -458,7 +475,10 @@ def _build_user(target: str, recipe: dict, root: Path, replace: bool, source_roo
     t0 = time.perf_counter()
     d = root / target
     min_rating = recipe.get("min_rating")
-    if "builtin" in recipe:
+    if recipe.get("builtin") == GOWALLA:
+        data = readers.read_lightgcn(GOWALLA_DIR)
+        fmt, source, kind = "lightgcn", GOWALLA_SOURCE, "real"
+    elif "builtin" in recipe:
         data = readers.read_ml100k(_ml100k_wheel(source_root or root))
         fmt, source, kind = "ml100k", ML100K_SOURCE, "real"
     else:
@@ -473,9 +493,11 @@ def _build_user(target: str, recipe: dict, root: Path, replace: bool, source_roo
     if isinstance(data, readers.GivenSplit):
         if min_rating is not None:
             raise DataError(f"min_rating: LightGCN files ({data.source}) have no ratings")
-        tr, te, uids, iids, dup = readers.index_given(data)
-        arrays = {"train_given.npy": tr, "test.npy": te, "user_ids.npy": uids, "item_ids.npy": iids}
-        meta.update(n_interactions=int(tr.shape[0] + te.shape[0]), given_test=True, columns=None)
+        tr, va, te, uids, iids, dup = readers.index_given(data)
+        arrays = {"train_given.npy": tr, "valid_given.npy": va, "test.npy": te, "user_ids.npy": uids,
+                  "item_ids.npy": iids}
+        meta.update(n_interactions=int(tr.shape[0] + te.shape[0] + (0 if va is None else va.shape[0])),
+                    given_test=True, given_valid=va is not None, columns=None)
     else:
         inter = readers.apply_min_rating(data, min_rating)
         pairs, uids, iids, dup = readers.index_interactions(inter)
@@ -543,7 +565,16 @@ def _ensure_split_arrays(d: Path, meta: dict, seed: int, fractions, progress: bo
                    disable=not (progress and big), file=sys.stderr, leave=False)
         with storage.NpyWriter(tmp / "train.npy") as wt, storage.NpyWriter(tmp / "valid.npy") as wv, \
                 storage.NpyWriter(tmp / "test.npy") as ws, bar:
-            if meta.get("given_test"):
+            if meta.get("given_valid"):   # the files' own train/valid/test cut: seed and fractions unused
+                counts = {}
+                for part, fname, w in (("train", "train_given.npy", wt), ("valid", "valid_given.npy", wv),
+                                       ("test", "test.npy", ws)):
+                    a = storage.open_array(d / fname, mmap=True)
+                    w.append(np.asarray(a))
+                    counts[part] = int(a.shape[0])
+                    bar.update(int(a.shape[0]))
+                protocol = "given train / valid / test kept (the files' own cut; split seed and fractions unused)"
+            elif meta.get("given_test"):
                 train_given = storage.open_array(d / "train_given.npy", mmap=True)
                 v = fractions[1] / (fractions[0] + fractions[1])
                 counts = split_per_user(train_given, n_users, (1 - v, v, 0.0), seed, [wt, wv, None], bar.update)
