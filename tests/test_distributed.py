@@ -55,7 +55,7 @@ def test_bad_input_one_line_exit_2(args, needle):
 
 def test_explosion_factor_grows_with_depth_and_is_a_share_of_the_graph():
     from gnnrec_lab import data
-    from gnnrec_lab.distributed.engine import explosion_factor
+    from gnnrec_lab.distributed.explosion import explosion_factor
     from gnnrec_lab.graph.bipartite import BipartiteGraph
     ds = data.load("synth-tiny")
     g = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
@@ -83,7 +83,7 @@ def test_two_partitions_end_to_end_recorded_as_a_measured_distdgl_run():
     assert 0 < d["explosion_factor"] <= 1
     # DGL's distributed sampler and the lab's touch about as many nodes for the same batch
     from gnnrec_lab import data
-    from gnnrec_lab.distributed.engine import explosion_factor
+    from gnnrec_lab.distributed.explosion import explosion_factor
     from gnnrec_lab.graph.bipartite import BipartiteGraph
     ds = data.load("synth-tiny")
     lab = explosion_factor(BipartiteGraph(ds.train, ds.n_users, ds.n_items), 2, 128, fanout=10, batches=4)
@@ -110,13 +110,14 @@ def test_machines_sharing_dev_shm_are_caught_by_the_row_check():
 
 
 def test_ip_config_hosts_and_which_machines_start_here(tmp_path):
-    from gnnrec_lab.distributed.engine import DistSpec, _env, _is_local, ip_hosts
+    from gnnrec_lab.distributed.network import ip_hosts, is_local, process_env
+    from gnnrec_lab.distributed.spec import DistSpec
     ip = tmp_path / "ip_config.txt"
     ip.write_text("192.0.2.5 30050\n\n203.0.113.7 30050\n")   # documentation/private addresses: never contacted
     spec = DistSpec(workdir=str(tmp_path), graph_name="g", partitions=2, dataset="synth-tiny", ip_config=str(ip))
     assert ip_hosts(spec) == ["192.0.2.5", "203.0.113.7"]
-    assert _is_local("127.0.0.1") and _is_local("localhost") and not _is_local("203.0.113.7")
-    env = _env(spec, 1, "client")
+    assert is_local("127.0.0.1") and is_local("localhost") and not is_local("203.0.113.7")
+    env = process_env(spec, 1, "client")
     assert env["MASTER_ADDR"] == "192.0.2.5" and env["RANK"] == "1" and env["DGL_ROLE"] == "client"
     assert env["DGL_NUM_CLIENT"] == "2" and env["DGL_DIST_MODE"] == "distributed"
 

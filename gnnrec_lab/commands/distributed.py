@@ -20,7 +20,8 @@ from pathlib import Path
 from gnnrec_lab.commands.common import add_field_argument, bounded, field_type
 from gnnrec_lab.config.checks import check, check_value
 from gnnrec_lab.distributed.cluster import check_possible
-from gnnrec_lab.distributed.spec import CLUSTERS, DIST_CONSTRAINTS, MODELS
+from gnnrec_lab.distributed.lane import require_dgl
+from gnnrec_lab.distributed.spec import CLUSTERS, DIST_CONSTRAINTS, MODELS, DistSpec
 from gnnrec_lab.runs.store import Store
 from gnnrec_lab.training.step import target_line
 from gnnrec_lab.util.errors import UserError
@@ -133,12 +134,14 @@ def _check(args):
 def main(args) -> int:
     from gnnrec_lab import data  # numpy and the training code: loaded by a run, not by the CLI's start
     from gnnrec_lab.distributed import engine as D
+    from gnnrec_lab.distributed.partition import GRAPH_PREFIX
+    from gnnrec_lab.distributed.results import PHASES
     _check(args)
-    D.require_dgl()
+    require_dgl()
     dataset = data.load(args.dataset, seed=args.seed)
     store = Store()
     # the spec first (its run id and folder follow): the config the store records is its run_config()
-    spec = D.DistSpec(workdir=".", graph_name="pending",
+    spec = DistSpec(workdir=".", graph_name="pending",
                       partitions=args.partitions, dataset=args.dataset, model=args.model, layers=args.layers,
                       dim=args.dim, fanouts=list(args.fanouts), batch_size=args.batch_size, epochs=args.epochs,
                       lr=args.lr, l2=args.l2, seed=args.seed, eval_every=args.eval_every, eval_users=args.eval_users,
@@ -157,7 +160,7 @@ def main(args) -> int:
     workdir = store.run_dir(run_id) / "distdgl"
     workdir.mkdir(parents=True, exist_ok=True)
     spec.workdir, spec.run_id = str(workdir), run_id
-    spec.graph_name = f"{D.GRAPH_PREFIX}{run_id}_{workdir.stat().st_ino}"
+    spec.graph_name = f"{GRAPH_PREFIX}{run_id}_{workdir.stat().st_ino}"
     say = (lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr))
 
     def terminated(signum, _frame):   # unwinds like Ctrl-C, so machines and namespaces are removed
@@ -189,7 +192,7 @@ def main(args) -> int:
     print(f"run {run_id}: DistDGL, {args.partitions} partitions, {result['steps']} steps/trainer, "
           f"epoch {sum(result['epoch_seconds']) / max(1, len(result['epoch_seconds'])):.2f} s (measured)")
     print("per mini-batch (median over all trainers, measured): " + ", ".join(
-        f"{k} {fmt_ms(med[k])}" for k in D.PHASES) + f"; batch {fmt_ms(med['total'])}; "
+        f"{k} {fmt_ms(med[k])}" for k in PHASES) + f"; batch {fmt_ms(med['total'])}; "
           f"phases sum to {d['phase_sum_over_batch'] * 100:.1f}% of the batch time (means)")
     b = d["bytes_between_partitions"]
     print(f"between partitions (counted): {b['per_batch'] / 2**20:.2f} MiB per batch "
