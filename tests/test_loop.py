@@ -108,7 +108,7 @@ def test_target_outcome_reached_not_reached_and_none():
 
 
 def test_comparison_frame_measures_both_engines_against_one_common_target():
-    from gnnrec_lab.distributed.engine import comparison_frame
+    from gnnrec_lab.services.comparison import comparison_frame
     cfg = dict(dataset="d", model="lightgcn", layers=2, batch_size=1024, seed=1, eval_users=100)
     full = {"config": {**cfg, "mode": "full"}, "best_valid": {"recall@20": 0.2}, "history": H,
             "epoch_seconds": [4.0]}

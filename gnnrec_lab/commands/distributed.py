@@ -151,8 +151,9 @@ def main(args) -> int:
                       isolate=not args.shared_shm, cluster=args.cluster, cores_per_machine=args.cores_per_machine,
                       link_gbit=args.link_gbit, timeout_s=args.timeout)
     if args.target_of is not None:
-        target = D.reference_target(store, args.target_of, spec.run_config(),
-                                    D.TARGET_FRACTION if args.target_fraction is None else args.target_fraction)
+        from gnnrec_lab.services.comparison import TARGET_FRACTION, reference_target  # pandas
+        target = reference_target(store, args.target_of, spec.run_config(),
+                                  TARGET_FRACTION if args.target_fraction is None else args.target_fraction)
         for k, v in target.items():
             setattr(spec, k, v)
     config = spec.run_config(name=args.name or f"distdgl {args.partitions} partitions")
