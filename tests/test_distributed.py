@@ -122,6 +122,48 @@ def test_ip_config_hosts_and_which_machines_start_here(tmp_path):
     assert env["DGL_NUM_CLIENT"] == "2" and env["DGL_DIST_MODE"] == "distributed"
 
 
+def test_spec_takes_run_configs_fields_and_round_trips_through_spec_json(tmp_path):
+    """DistSpec's shared fields are RunConfig's (its defaults; every RunConfig field is one, or is
+    named as one a DistDGL run does not take), and spec.json reads back as the spec written."""
+    import dataclasses
+
+    from gnnrec_lab.config.run import RunConfig
+    from gnnrec_lab.distributed.spec import NOT_DISTRIBUTED, RUN_FIELDS, DistSpec
+    from gnnrec_lab.util.errors import ConfigError
+    names = [f.name for f in dataclasses.fields(RunConfig)]
+    assert sorted(RUN_FIELDS + tuple(NOT_DISTRIBUTED)) == sorted(names) and not set(RUN_FIELDS) & set(NOT_DISTRIBUTED)
+    spec = DistSpec(workdir=str(tmp_path), graph_name="g", partitions=2)
+    assert spec.run_config() == RunConfig(mode="sampled")
+    assert DistSpec.load(spec.save()) == spec
+    spec = DistSpec(workdir=str(tmp_path), graph_name="g", partitions=2, dataset="synth-tiny", layers=2,
+                    fanouts=[5, 3], topk=[20, 10], dim=16, target_recall=0.1, target_of=3, target_fraction=0.9,
+                    target_reference=0.2, ports=[30000, 30001], master_port=30002, cluster="emulated", link_gbit=1.5)
+    assert (spec.fanouts, spec.topk) == ((5, 3), (10, 20))    # normalised as RunConfig normalises them
+    assert DistSpec.load(spec.save()) == spec
+    cfg = RunConfig(dataset="synth-tiny", layers=2, dim=16, mode="sampled", fanouts=(5, 3), target_recall=0.1,
+                    name="x")
+    assert spec.run_config(name="x") == cfg
+    assert DistSpec.of(cfg, str(tmp_path), "g", 2).run_config(name="x") == cfg
+    with pytest.raises(ConfigError, match="optimizer: a DistDGL run does not take it"):
+        DistSpec.of(cfg.replace(optimizer="sgd"), str(tmp_path), "g", 2)
+
+
+def test_the_commands_spec_keeps_the_commands_own_defaults():
+    """`gnnrec-lab distributed` gives every field its flags set (2 layers, 1 epoch, patience 0),
+    whatever RunConfig's defaults, which a DistSpec built in Python takes."""
+    from gnnrec_lab.commands import cli
+    from gnnrec_lab.commands.distributed import _check, spec_of
+    args = cli.build_parser().parse_args(["distributed"])
+    _check(args)
+    spec = spec_of(args, "/nonexistent/home")
+    assert (spec.dataset, spec.model, spec.layers, spec.fanouts, spec.dim, spec.batch_size, spec.epochs, spec.lr,
+            spec.l2, spec.seed, spec.eval_every, spec.patience, spec.eval_users, spec.target_recall) == \
+        ("synth-gowalla", "lightgcn", 2, (10, 10), 64, 2048, 1, 1e-3, 1e-4, 2020, 1, 0, None, None)
+    assert (spec.partitions, spec.cluster, spec.isolate, spec.cores_per_machine, spec.link_gbit, spec.timeout_s,
+            spec.ip_config, spec.home) == (2, "local", True, 1, 10.0, 3600.0, "", "/nonexistent/home")
+    assert (spec.ngcf_form, spec.backend, spec.topk) == ("edge", "native", (10, 20))
+
+
 # -- the emulated cluster (--cluster emulated): one network namespace per machine ----------------
 needs_netns = pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0 or shutil.which("ip") is None
                                  or shutil.which("tc") is None or shutil.which("taskset") is None

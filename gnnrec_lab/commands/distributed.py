@@ -131,6 +131,21 @@ def _check(args):
             raise UserError(f"--ip-config: {len(lines)} machines listed, --partitions is {args.partitions}")
 
 
+def spec_of(args, home) -> DistSpec:
+    """The DistSpec of checked flags ``args`` (its work folder and graph name are set once the
+    run has an id), every field the flags set given explicitly: the command's own defaults (2
+    layers, 1 epoch, patience 0, ...), not RunConfig's, which DistSpec's shared fields take."""
+    return DistSpec(workdir=".", graph_name="pending",
+                    partitions=args.partitions, dataset=args.dataset, model=args.model, layers=args.layers,
+                    dim=args.dim, fanouts=list(args.fanouts), batch_size=args.batch_size, epochs=args.epochs,
+                    lr=args.lr, l2=args.l2, seed=args.seed, eval_every=args.eval_every, eval_users=args.eval_users,
+                    target_recall=args.target_recall, max_steps_per_epoch=args.max_steps_per_epoch,
+                    patience=args.patience, data_dir=None, home=str(home),
+                    ip_config=args.ip_config or "",
+                    isolate=not args.shared_shm, cluster=args.cluster, cores_per_machine=args.cores_per_machine,
+                    link_gbit=args.link_gbit, timeout_s=args.timeout)
+
+
 def main(args) -> int:
     from gnnrec_lab import data  # numpy and the training code: loaded by a run, not by the CLI's start
     from gnnrec_lab.distributed import engine as D
@@ -141,15 +156,7 @@ def main(args) -> int:
     dataset = data.load(args.dataset, seed=args.seed)
     store = Store()
     # the spec first (its run id and folder follow): the config the store records is its run_config()
-    spec = DistSpec(workdir=".", graph_name="pending",
-                      partitions=args.partitions, dataset=args.dataset, model=args.model, layers=args.layers,
-                      dim=args.dim, fanouts=list(args.fanouts), batch_size=args.batch_size, epochs=args.epochs,
-                      lr=args.lr, l2=args.l2, seed=args.seed, eval_every=args.eval_every, eval_users=args.eval_users,
-                      target_recall=args.target_recall, max_steps_per_epoch=args.max_steps_per_epoch,
-                      patience=args.patience, data_dir=None, home=str(store.home),
-                      ip_config=args.ip_config or "",
-                      isolate=not args.shared_shm, cluster=args.cluster, cores_per_machine=args.cores_per_machine,
-                      link_gbit=args.link_gbit, timeout_s=args.timeout)
+    spec = spec_of(args, store.home)
     if args.target_of is not None:
         from gnnrec_lab.services.comparison import TARGET_FRACTION, reference_target  # pandas
         target = reference_target(store, args.target_of, spec.run_config(),
