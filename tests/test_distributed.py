@@ -164,6 +164,45 @@ def test_the_commands_spec_keeps_the_commands_own_defaults():
     assert (spec.ngcf_form, spec.backend, spec.topk) == ("edge", "native", (10, 20))
 
 
+@pytest.mark.skipif(HAVE_DGL, reason="the DGL lane has DGL: the run would train")
+def test_a_distdgl_run_goes_through_the_runner_and_says_when_the_dgl_lane_is_missing(tmp_path, monkeypatch):
+    """runner_request makes Runner.launch's arguments for a DistDGL run: refused at once where
+    neither this interpreter nor a built DGL lane has DGL; else the worker dispatches to the
+    engine's train, whose error comes back as the run's (here the "lane" is this interpreter,
+    which has no DGL)."""
+    from pathlib import Path
+
+    from gnnrec_lab.config.run import RunConfig
+    from gnnrec_lab.distributed import engine
+    from gnnrec_lab.runs.runner import Runner
+    from gnnrec_lab.util.errors import ConfigError, UserError
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    monkeypatch.setenv("GNNREC_LAB_TRAIN_FN", "no_such_module:train")   # the run's request names its own
+    store = Store(tmp_path)
+    cfg = RunConfig(dataset="synth-tiny", layers=2, dim=16, mode="sampled", fanouts=(10, 10), epochs=1,
+                    max_steps_per_epoch=2, name="distdgl through the runner")
+    monkeypatch.setattr(engine, "dgl_lane_python", lambda: None)
+    with pytest.raises(UserError, match="make dgl"):
+        engine.runner_request(cfg, 2)
+    for bad, kw, field in [(cfg.replace(mode="full"), {}, "mode"), (cfg.replace(optimizer="sgd"), {}, "optimizer"),
+                           (cfg.replace(batch_size=2), dict(partitions=4), "batch_size"),
+                           (cfg, dict(partitions=0), "partitions"), (cfg, dict(link_gbit=-1), "link_gbit")]:
+        with pytest.raises(ConfigError) as e:
+            engine.runner_request(bad, **kw)
+        assert e.value.param == field
+    monkeypatch.setattr(engine, "dgl_lane_python", lambda: Path(sys.executable))
+    req = engine.runner_request(cfg, 2, part_method="random")
+    assert req == {"train_fn": "gnnrec_lab.distributed.engine:train", "python": sys.executable,
+                   "options": {"partitions": 2, "cluster": "local", "cores_per_machine": 1, "link_gbit": 10.0,
+                               "timeout_s": 3600.0, "part_method": "random"}}
+    runner = Runner(store)
+    rid = runner.launch(cfg, **req)
+    assert runner.wait(rid, timeout=120) == "failed"
+    run = store.get_run(rid)
+    assert run["error"].startswith("distributed: needs DGL") and "make dgl" in run["error"], run["error"]
+    assert "Traceback" not in run["error"] and run["config"]["mode"] == "sampled"
+
+
 # -- the emulated cluster (--cluster emulated): one network namespace per machine ----------------
 needs_netns = pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0 or shutil.which("ip") is None
                                  or shutil.which("tc") is None or shutil.which("taskset") is None

@@ -12,7 +12,6 @@ counted as in ``gnnrec-lab run``. See :mod:`gnnrec_lab.distributed.engine`.
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -149,7 +148,6 @@ def spec_of(args, home) -> DistSpec:
 def main(args) -> int:
     from gnnrec_lab import data  # numpy and the training code: loaded by a run, not by the CLI's start
     from gnnrec_lab.distributed import engine as D
-    from gnnrec_lab.distributed.partition import GRAPH_PREFIX
     from gnnrec_lab.distributed.results import PHASES
     _check(args)
     require_dgl()
@@ -165,10 +163,8 @@ def main(args) -> int:
             setattr(spec, k, v)
     config = spec.run_config(name=args.name or f"distdgl {args.partitions} partitions")
     run_id = store.add_run(config, status=RunStatus.RUNNING)
-    workdir = store.run_dir(run_id) / "distdgl"
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir, spec.graph_name = D.run_folder(store, run_id)
     spec.workdir, spec.run_id = str(workdir), run_id
-    spec.graph_name = f"{GRAPH_PREFIX}{run_id}_{workdir.stat().st_ino}"
     say = (lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr))
 
     def terminated(signum, _frame):   # unwinds like Ctrl-C, so machines and namespaces are removed
@@ -188,8 +184,7 @@ def main(args) -> int:
     finally:
         signal.signal(signal.SIGTERM, old_term)
         if not args.keep_partitions:
-            shutil.rmtree(workdir / "parts", ignore_errors=True)
-            (workdir / "best_emb.npy").unlink(missing_ok=True)
+            D.drop_partitions(workdir)
     store.set_status(run_id, RunStatus(result["status"]))
     result["run_id"] = run_id
     if args.json:

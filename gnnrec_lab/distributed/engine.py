@@ -46,20 +46,27 @@ the partition folder at the same path); the single-host path is the tested one.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import time
 from pathlib import Path
 
-from gnnrec_lab.distributed.cluster import EmulatedCluster
-from gnnrec_lab.distributed.lane import require_dgl
-from gnnrec_lab.distributed.launch import launch
+from gnnrec_lab import data
+from gnnrec_lab.config.run import RunConfig
+from gnnrec_lab.distributed.cluster import EmulatedCluster, check_possible
+from gnnrec_lab.distributed.lane import DGL_MISSING, dgl_available, dgl_lane_python, require_dgl
+from gnnrec_lab.distributed.launch import ENTRY, launch
 from gnnrec_lab.distributed.machine import machine_main, server_main
 from gnnrec_lab.distributed.network import free_ports, ip_hosts, is_local
-from gnnrec_lab.distributed.partition import partition
+from gnnrec_lab.distributed.partition import GRAPH_PREFIX, partition
 from gnnrec_lab.distributed.results import ENGINE, run_result
 from gnnrec_lab.distributed.spec import DistSpec
 from gnnrec_lab.distributed.trainer import trainer_main
+from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.proc import host_info
+
+# what a run the Runner starts names to be a DistDGL run (its request's train_fn: runner_request)
+TRAIN_FN = f"{ENTRY}:train"
 
 
 def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None, progress=print) -> dict:
@@ -110,6 +117,70 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
     result = run_result(reports, info, wall, links, config)
     if store is not None:
         store.record_result(spec.run_id, result)
+    return result
+
+
+def run_folder(store, run_id: int) -> tuple[Path, str]:
+    """Stored run ``run_id``'s work folder (partitions, spec.json, logs, created) and DGL's name of
+    its graph (unique on this host: the run's id and the folder's inode)."""
+    workdir = store.run_dir(run_id) / "distdgl"
+    workdir.mkdir(parents=True, exist_ok=True)
+    return workdir, f"{GRAPH_PREFIX}{run_id}_{workdir.stat().st_ino}"
+
+
+def drop_partitions(workdir: Path) -> None:
+    """Remove a finished run's partition files and best embeddings from its work folder."""
+    shutil.rmtree(Path(workdir) / "parts", ignore_errors=True)
+    (Path(workdir) / "best_emb.npy").unlink(missing_ok=True)
+
+
+# -- a DistDGL run through the Runner (queued, watched and cancelled as a full-graph run is) -----
+def runner_request(config: RunConfig, partitions: int = 2, *, cluster: str = "local", cores_per_machine: int = 1,
+                   link_gbit: float = 10.0, timeout_s: float = 3600.0, part_method: str = "metis") -> dict:
+    """:meth:`Runner.launch <gnnrec_lab.runs.runner.Runner.launch>`'s keyword arguments for a DistDGL
+    run of ``config`` (sampled mode) on ``partitions`` machines: ``Runner(store).launch(config,
+    **runner_request(config, 2))``. Checked now, before anything is queued (the spec
+    :meth:`DistSpec.of` makes, the emulated cluster's tools and cores); the worker runs in this
+    interpreter where DGL imports here, else in the DGL lane's (``make dgl``); UserError naming
+    ``make dgl`` where neither has DGL."""
+    if part_method not in ("metis", "random"):
+        raise UserError(f"part_method: got {part_method!r}, allowed: metis, random")
+    options = dict(partitions=partitions, cluster=cluster, cores_per_machine=cores_per_machine, link_gbit=link_gbit,
+                   timeout_s=timeout_s)
+    DistSpec.of(config, ".", "pending", **options)
+    if cluster == "emulated":
+        check_possible(partitions, cores_per_machine, link_gbit)
+    if dgl_available():
+        python = sys.executable
+    else:
+        lane = dgl_lane_python()
+        if lane is None:
+            raise UserError(DGL_MISSING)
+        python = str(lane)
+    return {"train_fn": TRAIN_FN, "options": {**options, "part_method": part_method}, "python": python}
+
+
+def train(config: RunConfig, reporter=None, progress: bool = False, *, partitions: int = 2, cluster: str = "local",
+          cores_per_machine: int = 1, link_gbit: float = 10.0, timeout_s: float = 3600.0,
+          part_method: str = "metis") -> dict:
+    """A DistDGL run of ``config`` as the Runner's worker trains it (:func:`runner_request` names
+    it): ``reporter`` is the run's :class:`~gnnrec_lab.runs.store.StoreReporter`; the run is
+    partitioned, launched and recorded in its store as ``gnnrec-lab distributed`` records one
+    (:func:`run`), and its result (a dict, already recorded) returned. UserError without DGL."""
+    require_dgl()
+    store, run_id = reporter.store, reporter.run_id
+    workdir, graph_name = run_folder(store, run_id)
+    spec = DistSpec.of(config, str(workdir), graph_name, partitions, run_id=run_id, home=str(store.home),
+                       cluster=cluster, cores_per_machine=cores_per_machine, link_gbit=link_gbit, timeout_s=timeout_s)
+    if cluster == "emulated":
+        check_possible(partitions, cores_per_machine, link_gbit)
+    dataset = data.load(config.dataset, seed=config.seed, data_dir=config.data_dir)
+    try:
+        result = run(spec, dataset, method=part_method, store=store, config=config,
+                     progress=(lambda m: print(m, file=sys.stderr)) if progress else (lambda *_: None))
+    finally:
+        drop_partitions(workdir)
+    reporter.recorded = True   # run() recorded it: the worker does not write it again
     return result
 
 

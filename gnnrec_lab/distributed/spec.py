@@ -148,8 +148,11 @@ class DistSpec(_RunFields):
 
     @classmethod
     def of(cls, config: RunConfig, workdir: str, graph_name: str, partitions: int, **cluster) -> "DistSpec":
-        """The spec of a run of ``config`` (its :data:`RUN_FIELDS`; a field of
+        """The spec of a run of ``config`` (sampled mode; its :data:`RUN_FIELDS`, a field of
         :data:`NOT_DISTRIBUTED` it sets is refused, naming the field) on ``partitions`` machines."""
+        if config.mode != "sampled":
+            raise ConfigError("mode", f"a DistDGL run samples each batch's neighbourhood: use 'sampled', "
+                                      f"got {config.mode!r}")
         default = RunConfig()
         for name in NOT_DISTRIBUTED:
             if name not in ("mode", "name") and getattr(config, name) != getattr(default, name):
