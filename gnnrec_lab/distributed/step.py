@@ -1,5 +1,5 @@
 """DistDGL's mini-batch in the lab's training loop (:class:`DistDGLStep`): the trainer's BPR
-triples, DGL's distributed neighbour sampling into blocks (as the lab's CSR, :func:`block_csr`),
+triples, DGL's distributed neighbour sampling into blocks (each as the lab's CSR),
 the remote rows, the lab's model and kernels, the gradient sync; each phase timed."""
 from __future__ import annotations
 
