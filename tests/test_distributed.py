@@ -203,6 +203,28 @@ def test_a_distdgl_run_goes_through_the_runner_and_says_when_the_dgl_lane_is_mis
     assert "Traceback" not in run["error"] and run["config"]["mode"] == "sampled"
 
 
+@needs_dgl
+@needs_unshare
+def test_a_distdgl_run_through_the_runner_is_recorded_as_the_command_records_one(tmp_path, monkeypatch):
+    from gnnrec_lab.config.run import RunConfig
+    from gnnrec_lab.distributed import engine
+    from gnnrec_lab.runs.runner import Runner
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    store = Store(tmp_path)
+    cfg = RunConfig(dataset="synth-tiny", layers=2, dim=16, mode="sampled", fanouts=(10, 10), batch_size=256,
+                    epochs=1, max_steps_per_epoch=4, eval_users=100, patience=0, name="distdgl through the runner")
+    runner = Runner(store)
+    rid = runner.launch(cfg, **engine.runner_request(cfg, 2))
+    assert runner.wait(rid, timeout=400) == "finished", store.get_run(rid)["error"]
+    run = store.get_run(rid)
+    assert run["measured"] == "measured" and run["config"] == cfg.to_dict()
+    assert run["result"]["engine"] == "distdgl" and run["info"]["engine"] == "distdgl"
+    d = run["result"]["distributed"]
+    assert [c["rows_wrong"] for c in d["row_check"]] == [0, 0] and d["batches"] == 2 * 4
+    assert run["result"]["steps"] == 4 and len(store.steps_frame(rid)) == 4
+    assert not (store.run_dir(rid) / "distdgl" / "parts").exists()
+
+
 # -- the emulated cluster (--cluster emulated): one network namespace per machine ----------------
 needs_netns = pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0 or shutil.which("ip") is None
                                  or shutil.which("tc") is None or shutil.which("taskset") is None
