@@ -46,9 +46,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gnnrec_lab.distributed.engine import PHASES, TARGET_FRACTION, dgl_lane_python  # noqa: E402
+from gnnrec_lab.distributed.lane import dgl_lane_python  # noqa: E402
+from gnnrec_lab.distributed.results import PHASES  # noqa: E402
 from gnnrec_lab.services.comparison import (  # noqa: E402
     LARGE_BATCH_RULE,
+    TARGET_FRACTION,
     best_by_depth,
     finished_run,
     full_vs_distributed,

@@ -114,3 +114,10 @@ def diverge(config, *, reporter=None, progress=False):
     reporter.on_event("diverged", res.info["diverged"])
     reporter.on_finish(res)
     return res
+
+
+def with_options(config, *, reporter=None, progress=False, **options):
+    """A run's request's options as keyword arguments (Runner.launch's ``options``); returns a
+    result dict, as a DistDGL run does (its status and info the options ``status`` and ``info``)."""
+    return {"status": options.get("status", "finished"), "info": options.get("info", {}), "options": options,
+            "python": sys.executable}

@@ -55,7 +55,7 @@ def test_bad_input_one_line_exit_2(args, needle):
 
 def test_explosion_factor_grows_with_depth_and_is_a_share_of_the_graph():
     from gnnrec_lab import data
-    from gnnrec_lab.distributed.engine import explosion_factor
+    from gnnrec_lab.distributed.explosion import explosion_factor
     from gnnrec_lab.graph.bipartite import BipartiteGraph
     ds = data.load("synth-tiny")
     g = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
@@ -83,7 +83,7 @@ def test_two_partitions_end_to_end_recorded_as_a_measured_distdgl_run():
     assert 0 < d["explosion_factor"] <= 1
     # DGL's distributed sampler and the lab's touch about as many nodes for the same batch
     from gnnrec_lab import data
-    from gnnrec_lab.distributed.engine import explosion_factor
+    from gnnrec_lab.distributed.explosion import explosion_factor
     from gnnrec_lab.graph.bipartite import BipartiteGraph
     ds = data.load("synth-tiny")
     lab = explosion_factor(BipartiteGraph(ds.train, ds.n_users, ds.n_items), 2, 128, fanout=10, batches=4)
@@ -110,15 +110,119 @@ def test_machines_sharing_dev_shm_are_caught_by_the_row_check():
 
 
 def test_ip_config_hosts_and_which_machines_start_here(tmp_path):
-    from gnnrec_lab.distributed.engine import DistSpec, _env, _is_local, ip_hosts
+    from gnnrec_lab.distributed.network import ip_hosts, is_local, process_env
+    from gnnrec_lab.distributed.spec import DistSpec
     ip = tmp_path / "ip_config.txt"
     ip.write_text("192.0.2.5 30050\n\n203.0.113.7 30050\n")   # documentation/private addresses: never contacted
     spec = DistSpec(workdir=str(tmp_path), graph_name="g", partitions=2, dataset="synth-tiny", ip_config=str(ip))
     assert ip_hosts(spec) == ["192.0.2.5", "203.0.113.7"]
-    assert _is_local("127.0.0.1") and _is_local("localhost") and not _is_local("203.0.113.7")
-    env = _env(spec, 1, "client")
+    assert is_local("127.0.0.1") and is_local("localhost") and not is_local("203.0.113.7")
+    env = process_env(spec, 1, "client")
     assert env["MASTER_ADDR"] == "192.0.2.5" and env["RANK"] == "1" and env["DGL_ROLE"] == "client"
     assert env["DGL_NUM_CLIENT"] == "2" and env["DGL_DIST_MODE"] == "distributed"
+
+
+def test_spec_takes_run_configs_fields_and_round_trips_through_spec_json(tmp_path):
+    """DistSpec's shared fields are RunConfig's (its defaults; every RunConfig field is one, or is
+    named as one a DistDGL run does not take), and spec.json reads back as the spec written."""
+    import dataclasses
+
+    from gnnrec_lab.config.run import RunConfig
+    from gnnrec_lab.distributed.spec import NOT_DISTRIBUTED, RUN_FIELDS, DistSpec
+    from gnnrec_lab.util.errors import ConfigError
+    names = [f.name for f in dataclasses.fields(RunConfig)]
+    assert sorted(RUN_FIELDS + tuple(NOT_DISTRIBUTED)) == sorted(names) and not set(RUN_FIELDS) & set(NOT_DISTRIBUTED)
+    spec = DistSpec(workdir=str(tmp_path), graph_name="g", partitions=2)
+    assert spec.run_config() == RunConfig(mode="sampled")
+    assert DistSpec.load(spec.save()) == spec
+    spec = DistSpec(workdir=str(tmp_path), graph_name="g", partitions=2, dataset="synth-tiny", layers=2,
+                    fanouts=[5, 3], topk=[20, 10], dim=16, target_recall=0.1, target_of=3, target_fraction=0.9,
+                    target_reference=0.2, ports=[30000, 30001], master_port=30002, cluster="emulated", link_gbit=1.5)
+    assert (spec.fanouts, spec.topk) == ((5, 3), (10, 20))    # normalised as RunConfig normalises them
+    assert DistSpec.load(spec.save()) == spec
+    cfg = RunConfig(dataset="synth-tiny", layers=2, dim=16, mode="sampled", fanouts=(5, 3), target_recall=0.1,
+                    name="x")
+    assert spec.run_config(name="x") == cfg
+    assert DistSpec.of(cfg, str(tmp_path), "g", 2).run_config(name="x") == cfg
+    with pytest.raises(ConfigError, match="optimizer: a DistDGL run does not take it"):
+        DistSpec.of(cfg.replace(optimizer="sgd"), str(tmp_path), "g", 2)
+
+
+def test_the_commands_spec_keeps_the_commands_own_defaults():
+    """`gnnrec-lab distributed` gives every field its flags set (2 layers, 1 epoch, patience 0),
+    whatever RunConfig's defaults, which a DistSpec built in Python takes."""
+    from gnnrec_lab.commands import cli
+    from gnnrec_lab.commands.distributed import _check, spec_of
+    args = cli.build_parser().parse_args(["distributed"])
+    _check(args)
+    spec = spec_of(args, "/nonexistent/home")
+    assert (spec.dataset, spec.model, spec.layers, spec.fanouts, spec.dim, spec.batch_size, spec.epochs, spec.lr,
+            spec.l2, spec.seed, spec.eval_every, spec.patience, spec.eval_users, spec.target_recall) == \
+        ("synth-gowalla", "lightgcn", 2, (10, 10), 64, 2048, 1, 1e-3, 1e-4, 2020, 1, 0, None, None)
+    assert (spec.partitions, spec.cluster, spec.isolate, spec.cores_per_machine, spec.link_gbit, spec.timeout_s,
+            spec.ip_config, spec.home) == (2, "local", True, 1, 10.0, 3600.0, "", "/nonexistent/home")
+    assert (spec.ngcf_form, spec.backend, spec.topk) == ("edge", "native", (10, 20))
+
+
+@pytest.mark.skipif(HAVE_DGL, reason="the DGL lane has DGL: the run would train")
+def test_a_distdgl_run_goes_through_the_runner_and_says_when_the_dgl_lane_is_missing(tmp_path, monkeypatch):
+    """runner_request makes Runner.launch's arguments for a DistDGL run: refused at once where
+    neither this interpreter nor a built DGL lane has DGL; else the worker dispatches to the
+    engine's train, whose error comes back as the run's (here the "lane" is this interpreter,
+    which has no DGL)."""
+    from pathlib import Path
+
+    from gnnrec_lab.config.run import RunConfig
+    from gnnrec_lab.distributed import engine
+    from gnnrec_lab.runs.runner import Runner
+    from gnnrec_lab.util.errors import ConfigError, UserError
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    monkeypatch.setenv("GNNREC_LAB_TRAIN_FN", "no_such_module:train")   # the run's request names its own
+    store = Store(tmp_path)
+    cfg = RunConfig(dataset="synth-tiny", layers=2, dim=16, mode="sampled", fanouts=(10, 10), epochs=1,
+                    max_steps_per_epoch=2, name="distdgl through the runner")
+    monkeypatch.setattr(engine, "dgl_lane_python", lambda: None)
+    with pytest.raises(UserError, match="make dgl"):
+        engine.runner_request(cfg, 2)
+    for bad, kw, field in [(cfg.replace(mode="full"), {}, "mode"), (cfg.replace(optimizer="sgd"), {}, "optimizer"),
+                           (cfg.replace(batch_size=2), dict(partitions=4), "batch_size"),
+                           (cfg, dict(partitions=0), "partitions"), (cfg, dict(link_gbit=-1), "link_gbit")]:
+        with pytest.raises(ConfigError) as e:
+            engine.runner_request(bad, **kw)
+        assert e.value.param == field
+    monkeypatch.setattr(engine, "dgl_lane_python", lambda: Path(sys.executable))
+    req = engine.runner_request(cfg, 2, part_method="random")
+    assert req == {"train_fn": "gnnrec_lab.distributed.engine:train", "python": sys.executable,
+                   "options": {"partitions": 2, "cluster": "local", "cores_per_machine": 1, "link_gbit": 10.0,
+                               "timeout_s": 3600.0, "part_method": "random"}}
+    runner = Runner(store)
+    rid = runner.launch(cfg, **req)
+    assert runner.wait(rid, timeout=120) == "failed"
+    run = store.get_run(rid)
+    assert run["error"].startswith("distributed: needs DGL") and "make dgl" in run["error"], run["error"]
+    assert "Traceback" not in run["error"] and run["config"]["mode"] == "sampled"
+
+
+@needs_dgl
+@needs_unshare
+def test_a_distdgl_run_through_the_runner_is_recorded_as_the_command_records_one(tmp_path, monkeypatch):
+    from gnnrec_lab.config.run import RunConfig
+    from gnnrec_lab.distributed import engine
+    from gnnrec_lab.runs.runner import Runner
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    store = Store(tmp_path)
+    cfg = RunConfig(dataset="synth-tiny", layers=2, dim=16, mode="sampled", fanouts=(10, 10), batch_size=256,
+                    epochs=1, max_steps_per_epoch=4, eval_users=100, patience=0, name="distdgl through the runner")
+    runner = Runner(store)
+    rid = runner.launch(cfg, **engine.runner_request(cfg, 2))
+    assert runner.wait(rid, timeout=400) == "finished", store.get_run(rid)["error"]
+    run = store.get_run(rid)
+    assert run["measured"] == "measured" and run["config"] == cfg.to_dict()
+    assert run["result"]["engine"] == "distdgl" and run["info"]["engine"] == "distdgl"
+    d = run["result"]["distributed"]
+    assert [c["rows_wrong"] for c in d["row_check"]] == [0, 0] and d["batches"] == 2 * 4
+    assert run["result"]["steps"] == 4 and len(store.steps_frame(rid)) == 4
+    assert not (store.run_dir(rid) / "distdgl" / "parts").exists()
 
 
 # -- the emulated cluster (--cluster emulated): one network namespace per machine ----------------

@@ -108,7 +108,7 @@ def test_target_outcome_reached_not_reached_and_none():
 
 
 def test_comparison_frame_measures_both_engines_against_one_common_target():
-    from gnnrec_lab.distributed.engine import comparison_frame
+    from gnnrec_lab.services.comparison import comparison_frame
     cfg = dict(dataset="d", model="lightgcn", layers=2, batch_size=1024, seed=1, eval_users=100)
     full = {"config": {**cfg, "mode": "full"}, "best_valid": {"recall@20": 0.2}, "history": H,
             "epoch_seconds": [4.0]}
@@ -122,3 +122,27 @@ def test_comparison_frame_measures_both_engines_against_one_common_target():
     assert list(df["common_target_reached"][:3]) == [True, True, False]
     assert list(df["time_to_common_target_s"][:2]) == [8.5, 17.0] and df["time_to_common_target_s"].isna()[2]
     assert df["common_target"][3] == pytest.approx(0.45) and not df["common_target_reached"][3]
+
+
+def test_reference_target_is_a_share_of_a_finished_full_graph_runs_best(store):
+    """--target-of RUN_ID (services.comparison.reference_target): the share of a finished
+    full-graph run's best validation Recall@20, for a run of the same reference fields only."""
+    from gnnrec_lab.services.comparison import reference_target
+    from gnnrec_lab.util.errors import UserError
+    full = RunConfig(**TINY)
+    rid = store.add_run(full, status=RunStatus.RUNNING)
+    store.record_result(rid, {"config": full.to_dict(), "best_valid": {"recall@20": 0.2}})
+    with pytest.raises(UserError, match=f"--target-of: run {rid} is running, not finished"):
+        reference_target(store, rid, full, 0.9)
+    store.set_status(rid, RunStatus.FINISHED)
+    dist = full.replace(mode="sampled", fanouts=(10, 10))
+    t = reference_target(store, rid, dist, 0.9)
+    assert t == {"target_recall": pytest.approx(0.18), "target_of": rid, "target_fraction": 0.9,
+                 "target_reference": 0.2}
+    with pytest.raises(UserError, match="has layers 2, this run --layers 1"):
+        reference_target(store, rid, dist.replace(layers=1, fanouts=(10,)), 0.9)
+    sampled = store.add_run(dist, status=RunStatus.RUNNING)
+    store.record_result(sampled, {"config": dist.to_dict(), "best_valid": {"recall@20": 0.2}})
+    store.set_status(sampled, RunStatus.FINISHED)
+    with pytest.raises(UserError, match="is a sampled run"):
+        reference_target(store, sampled, dist, 0.9)

@@ -15,7 +15,7 @@ from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.memory.placement import numa_request, numactl_argv
 from gnnrec_lab.runs.runner import Runner, launch_detached
 from gnnrec_lab.runs.store import Store
-from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.provenance import Provenance
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -76,6 +76,31 @@ def test_worker_records_the_result_once(store, monkeypatch):
     finally:
         sys.path.remove(TESTS)
     assert calls == [rid] and store.status(rid) == "finished"
+
+
+def test_a_runs_request_names_its_training_function_options_and_interpreter(store, tmp_path):
+    """Runner.launch(train_fn=, options=, python=): the worker runs in that interpreter and trains
+    with that callable (over GNNREC_LAB_TRAIN_FN), the options as keyword arguments; a result dict
+    says how the run ended as a RunResult does."""
+    runner = Runner(store)
+    python = tmp_path / "python"                 # another interpreter: this one under another name
+    python.symlink_to(sys.executable)
+    rid = runner.launch(RunConfig(name="req"), train_fn="_fake_train:with_options", options={"partitions": 3},
+                        python=str(python))
+    assert runner.wait(rid, timeout=30) == "finished"
+    res = store.get_run(rid)["result"]
+    assert res["options"] == {"partitions": 3} and res["python"] == str(python)
+    rid = runner.launch(RunConfig(name="req"), train_fn="_fake_train:with_options",
+                        options={"status": "diverged", "info": {"diverged": "loss is nan at step 2"}})
+    assert runner.wait(rid, timeout=30) == "diverged"
+    assert store.get_run(rid)["error"] == "loss is nan at step 2"
+    n = len(store.run_ids())
+    for kw, field in [(dict(options=["partitions", 3]), "options"), (dict(options={"f": object()}), "options"),
+                      (dict(train_fn=" "), "train_fn"), (dict(python=""), "python")]:
+        with pytest.raises(ConfigError) as e:
+            runner.launch(RunConfig(name="bad"), **kw)
+        assert e.value.param == field
+    assert len(store.run_ids()) == n             # refused before anything was recorded
 
 
 def test_diverged_run_is_its_own_terminal_status(store, monkeypatch):

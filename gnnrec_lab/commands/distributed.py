@@ -12,7 +12,6 @@ counted as in ``gnnrec-lab run``. See :mod:`gnnrec_lab.distributed.engine`.
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -20,7 +19,8 @@ from pathlib import Path
 from gnnrec_lab.commands.common import add_field_argument, bounded, field_type
 from gnnrec_lab.config.checks import check, check_value
 from gnnrec_lab.distributed.cluster import check_possible
-from gnnrec_lab.distributed.spec import CLUSTERS, DIST_CONSTRAINTS, MODELS
+from gnnrec_lab.distributed.lane import require_dgl
+from gnnrec_lab.distributed.spec import CLUSTERS, DIST_CONSTRAINTS, MODELS, DistSpec
 from gnnrec_lab.runs.store import Store
 from gnnrec_lab.training.step import target_line
 from gnnrec_lab.util.errors import UserError
@@ -130,34 +130,41 @@ def _check(args):
             raise UserError(f"--ip-config: {len(lines)} machines listed, --partitions is {args.partitions}")
 
 
+def spec_of(args, home) -> DistSpec:
+    """The DistSpec of checked flags ``args`` (its work folder and graph name are set once the
+    run has an id), every field the flags set given explicitly: the command's own defaults (2
+    layers, 1 epoch, patience 0, ...), not RunConfig's, which DistSpec's shared fields take."""
+    return DistSpec(workdir=".", graph_name="pending",
+                    partitions=args.partitions, dataset=args.dataset, model=args.model, layers=args.layers,
+                    dim=args.dim, fanouts=list(args.fanouts), batch_size=args.batch_size, epochs=args.epochs,
+                    lr=args.lr, l2=args.l2, seed=args.seed, eval_every=args.eval_every, eval_users=args.eval_users,
+                    target_recall=args.target_recall, max_steps_per_epoch=args.max_steps_per_epoch,
+                    patience=args.patience, data_dir=None, home=str(home),
+                    ip_config=args.ip_config or "",
+                    isolate=not args.shared_shm, cluster=args.cluster, cores_per_machine=args.cores_per_machine,
+                    link_gbit=args.link_gbit, timeout_s=args.timeout)
+
+
 def main(args) -> int:
     from gnnrec_lab import data  # numpy and the training code: loaded by a run, not by the CLI's start
     from gnnrec_lab.distributed import engine as D
+    from gnnrec_lab.distributed.results import PHASES
     _check(args)
-    D.require_dgl()
+    require_dgl()
     dataset = data.load(args.dataset, seed=args.seed)
     store = Store()
     # the spec first (its run id and folder follow): the config the store records is its run_config()
-    spec = D.DistSpec(workdir=".", graph_name="pending",
-                      partitions=args.partitions, dataset=args.dataset, model=args.model, layers=args.layers,
-                      dim=args.dim, fanouts=list(args.fanouts), batch_size=args.batch_size, epochs=args.epochs,
-                      lr=args.lr, l2=args.l2, seed=args.seed, eval_every=args.eval_every, eval_users=args.eval_users,
-                      target_recall=args.target_recall, max_steps_per_epoch=args.max_steps_per_epoch,
-                      patience=args.patience, data_dir=None, home=str(store.home),
-                      ip_config=args.ip_config or "",
-                      isolate=not args.shared_shm, cluster=args.cluster, cores_per_machine=args.cores_per_machine,
-                      link_gbit=args.link_gbit, timeout_s=args.timeout)
+    spec = spec_of(args, store.home)
     if args.target_of is not None:
-        target = D.reference_target(store, args.target_of, spec.run_config(),
-                                    D.TARGET_FRACTION if args.target_fraction is None else args.target_fraction)
+        from gnnrec_lab.services.comparison import TARGET_FRACTION, reference_target  # pandas
+        target = reference_target(store, args.target_of, spec.run_config(),
+                                  TARGET_FRACTION if args.target_fraction is None else args.target_fraction)
         for k, v in target.items():
             setattr(spec, k, v)
     config = spec.run_config(name=args.name or f"distdgl {args.partitions} partitions")
     run_id = store.add_run(config, status=RunStatus.RUNNING)
-    workdir = store.run_dir(run_id) / "distdgl"
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir, spec.graph_name = D.run_folder(store, run_id)
     spec.workdir, spec.run_id = str(workdir), run_id
-    spec.graph_name = f"{D.GRAPH_PREFIX}{run_id}_{workdir.stat().st_ino}"
     say = (lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr))
 
     def terminated(signum, _frame):   # unwinds like Ctrl-C, so machines and namespaces are removed
@@ -177,8 +184,7 @@ def main(args) -> int:
     finally:
         signal.signal(signal.SIGTERM, old_term)
         if not args.keep_partitions:
-            shutil.rmtree(workdir / "parts", ignore_errors=True)
-            (workdir / "best_emb.npy").unlink(missing_ok=True)
+            D.drop_partitions(workdir)
     store.set_status(run_id, RunStatus(result["status"]))
     result["run_id"] = run_id
     if args.json:
@@ -189,7 +195,7 @@ def main(args) -> int:
     print(f"run {run_id}: DistDGL, {args.partitions} partitions, {result['steps']} steps/trainer, "
           f"epoch {sum(result['epoch_seconds']) / max(1, len(result['epoch_seconds'])):.2f} s (measured)")
     print("per mini-batch (median over all trainers, measured): " + ", ".join(
-        f"{k} {fmt_ms(med[k])}" for k in D.PHASES) + f"; batch {fmt_ms(med['total'])}; "
+        f"{k} {fmt_ms(med[k])}" for k in PHASES) + f"; batch {fmt_ms(med['total'])}; "
           f"phases sum to {d['phase_sum_over_batch'] * 100:.1f}% of the batch time (means)")
     b = d["bytes_between_partitions"]
     print(f"between partitions (counted): {b['per_batch'] / 2**20:.2f} MiB per batch "

@@ -21,12 +21,19 @@ by the memory limit of N bytes (cgroup ...)") from any other death, its peak
 charge goes to the run's events, and the cgroup is removed (and the lab's parent
 cgroup directory too, once it is empty).
 
+``launch(config, train_fn=..., options=..., python=...)`` trains the run with another callable
+than the worker's default, given ``options`` as keyword arguments, in interpreter ``python`` (the
+run's request, ``runs/<id>/request.json``): a DistDGL run is one
+(:func:`gnnrec_lab.distributed.engine.runner_request` makes its request), so it queues, runs, is
+watched and cancelled as a full-graph run is.
+
 ``launch_detached(config)`` is for ``gnnrec-lab run --detach``: it queues the
 run and starts a detached supervisor (``python -m gnnrec_lab.runs.runner
 --supervise``) that runs queued work until the queue is empty.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -41,9 +48,9 @@ from gnnrec_lab.config.checks import Interval, Kind, Text, check
 from gnnrec_lab.config.run import RunConfig, expect_config
 from gnnrec_lab.memory.placement import numa_prefix
 from gnnrec_lab.runs.store import Store
-from gnnrec_lab.runs.worker import tail_lines
+from gnnrec_lab.runs.worker import read_request, tail_lines, write_request
 from gnnrec_lab.util.cgroup import MemoryCgroup, check_limit, limit_reached, memory_limit_of, oom_verdict, write_limit
-from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.proc import pid_alive, proc_start_ticks
 from gnnrec_lab.util.status import RunStatus
 
@@ -57,6 +64,12 @@ RUNNER_CONSTRAINTS: dict[str, list] = {
     "pick_up": [Kind(bool, "True or False")],
     "python": [Text("the path of a Python interpreter", strip=True, nul=False)],
     "poll_s": [Interval(number, lo=0, lo_open=True, hi=MAX_SECONDS, unit="s")],
+}
+# What a run's request to Runner.launch accepts: its training callable, keyword arguments, interpreter.
+REQUEST_CONSTRAINTS: dict[str, list] = {
+    "train_fn": [None, Text("a training function as 'module:function'", strip=True, nul=False)],
+    "options": [None, Kind(dict, "a dict of keyword arguments")],
+    "python": [None, Text("the path of a Python interpreter", strip=True, nul=False)],
 }
 
 
@@ -126,21 +139,36 @@ class Runner:
             self.schedule()
 
     # -- launching ----------------------------------------------------------
-    def launch(self, config, sweep: Optional[str] = None, *, memory_limit_bytes=None) -> int:
+    def launch(self, config, sweep: Optional[str] = None, *, memory_limit_bytes=None, train_fn: Optional[str] = None,
+               options: Optional[dict] = None, python: Optional[str] = None) -> int:
         """Queue ``config`` and start it when a slot is free; returns the run id at once.
 
         ``memory_limit_bytes`` (int or a size like ``"2G"``): run the worker in its own
         cgroup v1 memory cgroup with that hard limit; a worker the kernel kills for
         exceeding it ends as ``oom`` ("killed by the memory limit of N bytes (cgroup)").
         Raises UserError at once where no memory cgroup can be created.
+
+        ``train_fn`` (``'module:function'``), ``options`` and ``python``: the worker trains with
+        that callable instead of its default, passing ``options`` as keyword arguments, and runs in
+        interpreter ``python`` instead of the runner's (a DistDGL run:
+        ``launch(config, **distributed.engine.runner_request(config, partitions=2))``).
         """
         expect_config(config, "Runner.launch")
         numa_prefix(config)  # refuse an impossible placement before anything is recorded
         limit = check_limit(memory_limit_bytes)
+        check(REQUEST_CONSTRAINTS, dict(train_fn=train_fn, options=options, python=python))
+        request = {k: v for k, v in dict(train_fn=train_fn, options=options, python=python).items() if v is not None}
+        try:
+            json.dumps(request)
+        except (TypeError, ValueError) as e:   # before the run is recorded: its worker reads them as JSON
+            raise ConfigError("options", f"must be JSON values (numbers, text, lists, dicts), got {options!r} ({e})") \
+                from None
         run_id = self.store.add_run(config, status=RunStatus.QUEUED, sweep=sweep)
+        # another runner sharing this store could claim the run before these files exist
+        # (a ~1 ms window); runs launched through one runner or launch_detached are safe
+        if request:
+            write_request(self.store.run_dir(run_id), request)
         if limit is not None:
-            # another runner sharing this store could claim the run before this file exists
-            # (a ~1 ms window); runs launched through one runner or launch_detached are safe
             write_limit(self.store.run_dir(run_id), {"limit_bytes": limit})
         self.schedule()
         return run_id
@@ -162,7 +190,8 @@ class Runner:
         run_dir = self.store.run_dir(run_id)
         try:
             config = RunConfig.from_dict(self.store.get_run(run_id, need=("config",))["config"])
-            argv = numa_prefix(config) + [self.python, "-m", "gnnrec_lab.runs.worker", str(run_id)]
+            python = read_request(run_dir).get("python") or self.python
+            argv = numa_prefix(config) + [python, "-m", "gnnrec_lab.runs.worker", str(run_id)]
             limit = memory_limit_of(run_dir)
             if limit is not None:
                 cg = MemoryCgroup.create(f"run-{run_id}-{uuid.uuid4().hex[:8]}", limit["limit_bytes"])

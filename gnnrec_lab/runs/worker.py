@@ -13,8 +13,11 @@ and writes the final status itself:
 * SIGTERM (sent by ``Runner.cancel`` after the grace period) ends it as ``cancelled``, the error
   naming the signal (outside the training loop, or a second SIGTERM, it stops the worker at once).
 
-The training callable is ``gnnrec_lab.training.loop:train`` unless
-``GNNREC_LAB_TRAIN_FN=module:attr`` names another (tests use fakes).
+The training callable is ``gnnrec_lab.training.loop:train`` unless the run's request
+(``runs/<id>/request.json``, written by :meth:`~gnnrec_lab.runs.runner.Runner.launch`) names
+another with the keyword arguments it takes (a DistDGL run names
+``gnnrec_lab.distributed.engine:train`` and its cluster's options), or
+``GNNREC_LAB_TRAIN_FN=module:attr`` does (tests use fakes). It returns a RunResult or its dict.
 
 Exit status: 0 finished/cancelled, 1 failed, 3 oom, 4 diverged, 130 interrupted.
 
@@ -30,6 +33,7 @@ import os
 import signal
 import sys
 import traceback
+from pathlib import Path
 
 from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.runs.store import Store
@@ -40,6 +44,8 @@ from gnnrec_lab.util.status import RunStatus
 
 TRAIN_FN_ENV = "GNNREC_LAB_TRAIN_FN"
 DEFAULT_TRAIN_FN = "gnnrec_lab.training.loop:train"
+# a run's own training callable ("train_fn"), its keyword arguments ("options") and interpreter ("python")
+REQUEST_FILE = "request.json"
 EXIT_OK, EXIT_FAILED, EXIT_OOM, EXIT_DIVERGED = 0, 1, 3, 4
 STDERR_TAIL_LINES = 50
 
@@ -53,6 +59,21 @@ def resolve_train_fn(spec: str | None = None):
     if not mod or not attr:
         raise UserError(f"{TRAIN_FN_ENV}: expected 'module:function', got {spec!r}")
     return getattr(importlib.import_module(mod), attr)
+
+
+def write_request(run_dir, request: dict) -> None:
+    """Keep run ``run_dir``'s request (``train_fn``, ``options``, ``python``) for its worker."""
+    tmp = Path(run_dir) / (REQUEST_FILE + ".tmp")
+    tmp.write_text(json.dumps(request))
+    os.replace(tmp, Path(run_dir) / REQUEST_FILE)
+
+
+def read_request(run_dir) -> dict:
+    """Run ``run_dir``'s request, ``{}`` for a run that has none (the default training)."""
+    try:
+        return json.loads((Path(run_dir) / REQUEST_FILE).read_text())
+    except FileNotFoundError:
+        return {}
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -82,13 +103,15 @@ def finish_run(store, run_id: int, result, reporter=None) -> RunStatus:
     The result is written once: a :class:`~gnnrec_lab.runs.store.StoreReporter` given as
     ``reporter`` has already written it from ``on_finish`` (a training function that never
     called it, e.g. a test fake, gets it written here)."""
-    status = RunStatus.of(getattr(result, "status", RunStatus.FINISHED))
+    as_dict = isinstance(result, dict)   # a RunResult's dict (a DistDGL run's result)
+    status = RunStatus.of(result.get("status", RunStatus.FINISHED) if as_dict
+                          else getattr(result, "status", RunStatus.FINISHED))
     # a result says how its training loop ended; an active status or a crash is not one of those
     if status is None or status.is_active or status.is_crash:
         status = RunStatus.FINISHED
     if not getattr(reporter, "recorded", False):
         store.record_result(run_id, result)
-    info = getattr(result, "info", None) or {}
+    info = (result.get("info") if as_dict else getattr(result, "info", None)) or {}
     error = info.get("diverged") if status is RunStatus.DIVERGED else info.get("stopped")
     store.set_status(run_id, status, error=error, only_if=(RunStatus.RUNNING,))
     return status
@@ -144,9 +167,10 @@ def run_worker(run_id: int, store=None) -> int:
                                 pid_start=proc_start_ticks(os.getpid()), host=json.dumps(host_info()),
                                 only_if=(RunStatus.QUEUED, RunStatus.RUNNING)):
             return EXIT_OK  # cancelled (or otherwise ended) before this process got going
-        train_fn = resolve_train_fn()
+        request = read_request(run_dir)
+        train_fn = resolve_train_fn(request.get("train_fn"))
         reporter = store.reporter(run_id)
-        result = train_fn(config, reporter=reporter, progress=False)
+        result = train_fn(config, reporter=reporter, progress=False, **(request.get("options") or {}))
         status = finish_run(store, run_id, result, reporter)
         return exit_status(status)
     except UserError as e:

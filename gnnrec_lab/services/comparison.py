@@ -8,7 +8,12 @@ run on the emulated cluster (``--partitions P --cores-per-machine C``) is P. Eac
 single machine is an Optane one): its measured durations times the tier model's modeled/measured
 training-step ratio of that run on the mode's device (:func:`full_graph_modeled`,
 :func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`). A services-layer module: it reads the run
-store through :mod:`~gnnrec_lab.services.projection` and :mod:`~gnnrec_lab.distributed.engine`.
+store (through :mod:`~gnnrec_lab.services.projection` for the modeled rows).
+
+The columns of one run, whatever its engine, are defined here once (:func:`comparison_row`,
+:data:`COMPARISON_COLUMNS`), as is the target that means the same on every engine
+(:func:`common_targets`, and :func:`reference_target` for ``gnnrec-lab distributed --target-of``):
+the CLI, ``benchmarks/bench_headline.py``, notebook 06 and the Compare page read them from here.
 """
 from __future__ import annotations
 
@@ -16,11 +21,13 @@ import math
 import threading
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
-from gnnrec_lab.distributed.engine import DEPTH_FIELDS, TARGET_FRACTION, common_targets, comparison_row
 from gnnrec_lab.memory.tiermodel import MODE_DEVICES, modeled_seconds
 from gnnrec_lab.services.projection import stored_run_step_time
+from gnnrec_lab.training.step import target_outcome
+from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.status import RunStatus
 
@@ -33,6 +40,122 @@ FULL_VS_DIST_COLUMNS = ["id", "engine", "series", "kind", "dataset", "model", "l
                         "time_to_target_s", "epoch_s", "train_s",
                         "best_valid_recall@20", "test_recall@20", "explosion_factor", "batch_ms", "device", "ratio",
                         "placement_assumption"]
+
+
+# --- the columns every view of the comparison shows: one row per run (comparison_frame), the common
+# target (common_targets), the reference run of --target-of (reference_target) ------------------------
+TARGET_FRACTION = 0.95   # the default target: this share of the full-graph run's best validation Recall@20
+# what a full-graph reference run and a run measured against it must share: the same graph, model,
+# depth and batch size, and the same seeded evaluation users (seed, eval_users)
+REFERENCE_FIELDS = ("dataset", "model", "layers", "batch_size", "seed", "eval_users")
+# the same, for a comparison by depth in which each engine keeps the batch size it does best with
+DEPTH_FIELDS = tuple(f for f in REFERENCE_FIELDS if f != "batch_size")
+
+COMPARISON_COLUMNS = ["id", "engine", "dataset", "model", "layers", "batch_size", "epoch_s", "time_to_target_s",
+                      "best_valid_recall@20", "test_recall@20", "explosion_factor", "batch_ms", "partitions",
+                      "reference_run", "common_target", "common_target_reached", "time_to_common_target_s"]
+
+
+def engine_of(result: dict) -> str:
+    """``full``, ``sampled`` or ``distdgl``: the engine a stored result was trained with."""
+    cfg = result.get("config") or {}
+    return result.get("engine") or ("full" if cfg.get("mode", "full") == "full" else "sampled")
+
+
+def reference_target(store, run_id: int, config, fraction: float = TARGET_FRACTION) -> dict:
+    """The target ``fraction`` x the best validation Recall@20 of finished full-graph run ``run_id``,
+    for a run of ``config`` (a RunConfig): DistSpec's ``target_recall``, ``target_of``,
+    ``target_fraction``, ``target_reference``. UserError (naming ``--target-of``) when that run is
+    not a finished full-graph run with a validation Recall@20 or differs in a :data:`REFERENCE_FIELDS`."""
+    run = store.get_run(run_id, need=("config", "result"))
+    if run["status"] is not RunStatus.FINISHED:
+        raise UserError(f"--target-of: run {run_id} is {run['status']}, not finished")
+    res = run["result"] or {}
+    if engine_of(res) != "full":
+        raise UserError(f"--target-of: run {run_id} is a {engine_of(res)} run; the target is a share of a "
+                        f"full-graph run's best validation Recall@20")
+    best = (res.get("best_valid") or {}).get("recall@20")
+    if best is None or not np.isfinite(best) or best <= 0:
+        raise UserError(f"--target-of: run {run_id} has no positive best validation Recall@20 ({best})")
+    ref = run["config"] or {}
+    for name in REFERENCE_FIELDS:
+        if ref.get(name) != getattr(config, name):
+            raise UserError(f"--target-of: run {run_id} has {name} {ref.get(name)!r}, this run "
+                            f"--{name.replace('_', '-')} {getattr(config, name)!r}: the target must come from "
+                            f"a full-graph run of the same {', '.join(REFERENCE_FIELDS)}")
+    return {"target_recall": float(fraction) * float(best), "target_of": int(run_id),
+            "target_fraction": float(fraction), "target_reference": float(best)}
+
+
+def comparison_row(result: dict, run_id=None) -> dict:
+    """One run (a RunResult's or a DistDGL run's result dict) as a row of :func:`comparison_frame`
+    (its common-target columns are the frame's)."""
+    cfg = result.get("config") or {}
+    engine = engine_of(result)
+    dist = result.get("distributed") or {}
+    ep = result.get("epoch_seconds") or []
+    batch = (dist.get("batch_seconds_median") or {}).get("total")
+    return {"id": run_id, "engine": engine, "dataset": cfg.get("dataset"), "model": cfg.get("model"),
+            "layers": cfg.get("layers"), "batch_size": cfg.get("batch_size"),
+            "epoch_s": float(np.mean(ep)) if ep else None, "time_to_target_s": result.get("time_to_target_s"),
+            "best_valid_recall@20": (result.get("best_valid") or {}).get("recall@20"),
+            "test_recall@20": (result.get("test") or {}).get("recall@20"),
+            "explosion_factor": dist.get("explosion_factor", 1.0 if engine == "full" else None),
+            "batch_ms": None if batch is None else batch * 1e3,
+            "partitions": ((result.get("info") or {}).get("distributed") or {}).get("partitions"),
+            "reference_run": None, "common_target": None, "common_target_reached": None,
+            "time_to_common_target_s": None}
+
+
+def common_targets(results: list, fraction: float = TARGET_FRACTION, fields=REFERENCE_FIELDS) -> list[dict]:
+    """For each ``(run_id, result)``: the target that means the same for every engine, ``fraction``
+    x the best validation Recall@20 of the best full-graph run among ``results`` with the same
+    ``fields`` (:data:`REFERENCE_FIELDS`; the headline comparison, where each engine keeps its own
+    best batch size, leaves ``batch_size`` out: :data:`DEPTH_FIELDS`), and whether and when the
+    run's evaluations reached it (:func:`gnnrec_lab.training.loop.target_outcome` over its history: training
+    seconds, evaluation excluded, on both engines). ``{}`` where no such full-graph run is among them."""
+    def key(res):
+        cfg = res.get("config") or {}
+        return tuple(cfg.get(f) for f in fields)
+    best: dict = {}
+    for rid, res in results:
+        v = (res.get("best_valid") or {}).get("recall@20")
+        if engine_of(res) == "full" and v is not None and np.isfinite(v) and v > best.get(key(res), (None, -1))[1]:
+            best[key(res)] = (rid, float(v))
+    out = []
+    for _, res in results:
+        if key(res) not in best:
+            out.append({})
+            continue
+        rid, ref = best[key(res)]
+        out.append(target_outcome(res.get("history") or [], fraction * ref, "recall@20", of_run=rid,
+                                  fraction=fraction, reference=ref))
+    return out
+
+
+def comparison_frame(store=None, run_ids=None, results=(), target_fraction: float = TARGET_FRACTION):
+    """Finished runs, full-graph and DistDGL side by side (one row per run, all measured):
+    ``engine`` (``full``, ``sampled`` or ``distdgl``), mean epoch seconds, time to the run's own
+    Recall@20 target, best validation and test Recall@20, the neighbourhood-explosion factor (input
+    nodes per batch / graph nodes; 1 for full-graph training, which propagates every node every
+    step) and DistDGL's median batch time; and the common target (:func:`common_targets`):
+    ``target_fraction`` of the best full-graph run's validation Recall@20 at the same depth and
+    batch size (``reference_run``), reached or not, and the training seconds to it. Rows come from
+    ``store`` (``run_ids`` or every finished run) and from ``results`` (result dicts not in a store)."""
+    pairs = [(None, r) for r in results]
+    if store is not None:
+        for rid in (store.run_ids(RunStatus.FINISHED) if run_ids is None else list(run_ids)):
+            res = store.get_run(rid).get("result")
+            if res:
+                pairs.append((rid, res))
+    rows = []
+    for (rid, res), t in zip(pairs, common_targets(pairs, target_fraction)):
+        row = comparison_row(res, rid)
+        if t:
+            row.update(reference_run=t["of_run"], common_target=t["value"], common_target_reached=t["reached"],
+                       time_to_common_target_s=t["time_s"])
+        rows.append(row)
+    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
 def _plural(n, word: str) -> str:
@@ -121,7 +244,7 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
 
     Time to target means the same on every row: ``target`` is ``target_fraction`` of the best
     validation Recall@20 of the full-graph runs among them at the same depth (dataset, model, layers,
-    seed, eval users: :data:`~gnnrec_lab.distributed.engine.DEPTH_FIELDS`; ``reference_run``), and
+    seed, eval users: :data:`DEPTH_FIELDS`; ``reference_run``), and
     ``time_to_target_s`` the training seconds each run took to reach it (evaluation excluded, the
     same seeded users; None with ``target_reached`` False when it did not). Without a full-graph run
     at that depth, or with ``target_fraction=None``, it is the run's own ``--target-recall``'s."""

@@ -6,7 +6,7 @@ and finish (test, totals, the result reported once).
 
 The loop is one code path for every engine: what differs is the :class:`Step` it is given, how
 one training step is taken (:class:`FullStep`, :class:`SampledStep` here; DistDGL's trainer brings
-its own, :class:`gnnrec_lab.distributed.engine.DistDGLStep`). Epochs and steps counted from 1, evaluation
+its own, :class:`gnnrec_lab.distributed.step.DistDGLStep`). Epochs and steps counted from 1, evaluation
 (the same seeded users, every ``eval_every`` epochs and after the last, its time kept out of the
 training time), early stopping, the best epoch, the time to the Recall@20 target
 (:func:`target_outcome`) and what the reporter is told are the loop's, whatever the step.
