@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from gnnrec_lab.memory.tiermodel import MODE_DEVICES, modeled_seconds
+from gnnrec_lab.runs.record import StoredResult, section
 from gnnrec_lab.services.projection import stored_run_step_time
 from gnnrec_lab.training.step import target_outcome
 from gnnrec_lab.util.errors import UserError
@@ -58,8 +59,8 @@ COMPARISON_COLUMNS = ["id", "engine", "dataset", "model", "layers", "batch_size"
 
 def engine_of(result: dict) -> str:
     """``full``, ``sampled`` or ``distdgl``: the engine a stored result was trained with."""
-    cfg = result.get("config") or {}
-    return result.get("engine") or ("full" if cfg.get("mode", "full") == "full" else "sampled")
+    r = StoredResult.from_dict(result)
+    return r.raw.get("engine") or ("full" if r.config.get("mode", "full") == "full" else "sampled")
 
 
 def reference_target(store, run_id: int, config, fraction: float = TARGET_FRACTION) -> dict:
@@ -67,17 +68,16 @@ def reference_target(store, run_id: int, config, fraction: float = TARGET_FRACTI
     for a run of ``config`` (a RunConfig): DistSpec's ``target_recall``, ``target_of``,
     ``target_fraction``, ``target_reference``. UserError (naming ``--target-of``) when that run is
     not a finished full-graph run with a validation Recall@20 or differs in a :data:`REFERENCE_FIELDS`."""
-    run = store.get_run(run_id, need=("config", "result"))
-    if run["status"] is not RunStatus.FINISHED:
-        raise UserError(f"--target-of: run {run_id} is {run['status']}, not finished")
-    res = run["result"] or {}
-    if engine_of(res) != "full":
-        raise UserError(f"--target-of: run {run_id} is a {engine_of(res)} run; the target is a share of a "
+    run = store.run_record(run_id, need=("config", "result"))
+    if run.status is not RunStatus.FINISHED:
+        raise UserError(f"--target-of: run {run_id} is {run.status}, not finished")
+    if engine_of(run.result) != "full":
+        raise UserError(f"--target-of: run {run_id} is a {engine_of(run.result)} run; the target is a share of a "
                         f"full-graph run's best validation Recall@20")
-    best = (res.get("best_valid") or {}).get("recall@20")
+    best = run.result.best_valid.get("recall@20")
     if best is None or not np.isfinite(best) or best <= 0:
         raise UserError(f"--target-of: run {run_id} has no positive best validation Recall@20 ({best})")
-    ref = run["config"] or {}
+    ref = run.config
     for name in REFERENCE_FIELDS:
         if ref.get(name) != getattr(config, name):
             raise UserError(f"--target-of: run {run_id} has {name} {ref.get(name)!r}, this run "
@@ -90,19 +90,18 @@ def reference_target(store, run_id: int, config, fraction: float = TARGET_FRACTI
 def comparison_row(result: dict, run_id=None) -> dict:
     """One run (a RunResult's or a DistDGL run's result dict) as a row of :func:`comparison_frame`
     (its common-target columns are the frame's)."""
-    cfg = result.get("config") or {}
-    engine = engine_of(result)
-    dist = result.get("distributed") or {}
-    ep = result.get("epoch_seconds") or []
-    batch = (dist.get("batch_seconds_median") or {}).get("total")
+    r = StoredResult.from_dict(result)
+    cfg, dist, ep = r.config, r.distributed, r.epoch_seconds
+    engine = engine_of(r)
+    batch = section(dist, "batch_seconds_median").get("total")
     return {"id": run_id, "engine": engine, "dataset": cfg.get("dataset"), "model": cfg.get("model"),
             "layers": cfg.get("layers"), "batch_size": cfg.get("batch_size"),
-            "epoch_s": float(np.mean(ep)) if ep else None, "time_to_target_s": result.get("time_to_target_s"),
-            "best_valid_recall@20": (result.get("best_valid") or {}).get("recall@20"),
-            "test_recall@20": (result.get("test") or {}).get("recall@20"),
+            "epoch_s": float(np.mean(ep)) if ep else None, "time_to_target_s": r.time_to_target_s,
+            "best_valid_recall@20": r.best_valid.get("recall@20"),
+            "test_recall@20": r.test.get("recall@20"),
             "explosion_factor": dist.get("explosion_factor", 1.0 if engine == "full" else None),
             "batch_ms": None if batch is None else batch * 1e3,
-            "partitions": ((result.get("info") or {}).get("distributed") or {}).get("partitions"),
+            "partitions": section(r.info, "distributed").get("partitions"),
             "reference_run": None, "common_target": None, "common_target_reached": None,
             "time_to_common_target_s": None}
 
@@ -114,12 +113,13 @@ def common_targets(results: list, fraction: float = TARGET_FRACTION, fields=REFE
     best batch size, leaves ``batch_size`` out: :data:`DEPTH_FIELDS`), and whether and when the
     run's evaluations reached it (:func:`gnnrec_lab.training.loop.target_outcome` over its history: training
     seconds, evaluation excluded, on both engines). ``{}`` where no such full-graph run is among them."""
+    results = [(rid, StoredResult.from_dict(res)) for rid, res in results]
+
     def key(res):
-        cfg = res.get("config") or {}
-        return tuple(cfg.get(f) for f in fields)
+        return tuple(res.config.get(f) for f in fields)
     best: dict = {}
     for rid, res in results:
-        v = (res.get("best_valid") or {}).get("recall@20")
+        v = res.best_valid.get("recall@20")
         if engine_of(res) == "full" and v is not None and np.isfinite(v) and v > best.get(key(res), (None, -1))[1]:
             best[key(res)] = (rid, float(v))
     out = []
@@ -128,7 +128,7 @@ def common_targets(results: list, fraction: float = TARGET_FRACTION, fields=REFE
             out.append({})
             continue
         rid, ref = best[key(res)]
-        out.append(target_outcome(res.get("history") or [], fraction * ref, "recall@20", of_run=rid,
+        out.append(target_outcome(res.history, fraction * ref, "recall@20", of_run=rid,
                                   fraction=fraction, reference=ref))
     return out
 
@@ -168,11 +168,12 @@ def machine_of(engine: str, cfg: dict, info: dict, result: dict) -> tuple:
     machine per partition, each of its emulated machine's cores (None on a local cluster, where the
     machines share the host's cores), its link rate (0: unshaped; None: not emulated)."""
     if engine != "distdgl":
-        aff = (info.get("host") or {}).get("affinity")
-        cores = cfg.get("cores") or (len(aff) if aff else (info.get("host") or {}).get("cpus"))
+        host = section(info, "host")
+        aff = host.get("affinity")
+        cores = cfg.get("cores") or (len(aff) if aff else host.get("cpus"))
         return 1, cores, None
-    dist = info.get("distributed") or (result.get("info") or {}).get("distributed") or {}
-    cluster = dist.get("cluster") or {}
+    dist = section(info, "distributed") or section(StoredResult.from_dict(result).info, "distributed")
+    cluster = section(dist, "cluster")
     ms = cluster.get("machines") or []
     cores = len(ms[0]["cores"]) if cluster.get("kind") == "emulated" and ms and ms[0].get("cores") else None
     return dist.get("partitions") or len(ms) or None, cores, cluster.get("link_gbit")
@@ -251,13 +252,13 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
     ids = store.run_ids(RunStatus.FINISHED) if run_ids is None else list(run_ids)
     runs, rows, reasons = [], [], []
     for rid in ids:
-        run = store.get_run(rid)
-        res = run.get("result") or {}
-        if not res:
+        run = store.run_record(rid)
+        res = run.result
+        if not res.raw:
             continue
         row = comparison_row(res, rid)
-        cfg = run.get("config") or res.get("config") or {}
-        if row["engine"] == "full" and any(w != "dram" for w in (cfg.get("placement") or {}).values()):
+        cfg = run.config or res.config
+        if row["engine"] == "full" and any(w != "dram" for w in cfg.placement.values()):
             continue   # part of it ran on a file or another node: not one DRAM machine
         if row["engine"] not in ("full", "distdgl"):
             continue
@@ -269,17 +270,15 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
             row.update(target=t["value"], target_reached=t["reached"], reference_run=t["of_run"],
                        time_to_target_s=t["time_s"])
         else:
-            own = (res.get("target") or {})
-            row.update(target=own.get("value"), target_reached=own.get("reached"), reference_run=None)
+            row.update(target=res.target.get("value"), target_reached=res.target.get("reached"), reference_run=None)
     dist_sets = {row["dataset"] for _, _, _, row, _ in runs if row["engine"] == "distdgl"}
     keep = set(datasets) if datasets is not None else (dist_sets or None)
     for rid, run, res, row, cfg in runs:
         if keep is not None and row["dataset"] not in keep:
             continue
-        info = run.get("info") or {}
-        machines, cores, link = machine_of(row["engine"], cfg, info, res)
+        machines, cores, link = machine_of(row["engine"], cfg, run.info, res)
         base = {k: row.get(k) for k in FULL_VS_DIST_COLUMNS if k in row}
-        base.update(machines=machines, cores_per_machine=cores, link_gbit=link, train_s=res.get("train_seconds"),
+        base.update(machines=machines, cores_per_machine=cores, link_gbit=link, train_s=res.train_seconds,
                     kind=Provenance.MEASURED, device="this host (DRAM)", ratio=None, placement_assumption=None,
                     series=engine_series(row["engine"], machines, cores, link))
         rows.append(base)
@@ -349,13 +348,13 @@ def finished_run(store, name: str, want: dict, engine: str, machines: tuple) -> 
     :func:`machine_of` reads it), as the CLI's ``--json`` gives it (its result, ``run_id`` and
     ``reused=True``), or None."""
     for rid in sorted(store.run_ids(RunStatus.FINISHED, name=name), reverse=True):
-        run = store.get_run(rid)
-        res = run.get("result") or {}
-        cfg = run.get("config") or res.get("config") or {}
-        if not res or not all(_same(cfg.get(k), v) for k, v in want.items()):
+        run = store.run_record(rid)
+        res = run.result
+        cfg = run.config or res.config
+        if not res.raw or not all(_same(cfg.get(k), v) for k, v in want.items()):
             continue
-        if all(_same(got, asked) for got, asked in zip(machine_of(engine, cfg, run.get("info") or {}, res), machines)):
-            return dict(res, run_id=rid, reused=True)
+        if all(_same(got, asked) for got, asked in zip(machine_of(engine, cfg, run.info, res), machines)):
+            return dict(res.raw, run_id=rid, reused=True)
     return None
 
 
