@@ -1,6 +1,6 @@
-"""Models declare themselves once: every model's builder and cost hooks sit in
-gnnrec_lab.models.registry (footprint and advise read the hooks, no model names); a missing part
-fails here. A toy model that a
+"""Models and memory modes declare themselves once: every model's builder and cost hooks sit in
+gnnrec_lab.models.registry (footprint and advise read the hooks, no model names), every memory mode
+with its device in gnnrec_lab.config.memory_modes; a missing part fails here. A toy model that a
 test registers trains, and footprint and advise accept it: this file is all it needs."""
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 
 from gnnrec_lab import RunConfig, run
 from gnnrec_lab.config import run as config_run
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE, PLACEMENTS
 from gnnrec_lab.memory.advise import ADVISED_MODE_DEVICES, advise, step_kernels
 from gnnrec_lab.memory.footprint import footprint, footprint_phases
+from gnnrec_lab.memory.tiermodel import MODE_DEVICES, mode_device
 from gnnrec_lab.models import registry
 from gnnrec_lab.models.registry import F32, LightGCNSpec, ModelSpec, model_spec
 from gnnrec_lab.util.errors import ConfigError, UserError
@@ -122,7 +124,7 @@ def test_advise_reads_the_toy_models_kernel_hooks_and_covers_every_mode(toy):
     names = [k["name"] for k in step_kernels(cfg, COUNTS)]
     assert names.count("toy_scale") == 2 * 2 and names.count("spmm") == 4     # forward + backward per layer
     a = advise(cfg, COUNTS, HOST, 16, runtime_bytes=0)
-    assert a["config"]["model"] == "toy" and set(a["modes"]) == set(ADVISED_MODE_DEVICES)
+    assert a["config"]["model"] == "toy" and set(a["modes"]) == set(MEMORY_MODE_TABLE)
     assert all(r["modeled_step_s"] > 0 for r in a["modes"].values())
 
 
@@ -135,3 +137,30 @@ def test_a_registered_toy_model_trains(toy, mode):
     fp = footprint(r.config, runtime_bytes=0)    # predicted with its hooks (the runtime: kernels compiled since)
     assert {k: v for k, v in r.footprint.predicted.items() if k != "runtime"} == \
            {k: v for k, v in fp.items() if k != "runtime"}
+
+
+# -- memory modes -----------------------------------------------------------------------------------
+def test_every_memory_mode_is_declared_once_with_a_shipped_device_of_the_right_kind(monkeypatch):
+    from gnnrec_lab.memory import profiles
+    monkeypatch.delenv(profiles.ENV_VAR, raising=False)
+    shipped = profiles.load_profiles()
+    assert config_run.MEMORY_MODES == tuple(MEMORY_MODE_TABLE) and config_run.MEMORY_MODES[0] == "dram"
+    for name, m in MEMORY_MODE_TABLE.items():
+        assert m.name == name and m.placement in PLACEMENTS
+        assert m.measured == (m.placement == "dram") == (m.device is None)
+        assert mode_device(name) == m.device and ADVISED_MODE_DEVICES[name] == (m.device or "host")
+        if m.measured:
+            continue
+        assert MODE_DEVICES[name] == m.device and m.device in shipped, f"{name}: no device profile {m.device}"
+        # DRAM caching the device is the memory-mode kind of profile; a split places classes on a plain one
+        assert shipped[m.device].is_memory_mode == (m.placement == "cache"), name
+    assert set(MODE_DEVICES) == {n for n, m in MEMORY_MODE_TABLE.items() if not m.measured}
+
+
+def test_advise_places_each_mode_as_its_declaration_says():
+    a = advise(RunConfig(layers=1, dim=8), COUNTS, HOST, 16, runtime_bytes=0)
+    for name, row in a["modes"].items():
+        kind = MEMORY_MODE_TABLE[name].placement
+        where = set(row["placement"].values())
+        assert where == {"dram": {"dram"}, "cache": {"memory_mode"}}.get(kind, where), name
+        assert ("keep_in_dram" in row) == (kind == "split"), name

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Optional
 
 from gnnrec_lab.config.bounds import integer, integers, number
 from gnnrec_lab.config.checks import Interval, Options, Parsed, Rule, Text, check, check_value
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
 from gnnrec_lab.config.places import TENSOR_CLASSES, parse_placement
 from gnnrec_lab.util.errors import ConfigError, UserError
 
@@ -49,7 +50,8 @@ CACHE_TRACE_KINDS = ("mf", "sampled")
 CACHE_TRACE_BATCH = 1024
 # Memory modes a run can be launched in. "dram" is measured here; the others are
 # measured where the hardware exists and modeled (labelled so) elsewhere.
-MEMORY_MODES = ("dram", "optane_memory_mode", "optane_app_direct", "cxl", "remote_numa")
+# Each is declared once, with its device profile, in gnnrec_lab.config.memory_modes.
+MEMORY_MODES = tuple(MEMORY_MODE_TABLE)
 
 
 # Largest value each integer field accepts: far beyond any run this lab can hold, small enough
@@ -299,8 +301,8 @@ class RunConfig:
 
     @property
     def measured(self) -> bool:
-        """Whether time in this run is measured on its memory mode (True for DRAM)."""
-        return self.memory_mode == "dram"
+        """Whether time in this run is measured on its memory mode (True for DRAM: config.memory_modes)."""
+        return MEMORY_MODE_TABLE[self.memory_mode].measured
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
 from gnnrec_lab.config.run import TENSOR_CLASSES
 from gnnrec_lab.kernels import costs
 from gnnrec_lab.memory import tiermodel
@@ -25,8 +26,9 @@ from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.recorder import KernelRecord
 
 # Every memory mode advise compares -> the device profile it is modeled with by default
-# (dram on the host's own profile; the others as tiermodel.MODE_DEVICES).
-ADVISED_MODE_DEVICES = {"dram": "host", **tiermodel.MODE_DEVICES}
+# (a measured mode, dram, on the host's own profile; the others on their device,
+# config.memory_modes).
+ADVISED_MODE_DEVICES = {name: m.device or "host" for name, m in MEMORY_MODE_TABLE.items()}
 GiB = 1 << 30
 
 
@@ -172,13 +174,14 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
     modes = {}
     for mode, dev in ADVISED_MODE_DEVICES.items():
         row = {"device": dev, "kind": Provenance.MODELED}
-        if mode == "dram":
+        placed = MEMORY_MODE_TABLE[mode].placement    # config.memory_modes.PLACEMENTS
+        if placed == "dram":
             row.update(modeled_step_s=base_s, fits=need <= dram_bytes, kind=source["kind"],
                        placement={c: "dram" for c in TENSOR_CLASSES},
                        placement_assumption="all tensor classes in DRAM")
             if need > dram_bytes:
                 row["note"] = f"needs {need / GiB:.2f} GiB, DRAM has {dram_gb:g} GiB: will not fit"
-        elif mode == "optane_memory_mode":
+        elif placed == "cache":
             st = project_step(recs, host, dev, footprint=need, dram_cache_bytes=dram_bytes, threads=th)
             row.update(modeled_step_s=st["modeled_s"], hit_rate=st["hit_rate"], fits=True,
                        placement={c: "memory_mode" for c in TENSOR_CLASSES},
