@@ -13,20 +13,28 @@ import sys
 from gnnrec_lab.commands.common import bounded, field_type
 from gnnrec_lab.config.bounds import integers
 from gnnrec_lab.config.run import CACHE_TRACE_BATCH, MAXIMA, OPTIMIZER_STATES, SIMULATED_CACHE_POLICIES, check_field
+from gnnrec_lab.models.registry import MODEL_SPECS, graph_models
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.formatting import fmt_percent
 from gnnrec_lab.util.provenance import Provenance
 
 
+def _trace_models() -> tuple:
+    """The models a trace can be made for (gnnrec_lab.models.registry): those that propagate over no
+    graph (mf, BPR batches) first, then the graph models (sampled sub-graphs)."""
+    return tuple(m for m in MODEL_SPECS if m not in graph_models()) + graph_models()
+
+
 def _add_trace_args(p: argparse.ArgumentParser) -> None:
+    flat, graphs = ", ".join(m for m in MODEL_SPECS if m not in graph_models()), " and ".join(graph_models())
     p.add_argument("--dataset", required=True, help="dataset whose training interactions make the trace: a "
                                                      "built-in or prepared name (see `gnnrec-lab data list`)")
-    p.add_argument("--model", default="mf", help="what the trace's batches read: mf reads the batch's own rows "
-                                                 "(BPR batches, 0 layers), lightgcn and ngcf read a sampled "
-                                                 "sub-graph around them (default: %(default)s)")
+    p.add_argument("--model", default="mf", help=f"what the trace's batches read: {flat} reads the batch's own rows "
+                                                 f"(BPR batches, 0 layers), {graphs} read a sampled "
+                                                 f"sub-graph around them (default: %(default)s)")
     p.add_argument("--layers", type=field_type("layers"), default=None,
-                   help="graph layers (hops) of the sampled sub-graphs for lightgcn "
-                        "and ngcf (default: one per fan-out, else 2)")
+                   help=f"graph layers (hops) of the sampled sub-graphs for {graphs} "
+                        f"(default: one per fan-out, else 2)")
     p.add_argument("--fanouts", type=bounded(integers, "--fanouts", -1, MAXIMA["fanouts"], max_len=MAXIMA["layers"]),
                    default=None, help="neighbours sampled per node at each layer, first hop first, "
                                                    "comma-separated, -1 = all neighbours (default: 10 per layer)")
@@ -98,18 +106,19 @@ def _trace_request(args):
     from gnnrec_lab.graph.bipartite import BipartiteGraph
 
     model = str(args.model).lower()
-    if model not in ("mf", "lightgcn", "ngcf"):
-        raise UserError(f"--model must be one of mf, lightgcn, ngcf, got {args.model!r}")
+    if model not in MODEL_SPECS:
+        raise UserError(f"--model must be one of {', '.join(_trace_models())}, got {args.model!r}")
+    graph_model = model in graph_models()
     batch_size = _field("--batch-size", "batch_size", args.batch_size)
     epochs = _field("--epochs", "epochs", args.epochs)
     seed = _field("--seed", "seed", args.seed)
-    fanouts = _fanouts(args) if model != "mf" else []
-    if model == "mf" and args.fanouts is not None:
-        raise UserError("--fanouts applies to sampled models (lightgcn, ngcf), not --model mf")
+    fanouts = _fanouts(args) if graph_model else []
+    if not graph_model and args.fanouts is not None:
+        raise UserError(f"--fanouts applies to sampled models ({', '.join(graph_models())}), not --model {model}")
     from gnnrec_lab.data import load
     ds = load(args.dataset, seed=seed)
     graph = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
-    return graph, {"kind": "mf" if model == "mf" else "sampled", "batch_size": batch_size, "fanouts": fanouts,
+    return graph, {"kind": "sampled" if graph_model else "mf", "batch_size": batch_size, "fanouts": fanouts,
                    "epochs": epochs, "seed": seed}
 
 

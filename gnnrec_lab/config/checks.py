@@ -88,10 +88,15 @@ class Interval(Constraint):
 
 
 class Options(Constraint):
-    """One of ``values`` (compared by equality, as given)."""
+    """One of ``values`` (compared by equality, as given). A mapping's keys are read when checked,
+    so a key added later is allowed (config.run's models, which gnnrec_lab.models.registry declares)."""
 
     def __init__(self, values: Iterable):
-        self.values = tuple(values)
+        self._values = values if isinstance(values, Mapping) else tuple(values)
+
+    @property
+    def values(self) -> tuple:
+        return tuple(self._values)
 
     def parse(self, param, value, text=False):
         try:

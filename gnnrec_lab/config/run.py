@@ -13,10 +13,16 @@ from typing import Any, ClassVar, Optional
 
 from gnnrec_lab.config.bounds import integer, integers, number
 from gnnrec_lab.config.checks import Interval, Options, Parsed, Rule, Text, check, check_value
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
 from gnnrec_lab.config.places import TENSOR_CLASSES, parse_placement
 from gnnrec_lab.util.errors import ConfigError, UserError
 
-MODELS = ("lightgcn", "ngcf", "mf")
+# The models a run trains, name -> whether it propagates over the graph (has layers, samples fan-outs).
+# Each is declared once in gnnrec_lab.models.registry (its builder and cost hooks); config sits below
+# models, so it keeps the names RunConfig validates against, and models.registry.register adds a
+# model's here (declare_model). tests/test_models_registry.py checks that the two agree.
+MODEL_GRAPHS: dict[str, bool] = {"lightgcn": True, "ngcf": True, "mf": False}
+MODELS = tuple(MODEL_GRAPHS)   # the built-in models, in the order every list shows them
 NGCF_FORMS = ("edge", "node")
 OPTIMIZERS = ("adam", "adamw", "sgd", "lamb")
 # per-row state vectors of every optimizer the cache simulator sizes rows for (runs use OPTIMIZERS;
@@ -44,7 +50,8 @@ CACHE_TRACE_KINDS = ("mf", "sampled")
 CACHE_TRACE_BATCH = 1024
 # Memory modes a run can be launched in. "dram" is measured here; the others are
 # measured where the hardware exists and modeled (labelled so) elsewhere.
-MEMORY_MODES = ("dram", "optane_memory_mode", "optane_app_direct", "cxl", "remote_numa")
+# Each is declared once, with its device profile, in gnnrec_lab.config.memory_modes.
+MEMORY_MODES = tuple(MEMORY_MODE_TABLE)
 
 
 # Largest value each integer field accepts: far beyond any run this lab can hold, small enough
@@ -62,18 +69,40 @@ LAYERS = Interval(integer, lo=1, hi=MAXIMA["layers"])
 MF_LAYERS = 0
 
 
+def declare_model(name: str, graph: bool) -> None:
+    """Let RunConfig accept model ``name`` (gnnrec_lab.models.registry.register calls it);
+    ``graph``: it propagates over the graph. Declaring a model again changes nothing; declaring
+    it again as the other kind is refused."""
+    if MODEL_GRAPHS.get(name, graph) != graph:
+        raise ValueError(f"model {name!r} is declared already with graph={MODEL_GRAPHS[name]}")
+    MODEL_GRAPHS[name] = bool(graph)
+
+
+def undeclare_model(name: str) -> None:
+    """Forget a model declared with :func:`declare_model` (a test's); the built-in ones stay."""
+    if name not in MODELS:
+        MODEL_GRAPHS.pop(name, None)
+
+
+def _graph_model(model) -> bool:
+    """Whether ``model`` propagates over the graph (an unknown name counts as one: its own check
+    refuses it)."""
+    return MODEL_GRAPHS.get(model, True) if isinstance(model, str) else True
+
+
 def mf_layers(model, layers, given: bool = False):
-    """The layers a run of ``model`` gets: model mf has none (:data:`MF_LAYERS`) unless ``layers``
-    was ``given`` explicitly (then the table's rule judges it); any other model keeps ``layers``."""
-    return MF_LAYERS if model == "mf" and not given else layers
+    """The layers a run of ``model`` gets: a model that propagates over no graph (mf) has none
+    (:data:`MF_LAYERS`) unless ``layers`` was ``given`` explicitly (then the table's rule judges
+    it); any other model keeps ``layers``."""
+    return MF_LAYERS if not _graph_model(model) and not given else layers
 
 
 # -- cross-field rules and parsers of RUN_CONSTRAINTS ------------------------------------------------
 def _layers_fit_model(c) -> Optional[str]:
-    """Model mf has no propagation layers; every other model has at least one."""
-    if c["model"] == "mf" and c["layers"] != MF_LAYERS:
-        return f"model 'mf' has no propagation layers; use {MF_LAYERS}, got {c['layers']}"
-    if c["model"] != "mf":   # 0 layers is mf's alone: say so in the range
+    """A model that propagates over no graph (mf) has no layers; every other model has at least one."""
+    if not _graph_model(c["model"]) and c["layers"] != MF_LAYERS:
+        return f"model {c['model']!r} has no propagation layers; use {MF_LAYERS}, got {c['layers']}"
+    if _graph_model(c["model"]):   # 0 layers is mf's alone: say so in the range
         try:
             LAYERS.parse("layers", c["layers"])
         except ConfigError as e:
@@ -90,7 +119,7 @@ def fanout_per_layer(c) -> Optional[str]:
 
 def _one_fanout_per_layer(c) -> Optional[str]:
     """A sampled graph model samples at every layer."""
-    return fanout_per_layer(c) if c["mode"] == "sampled" and c["model"] != "mf" else None
+    return fanout_per_layer(c) if c["mode"] == "sampled" and _graph_model(c["model"]) else None
 
 
 def _cache_needs_sampled(c) -> Optional[str]:
@@ -136,7 +165,7 @@ def _placement(param: str, value) -> dict:
 # parse with the same entries (commands/common.py), and tests/test_checks.py breaks each one once.
 RUN_CONSTRAINTS: dict[str, list] = {
     "dataset": [Text("a dataset name")],
-    "model": [Options(MODELS)],
+    "model": [Options(MODEL_GRAPHS)],     # read when checked: a model registered later counts
     "ngcf_form": [Options(NGCF_FORMS)],
     "layers": [LAYERS, Interval(integer, lo=MF_LAYERS, hi=MF_LAYERS),
                Rule(_layers_fit_model, dict(model="mf", layers=2))],
@@ -272,8 +301,8 @@ class RunConfig:
 
     @property
     def measured(self) -> bool:
-        """Whether time in this run is measured on its memory mode (True for DRAM)."""
-        return self.memory_mode == "dram"
+        """Whether time in this run is measured on its memory mode (True for DRAM: config.memory_modes)."""
+        return MEMORY_MODE_TABLE[self.memory_mode].measured
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

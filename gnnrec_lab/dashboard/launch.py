@@ -257,7 +257,7 @@ def mode_note(memory_mode: str) -> str:
     label, _ = safe_call(mode_label, memory_mode)
     if not label:
         return ""
-    if memory_mode == "dram":
+    if mode_device(memory_mode) is None:   # measured (dram): config.memory_modes
         return f"*{label} on this host*"
     return f"*{label}: kernels run on this host's DRAM, their step time is projected (modeled)*"
 
@@ -339,9 +339,9 @@ class LaunchPage(pn.viewable.Viewer):
             pane.visible = hit
         # fields that mean something only with another's value are shown with it
         sampled = self.form.mode == "sampled"
-        shown = {"ngcf_form": self.form.model == "ngcf", "device_profile": self.form.memory_mode != "dram",
-                 "fanouts": sampled, "cache_policy": sampled,
-                 "cache_size": sampled and self.form.cache_policy not in ("none", "stream")}
+        modeled = mode_device(self.form.memory_mode) is not None
+        shown = {"ngcf_form": self.form.model == "ngcf", "device_profile": modeled, "fanouts": sampled,
+                 "cache_policy": sampled, "cache_size": sampled and self.form.cache_policy not in ("none", "stream")}
         for k, visible in shown.items():
             self.widgets[k].visible = visible or self.errors[k].visible
         self.button.disabled = cfg is None or self.lab.runner is None

@@ -17,6 +17,7 @@ from gnnrec_lab.distributed.network import ip_hosts
 from gnnrec_lab.distributed.spec import DistSpec
 from gnnrec_lab.distributed.step import DistDGLStep
 from gnnrec_lab.graph.bipartite import BipartiteGraph
+from gnnrec_lab.models import build_model  # loads no torch (gnnrec_lab.models.registry)
 from gnnrec_lab.runs.store import Store, StoreReporter
 from gnnrec_lab.training.reporting import Reporter
 from gnnrec_lab.util.proc import load_sample
@@ -137,7 +138,6 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
     import torch.distributed as tdist
 
     from gnnrec_lab import kernels
-    from gnnrec_lab.models import build_model
     from gnnrec_lab.training.loop import EarlyStopping, RunResult, TrainingRun, _eval_users, run_loop, steps_per_epoch
 
 

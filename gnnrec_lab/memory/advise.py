@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
 from gnnrec_lab.config.run import TENSOR_CLASSES
 from gnnrec_lab.kernels import costs
 from gnnrec_lab.memory import tiermodel
@@ -20,18 +21,15 @@ from gnnrec_lab.memory.footprint import F32, optimizer_states, total
 from gnnrec_lab.memory.footprint import footprint as predict_footprint
 from gnnrec_lab.memory.profiles import host_device
 from gnnrec_lab.memory.tiermodel import ALL_ON_DEVICE, TRAIN_PHASES, ns_per_byte, prepare, project_step, split_bytes
+from gnnrec_lab.models.registry import Shape, kernel_work, model_spec
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.recorder import KernelRecord
 
 # Every memory mode advise compares -> the device profile it is modeled with by default
-# (dram on the host's own profile; the others as tiermodel.MODE_DEVICES).
-ADVISED_MODE_DEVICES = {"dram": "host", **tiermodel.MODE_DEVICES}
+# (a measured mode, dram, on the host's own profile; the others on their device,
+# config.memory_modes).
+ADVISED_MODE_DEVICES = {name: m.device or "host" for name, m in MEMORY_MODE_TABLE.items()}
 GiB = 1 << 30
-
-
-def _rec(name, phase, layer, rd, wr, flops, pattern, row_bytes=0, rnd=0) -> dict:
-    return dict(name=name, phase=phase, layer=layer, step=0, bytes_read=int(rd), bytes_written=int(wr),
-                flops=int(flops), pattern=pattern, row_bytes=int(row_bytes), random_bytes=int(rnd))
 
 
 def step_kernels(config, counts: dict) -> list:
@@ -45,42 +43,28 @@ def step_kernels(config, counts: dict) -> list:
     nu, ni, nt = counts["n_users"], counts["n_items"], counts["n_train"]
     n, e, d, L = nu + ni, 2 * nt, config.dim, config.layers
     b = min(config.batch_size, max(nt, 1))
-    graph_stream = 8 * (n + 1) + 4 * e + F32 * n
-    rows = F32 * e * d
-    node = F32 * n * d
+    # the model's kernel hooks (gnnrec_lab.models.registry): each layer's kernels, its output width
+    spec, s = model_spec(config.model), Shape(n, e, d)
     out = []
     for phase in ("forward", "backward"):
         for k in range(L):
-            if config.model == "lightgcn":  # kernels.layer_mean: the mean's update fused into each SpMM
-                extra_rd, extra_wr = node, (node if phase == "forward" else 0)
-                out.append(_rec("spmm", phase, k, graph_stream + rows + extra_rd, node + extra_wr, 2 * e * d,
-                                "gather", F32 * d, rows))
-            else:
-                out.append(_rec("spmm", phase, k, graph_stream + rows, node, 2 * e * d, "gather", F32 * d, rows))
-                if config.ngcf_form == "edge":
-                    out.append(_rec("sddmm_mul", phase, k, graph_stream + node + rows, rows, e * d, "gather",
-                                    F32 * d, rows))
-                    out.append(_rec("spmm_edge", phase, k, graph_stream + rows, node, 2 * e * d, "stream"))
-                mult = 2 if phase == "backward" else 1
-                out.append(_rec("gemm", phase, k, 2 * (node + F32 * d * d), 2 * node * mult,
-                                2 * 2 * n * d * d * mult, "compute"))
-                out.append(_rec("elementwise", phase, k, 12 * node, 6 * node, 8 * n * d, "stream"))
-    d_out = d if config.model != "ngcf" else (L + 1) * d
+            out.extend(spec.layer_kernels(config, phase, k, s))
+    d_out = spec.output_width(config)
     # the fused loss terms (kernels.bpr_l2_loss: BPR on the output rows, L2 on layer 0's); after
     # LightGCN's layer mean the L2 gradient is added in the mean's backward (value only in the loss)
-    deferred = config.model == "lightgcn" and L > 0
+    deferred = spec.deferred_l2(config)
     terms = [("bpr_loss", "loss", -1, costs.bpr_rows(b, n, d_out, F32, 8)),
              ("l2_reg", "loss", 0, costs.sq_norm_rows(3 * b, n, d, F32, 8, part="value" if deferred else "both"))]
     if deferred:
         terms.append(("l2_reg", "backward", 0, costs.sq_norm_rows(3 * b, n, d, F32, 8, part="grad")))
     for name, phase, layer, c in terms:
-        out.append(_rec(name, phase, layer, c["bytes_read"], c["bytes_written"], c["flops"], c["pattern"],
-                        c["row_bytes"], c["random_bytes"]))
-    p = n * d + (L * (2 * d * d + 2 * d) if config.model == "ngcf" else 0)
-    s = optimizer_states(config.optimizer, config.momentum)
+        out.append(kernel_work(name, phase, layer, c["bytes_read"], c["bytes_written"], c["flops"], c["pattern"],
+                               c["row_bytes"], c["random_bytes"]))
+    p = spec.parameters(config, s)
+    st = optimizer_states(config.optimizer, config.momentum)
     name = "sgd" if config.optimizer == "sgd" else config.optimizer
-    out.append(_rec("zero_grad", "optimizer", -1, 0, F32 * p, 0, "stream"))
-    out.append(_rec(name, "optimizer", -1, F32 * p * (2 + s), F32 * p * (1 + s), 4 * p * (1 + s), "stream"))
+    out.append(kernel_work("zero_grad", "optimizer", -1, 0, F32 * p, 0, "stream"))
+    out.append(kernel_work(name, "optimizer", -1, F32 * p * (2 + st), F32 * p * (1 + st), 4 * p * (1 + st), "stream"))
     return out
 
 
@@ -190,13 +174,14 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
     modes = {}
     for mode, dev in ADVISED_MODE_DEVICES.items():
         row = {"device": dev, "kind": Provenance.MODELED}
-        if mode == "dram":
+        placed = MEMORY_MODE_TABLE[mode].placement    # config.memory_modes.PLACEMENTS
+        if placed == "dram":
             row.update(modeled_step_s=base_s, fits=need <= dram_bytes, kind=source["kind"],
                        placement={c: "dram" for c in TENSOR_CLASSES},
                        placement_assumption="all tensor classes in DRAM")
             if need > dram_bytes:
                 row["note"] = f"needs {need / GiB:.2f} GiB, DRAM has {dram_gb:g} GiB: will not fit"
-        elif mode == "optane_memory_mode":
+        elif placed == "cache":
             st = project_step(recs, host, dev, footprint=need, dram_cache_bytes=dram_bytes, threads=th)
             row.update(modeled_step_s=st["modeled_s"], hit_rate=st["hit_rate"], fits=True,
                        placement={c: "memory_mode" for c in TENSOR_CLASSES},

@@ -70,6 +70,10 @@ Symbols: ``N = n_users + n_items`` nodes, ``E = 2 n_train`` directed edges, ``d`
     numba's disk cache has no build of the training kernels yet (:func:`jit_compile_bytes`),
     what compiling them adds to the peak (LLVM's memory, kept by the allocator).
 
+The model's terms (parameters, output width, activations, the heap it keeps, per-edge messages)
+are its byte hooks (:mod:`gnnrec_lab.models.registry`), which hold the formulas above; nothing
+here names a model.
+
 The sum is compared with the measured peak RSS of the run (:func:`measure_peak`);
 ``benchmarks/bench_footprint.py`` prints that comparison. File-backed placement is not
 subtracted: the footprint is what the run touches, wherever it lives.
@@ -87,6 +91,7 @@ from typing import Optional
 
 from gnnrec_lab.config.bounds import MAX_INTERACTIONS, MAX_ROWS, integer
 from gnnrec_lab.config.checks import Interval, Rule, check
+from gnnrec_lab.models.registry import F32, Shape, model_spec
 from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.provenance import Provenance, part, parts
 
@@ -95,7 +100,6 @@ from gnnrec_lab.util.provenance import Provenance, part, parts
 # second, loading the cache, at 507.8 MiB; the prediction without this term was 22% low).
 JIT_COMPILE_BYTES = 141 << 20
 
-F32 = 4
 EVAL_CHUNK_USERS = 1024
 GLIBC_MMAP_THRESHOLD_MAX = 32 << 20   # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (bytes)
 # What a fresh worker holds before it touches data: interpreter, torch, numba (LLVM) and numpy.
@@ -221,10 +225,12 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     nu, ni, nt = c["n_users"], c["n_items"], c["n_train"]
     n = nu + ni
     e = 2 * nt
-    d, L = config.dim, config.layers
+    d = config.dim
+    # the model's byte hooks (gnnrec_lab.models.registry): parameters, activations, per-edge messages
+    spec, s = model_spec(config.model), Shape(n, e, d)
     idx = 4 if n < 2**31 - 1 else 8
     runtime = runtime_baseline_bytes() + jit_compile_bytes() if runtime_bytes is None else int(runtime_bytes)
-    edge_form = config.model == "ngcf" and config.ngcf_form == "edge"
+    edge_form = spec.edge_messages(config)
     graph = (8 * (n + 1) + idx * e + F32 * n + 8 * n                    # adjacency + D^-1/2 + degrees
              + 8 * (nu + 1) + (4 if ni < 2**31 - 1 else 8) * nt          # user -> items CSR
              + 8 * c["n_interactions"])                                   # int32 [user, item] splits
@@ -235,43 +241,28 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     if nb > 1:                      # the column-block row positions the native SpMM caches
         graph += 8 * (nb + 1) * n
     # a locality order cached with a large split: the order, P A P^T, its scales and the int64 order
-    # and inverse the kernels hold; LightGCN's layer mean then propagates in it (one node tensor
-    # more at a time: the permuted input, or the permuted mean before it is mapped back)
+    # and inverse the kernels hold; a layer-mean model (LightGCN) then propagates in it (one node
+    # tensor more at a time: the permuted input, or the permuted mean before it is mapped back)
     from gnnrec_lab.data.registry import ORDER_MIN_NODES
     from gnnrec_lab.kernels.fused import LOCALITY_MIN_BYTES
-    local = (config.model == "lightgcn" and n >= ORDER_MIN_NODES and F32 * n * d > LOCALITY_MIN_BYTES)
+    local = (spec.layer_mean and n >= ORDER_MIN_NODES and F32 * n * d > LOCALITY_MIN_BYTES)
     if local:
         graph += idx * n + 8 * (n + 1) + idx * e + F32 * n + 16 * n
     # a table above native.SIDES_MIN_BYTES is multiplied side by side (native.spmm_sides): one
     # item-side accumulator per thread, kept with the adjacency
     from gnnrec_lab.kernels.native import SIDES_MIN_BYTES, threads
-    parts = threads() * F32 * ni * d if config.model != "mf" and F32 * n * d > SIDES_MIN_BYTES else 0
+    parts = threads() * F32 * ni * d if spec.graph and F32 * n * d > SIDES_MIN_BYTES else 0
     graph += parts
-    params = F32 * n * d
-    if config.model == "ngcf":
-        params += L * (2 * d * d + 2 * d) * F32
+    params = F32 * spec.parameters(config, s)
     states = optimizer_states(config.optimizer, getattr(config, "momentum", 0.9))
     ndf = F32 * n * d
-    if config.model == "lightgcn":
-        d_out = d
-        # kernels.layer_mean saves nothing for backward (the propagation is linear): forward holds
-        # the current and next layer and the running mean; backward the incoming gradient, the
-        # current and next Horner term and the mean's output still referenced by the graph
-        act_train = (5 if local else 4) * ndf
-        act_eval = (4 if local else 3) * ndf    # no_grad: current layer, next layer, running sum
-    elif config.model == "ngcf":
-        d_out = (L + 1) * d
-        act_train = F32 * n * (7 * L * d + 3 * d_out)   # 7 node tensors per layer kept + concat + 2 temps
-        act_eval = F32 * n * (6 * d + 2 * d_out)         # one layer's temporaries + kept outputs + concat
-    else:  # mf
-        d_out = d
-        act_train, act_eval = 2 * ndf, ndf
+    d_out = spec.output_width(config)
+    act_train, act_eval = spec.activation_bytes(config, s, local)
     # glibc keeps freed blocks below its dynamic mmap threshold (at most 32 MiB on 64-bit) in the
     # heap: once a step has run, the heap holds about one step's node-sized activations on top of
     # what is live (measured: see the module docstring); tensors of 32 MiB or more are mmapped
-    # and given back when freed
-    # (fitted for LightGCN as (2L + 4) node tensors on ml-100k, synth-gowalla and synth-ml10m)
-    heap_step = (2 * L + 4) * ndf if config.model == "lightgcn" else act_train
+    # and given back when freed (the model's hook: LightGCN's is fitted)
+    heap_step = spec.heap_step_bytes(config, s, act_train)
     # node tensors of kernels.buffers.POOL_MIN_BYTES or more: up to POOL_MAX released mappings are
     # kept for reuse (kernels.buffers)
     from gnnrec_lab.kernels.buffers import POOL_MAX, POOL_MIN_BYTES

@@ -31,6 +31,7 @@ from typing import Optional
 
 import pandas as pd
 
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
 from gnnrec_lab.memory.profiles import DeviceProfile, get_profile, host_device, misses_in_flight
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.provenance import Provenance, part, parts
@@ -369,15 +370,14 @@ def project_step(records, host, device, placement=None, footprint=None, *, steps
 # ----------------------------------------------------------------------
 # A run's modeled step time: the one function every view shows
 # ----------------------------------------------------------------------
-# Memory mode -> the device profile its modeled numbers use (a run's ``device_profile`` overrides).
-MODE_DEVICES = {"optane_memory_mode": "optane_pmem100_memory_mode",
-                "optane_app_direct": "optane_pmem100_appdirect_6x",
-                "cxl": "cxl_type3_ddr5_x8", "remote_numa": "remote_numa_ddr4"}
+# Modeled memory mode -> the device profile its modeled numbers use (a run's ``device_profile``
+# overrides), as config.memory_modes declares them.
+MODE_DEVICES = {name: m.device for name, m in MEMORY_MODE_TABLE.items() if not m.measured}
 
 
 def mode_device(memory_mode: str, device_profile: Optional[str] = None) -> Optional[str]:
-    """The device profile a run in ``memory_mode`` is modeled on (None for ``dram``: measured)."""
-    if memory_mode == "dram" or memory_mode is None:
+    """The device profile a run in ``memory_mode`` is modeled on (None for a measured mode, ``dram``)."""
+    if memory_mode is None or (memory_mode in MEMORY_MODE_TABLE and MEMORY_MODE_TABLE[memory_mode].measured):
         return None
     return device_profile or MODE_DEVICES[memory_mode]
 

@@ -3,23 +3,26 @@
 Every model exposes ``propagate(adj) -> Tensor`` (final node representations,
 users first then items) and ``layer0`` (the trainable embedding table);
 :func:`gnnrec_lab.models.loss.bpr_loss` scores a batch of (user, positive, negative)
-triples on those representations.
+triples on those representations. Each model is declared once in
+:mod:`gnnrec_lab.models.registry` (its builder and cost hooks).
+
+Importing this package loads no torch (the footprint and the CLI read the registry); the model
+classes load it when first named.
 """
 from __future__ import annotations
 
-from gnnrec_lab.models.lightgcn import MF, LightGCN
-from gnnrec_lab.models.ngcf import NGCF
+from gnnrec_lab.models.registry import build_model
 
 
-def build_model(config, n_users: int, n_items: int):
-    """The model named by ``config.model`` with its depth and embedding size."""
-    if config.model == "lightgcn":
-        return LightGCN(n_users, n_items, dim=config.dim, layers=config.layers)
-    if config.model == "ngcf":
-        return NGCF(n_users, n_items, dim=config.dim, layers=config.layers, form=config.ngcf_form)
-    if config.model == "mf":
-        return MF(n_users, n_items, dim=config.dim)
-    raise ValueError(config.model)  # RunConfig validated it already
+def __getattr__(name: str):
+    """``LightGCN``, ``NGCF`` and ``MF``, imported when first named (they load torch)."""
+    if name in ("LightGCN", "MF"):
+        from gnnrec_lab.models.lightgcn import MF, LightGCN
+        return {"LightGCN": LightGCN, "MF": MF}[name]
+    if name == "NGCF":
+        from gnnrec_lab.models.ngcf import NGCF
+        return NGCF
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["LightGCN", "NGCF", "MF", "build_model"]

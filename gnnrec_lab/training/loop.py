@@ -47,6 +47,7 @@ from gnnrec_lab.memory.preflight import batch_size_error
 from gnnrec_lab.models import build_model
 from gnnrec_lab.models.loss import bpr_loss, bpr_loss_rows
 from gnnrec_lab.models.optim import build_optimizer, lr_at, state_tensors
+from gnnrec_lab.models.registry import model_spec
 from gnnrec_lab.training.evaluate import evaluate
 from gnnrec_lab.training.reporting import MultiReporter, ProgressReporter, Reporter
 from gnnrec_lab.training.step import Step, target_line, target_outcome
@@ -745,7 +746,7 @@ def _sampled_batches(graph, config, steps: int):
     sampled ahead in one background thread. Epoch e draws from its own generator seeded
     ``(seed, e)``, so running ahead never shifts the next epoch's draws; never past ``steps``
     per epoch (an oracle would prefetch rows nobody trains)."""
-    fanouts = [] if config.model == "mf" else list(config.fanouts)
+    fanouts = list(config.fanouts) if model_spec(config.model).graph else []   # mf samples no neighbours
 
     def gen():
         for epoch in range(1, config.epochs + 1):

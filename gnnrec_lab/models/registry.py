@@ -1,0 +1,279 @@
+"""Every model a run can train, declared once: its name, how to build it, whether it propagates over
+the graph, and its cost hooks.
+
+A :class:`ModelSpec` is the one place that knows a model's shape of work. Training builds the
+model with :meth:`ModelSpec.build`; :func:`gnnrec_lab.memory.footprint.footprint_phases` reads its
+byte hooks (parameters, activations kept for backward, per-edge messages, output width) and
+:func:`gnnrec_lab.memory.advise.step_kernels` its kernel hooks (the kernels of each layer, the
+deferred L2 gradient); neither branches on a model's name. Every hook is abstract, so a model that
+leaves one out cannot be declared.
+
+:func:`register` declares a model: here, and its name with :func:`gnnrec_lab.config.run.declare_model`
+(config sits below models and validates ``RunConfig.model``). The built-in models are declared in
+both places and ``tests/test_models_registry.py`` checks that the two agree. A new built-in model
+touches its module (the ``torch.nn.Module``), this file (its spec) and ``config/run.py``
+(:data:`~gnnrec_lab.config.run.MODEL_GRAPHS`); a model registered at run time (a test's) only
+calls :func:`register`.
+
+This module loads no torch: :meth:`ModelSpec.build` imports the model's class when called, so the
+footprint, the advice and the CLI read the hooks without it.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from gnnrec_lab.config.run import declare_model, undeclare_model
+from gnnrec_lab.util.errors import UserError
+
+F32 = 4   # bytes per float32
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a run's cost hooks read besides its config: ``n`` nodes (users + items), ``e`` directed
+    edges (twice the training interactions) and the embedding size ``d``."""
+    n: int
+    e: int
+    d: int
+
+    @property
+    def node(self) -> int:
+        """Bytes of one node-sized float32 tensor, ``f N d``."""
+        return F32 * self.n * self.d
+
+    @property
+    def rows(self) -> int:
+        """Bytes of one edge-sized float32 tensor (the rows an SpMM gathers), ``f E d``."""
+        return F32 * self.e * self.d
+
+    @property
+    def graph_stream(self) -> int:
+        """Bytes of the adjacency a sparse kernel streams: indptr, indices, ``D^-1/2``."""
+        return 8 * (self.n + 1) + 4 * self.e + F32 * self.n
+
+
+def kernel_work(name, phase, layer, rd, wr, flops, pattern, row_bytes=0, rnd=0) -> dict:
+    """One kernel's work (KernelRecord fields but ``ns``, ``backend`` and ``provenance``)."""
+    return dict(name=name, phase=phase, layer=layer, step=0, bytes_read=int(rd), bytes_written=int(wr),
+                flops=int(flops), pattern=pattern, row_bytes=int(row_bytes), random_bytes=int(rnd))
+
+
+class ModelSpec(abc.ABC):
+    """A model, declared once. Subclasses set :attr:`name`, :attr:`graph` and :attr:`layer_mean`
+    and implement every hook; ``config`` is a :class:`~gnnrec_lab.config.run.RunConfig` (or an
+    object with its fields), ``s`` a :class:`Shape`. Byte hooks return bytes, the parameter hook
+    elements."""
+
+    name: str = ""
+    # propagates over the graph: has layers, samples fan-outs in sampled mode, multiplies the
+    # adjacency side by side when the table is large (gnnrec_lab.kernels.native.spmm_sides)
+    graph: bool = True
+    # propagates with gnnrec_lab.kernels.layer_mean (the mean fused into each SpMM), which runs
+    # in a cached locality order when the table is large
+    layer_mean: bool = False
+
+    @abc.abstractmethod
+    def build(self, config, n_users: int, n_items: int):
+        """The ``torch.nn.Module`` for ``config``: ``propagate(adj)``, ``propagate_blocks(blocks, x)``
+        and ``layer0`` (gnnrec_lab.models)."""
+
+    # -- bytes: gnnrec_lab.memory.footprint -----------------------------------------------------
+    @abc.abstractmethod
+    def parameters(self, config, s: Shape) -> int:
+        """Elements of every trainable parameter (gradients and optimizer state follow them)."""
+
+    @abc.abstractmethod
+    def output_width(self, config) -> int:
+        """Width ``d_out`` of the representations the loss scores."""
+
+    @abc.abstractmethod
+    def edge_messages(self, config) -> bool:
+        """Whether a layer makes a per-edge message (SDDMM then an edge SpMM): one ``f E d``
+        tensor at a time, and the transposed structure SDDMM's backward caches."""
+
+    @abc.abstractmethod
+    def activation_bytes(self, config, s: Shape, local: bool) -> tuple[int, int]:
+        """``(train, eval)``: the node-sized tensors alive at the peak of forward+backward, and
+        those of the no-grad propagation; ``local``: propagating in a locality order."""
+
+    @abc.abstractmethod
+    def heap_step_bytes(self, config, s: Shape, act_train: int) -> int:
+        """What glibc's heap keeps after a step once the node tensors are under its mmap threshold."""
+
+    # -- kernels: gnnrec_lab.memory.advise ------------------------------------------------------
+    @abc.abstractmethod
+    def layer_kernels(self, config, phase: str, layer: int, s: Shape) -> list:
+        """:func:`kernel_work` of layer ``layer`` in ``phase`` (forward or backward)."""
+
+    @abc.abstractmethod
+    def deferred_l2(self, config) -> bool:
+        """Whether the L2 gradient is added in the propagation's backward (a value-only L2 term in
+        the loss, its gradient a record of its own)."""
+
+
+class LightGCNSpec(ModelSpec):
+    """LightGCN: linear propagation, the layer mean fused into each SpMM (kernels.layer_mean)."""
+
+    name = "lightgcn"
+    layer_mean = True
+
+    def build(self, config, n_users, n_items):
+        from gnnrec_lab.models.lightgcn import LightGCN  # torch: loaded by training, not by the hooks
+        return LightGCN(n_users, n_items, dim=config.dim, layers=config.layers)
+
+    def parameters(self, config, s):
+        return s.n * s.d
+
+    def output_width(self, config):
+        return config.dim
+
+    def edge_messages(self, config):
+        return False
+
+    def activation_bytes(self, config, s, local):
+        # kernels.layer_mean saves nothing for backward (the propagation is linear): forward holds
+        # the current and next layer and the running mean; backward the incoming gradient, the
+        # current and next Horner term and the mean's output still referenced by the graph
+        # no_grad: current layer, next layer, running sum (a locality order: one node tensor more
+        # at a time, the permuted input or the permuted mean before it is mapped back)
+        return (5 if local else 4) * s.node, (4 if local else 3) * s.node
+
+    def heap_step_bytes(self, config, s, act_train):
+        # fitted for LightGCN as (2L + 4) node tensors on ml-100k, synth-gowalla and synth-ml10m
+        return (2 * config.layers + 4) * s.node
+
+    def layer_kernels(self, config, phase, layer, s):
+        # kernels.layer_mean: the mean's update fused into each SpMM
+        extra_rd, extra_wr = s.node, (s.node if phase == "forward" else 0)
+        return [kernel_work("spmm", phase, layer, s.graph_stream + s.rows + extra_rd, s.node + extra_wr,
+                            2 * s.e * s.d, "gather", F32 * s.d, s.rows)]
+
+    def deferred_l2(self, config):
+        # after LightGCN's layer mean the L2 gradient is added in the mean's backward
+        return config.layers > 0
+
+
+class NGCFSpec(ModelSpec):
+    """NGCF, edge-wise (per-edge messages) or node-wise (``ngcf_form``)."""
+
+    name = "ngcf"
+
+    def build(self, config, n_users, n_items):
+        from gnnrec_lab.models.ngcf import NGCF  # torch: loaded by training, not by the hooks
+        return NGCF(n_users, n_items, dim=config.dim, layers=config.layers, form=config.ngcf_form)
+
+    def parameters(self, config, s):
+        d = s.d
+        return s.n * d + config.layers * (2 * d * d + 2 * d)    # + W1, W2, b1, b2 per layer
+
+    def output_width(self, config):
+        return (config.layers + 1) * config.dim                  # every layer's output concatenated
+
+    def edge_messages(self, config):
+        return config.ngcf_form == "edge"
+
+    def activation_bytes(self, config, s, local):
+        d, L, d_out = s.d, config.layers, self.output_width(config)
+        return (F32 * s.n * (7 * L * d + 3 * d_out),    # 7 node tensors per layer kept + concat + 2 temps
+                F32 * s.n * (6 * d + 2 * d_out))        # one layer's temporaries + kept outputs + concat
+
+    def heap_step_bytes(self, config, s, act_train):
+        return act_train
+
+    def layer_kernels(self, config, phase, layer, s):
+        node, rows, gs, e, d, n = s.node, s.rows, s.graph_stream, s.e, s.d, s.n
+        out = [kernel_work("spmm", phase, layer, gs + rows, node, 2 * e * d, "gather", F32 * d, rows)]
+        if self.edge_messages(config):
+            out.append(kernel_work("sddmm_mul", phase, layer, gs + node + rows, rows, e * d, "gather", F32 * d, rows))
+            out.append(kernel_work("spmm_edge", phase, layer, gs + rows, node, 2 * e * d, "stream"))
+        mult = 2 if phase == "backward" else 1
+        out.append(kernel_work("gemm", phase, layer, 2 * (node + F32 * d * d), 2 * node * mult,
+                               2 * 2 * n * d * d * mult, "compute"))
+        out.append(kernel_work("elementwise", phase, layer, 12 * node, 6 * node, 8 * n * d, "stream"))
+        return out
+
+    def deferred_l2(self, config):
+        return False
+
+
+class MFSpec(ModelSpec):
+    """Matrix factorisation: LightGCN with no layers, the embeddings scored directly."""
+
+    name = "mf"
+    graph = False
+
+    def build(self, config, n_users, n_items):
+        from gnnrec_lab.models.lightgcn import MF  # torch: loaded by training, not by the hooks
+        return MF(n_users, n_items, dim=config.dim)
+
+    def parameters(self, config, s):
+        return s.n * s.d
+
+    def output_width(self, config):
+        return config.dim
+
+    def edge_messages(self, config):
+        return False
+
+    def activation_bytes(self, config, s, local):
+        return 2 * s.node, s.node
+
+    def heap_step_bytes(self, config, s, act_train):
+        return act_train
+
+    def layer_kernels(self, config, phase, layer, s):
+        return []    # no layers (config.run.MF_LAYERS): nothing propagates
+
+    def deferred_l2(self, config):
+        return False
+
+
+# name -> spec, in the order every list of models shows (RunConfig's MODELS)
+MODEL_SPECS: dict[str, ModelSpec] = {}
+
+
+def register(spec: ModelSpec) -> ModelSpec:
+    """Declare ``spec`` (an instance; a class missing a hook cannot be instantiated): here, and its
+    name and :attr:`~ModelSpec.graph` with config, so ``RunConfig(model=spec.name)`` validates.
+    Returns ``spec``."""
+    if not isinstance(spec, ModelSpec):
+        raise TypeError(f"register: expected a ModelSpec instance, got {type(spec).__name__}")
+    if not isinstance(spec.name, str) or not spec.name.strip():
+        raise ValueError(f"register: {type(spec).__name__} has no name")
+    for flag in ("graph", "layer_mean"):
+        if not isinstance(getattr(spec, flag), bool):
+            raise ValueError(f"register: {spec.name}: {flag} must be True or False")
+    if spec.name in MODEL_SPECS:
+        raise ValueError(f"register: model {spec.name!r} is declared already")
+    declare_model(spec.name, spec.graph)
+    MODEL_SPECS[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove model ``name`` (a test's): here and from config."""
+    MODEL_SPECS.pop(name, None)
+    undeclare_model(name)
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The spec of model ``name`` (UserError naming the declared models for another name)."""
+    try:
+        return MODEL_SPECS[name]
+    except (KeyError, TypeError):
+        raise UserError(f"model: unknown {name!r}; declared: {', '.join(MODEL_SPECS)}") from None
+
+
+def graph_models() -> tuple:
+    """The declared models that propagate over the graph (sample neighbours), in order."""
+    return tuple(m for m, s in MODEL_SPECS.items() if s.graph)
+
+
+def build_model(config, n_users: int, n_items: int):
+    """The model named by ``config.model`` with its depth and embedding size."""
+    return model_spec(config.model).build(config, n_users, n_items)
+
+
+for _spec in (LightGCNSpec(), NGCFSpec(), MFSpec()):
+    register(_spec)

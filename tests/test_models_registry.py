@@ -1,0 +1,166 @@
+"""Models and memory modes declare themselves once: every model's builder and cost hooks sit in
+gnnrec_lab.models.registry (footprint and advise read the hooks, no model names), every memory mode
+with its device in gnnrec_lab.config.memory_modes; a missing part fails here. A toy model that a
+test registers trains, and footprint and advise accept it: this file is all it needs."""
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+import pytest
+
+from gnnrec_lab import RunConfig, run
+from gnnrec_lab.config import run as config_run
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE, PLACEMENTS
+from gnnrec_lab.memory.advise import ADVISED_MODE_DEVICES, advise, step_kernels
+from gnnrec_lab.memory.footprint import footprint, footprint_phases
+from gnnrec_lab.memory.tiermodel import MODE_DEVICES, mode_device
+from gnnrec_lab.models import registry
+from gnnrec_lab.models.registry import F32, LightGCNSpec, ModelSpec, model_spec
+from gnnrec_lab.util.errors import ConfigError, UserError
+
+COUNTS = dict(n_users=1000, n_items=2000, n_train=50_000)
+HOST = dict(copy_GBps=30.0, triad_GBps=28.0, gather64_GBps=12.0, gather256_GBps=20.0, latency_ns=90.0,
+            gemm_GFLOPs=150.0, threads=4, cpu="test", measured_at="fixed", kind="host", measured=True)
+TINY = dict(dataset="synth-tiny", dim=16, layers=2, batch_size=512, epochs=1, max_steps_per_epoch=2, patience=0)
+
+
+# -- models ---------------------------------------------------------------------------------------
+def test_the_registry_and_configs_model_table_agree():
+    assert tuple(registry.MODEL_SPECS) == config_run.MODELS == tuple(config_run.MODEL_GRAPHS)
+    for name, spec in registry.MODEL_SPECS.items():
+        assert spec.name == name and config_run.MODEL_GRAPHS[name] is spec.graph
+    assert registry.graph_models() == ("lightgcn", "ngcf")
+    assert not model_spec("mf").graph and model_spec("lightgcn").layer_mean
+
+
+def test_every_hook_is_abstract_so_a_model_missing_one_cannot_be_declared():
+    hooks = {"build", "parameters", "output_width", "edge_messages", "activation_bytes", "heap_step_bytes",
+             "layer_kernels", "deferred_l2"}
+    assert ModelSpec.__abstractmethods__ == hooks
+
+    class Half(ModelSpec):
+        name = "half"
+
+        def build(self, config, n_users, n_items):
+            return None
+    with pytest.raises(TypeError, match="abstract"):
+        Half()
+    assert all(not getattr(type(s), "__abstractmethods__", None) for s in registry.MODEL_SPECS.values())
+    assert isinstance(ModelSpec, abc.ABCMeta)
+
+
+def test_register_refuses_a_second_declaration_and_a_nameless_model():
+    with pytest.raises(ValueError, match="declared already"):
+        registry.register(LightGCNSpec())
+
+    class Nameless(LightGCNSpec):
+        name = ""
+    with pytest.raises(ValueError, match="no name"):
+        registry.register(Nameless())
+    with pytest.raises(TypeError):
+        registry.register(LightGCNSpec)          # the class, not an instance
+    with pytest.raises(ValueError, match="graph=False"):
+        config_run.declare_model("mf", True)     # config keeps what a model is
+    with pytest.raises(UserError, match="declared: lightgcn, ngcf, mf"):
+        model_spec("nope")
+
+
+def test_configs_model_rules_read_the_graph_flag():
+    assert config_run.mf_layers("mf", 3) == 0 and config_run.mf_layers("ngcf", 3) == 3
+    with pytest.raises(ConfigError, match="model 'mf' has no propagation layers; use 0, got 2"):
+        RunConfig(model="mf", layers=2)
+    with pytest.raises(ConfigError, match="allowed: lightgcn, ngcf, mf"):
+        RunConfig(model="toy")                   # not registered (yet)
+
+
+# -- a toy model, registered here ------------------------------------------------------------------
+class ToySpec(LightGCNSpec):
+    """LightGCN with one node tensor more kept for backward and a per-layer scaling kernel."""
+
+    name = "toy"
+
+    def __init__(self):
+        self.built = []      # the modules training asked for
+
+    def build(self, config, n_users, n_items):
+        from gnnrec_lab.models.lightgcn import LightGCN
+
+        class Toy(LightGCN):
+            pass
+        self.built.append(Toy(n_users, n_items, dim=config.dim, layers=config.layers, init_std=0.05))
+        return self.built[-1]
+
+    def activation_bytes(self, config, s, local):
+        train, ev = super().activation_bytes(config, s, local)
+        return train + s.node, ev
+
+    def layer_kernels(self, config, phase, layer, s):
+        return super().layer_kernels(config, phase, layer, s) + [
+            registry.kernel_work("toy_scale", phase, layer, s.node, s.node, s.n * s.d, "stream")]
+
+
+@pytest.fixture
+def toy():
+    spec = registry.register(ToySpec())
+    yield spec
+    registry.unregister("toy")
+    assert "toy" not in config_run.MODEL_GRAPHS and "toy" not in registry.MODEL_SPECS
+
+
+def test_a_registered_toy_model_validates_and_footprint_reads_its_hooks(toy):
+    cfg = RunConfig(model="toy", layers=2, dim=16)
+    ref = footprint_phases(RunConfig(model="lightgcn", layers=2, dim=16), COUNTS, runtime_bytes=0)
+    got = footprint_phases(cfg, COUNTS, runtime_bytes=0)
+    node = F32 * (COUNTS["n_users"] + COUNTS["n_items"]) * 16
+    assert got["train"]["activations"] == ref["train"]["activations"] + node   # its own hook
+    assert {k: v for k, v in got["train"].items() if k != "activations"} == \
+           {k: v for k, v in ref["train"].items() if k != "activations"}
+    assert config_run.mf_layers("toy", 2) == 2
+
+
+def test_advise_reads_the_toy_models_kernel_hooks_and_covers_every_mode(toy):
+    cfg = RunConfig(model="toy", layers=2, dim=16)
+    names = [k["name"] for k in step_kernels(cfg, COUNTS)]
+    assert names.count("toy_scale") == 2 * 2 and names.count("spmm") == 4     # forward + backward per layer
+    a = advise(cfg, COUNTS, HOST, 16, runtime_bytes=0)
+    assert a["config"]["model"] == "toy" and set(a["modes"]) == set(MEMORY_MODE_TABLE)
+    assert all(r["modeled_step_s"] > 0 for r in a["modes"].values())
+
+
+@pytest.mark.parametrize("mode", ["full", "sampled"])
+def test_a_registered_toy_model_trains(toy, mode):
+    extra = {"fanouts": (5, 5)} if mode == "sampled" else {}
+    r = run(RunConfig(**TINY | {"model": "toy", "mode": mode} | extra))
+    assert r.status == "finished" and np.isfinite(r.test["recall@20"])
+    assert [type(m).__name__ for m in toy.built] == ["Toy"]       # its builder made the model
+    fp = footprint(r.config, runtime_bytes=0)    # predicted with its hooks (the runtime: kernels compiled since)
+    assert {k: v for k, v in r.footprint.predicted.items() if k != "runtime"} == \
+           {k: v for k, v in fp.items() if k != "runtime"}
+
+
+# -- memory modes -----------------------------------------------------------------------------------
+def test_every_memory_mode_is_declared_once_with_a_shipped_device_of_the_right_kind(monkeypatch):
+    from gnnrec_lab.memory import profiles
+    monkeypatch.delenv(profiles.ENV_VAR, raising=False)
+    shipped = profiles.load_profiles()
+    assert config_run.MEMORY_MODES == tuple(MEMORY_MODE_TABLE) and config_run.MEMORY_MODES[0] == "dram"
+    for name, m in MEMORY_MODE_TABLE.items():
+        assert m.name == name and m.placement in PLACEMENTS
+        assert m.measured == (m.placement == "dram") == (m.device is None)
+        assert mode_device(name) == m.device and ADVISED_MODE_DEVICES[name] == (m.device or "host")
+        if m.measured:
+            continue
+        assert MODE_DEVICES[name] == m.device and m.device in shipped, f"{name}: no device profile {m.device}"
+        # DRAM caching the device is the memory-mode kind of profile; a split places classes on a plain one
+        assert shipped[m.device].is_memory_mode == (m.placement == "cache"), name
+    assert set(MODE_DEVICES) == {n for n, m in MEMORY_MODE_TABLE.items() if not m.measured}
+
+
+def test_advise_places_each_mode_as_its_declaration_says():
+    a = advise(RunConfig(layers=1, dim=8), COUNTS, HOST, 16, runtime_bytes=0)
+    for name, row in a["modes"].items():
+        kind = MEMORY_MODE_TABLE[name].placement
+        where = set(row["placement"].values())
+        assert where == {"dram": {"dram"}, "cache": {"memory_mode"}}.get(kind, where), name
+        assert ("keep_in_dram" in row) == (kind == "split"), name
