@@ -52,11 +52,12 @@ AGREEMENT_COLUMNS = ("kernel", "phase", "profiler_event", "calls", "ours_s", "pr
 
 
 def function_classes() -> set[str]:
-    """Names of the autograd Functions in :mod:`gnnrec_lab.kernels` (what the profiler shows)."""
-    from gnnrec_lab import kernels
-    return {c.__name__ for c in vars(kernels).values()
+    """Names of the autograd Functions the kernels define (what the profiler shows): the classes of
+    the kernel modules that hold them (:mod:`~gnnrec_lab.kernels.sparse`, ``fused``, ``dense``)."""
+    from gnnrec_lab.kernels import dense, fused, sparse
+    return {c.__name__ for mod in (sparse, fused, dense) for c in vars(mod).values()
             if isinstance(c, type) and issubclass(c, torch.autograd.Function) and c is not torch.autograd.Function
-            and c.__module__.startswith("gnnrec_lab")}
+            and c.__module__ == mod.__name__}
 
 
 class _StepWindow(Reporter):
