@@ -97,6 +97,13 @@ def test_launch_page_memory_step_time_spread_and_form(tmp_path, browser, monkeyp
         page.locator(".launch-mode select").select_option("sampled")
         sync_api.expect(page.locator(".launch-cache_policy select")).to_be_visible()
         page.locator(".launch-mode select").select_option("full")
+        # DistDGL is an engine of the form: its machines show with it, its own checks inline
+        page.locator(".launch-engine select").select_option(label="DistDGL (a local cluster of machines)")
+        sync_api.expect(page.locator(".launch-partitions input")).to_be_visible()
+        wait_text(page, ".launch-error-mode", "a DistDGL run samples each batch's neighbourhood")
+        sync_api.expect(page.locator(".launch-button button")).to_be_disabled()
+        page.locator(".launch-engine select").select_option(label="this machine (full graph or sampled)")
+        sync_api.expect(page.locator(".launch-partitions input")).to_be_hidden()
         page.screenshot(path=str(ARTIFACTS / "launch-prediction.png"), full_page=True)
         # an impossible batch: refused inline, under its field, with the run's own words
         box = page.locator(".launch-batch_size input")

@@ -170,3 +170,53 @@ def test_form_launches_a_run_pinned_to_cores_and_refuses_more_than_there_are(sto
     page.launch()
     assert len(page.lab.runner.launched) == 1                              # refused, nothing launched
     assert "may run on" in all_text(page)                                  # says how many there are
+
+
+class RequestRunner:
+    """Records what the page hands the runner, the keyword arguments included (no subprocess)."""
+
+    def __init__(self, store):
+        self.store, self.calls = store, []
+
+    def launch(self, config, **kw):
+        self.calls.append((config, kw))
+        return self.store.add_run(config, status="queued")
+
+    def status(self, run_id):
+        return self.store.status(run_id)
+
+
+def test_distdgl_is_an_engine_checked_inline_and_launched_with_its_request(store, monkeypatch):
+    """The form launches a DistDGL run through the runner with runner_request's arguments; a field
+    DistDGL cannot take is refused under that field, a missing DGL lane at the engine."""
+    from pathlib import Path
+
+    from gnnrec_lab.dashboard.launch import LaunchPage
+    from gnnrec_lab.distributed import engine
+    monkeypatch.setattr(engine, "dgl_available", lambda: False)
+    monkeypatch.setattr(engine, "dgl_lane_python", lambda: Path("/opt/lane/bin/python"))
+    page = LaunchPage(Lab(store=store, runner=RequestRunner(store)))
+    page.form.param.update(**SHAPE, fanouts="10")
+    assert not page.engine_widgets["partitions"].visible and not page.button.disabled
+    page.engine = "distdgl"
+    assert page.engine_widgets["partitions"].visible
+    assert page.button.disabled and page.errors["mode"].visible
+    assert "a DistDGL run samples each batch's neighbourhood" in page.errors["mode"].object
+    assert page.launch() is None and page.lab.runner.calls == []   # nothing queued
+    page.form.mode = "sampled"
+    page.partitions = 3
+    assert not page.button.disabled and not any(e.visible for e in page.errors.values())
+    run_id = page.launch()
+    assert run_id is not None and "Launched run" in page.message
+    config, kw = page.lab.runner.calls[-1]
+    assert config.mode == "sampled" and config.dataset == SHAPE["dataset"]
+    assert kw["train_fn"] == engine.TRAIN_FN and kw["python"] == "/opt/lane/bin/python"
+    assert kw["options"]["partitions"] == 3 and kw["options"]["cluster"] == "local"
+    # no DGL anywhere: refused at the engine, naming the lane to build; nothing more is queued
+    monkeypatch.setattr(engine, "dgl_lane_python", lambda: None)
+    page.partitions = 2
+    assert page.button.disabled and "make dgl" in page.errors["engine"].object
+    assert page.launch() is None and len(page.lab.runner.calls) == 1
+    # the example run stays on this machine whatever the engine says
+    page.engine = "lab"
+    assert not page.engine_widgets["partitions"].visible and not page.button.disabled

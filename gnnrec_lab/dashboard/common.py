@@ -320,8 +320,10 @@ class Lab(param.Parameterized):
             why = footprint_error(config, memory_limit_bytes=policy.memory_limit_bytes)
         return why
 
-    def launch(self, config) -> Any:
-        """Hand ``config`` to the runner (a subprocess runs it); return the new run id.
+    def launch(self, config, request: Optional[dict] = None) -> Any:
+        """Hand ``config`` to the runner (a subprocess runs it); return the new run id. ``request``:
+        the runner's arguments for another engine's run (a DistDGL run's
+        :func:`~gnnrec_lab.distributed.engine.runner_request`).
 
         Raises UserError when the launch policy refuses it (see :meth:`launch_error`).
         """
@@ -332,7 +334,8 @@ class Lab(param.Parameterized):
             raise UserError(why)
         policy = launch_policy()
         limit = policy.memory_limit_bytes
-        run_id = self.runner.launch(config, **({"memory_limit_bytes": limit} if limit is not None else {}))
+        run_id = self.runner.launch(config, **({"memory_limit_bytes": limit} if limit is not None else {}),
+                                    **(request or {}))
         policy.record(run_id)
         self.refresh_runs()
         self.run_id = run_id

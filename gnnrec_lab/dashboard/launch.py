@@ -9,7 +9,9 @@ the limit that applies: the memory available now or the run's memory limit) and,
 where finished DRAM runs of the same shape exist in the store, the fastest one's
 measured step time next to the step time the tier model projects for each other
 memory device (marked *modeled*), with the spread of those runs and the placement
-the projection assumes.
+the projection assumes. The engine is the lab's own process (full graph or sampled) or DistDGL on
+a local cluster of ``partitions`` machines (sampled mode; the runner starts it in the DGL lane,
+:func:`gnnrec_lab.distributed.engine.runner_request`).
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ from gnnrec_lab.dashboard.common import (
 )
 from gnnrec_lab.dashboard.security import launch_policy
 from gnnrec_lab.data import describe, list_datasets
+from gnnrec_lab.distributed.engine import runner_request
+from gnnrec_lab.distributed.spec import MAX_PARTITIONS
 from gnnrec_lab.memory.placement import file_placed
 from gnnrec_lab.memory.preflight import memory_verdict
 from gnnrec_lab.memory.profiles import load_profiles
@@ -65,6 +69,8 @@ FORM_FIELDS = ("dataset", "model", "ngcf_form", "layers", "dim", "batch_size", "
                "eval_users", "patience", "seed", "mode", "fanouts", "cache_policy", "cache_size", "cores")
 # The error pane at the Launch button, for what is not one field's mistake.
 FORM = "form"
+# Who trains a run launched from the page: the lab's own worker, or DistDGL on a local cluster.
+ENGINES = {"this machine (full graph or sampled)": "lab", "DistDGL (a local cluster of machines)": "distdgl"}
 
 
 def error_text(err) -> str:
@@ -203,6 +209,17 @@ def config_from_values(values: dict) -> tuple[Optional[RunConfig], Optional[Conf
         return None, ConfigError(FORM, str(e))
 
 
+def distdgl_request(config: RunConfig, partitions: int) -> tuple[Optional[dict], Optional[ConfigError]]:
+    """``(the runner's arguments for a DistDGL run of config, None)``, or ``(None, error)``: a field
+    DistDGL cannot take is that field's error, anything else (no DGL to run in) the engine's."""
+    try:
+        return runner_request(config, partitions), None
+    except ConfigError as e:
+        return None, (e if e.param in FORM_FIELDS else ConfigError("engine", str(e)))
+    except UserError as e:
+        return None, ConfigError("engine", str(e))
+
+
 def memory_prediction(config: RunConfig) -> tuple[Optional[dict], Optional[str]]:
     """:func:`~gnnrec_lab.memory.preflight.memory_verdict` of ``config`` under this dashboard's launch
     policy: the predicted DRAM bytes (modeled), by class, and the limit that applies (the same
@@ -268,6 +285,11 @@ class LaunchPage(pn.viewable.Viewer):
     lab = param.ClassSelector(class_=Lab)
     form = param.ClassSelector(class_=LaunchForm)
     message = param.String(default="")
+    engine = param.Selector(default="lab", objects=list(ENGINES.values()),
+                            doc="who trains the run: this machine's worker, or DistDGL on a local cluster of machines "
+                                "(sampled mode; needs the DGL lane, `make dgl`)")
+    partitions = param.Integer(default=2, bounds=(2, MAX_PARTITIONS),
+                               doc="DistDGL: machines of the local cluster, one graph partition each")
 
     def __init__(self, lab: Lab, **params):
         params.setdefault("form", LaunchForm())
@@ -294,7 +316,12 @@ class LaunchPage(pn.viewable.Viewer):
             else:
                 w = pn.widgets.IntInput.from_param(p, **widget_words(k))
             self.widgets[k] = w
-        for k, w in self.widgets.items():
+        self.engine_widgets = {
+            "engine": pn.widgets.Select.from_param(self.param.engine, options=ENGINES, name="Engine",
+                                                   description=self.param.engine.doc),
+            "partitions": pn.widgets.IntInput.from_param(self.param.partitions, name="Machines (DistDGL)",
+                                                         description=self.param.partitions.doc)}
+        for k, w in {**self.widgets, **self.engine_widgets}.items():
             w.width = 250   # room for the labels in words
             w.css_classes = [f"launch-{k}"]  # stable hooks for the browser tests
         self.placement_inputs = {
@@ -307,7 +334,7 @@ class LaunchPage(pn.viewable.Viewer):
             w.param.watch(self._placement_changed, "value")
         self.errors = {k: pn.pane.Markdown("", styles={"color": "#c62828"}, margin=(0, 10), visible=False, width=250,
                                            css_classes=[f"launch-error-{k}"])
-                       for k in list(FORM_FIELDS) + ["placement", FORM]}
+                       for k in list(FORM_FIELDS) + ["placement", "engine", FORM]}
         self.button = pn.widgets.Button(name="Launch run", button_type="primary", disabled=True,
                                         css_classes=["launch-button"])
         self.button.on_click(self._on_launch)
@@ -316,7 +343,9 @@ class LaunchPage(pn.viewable.Viewer):
         self.example_button.on_click(self._on_example)
         self.status_md = pn.pane.Markdown("", sizing_mode="stretch_width")
         self.mode_note = pn.pane.Markdown(pn.bind(mode_note, self.form.param.memory_mode), width=250, margin=(0, 10))
+        self.request: Optional[dict] = None   # the runner's arguments for a DistDGL run (runner_request)
         self.form.param.watch(self._refresh_validity, list(FORM_FIELDS) + ["placement"])
+        self.param.watch(self._refresh_validity, ["engine", "partitions"])
         self._refresh_validity()
 
     # -- events ---------------------------------------------------------------
@@ -333,6 +362,13 @@ class LaunchPage(pn.viewable.Viewer):
             if why:
                 param, _, rest = why.partition(": ")
                 cfg, err = None, (ConfigError(param, rest) if param in self.errors else ConfigError(FORM, why))
+        self.request = None
+        if cfg is not None and self.engine == "distdgl":
+            # DistDGL's own checks (sampled mode, the fields it can honour, a DGL to run in): shown at
+            # the engine, Launch disabled until they pass
+            self.request, err = distdgl_request(cfg, self.partitions)
+            if err is not None:
+                cfg = None
         for k, pane in self.errors.items():
             hit = err is not None and (err.param == k or (k == FORM and err.param not in self.errors))
             pane.object = f"⚠ {error_text(err)}" if hit else ""
@@ -344,18 +380,25 @@ class LaunchPage(pn.viewable.Viewer):
                  "cache_policy": sampled, "cache_size": sampled and self.form.cache_policy not in ("none", "stream")}
         for k, visible in shown.items():
             self.widgets[k].visible = visible or self.errors[k].visible
+        self.engine_widgets["partitions"].visible = self.engine == "distdgl"
         self.button.disabled = cfg is None or self.lab.runner is None
 
     def launch(self, config: Optional[RunConfig] = None):
-        """Launch ``config`` (default: the form's) through the runner; return the run id or None."""
+        """Launch ``config`` (default: the form's, with the engine chosen) through the runner; return
+        the run id or None. A ``config`` given (the example run) runs on this machine."""
+        request = None
         if config is None:
             config, err = self.form.result()
+            if config is not None and self.engine == "distdgl":
+                request, err = distdgl_request(config, self.partitions)
+                if err is not None:
+                    config = None
             if config is None:
                 self.message = f"Not launched: {error_text(err)}"
                 self.status_md.object = self.message
                 return None
         try:
-            run_id = self.lab.launch(config)
+            run_id = self.lab.launch(config, request=request)
         except UserError as e:
             self.message = f"Not launched: {e}"
         except Exception as e:  # the runner failing must not take the page down
@@ -464,7 +507,9 @@ class LaunchPage(pn.viewable.Viewer):
                                        sizing_mode="stretch_width", css_classes=["launch-read-only"]))
         elif self.lab.runner is None:
             notes.append(not_available("Runner (launching runs)", self.lab.runner_reason))
-        form = pn.Column("## Launch a run", *notes, pn.GridBox(*fields, ncols=2), placement,
+        engine = pn.Row(self.engine_widgets["engine"], self.engine_widgets["partitions"], margin=0)
+        form = pn.Column("## Launch a run", *notes, pn.GridBox(*fields, ncols=2), engine, self.errors["engine"],
+                         placement,
                          self.errors["placement"], self.errors["form"], self.button, self.status_md, width=560)
         # predictions (footprint plot, step-time projection) load after the form is on screen
         predictions = pn.param.ParamMethod(self.predictions, defer_load=True, sizing_mode="stretch_width")
