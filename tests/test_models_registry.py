@@ -146,6 +146,7 @@ def test_every_memory_mode_is_declared_once_with_a_shipped_device_of_the_right_k
     shipped = profiles.load_profiles()
     assert config_run.MEMORY_MODES == tuple(MEMORY_MODE_TABLE) and config_run.MEMORY_MODES[0] == "dram"
     for name, m in MEMORY_MODE_TABLE.items():
+        assert m.words.strip(), name   # how the mode reads in a sentence (the comparison's series names)
         assert m.name == name and m.placement in PLACEMENTS
         assert m.measured == (m.placement == "dram") == (m.device is None)
         assert mode_device(name) == m.device and ADVISED_MODE_DEVICES[name] == (m.device or "host")

@@ -23,12 +23,13 @@ PLACEMENTS = {
 @dataclass(frozen=True)
 class MemoryMode:
     """A memory mode: its ``name``, the ``device`` profile (``gnnrec_lab/memory/devices.yaml``) its
-    step time is modeled on (None: measured on this host's DRAM) and its ``placement`` kind
-    (:data:`PLACEMENTS`)."""
+    step time is modeled on (None: measured on this host's DRAM), its ``placement`` kind
+    (:data:`PLACEMENTS`) and how it reads in a sentence (``words``)."""
 
     name: str
     device: Optional[str]
     placement: str
+    words: str = ""
 
     @property
     def measured(self) -> bool:
@@ -38,9 +39,9 @@ class MemoryMode:
 
 # name -> mode, in the order every view lists them (dram first)
 MEMORY_MODE_TABLE: dict[str, MemoryMode] = {m.name: m for m in (
-    MemoryMode("dram", None, "dram"),
-    MemoryMode("optane_memory_mode", "optane_pmem100_memory_mode", "cache"),
-    MemoryMode("optane_app_direct", "optane_pmem100_appdirect_6x", "split"),
-    MemoryMode("cxl", "cxl_type3_ddr5_x8", "split"),
-    MemoryMode("remote_numa", "remote_numa_ddr4", "split"),
+    MemoryMode("dram", None, "dram", "DRAM"),
+    MemoryMode("optane_memory_mode", "optane_pmem100_memory_mode", "cache", "Optane Memory Mode"),
+    MemoryMode("optane_app_direct", "optane_pmem100_appdirect_6x", "split", "Optane App Direct"),
+    MemoryMode("cxl", "cxl_type3_ddr5_x8", "split", "CXL memory"),
+    MemoryMode("remote_numa", "remote_numa_ddr4", "split", "a remote NUMA node"),
 )}

@@ -24,6 +24,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
 from gnnrec_lab.memory.tiermodel import MODE_DEVICES, modeled_seconds
 from gnnrec_lab.runs.record import StoredResult, section
 from gnnrec_lab.services.projection import stored_run_step_time
@@ -35,7 +36,6 @@ from gnnrec_lab.util.status import RunStatus
 # The papers' single machine is an Optane one: the full-graph side of the comparison also shows each
 # run's times modeled on these memory modes' devices (tiermodel.MODE_DEVICES; modeled, hatched).
 OPTANE_MODES = ("optane_app_direct", "optane_memory_mode")
-OPTANE_WORDS = {"optane_app_direct": "Optane App Direct", "optane_memory_mode": "Optane Memory Mode"}
 FULL_VS_DIST_COLUMNS = ["id", "engine", "series", "kind", "dataset", "model", "layers", "batch_size", "machines",
                         "cores_per_machine", "link_gbit", "target", "target_reached", "reference_run",
                         "time_to_target_s", "epoch_s", "train_s",
@@ -184,7 +184,7 @@ def engine_series(engine: str, machines, cores, link_gbit=None, mode: Optional[s
     and, for a modeled one, the memory mode (e.g. ``full graph, 1 machine x 1 core (measured)``,
     ``full graph on Optane App Direct (modeled)``, ``DistDGL, 2 machines x 1 core, 10 Gbit/s (measured)``)."""
     if mode is not None:
-        return f"full graph on {OPTANE_WORDS.get(mode, mode)} (modeled)"
+        return f"full graph on {MEMORY_MODE_TABLE[mode].words if mode in MEMORY_MODE_TABLE else mode} (modeled)"
     where = _plural(machines or 1, "machine") + (f" x {_plural(cores, 'core')}" if cores else "")
     if engine != "distdgl":
         return f"full graph, {where} (measured)"
