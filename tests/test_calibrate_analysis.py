@@ -56,6 +56,24 @@ def test_host_profile_caches_and_rejects_other_machines(small, monkeypatch):
     assert calibrate.load() is None
     with pytest.raises(UserError):
         calibrate.host_profile(measure_if_missing=False)
+    assert "measured on 'Some Other CPU'" in calibrate.inspect()[1]
+
+
+@pytest.mark.parametrize("text, why", [("{bad", "not JSON"), ("[1, 2]", "a JSON list, not an object"),
+                                       ('{"copy_GBps": 1}', "no triad_GBps")])
+def test_a_damaged_calibration_is_named_as_such_and_kept(small, text, why):
+    """Not 'no host calibration': where it is, that it is damaged and how; the file stays until a
+    calibration replaces it, and then it is moved aside, not overwritten."""
+    path = small / "calibration.json"
+    path.write_text(text)
+    with pytest.raises(UserError) as e:
+        calibrate.host_profile(measure_if_missing=False)
+    msg = str(e.value)
+    assert str(path) in msg and "it is damaged" in msg and why in msg and "it is kept" in msg
+    assert path.read_text() == text
+    calibrate.save({"copy_GBps": 1.0})
+    assert (small / "calibration.json.damaged").read_text() == text
+    assert json.loads(path.read_text()) == {"copy_GBps": 1.0}
 
 
 def test_cli_calibrate(small, capsys):

@@ -254,6 +254,8 @@ def test_wrong_format_empty_missing_unknown(dd, tmp_path):
         prepare(str(f), name="synth-tiny", data_dir=dd)
     with pytest.raises(DataError, match="not a valid dataset name"):
         prepare(str(f), name="../x", data_dir=dd)
+    with pytest.raises(DataError, match=r"name: 'downloads' is reserved \(the data directory keeps its downloads/"):
+        prepare(str(f), name="downloads", data_dir=dd)
     with pytest.raises(DataError, match="min_rating needs a rating column"):
         prepare(str(_write(tmp_path / "two.csv", "1,2\n")), min_rating=3, data_dir=dd)
     with pytest.raises(DataError, match="synthetic datasets have no ratings"):

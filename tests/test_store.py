@@ -700,3 +700,16 @@ def test_a_stored_run_reads_typed_whatever_version_wrote_it(tmp_path):
     with pytest.raises(UserError, match="damaged: config"):
         s.run_record(rid, need=("config",))
     assert RunRecord.of(None).config == {} and RunRecord.of({"id": "4"}).id == 4   # a page's placeholder run
+
+
+def test_a_home_that_is_a_file_and_a_store_that_is_a_directory_say_so(tmp_path, monkeypatch):
+    """Not 'File exists' or 'cannot be opened': what the path is, and nothing is changed."""
+    home = tmp_path / "home-file"
+    home.write_text("x")
+    with pytest.raises(UserError, match=r"GNNREC_LAB_HOME: .*home-file is a file, not a directory"):
+        Store(home)
+    assert home.read_text() == "x"
+    (tmp_path / "h" / "lab.sqlite").mkdir(parents=True)
+    with pytest.raises(UserError, match=r"run store .*lab.sqlite is a directory, not a SQLite file"):
+        Store(tmp_path / "h")
+    assert (tmp_path / "h" / "lab.sqlite").is_dir() and not any((tmp_path / "h" / "lab.sqlite").iterdir())

@@ -11,7 +11,7 @@ import torch
 from gnnrec_lab import RunConfig, run
 from gnnrec_lab.graph.bipartite import BipartiteGraph
 from gnnrec_lab.models import NGCF
-from gnnrec_lab.util.errors import ConfigError
+from gnnrec_lab.util.errors import ConfigError, UserError
 
 TINY = dict(dataset="synth-tiny", dim=16, layers=2, batch_size=512, epochs=4, lr=5e-3, patience=0)
 
@@ -357,3 +357,8 @@ def test_training_in_locality_order_matches_the_unreordered_run(monkeypatch):
     for part in ("best_valid", "test"):
         for k, v in getattr(a, part).items():
             assert getattr(b, part)[k] == pytest.approx(v, abs=1e-3), (part, k)
+
+
+def test_run_given_a_dataset_name_instead_of_a_dataset_says_what_it_expects():
+    with pytest.raises(UserError, match=r"dataset: expected a gnnrec_lab.data.Dataset .*got str 'ml-100k'"):
+        run(RunConfig(**TINY), dataset="ml-100k")

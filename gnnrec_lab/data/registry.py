@@ -337,7 +337,10 @@ def prepare(source: str, *, format=None, name=None, min_rating=None, columns=Non
 
 
 def _check_user_name(name):
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name in _RESERVED:
+    if name in _RESERVED:
+        raise DataError(f"name: {name!r} is reserved (the data directory keeps its {name}/ there); "
+                        f"choose another --name")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
         raise DataError(f"name: {name!r} is not a valid dataset name (letters, digits, '.', '_', '+', '-'; "
                         f"starting with a letter or digit)")
     if name.startswith("synth-") or name.startswith("synth:"):

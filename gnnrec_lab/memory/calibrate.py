@@ -46,6 +46,10 @@ CHASE_HOPS = 10_000_000            # dependent loads per timed pass (a fifth whe
 GEMM_N = 2048                      # square GEMM size (half when quick)
 
 
+# how inspect() begins its reason for a calibration file that is there but not a profile
+DAMAGED = "it is damaged"
+
+
 def calibration_path() -> Path:
     """``$GNNREC_LAB_HOME/calibration.json`` (``~/.gnnrec_lab`` when unset)."""
     return lab_home() / "calibration.json"
@@ -166,9 +170,12 @@ def _compile_all() -> None:
 
 
 def save(profile: dict, path: "Path | None" = None) -> Path:
-    """Write ``profile`` as JSON (atomically) and return the path."""
+    """Write ``profile`` as JSON (atomically) and return the path. A damaged file there (not a JSON
+    object) is kept beside it as ``calibration.json.damaged``, not overwritten."""
     path = Path(path) if path else calibration_path()
     path.parent.mkdir(parents=True, exist_ok=True)
+    if (inspect(path)[1] or "").startswith(DAMAGED):
+        os.replace(path, path.with_name(path.name + ".damaged"))
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(profile, indent=2, sort_keys=True))
     os.replace(tmp, path)
@@ -177,29 +184,48 @@ def save(profile: dict, path: "Path | None" = None) -> Path:
 
 def load(path: "Path | None" = None) -> "dict | None":
     """The cached profile, or None when there is none, it is unreadable, lacks a
-    required key, or was measured on another CPU / thread count."""
+    required key, or was measured on another CPU / thread count (:func:`inspect` says which)."""
+    return inspect(path)[0]
+
+
+def inspect(path: "Path | None" = None) -> "tuple[dict | None, str | None]":
+    """``(the cached profile, None)``, or ``(None, why there is no usable one)``: none there, a file
+    that is damaged (not JSON, not an object, a required key missing) or cannot be read, or one
+    measured on another CPU / thread count."""
     path = Path(path) if path else calibration_path()
     try:
-        prof = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(prof, dict) or any(k not in prof for k in REQUIRED):
-        return None
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, "there is none"
+    except OSError as e:
+        return None, f"it cannot be read ({e.strerror})"
+    try:
+        prof = json.loads(text)
+    except ValueError as e:
+        return None, f"{DAMAGED} (not JSON: {e})"
+    if not isinstance(prof, dict):
+        return None, f"{DAMAGED} (a JSON {type(prof).__name__}, not an object)"
+    missing = [k for k in REQUIRED if k not in prof]
+    if missing:
+        return None, f"{DAMAGED} (no {', '.join(missing)})"
     from gnnrec_lab.kernels import native as nk
     if prof.get("cpu") != cpu_model() or prof.get("threads") != nk.threads():
-        return None
-    return prof
+        return None, (f"it was measured on {prof.get('cpu')!r} with {prof.get('threads')} threads, this is "
+                      f"{cpu_model()!r} with {nk.threads()}")
+    return prof, None
 
 
 def host_profile(measure_if_missing: bool = True, quick: bool = True) -> dict:
     """This host's calibration (measured): from the cache when it matches this CPU
     and thread count, else measured now (``quick``) and cached. Raises
     :class:`UserError` when there is none and ``measure_if_missing`` is False."""
-    prof = load()
+    prof, why = inspect()
     if prof is not None:
         return prof
     if not measure_if_missing:
-        raise UserError(f"no host calibration at {calibration_path()}: run `gnnrec-lab calibrate`")
+        kept = "; it is kept as it is (calibrating moves it aside)" if why.startswith(DAMAGED) else ""
+        raise UserError(f"no host calibration usable at {calibration_path()}: {why}{kept}; "
+                        f"run `gnnrec-lab calibrate`")
     prof = measure(quick=quick)
     try:
         save(prof)

@@ -143,6 +143,9 @@ def connect(path: "str | os.PathLike", create: bool = True) -> sqlite3.Connectio
     ``create=False`` opens an existing file only: a store deleted under a running
     process is reported, never silently recreated empty.
     """
+    if Path(path).is_dir():
+        raise UserError(f"run store {path} is a directory, not a SQLite file: move it aside (a new store is "
+                        f"then made there)")
     if create:
         con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                               check_same_thread=False)
@@ -288,6 +291,9 @@ class Store:
 
     def __init__(self, home: "str | os.PathLike | None" = None):
         self.home = lab_home(home)
+        if self.home.exists() and not self.home.is_dir():
+            raise UserError(f"GNNREC_LAB_HOME: {self.home} is a file, not a directory: point GNNREC_LAB_HOME at "
+                            f"a directory (the lab keeps its run store and calibration there)")
         try:
             self.home.mkdir(parents=True, exist_ok=True)
         except OSError as e:

@@ -200,6 +200,10 @@ def train(config: RunConfig, *, reporter: Optional[Reporter] = None, progress: b
     ``dataset`` may be passed to skip loading (notebooks reuse one). Thread counts the run
     sets (``threads``, or one core left to a slow tier's I/O) are restored afterwards.
     """
+    if dataset is not None and not isinstance(dataset, data.Dataset):
+        raise UserError(f"dataset: expected a gnnrec_lab.data.Dataset (gnnrec_lab.data.load(name)), got "
+                        f"{type(dataset).__name__} {dataset!r:.60}; to train on another dataset by name, set "
+                        f"RunConfig(dataset=...)")
     import numba
     prev = torch.get_num_threads(), numba.get_num_threads()
     try:
