@@ -89,3 +89,9 @@ def test_field_help_shows_the_default_in_words():
     assert C.field_help("placement").endswith("(default: every class in DRAM)")
     for name in FIELDS:                                                  # never "None" or "{}"
         assert not re.search(r"\(default: (None|\{\}|\(\)|)\)$", C.field_help(name)), C.field_help(name)
+
+
+@pytest.mark.parametrize("given", ["dim", ["dim", 64], None, 3])
+def test_from_dict_refuses_what_is_not_a_mapping_naming_its_type(given):
+    with pytest.raises(ConfigError, match=f"expected a dict of RunConfig fields, got {type(given).__name__}"):
+        RunConfig.from_dict(given)
