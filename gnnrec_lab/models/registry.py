@@ -197,24 +197,17 @@ class NGCFSpec(ModelSpec):
         return False
 
 
-class MFSpec(ModelSpec):
-    """Matrix factorisation: LightGCN with no layers, the embeddings scored directly."""
+class MFSpec(LightGCNSpec):
+    """Matrix factorisation: LightGCN with no layers, the embeddings scored directly (its
+    parameters, output width and lack of edge messages are LightGCN's)."""
 
     name = "mf"
     graph = False
+    layer_mean = False
 
     def build(self, config, n_users, n_items):
         from gnnrec_lab.models.lightgcn import MF  # torch: loaded by training, not by the hooks
         return MF(n_users, n_items, dim=config.dim)
-
-    def parameters(self, config, s):
-        return s.n * s.d
-
-    def output_width(self, config):
-        return config.dim
-
-    def edge_messages(self, config):
-        return False
 
     def activation_bytes(self, config, s, local):
         return 2 * s.node, s.node
