@@ -477,6 +477,15 @@ def test_lightgcn_directory_with_valid_txt_keeps_all_three_cuts(dd, tmp_path):
     with pytest.raises(DataError, match=r"valid\.txt: no interactions \(remove it"):
         prepare(str(src), format="lightgcn", data_dir=dd, progress=False)
     assert load(name, data_dir=dd).meta["given_valid"]   # the earlier preparation is kept
+    # gzip-compressed files are a LightGCN directory too (as the shipped Gowalla is)
+    import gzip
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    for stem, text in (("train.txt", LGCN_TRAIN), ("valid.txt", LGCN_VALID), ("test.txt", LGCN_TEST)):
+        (packed / f"{stem}.gz").write_bytes(gzip.compress(text.encode()))
+    again = load(prepare(str(packed), data_dir=dd, progress=False), data_dir=dd)
+    assert again.meta["format"] == "lightgcn" and again.meta["given_valid"]
+    assert _pairs_as_ids(again) == _pairs_as_ids(load(name, data_dir=dd))
 
 
 def test_gowalla_is_built_in_and_prepares_offline_from_the_shipped_split(dd, monkeypatch):

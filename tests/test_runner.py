@@ -101,6 +101,15 @@ def test_a_runs_request_names_its_training_function_options_and_interpreter(stor
             runner.launch(RunConfig(name="bad"), **kw)
         assert e.value.param == field
     assert len(store.run_ids()) == n             # refused before anything was recorded
+    # the request is part of the queued row (not a file written after it): a runner sharing the
+    # store that claims the run at once trains it as asked
+    queued = store.add_run(RunConfig(name="req"), request={"train_fn": "_fake_train:with_options",
+                                                           "options": {"partitions": 5}})
+    assert store.run_request(queued)["options"] == {"partitions": 5} and store.run_request(rid) != {}
+    other = Runner(store)
+    other.schedule()
+    assert other.wait(queued, timeout=30) == "finished"
+    assert store.get_run(queued)["result"]["options"] == {"partitions": 5}
 
 
 def test_diverged_run_is_its_own_terminal_status(store, monkeypatch):

@@ -306,17 +306,18 @@ class Lab(param.Parameterized):
         run = self.run(run_id)
         return str(run.get("status", "unknown")) if run else "unknown"
 
-    def launch_error(self, config, include_active: bool = True) -> Optional[str]:
+    def launch_error(self, config, include_active: bool = True, own_process: bool = True) -> Optional[str]:
         """Why ``config`` may not be launched from the browser now (one line), or None.
 
         The dashboard's launch policy (:mod:`.security`): ``file:`` placements only
-        under allowed directories, a cap on active runs; and the pre-flight footprint check.
+        under allowed directories, a cap on active runs; and, for a run the lab's own worker
+        trains (``own_process``; not a DistDGL run's machines), the pre-flight footprint check.
         """
         policy = launch_policy()
         why = policy.placement_error(config.placement)
         if why is None and include_active and self.store is not None:
             why = policy.active_error(self.store.status)
-        if why is None:
+        if why is None and own_process:
             why = footprint_error(config, memory_limit_bytes=policy.memory_limit_bytes)
         return why
 
@@ -329,7 +330,7 @@ class Lab(param.Parameterized):
         """
         if self.runner is None:
             raise RuntimeError(f"the runner is not available yet ({self.runner_reason})")
-        why = self.launch_error(config)
+        why = self.launch_error(config, own_process=request is None)
         if why:
             raise UserError(why)
         policy = launch_policy()

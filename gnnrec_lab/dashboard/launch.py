@@ -344,6 +344,7 @@ class LaunchPage(pn.viewable.Viewer):
         self.status_md = pn.pane.Markdown("", sizing_mode="stretch_width")
         self.mode_note = pn.pane.Markdown(pn.bind(mode_note, self.form.param.memory_mode), width=250, margin=(0, 10))
         self.request: Optional[dict] = None   # the runner's arguments for a DistDGL run (runner_request)
+        self.engine_error: Optional[ConfigError] = None   # why the form's DistDGL run cannot be launched
         self.form.param.watch(self._refresh_validity, list(FORM_FIELDS) + ["placement"])
         self.param.watch(self._refresh_validity, ["engine", "partitions"])
         self._refresh_validity()
@@ -357,7 +358,8 @@ class LaunchPage(pn.viewable.Viewer):
         if cfg is not None and self.lab.runner is not None:
             # the launch policy (file: directories) and the pre-flight footprint check: Launch
             # stays disabled and the reason shows at the button
-            why, failed = safe_call(self.lab.launch_error, cfg, include_active=False)
+            why, failed = safe_call(self.lab.launch_error, cfg, include_active=False,
+                                    own_process=self.engine != "distdgl")
             why = why or failed
             if why:
                 param, _, rest = why.partition(": ")
@@ -369,6 +371,7 @@ class LaunchPage(pn.viewable.Viewer):
             self.request, err = distdgl_request(cfg, self.partitions)
             if err is not None:
                 cfg = None
+        self.engine_error = err if self.engine == "distdgl" else None
         for k, pane in self.errors.items():
             hit = err is not None and (err.param == k or (k == FORM and err.param not in self.errors))
             pane.object = f"⚠ {error_text(err)}" if hit else ""
@@ -390,8 +393,8 @@ class LaunchPage(pn.viewable.Viewer):
         if config is None:
             config, err = self.form.result()
             if config is not None and self.engine == "distdgl":
-                request, err = distdgl_request(config, self.partitions)
-                if err is not None:
+                request, err = self.request, self.engine_error   # made by the form's check
+                if request is None:
                     config = None
             if config is None:
                 self.message = f"Not launched: {error_text(err)}"

@@ -95,7 +95,7 @@ def detect_format(path: Path, format: Optional[str] = None) -> str:
     if not path.exists():
         raise DataError(f"{path}: no such file or directory")
     if path.is_dir():
-        has_lgcn = (path / "train.txt").is_file() and (path / "test.txt").is_file()
+        has_lgcn = lightgcn_file(path, "train.txt") is not None and lightgcn_file(path, "test.txt") is not None
         has_udata = (path / "u.data").is_file()
         if fmt in ("auto", "lightgcn") and has_lgcn:
             return "lightgcn"

@@ -337,7 +337,7 @@ def prepare(source: str, *, format=None, name=None, min_rating=None, columns=Non
 
 
 def _check_user_name(name):
-    if name in _RESERVED:
+    if isinstance(name, str) and name in _RESERVED:
         raise DataError(f"name: {name!r} is reserved (the data directory keeps its {name}/ there); "
                         f"choose another --name")
     if not isinstance(name, str) or not _NAME_RE.match(name):

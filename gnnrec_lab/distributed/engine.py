@@ -55,7 +55,7 @@ from gnnrec_lab import data
 from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.distributed.cluster import EmulatedCluster, check_possible
 from gnnrec_lab.distributed.lane import DGL_MISSING, dgl_available, dgl_lane_python, require_dgl
-from gnnrec_lab.distributed.launch import ENTRY, launch
+from gnnrec_lab.distributed.launch import ENTRY, check_isolation, launch
 from gnnrec_lab.distributed.machine import machine_main, server_main
 from gnnrec_lab.distributed.network import free_ports, ip_hosts, is_local
 from gnnrec_lab.distributed.partition import GRAPH_PREFIX, partition
@@ -147,7 +147,7 @@ def runner_request(config: RunConfig, partitions: int = 2, *, cluster: str = "lo
         raise UserError(f"part_method: got {part_method!r}, allowed: metis, random")
     options = dict(partitions=partitions, cluster=cluster, cores_per_machine=cores_per_machine, link_gbit=link_gbit,
                    timeout_s=timeout_s)
-    DistSpec.of(config, ".", "pending", **options)
+    check_isolation(DistSpec.of(config, ".", "pending", **options).isolate)
     if cluster == "emulated":
         check_possible(partitions, cores_per_machine, link_gbit)
     if dgl_available():

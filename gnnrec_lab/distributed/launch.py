@@ -24,15 +24,21 @@ ENTRY = "gnnrec_lab.distributed.engine"   # `python -m ENTRY machine|server|trai
 PRIVATE_SHM_ENV = "GNNREC_LAB_PRIVATE_SHM"   # set by the launcher on machines it put in `unshare -m`
 
 
+def check_isolation(isolate: bool) -> None:
+    """UserError where machines cannot get a private /dev/shm each (``isolate``): no ``unshare``, or
+    not root. The launcher checks it, and so does a request before its run is queued."""
+    if isolate and shutil.which("unshare") is None:
+        raise UserError("distributed: `unshare` (util-linux) is needed to give each machine a private /dev/shm")
+    if isolate and os.geteuid() != 0:
+        raise UserError("distributed: a private /dev/shm per machine needs root (unshare -m + mount)")
+
+
 def launch(spec: DistSpec, timeout_s: Optional[float] = None, cluster=None) -> list[dict]:
     """Start every machine (server + trainer in a private mount namespace; in ``cluster``'s
     network namespace on its cores when given) and wait for the trainers; returns each trainer's
     report (``trainer<i>.json``). Raises RuntimeError with the failing process's log tail when one
     fails; the machines are stopped however this returns (also on KeyboardInterrupt/SystemExit)."""
-    if spec.isolate and shutil.which("unshare") is None:
-        raise UserError("distributed: `unshare` (util-linux) is needed to give each machine a private /dev/shm")
-    if spec.isolate and os.geteuid() != 0:
-        raise UserError("distributed: a private /dev/shm per machine needs root (unshare -m + mount)")
+    check_isolation(spec.isolate)
     shm_before = _shm_names()
     try:
         return _launch(spec, spec.timeout_s if timeout_s is None else timeout_s, cluster)

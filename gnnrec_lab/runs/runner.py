@@ -23,7 +23,7 @@ cgroup directory too, once it is empty).
 
 ``launch(config, train_fn=..., options=..., python=...)`` trains the run with another callable
 than the worker's default, given ``options`` as keyword arguments, in interpreter ``python`` (the
-run's request, ``runs/<id>/request.json``): a DistDGL run is one
+run's request, stored in its row as it is queued): a DistDGL run is one
 (:func:`gnnrec_lab.distributed.engine.runner_request` makes its request), so it queues, runs, is
 watched and cancelled as a full-graph run is.
 
@@ -48,7 +48,7 @@ from gnnrec_lab.config.checks import Interval, Kind, Text, check
 from gnnrec_lab.config.run import RunConfig, expect_config
 from gnnrec_lab.memory.placement import numa_prefix
 from gnnrec_lab.runs.store import Store
-from gnnrec_lab.runs.worker import read_request, tail_lines, write_request
+from gnnrec_lab.runs.worker import tail_lines
 from gnnrec_lab.util.cgroup import MemoryCgroup, check_limit, limit_reached, memory_limit_of, oom_verdict, write_limit
 from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.proc import pid_alive, proc_start_ticks
@@ -163,11 +163,10 @@ class Runner:
         except (TypeError, ValueError) as e:   # before the run is recorded: its worker reads them as JSON
             raise ConfigError("options", f"must be JSON values (numbers, text, lists, dicts), got {options!r} ({e})") \
                 from None
-        run_id = self.store.add_run(config, status=RunStatus.QUEUED, sweep=sweep)
-        # another runner sharing this store could claim the run before these files exist
+        # the request goes in with the queued row: a runner claiming it reads both at once
+        run_id = self.store.add_run(config, status=RunStatus.QUEUED, sweep=sweep, request=request)
+        # another runner sharing this store could claim the run before the limit file exists
         # (a ~1 ms window); runs launched through one runner or launch_detached are safe
-        if request:
-            write_request(self.store.run_dir(run_id), request)
         if limit is not None:
             write_limit(self.store.run_dir(run_id), {"limit_bytes": limit})
         self.schedule()
@@ -190,7 +189,7 @@ class Runner:
         run_dir = self.store.run_dir(run_id)
         try:
             config = RunConfig.from_dict(self.store.get_run(run_id, need=("config",))["config"])
-            python = read_request(run_dir).get("python") or self.python
+            python = self.store.run_request(run_id).get("python") or self.python
             argv = numa_prefix(config) + [python, "-m", "gnnrec_lab.runs.worker", str(run_id)]
             limit = memory_limit_of(run_dir)
             if limit is not None:

@@ -102,7 +102,14 @@ def _m4_provenance(con: sqlite3.Connection) -> None:
     con.execute("UPDATE footprints SET kind='modeled' WHERE kind='predicted'")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_core, _m2_breakdowns, _m3_control, _m4_provenance]
+def _m5_request(con: sqlite3.Connection) -> None:
+    # What trains a queued run other than the default loop (a DistDGL run: train_fn, options,
+    # python), written by the INSERT that queues it: a runner claiming the run sees it with it.
+    con.execute("ALTER TABLE runs ADD COLUMN request TEXT")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_core, _m2_breakdowns, _m3_control, _m4_provenance,
+                                                          _m5_request]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -372,18 +379,28 @@ class Store:
         return d
 
     # -- runs ---------------------------------------------------------------
-    def add_run(self, config, status: RunStatus = RunStatus.QUEUED, sweep: Optional[str] = None) -> int:
-        """Insert a run for ``config`` (a RunConfig) and return its id."""
+    def add_run(self, config, status: RunStatus = RunStatus.QUEUED, sweep: Optional[str] = None,
+                request: Optional[dict] = None) -> int:
+        """Insert a run for ``config`` (a RunConfig) and return its id. ``request``: what trains it
+        other than the default loop (:meth:`Runner.launch <gnnrec_lab.runs.runner.Runner.launch>`'s
+        ``train_fn``, ``options``, ``python``), stored in the same row (:meth:`run_request`)."""
         status = _checked_status(status)
         expect_config(config, "Store.add_run")
         now = time.time()
         with self._write() as con:
             cur = con.execute(
-                "INSERT INTO runs(name, config, status, created, started, measured, sweep) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs(name, config, status, created, started, measured, sweep, request) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (config.name, config.to_json(), status, now, now if status is RunStatus.RUNNING else None,
-                 Provenance.of(config.measured), sweep))
+                 Provenance.of(config.measured), sweep, json.dumps(request) if request else None))
             return int(cur.lastrowid)
+
+    def run_request(self, run_id: int) -> dict:
+        """Run ``run_id``'s request (see :meth:`add_run`); ``{}`` for a run of the default loop."""
+        row = self._query("SELECT request FROM runs WHERE id=?", (int(run_id),))
+        if not row:
+            raise UserError(f"run {run_id}: no such run in {self.path}")
+        return json.loads(row[0][0]) if row[0][0] else {}
 
     def get_run(self, run_id: int, need: Sequence[str] = ()) -> dict:
         """One run as a dict; ``config``/``host``/``info``/``result`` parsed from JSON (a damaged one is

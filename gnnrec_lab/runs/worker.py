@@ -14,7 +14,7 @@ and writes the final status itself:
   naming the signal (outside the training loop, or a second SIGTERM, it stops the worker at once).
 
 The training callable is ``gnnrec_lab.training.loop:train`` unless the run's request
-(``runs/<id>/request.json``, written by :meth:`~gnnrec_lab.runs.runner.Runner.launch`) names
+(the run row's ``request``, stored by :meth:`~gnnrec_lab.runs.runner.Runner.launch` with the queued run) names
 another with the keyword arguments it takes (a DistDGL run names
 ``gnnrec_lab.distributed.engine:train`` and its cluster's options), or
 ``GNNREC_LAB_TRAIN_FN=module:attr`` does (tests use fakes). It returns a RunResult or its dict.
@@ -33,7 +33,6 @@ import os
 import signal
 import sys
 import traceback
-from pathlib import Path
 
 from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.runs.store import Store
@@ -45,7 +44,6 @@ from gnnrec_lab.util.status import RunStatus
 TRAIN_FN_ENV = "GNNREC_LAB_TRAIN_FN"
 DEFAULT_TRAIN_FN = "gnnrec_lab.training.loop:train"
 # a run's own training callable ("train_fn"), its keyword arguments ("options") and interpreter ("python")
-REQUEST_FILE = "request.json"
 EXIT_OK, EXIT_FAILED, EXIT_OOM, EXIT_DIVERGED = 0, 1, 3, 4
 STDERR_TAIL_LINES = 50
 
@@ -59,21 +57,6 @@ def resolve_train_fn(spec: str | None = None):
     if not mod or not attr:
         raise UserError(f"{TRAIN_FN_ENV}: expected 'module:function', got {spec!r}")
     return getattr(importlib.import_module(mod), attr)
-
-
-def write_request(run_dir, request: dict) -> None:
-    """Keep run ``run_dir``'s request (``train_fn``, ``options``, ``python``) for its worker."""
-    tmp = Path(run_dir) / (REQUEST_FILE + ".tmp")
-    tmp.write_text(json.dumps(request))
-    os.replace(tmp, Path(run_dir) / REQUEST_FILE)
-
-
-def read_request(run_dir) -> dict:
-    """Run ``run_dir``'s request, ``{}`` for a run that has none (the default training)."""
-    try:
-        return json.loads((Path(run_dir) / REQUEST_FILE).read_text())
-    except FileNotFoundError:
-        return {}
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -167,7 +150,7 @@ def run_worker(run_id: int, store=None) -> int:
                                 pid_start=proc_start_ticks(os.getpid()), host=json.dumps(host_info()),
                                 only_if=(RunStatus.QUEUED, RunStatus.RUNNING)):
             return EXIT_OK  # cancelled (or otherwise ended) before this process got going
-        request = read_request(run_dir)
+        request = store.run_request(run_id)
         train_fn = resolve_train_fn(request.get("train_fn"))
         reporter = store.reporter(run_id)
         result = train_fn(config, reporter=reporter, progress=False, **(request.get("options") or {}))
