@@ -52,10 +52,13 @@ AGREEMENT_COLUMNS = ("kernel", "phase", "profiler_event", "calls", "ours_s", "pr
 
 
 def function_classes() -> set[str]:
-    """Names of the autograd Functions the kernels define (what the profiler shows): the classes of
-    the kernel modules that hold them (:mod:`~gnnrec_lab.kernels.sparse`, ``fused``, ``dense``)."""
-    from gnnrec_lab.kernels import dense, fused, sparse
-    return {c.__name__ for mod in (sparse, fused, dense) for c in vars(mod).values()
+    """Names of the autograd Functions the kernels define (what the profiler shows): the classes
+    defined in any module of :mod:`gnnrec_lab.kernels` (its ``__init__`` imports them all)."""
+    import sys
+
+    import gnnrec_lab.kernels  # noqa: F401  (loads every kernel module)
+    mods = [m for name, m in list(sys.modules.items()) if name.startswith("gnnrec_lab.kernels.") and m is not None]
+    return {c.__name__ for mod in mods for c in vars(mod).values()
             if isinstance(c, type) and issubclass(c, torch.autograd.Function) and c is not torch.autograd.Function
             and c.__module__ == mod.__name__}
 
