@@ -50,12 +50,13 @@ STDERR_TAIL_LINES = 50
 
 def resolve_train_fn(spec: str | None = None):
     """The callable named by ``spec`` ('module:attr' or 'module.attr'), default from the environment."""
+    source = "the run's train_fn" if spec else TRAIN_FN_ENV
     spec = spec or os.environ.get(TRAIN_FN_ENV) or DEFAULT_TRAIN_FN
     mod, sep, attr = spec.partition(":")
     if not sep:
         mod, _, attr = spec.rpartition(".")
     if not mod or not attr:
-        raise UserError(f"{TRAIN_FN_ENV}: expected 'module:function', got {spec!r}")
+        raise UserError(f"{source}: expected 'module:function', got {spec!r}")
     return getattr(importlib.import_module(mod), attr)
 
 
