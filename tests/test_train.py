@@ -1,6 +1,7 @@
 """End-to-end training on tiny data: learning happens, runs are deterministic,
 phases are all recorded, bad input is refused before work starts."""
 import json
+import re
 import subprocess
 import sys
 
@@ -138,6 +139,53 @@ def test_cli_json_run():
     assert out["kind"]["footprint"] == {"predicted": "modeled", "measured": "measured"}
     assert out["footprint"]["kind"] == out["kind"]["footprint"] and out["footprint"]["measured"]["peak_rss"] > 0
     assert out["test"]["recall@20"] >= 0 and out["kernels"]
+
+
+def test_cli_run_off_a_terminal_prints_the_test_metrics_once_and_few_bar_fragments(tmp_path):
+    """stderr to a pipe (a log file, CI): the bar redraws at most every few seconds, not once a
+    step (each redraw there is a carriage-return fragment in the log), and the test metrics are
+    printed once (the summary), not by the progress lines too."""
+    import os
+    p = _cli("run", "--dataset", "synth-tiny", "--layers", "1", "--dim", "8", "--epochs", "2",
+             "--batch-size", "64", "--patience", "0", env=dict(os.environ, GNNREC_LAB_HOME=str(tmp_path)))
+    assert p.returncode == 0, p.stderr
+    steps = int(re.search(r"(\d+) steps/epoch", p.stderr).group(1))
+    assert steps >= 50                              # a bar per step would leave >= 100 fragments
+    fragments = len(re.findall(r"epoch \d+:\s+\d+%", p.stderr))   # each drawing of the bar
+    assert fragments <= 2 * 4, (fragments, p.stderr[-400:])   # 2 epochs: open, close, a redraw per 5 s
+    lines = (p.stdout + p.stderr).splitlines()
+    metric_lines = [ln for ln in lines if "ndcg@" in ln]
+    assert len([ln for ln in metric_lines if "  valid recall" not in ln]) == 1, metric_lines   # one test line
+    assert "test metrics (best valid epoch" in p.stdout
+
+
+def test_progress_bar_redraws_per_interval_off_a_terminal_and_per_step_on_one(monkeypatch):
+    import io
+
+    from gnnrec_lab.training import reporting
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    class Cfg:
+        model, layers, dim, batch_size, dataset, backend = "lightgcn", 1, 8, 64, "x", "numba"
+
+    info = {"steps_per_epoch": 300, "dataset": {"n_users": 1, "n_items": 1, "n_train": 1}}
+    counts = {}
+    for name, stream in (("pipe", io.StringIO()), ("tty", Tty())):
+        monkeypatch.setattr(reporting.sys, "stderr", stream)
+        rep = reporting.ProgressReporter()
+        rep.on_start(Cfg, info)
+        for i in range(300):
+            rep.on_step(i, 0, 0.5, 0.001, [])
+            if name == "tty":
+                rep.bar.last_print_t -= 1.0    # as if each step took a second
+        rep.on_epoch(0, 1.0, 300, 0.5)
+        counts[name] = len(re.findall(r"epoch 0:\s+\d+%", stream.getvalue()))
+    assert reporting.bar_interval(io.StringIO()) == reporting.NON_TTY_INTERVAL_S
+    assert reporting.bar_interval(Tty()) < 1
+    assert counts["pipe"] <= 3 and counts["tty"] >= 250, counts
 
 
 def test_non_finite_loss_ends_the_run_as_diverged():

@@ -60,8 +60,26 @@ class MultiReporter(Reporter):
         return any(r.should_stop() for r in self.reporters)
 
 
+#: Seconds between redraws of the progress bar when stderr is not a terminal (a log file, a pipe):
+#: there each redraw is one more carriage-return fragment in the file, not an update in place.
+NON_TTY_INTERVAL_S = 5.0
+
+
+def bar_interval(stream=None) -> float:
+    """tqdm's ``mininterval`` for a bar on ``stream`` (stderr by default): tqdm's own 0.1 s on a
+    terminal, :data:`NON_TTY_INTERVAL_S` elsewhere."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):   # no isatty, or a closed stream
+        tty = False
+    return 0.1 if tty else NON_TTY_INTERVAL_S
+
+
 class ProgressReporter(Reporter):
-    """tqdm bar per epoch and one line per evaluation, on stderr."""
+    """tqdm bar per epoch and one line per validation, on stderr. The test metrics are the caller's
+    to print (``gnnrec-lab run`` prints them once, in its summary). Off a terminal the bar redraws
+    at most every :data:`NON_TTY_INTERVAL_S` seconds."""
 
     def __init__(self):
         self.bar = None
@@ -78,9 +96,12 @@ class ProgressReporter(Reporter):
     def on_step(self, step, epoch, loss, seconds, records):
         from tqdm.auto import tqdm
         if self.bar is None:
-            self.bar = tqdm(total=self.steps, desc=f"epoch {epoch}", leave=False, unit="step")
+            self.bar = tqdm(total=self.steps, desc=f"epoch {epoch}", leave=False, unit="step", file=sys.stderr,
+                            mininterval=bar_interval(sys.stderr))
+        # the postfix is drawn with the next update (refresh=True would redraw on every step,
+        # past mininterval)
+        self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
         self.bar.update(1)
-        self.bar.set_postfix(loss=f"{loss:.4f}")
 
     def on_epoch(self, epoch, seconds, steps, loss):
         if self.bar is not None:
@@ -89,13 +110,11 @@ class ProgressReporter(Reporter):
         self._last = (epoch, seconds, loss)
 
     def on_eval(self, epoch, step, split, metrics, elapsed_s):
+        if split != "valid":   # the test metrics: printed once, by the caller (the run's summary)
+            return
         from gnnrec_lab.training.evaluate import format_metrics
-        ms = format_metrics(metrics)
-        if split == "valid":
-            e, s, loss = self._last
-            _say(f"epoch {e:3d}  loss {loss:.4f}  {fmt_duration(s):>8}  valid {ms}")
-        else:
-            _say(f"test (best epoch {epoch})  {ms}")
+        e, s, loss = self._last
+        _say(f"epoch {e:3d}  loss {loss:.4f}  {fmt_duration(s):>8}  valid {format_metrics(metrics)}")
 
     def on_event(self, kind, message):
         _say(f"[{kind}] {message}")
