@@ -756,6 +756,71 @@ def test_phases_and_kernels_keep_their_colours_across_runs(store):
     assert list(pie.renderers[0].data_source.data["color"]) == [kernel_color("adam"), kernel_color("spmm")]
 
 
+# the kernels a real run of each model records (LightGCN, NGCF, MF; a sampled run adds its own)
+RUN_KERNELS = ("spmm", "bpr_loss", "l2_reg", "adam", "bpr_sample", "gemm", "spmm_edge", "sddmm_mul", "add",
+               "bias_leaky_relu", "concat", "l2_normalize", "sample_subgraph", "sample_wait", "row_fetch",
+               "row_writeback", "gather", "sparse_adam", "sgd")
+
+
+def test_every_kernel_has_its_own_colour_and_a_phase_suffix_keeps_it():
+    """The roofline's "spmm (forward)" had no entry: it got a CRC colour (the backward orange), and
+    adam and bpr_loss (via their suffixed names) shared one brown."""
+    from gnnrec_lab.dashboard.common import PHASE_COLORS, kernel_color, kernel_name
+    colours = [kernel_color(k) for k in RUN_KERNELS]
+    assert len(set(colours)) == len(RUN_KERNELS), dict(zip(RUN_KERNELS, colours))
+    assert kernel_name("spmm (forward)") == "spmm" and kernel_name("adam") == "adam"
+    for k in RUN_KERNELS:
+        for ph in PHASE_COLORS:
+            assert kernel_color(f"{k} ({ph})") == kernel_color(k)
+    unknown = kernel_color("a_kernel_no_table_lists")
+    assert unknown not in colours
+
+
+def test_roofline_colours_equal_the_kernel_charts(store):
+    """Breakdown's roofline, its share pie and Live's kernel chart draw each kernel in one colour."""
+    import holoviews as hv
+    from bokeh.models import GlyphRenderer, Scatter, Wedge
+
+    from gnnrec_lab.dashboard.common import kernel_color
+    from gnnrec_lab.util.recorder import KernelRecord
+    _calibrate()
+    kernels = [("spmm", "forward"), ("spmm", "backward"), ("gemm", "forward"), ("gemm", "backward"),
+               ("bpr_loss", "loss"), ("l2_reg", "loss"), ("adam", "optimizer"), ("bpr_sample", "sampling"),
+               ("concat", "forward")]
+    rid = store.add_run(RunConfig(dataset="synth-tiny", model="ngcf", layers=1, dim=8, epochs=1), status="running")
+    store.record_start(rid, {"steps_per_epoch": 2, "footprint_predicted": {"graph": 1000}})
+    for s in (1, 2):
+        store.add_step(rid, s, 1, 1.0, 0.01, [KernelRecord(k, ph, 0, s, 1_000_000 * (i + 1), 4_000_000, 1_000_000,
+                                                           2_000_000 * (i + 1), "gather", 32, 1_000_000, "native")
+                                              for i, (k, ph) in enumerate(kernels)])
+    store.set_status(rid, "finished")
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    body = BreakdownPage(lab, run_id=rid).body()
+    roof = [p.object for p in body.select(pn.pane.HoloViews)
+            if "Roofline" in str(hv.render(p.object).title.text)]
+    assert len(roof) == 1
+    fig = hv.render(roof[0])
+    points = {}
+    for r in fig.select({"type": GlyphRenderer}):
+        if isinstance(r.glyph, Scatter):
+            for name in r.data_source.data["name"]:
+                points[name] = r.glyph.fill_color
+    assert set(points) == {f"{k} ({ph})" for k, ph in kernels}
+    pie = [p.object for p in body.select(pn.pane.Bokeh)
+           if p.object is not None and p.object.select({"type": Wedge})]
+    wedges = [r for r in pie[0].select({"type": GlyphRenderer}) if isinstance(r.glyph, Wedge)][0].data_source.data
+    pie_colours = dict(zip(wedges["name"], wedges["color"]))
+    mon = LiveMonitor(lab=lab, run_id=rid)
+    area = stacked_area(mon.kernels.data, top=20)
+    live_colours = {r.glyph.fill_color: None for r in area.renderers}
+    for name, colour in points.items():
+        k = name.split(" (")[0]
+        assert colour == kernel_color(k) == pie_colours[k], (name, colour, pie_colours)
+        assert colour in live_colours
+    assert points["spmm (forward)"] == points["spmm (backward)"] != points["adam (optimizer)"]
+    assert points["adam (optimizer)"] != points["bpr_loss (loss)"]
+
+
 def test_hatching_alone_marks_modeled_bars(store):
     """The note said "hatched orange = modeled, solid blue = measured" above modeled charts
     hatched in phase colours: colour no longer says modeled, hatching does."""

@@ -30,6 +30,7 @@ from gnnrec_lab.dashboard.common import (
     hatch_hook,
     hv_pane,
     kernel_color,
+    kernel_name,
     modeled_bars,
     not_available,
     phase_color,
@@ -137,6 +138,31 @@ def roofline_frame(kernels: pd.DataFrame) -> tuple[Optional[pd.DataFrame], Optio
     return pd.DataFrame(pts), ceilings, None
 
 
+#: Roofline marker per phase: the colour is the kernel's (as on every chart), the shape its phase.
+PHASE_MARKERS = {"forward": "circle", "backward": "triangle", "loss": "square", "optimizer": "diamond",
+                 "sampling": "inverted_triangle", "evaluation": "hex"}
+
+
+def roofline_scatter(pts: pd.DataFrame, x: str = "intensity", y: str = "GFLOPs", name: str = "name", roof=None):
+    """The roofline's points (``analysis.roofline_points``' columns): one colour per kernel
+    (:func:`~.common.kernel_color`, the pie's and Live's) with one legend entry each, one marker
+    per phase (:data:`PHASE_MARKERS`), the point's ``"kernel (phase)"`` name in the hover; ``roof``
+    (a curve) drawn over them."""
+    import holoviews as hv
+    kernels = pts["kernel"] if "kernel" in pts else pd.Series([kernel_name(n) for n in pts[name]], index=pts.index)
+    phases = pts["phase"] if "phase" in pts else pd.Series([str(n).rsplit(" (", 1)[-1].rstrip(")")
+                                                           for n in pts[name]], index=pts.index)
+    pts = pts.assign(kernel=kernels.astype(str), marker=[PHASE_MARKERS.get(str(p), "circle_x") for p in phases])
+    layers = [hv.Scatter(sub, x, [y, name, "marker"], label=k).opts(
+                  color=kernel_color(k), marker="marker", size=11, line_color="black", tools=["hover"])
+              for k, sub in pts.groupby("kernel", sort=False)]
+    return hv.Overlay(layers + ([roof] if roof is not None else [])).opts(
+        hv.opts.Scatter(logx=True, logy=True), hv.opts.Overlay(
+            logx=True, logy=True, responsive=True, height=340, legend_position="right",
+            xlabel="arithmetic intensity (flop/byte)", ylabel="GFLOP/s (measured)",
+            title="Roofline vs this host's calibrated ceilings"))
+
+
 def device_curve_plots(curves: dict) -> list:
     """HoloViews plots of one profile's modeled curves (``memory.validation.device_curves``):
     random-row bandwidth against access size, bandwidth against threads, and against the write
@@ -225,22 +251,16 @@ class BreakdownPage(pn.viewable.Viewer):
         if pts.empty:
             return not_available("Roofline", "roofline_points gave no points")
         pts = pts[(pts[x] > 0) & (pts[y] > 0)]
-        kcolors = {str(k): kernel_color(str(k)) for k in pts[name].unique()}
-        scatter = hv.Scatter(pts, x, [y, name]).opts(size=10, color=name, cmap=kcolors, logx=True,
-                                                     logy=True, tools=["hover"], responsive=True, height=340,
-                                                     xlabel="arithmetic intensity (flop/byte)",
-                                                     ylabel="GFLOP/s (measured)",
-                                                     title="Roofline vs this host's calibrated ceilings")
         bw, peak = ceil.get("triad_GBps"), ceil.get("gemm_GFLOPs")
         note = pn.pane.Markdown(ROOFLINE_NOTE, sizing_mode="stretch_width", css_classes=["roofline-note"])
         if not bw or not peak or pts.empty:
-            return pn.Column(note, hv_pane(scatter), sizing_mode="stretch_width")
+            return pn.Column(note, hv_pane(roofline_scatter(pts, x, y, name)), sizing_mode="stretch_width")
         lo = min(pts[x].min(), peak / bw) / 10
         hi = max(pts[x].max(), peak / bw) * 10
         xs = [lo * (hi / lo) ** (i / 50) for i in range(51)]
         roof = hv.Curve((xs, [min(peak, bw * v) for v in xs]), x, y, label="roof").opts(
             color="black", line_dash="dashed")
-        return pn.Column(note, hv_pane(scatter * roof), sizing_mode="stretch_width")
+        return pn.Column(note, hv_pane(roofline_scatter(pts, x, y, name, roof=roof)), sizing_mode="stretch_width")
 
     def _footprint_section(self, fp: Optional[pd.DataFrame], run: dict):
         import holoviews as hv

@@ -35,11 +35,19 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
 PHASE_COLORS = {"forward": "#1f77b4", "backward": "#ff7f0e", "loss": "#2ca02c", "optimizer": "#d62728",
                 "sampling": "#9467bd", "evaluation": "#8c564b", "other": "#7f7f7f"}
+# Every kernel the models record has its own entry (none shares a colour); the fallback for a name
+# not listed draws from colours no listed kernel has (:func:`kernel_color`).
 KERNEL_COLORS = {"spmm": "#1f77b4", "sddmm": "#aec7e8", "gather": "#17becf", "scatter": "#9edae5",
                  "bpr_loss": "#2ca02c", "l2_reg": "#98df8a", "adam": "#d62728", "sparse_adam": "#ff9896",
                  "sgd": "#c49c94", "bpr_sample": "#9467bd", "sample_wait": "#c5b0d5",
                  "sample_subgraph": "#e377c2", "row_fetch": "#8c564b", "row_writeback": "#bcbd22",
+                 # NGCF's kernels and the remaining registered ones (Category20b's darker shades)
+                 "gemm": "#393b79", "spmm_edge": "#5254a3", "sddmm_mul": "#6b6ecf", "sddmm_dot": "#9c9ede",
+                 "add": "#637939", "bias_leaky_relu": "#8ca252", "concat": "#8c6d31", "l2_normalize": "#bd9e39",
+                 "scatter_add": "#843c39", "permute": "#ad494a", "adamw": "#7b4173",
                  "other": "#7f7f7f"}
+_KERNEL_FALLBACK = tuple(c for c in PALETTE + ("#cedb9c", "#e7cb94", "#e7969c", "#a55194", "#ce6dbd", "#de9ed6")
+                         if c not in set(KERNEL_COLORS.values()))
 # Bars whose colour has no meaning of its own (one device, one tensor class): one neutral colour.
 BAR_COLOR = "#4c72b0"
 # How a bar says where its number comes from, on every page: one colour, solid when measured,
@@ -50,10 +58,11 @@ MODELED_NOTE = ("Hatched = **modeled** (device profile, not measured on this mac
                 "Colours name phases, kernels and runs, the same on every page.")
 
 
-def _stable(name: str, table: dict) -> str:
-    """``table[name]``, else a colour fixed by the name's CRC (the same in every process and run)."""
+def _stable(name: str, table: dict, fallback: tuple = PALETTE) -> str:
+    """``table[name]``, else a colour of ``fallback`` fixed by the name's CRC (the same in every
+    process and run)."""
     import zlib
-    return table.get(name) or PALETTE[zlib.crc32(str(name).encode()) % len(PALETTE)]
+    return table.get(name) or fallback[zlib.crc32(str(name).encode()) % len(fallback)]
 
 
 def phase_color(phase: str) -> str:
@@ -61,9 +70,20 @@ def phase_color(phase: str) -> str:
     return _stable(phase, PHASE_COLORS)
 
 
+def kernel_name(label: str) -> str:
+    """The kernel of a chart label: ``"spmm (forward)"`` (a roofline point, a breakdown row) is
+    ``"spmm"``; a bare kernel name is itself."""
+    label = str(label)
+    if label.endswith(")") and " (" in label:
+        return label.rsplit(" (", 1)[0]
+    return label
+
+
 def kernel_color(name: str) -> str:
-    """The colour of kernel ``name`` on every page (Live's area, Breakdown's pie)."""
-    return _stable(name, KERNEL_COLORS)
+    """The colour of kernel ``name`` on every chart (Live's area, Breakdown's pie and roofline): one
+    colour per kernel, whatever the phase (``"spmm (backward)"`` is spmm's colour). A kernel not in
+    :data:`KERNEL_COLORS` gets one no listed kernel has."""
+    return _stable(kernel_name(name), KERNEL_COLORS, _KERNEL_FALLBACK)
 
 
 def category_color(name: str) -> str:
