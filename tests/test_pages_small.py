@@ -91,6 +91,35 @@ def test_live_and_breakdown_name_the_placement_their_modeled_times_assume(store)
     lab = Lab(store=store, runner=RecordingRunner(store))
     page = LivePage(lab)
     page.monitor = LiveMonitor(lab=lab, run_id=mid)
-    assert "placement: all tensor classes on the device" in texts(page.header())
+    assert "all tensor classes on the device" in texts(page.header())
     body = texts(BreakdownPage(lab, run_id=mid).body())
     assert body.count("Placement: all tensor classes on the device") == 2   # tier chart and kernel-by-phase chart
+
+
+@pytest.mark.parametrize("placement", [{}, {"graph": "dram", "embeddings": "dram"}])
+def test_launch_and_live_say_what_an_app_direct_run_keeps_in_dram_in_the_same_words(store, placement):
+    """Launch said '36.7 MiB in DRAM' of an App Direct run while Live said 'all tensor classes on
+    the device': both now say where it runs (this host's DRAM) and what the device model keeps
+    in DRAM, from tiermodel.dram_residency."""
+    from gnnrec_lab.config.run import RunConfig
+    from gnnrec_lab.dashboard.launch import LaunchPage
+    from gnnrec_lab.dashboard.live import LiveMonitor, LivePage
+    from gnnrec_lab.memory.tiermodel import INTERPRETER, dram_residency
+    _calibrate()
+    cfg = RunConfig(dataset="synth-tiny", layers=2, dim=16, batch_size=512, epochs=1,
+                    memory_mode="optane_app_direct", placement=placement)
+    words = dram_residency("optane_app_direct", placement)
+    assert "On optane_pmem100_appdirect_6x (modeled)" in words and INTERPRETER in words
+    kept = "embeddings, graph and the interpreter" if placement else "no tensor class, only the interpreter"
+    assert f"in DRAM there: {kept}" in words
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    launch = LaunchPage(lab)
+    launch.form.set_from(cfg)
+    assert words in texts(launch.predictions())
+    rid = store.add_run(cfg, status="running")
+    store.record_start(rid, {"steps_per_epoch": 2, "footprint_predicted": {"graph": 1000}})
+    live = LivePage(lab)
+    live.monitor = LiveMonitor(lab=lab, run_id=rid)
+    assert words in texts(live.header())
+    dram = dram_residency("dram", placement)
+    assert "On " not in dram and dram in dram_residency("optane_app_direct", placement)

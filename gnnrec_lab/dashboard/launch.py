@@ -54,7 +54,7 @@ from gnnrec_lab.distributed.spec import MAX_PARTITIONS
 from gnnrec_lab.memory.placement import file_placed
 from gnnrec_lab.memory.preflight import memory_verdict
 from gnnrec_lab.memory.profiles import load_profiles
-from gnnrec_lab.memory.tiermodel import mode_device, mode_label
+from gnnrec_lab.memory.tiermodel import dram_residency, mode_device, mode_label
 from gnnrec_lab.services.projection import dram_reference, host_calibration, tier_projection
 from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.formatting import fmt_bytes, fmt_ms
@@ -444,7 +444,8 @@ class LaunchPage(pn.viewable.Viewer):
             f"`file:`, the interpreter left out) {fits} the **{fmt_bytes(v['limit_bytes'])}** of the "
             f"{v['limit_name']} (red dashed line), the limit the Launch button checks."
             + ("" if v["fits"] else f" Largest: {v['largest']} ({fmt_bytes(v['largest_bytes'])}, set by "
-                                    f"{v['driver']}): lower it or place classes on `file:DIR`."),
+                                    f"{v['driver']}): lower it or place classes on `file:DIR`.")
+            + f"\n\n{dram_residency(cfg.memory_mode, dict(cfg.placement), cfg.device_profile)}",
             css_classes=["launch-memory-note"], sizing_mode="stretch_width")
         return pn.Column(note, pn.pane.HoloViews(memory_chart(v), sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")

@@ -37,8 +37,8 @@ import panel as pn
 import param
 
 from gnnrec_lab.dashboard.common import PALETTE, Lab, kernel_color, not_available, run_selector, safe_call
-from gnnrec_lab.memory.tiermodel import mode_device, run_step_time
-from gnnrec_lab.runs.record import RunRecord
+from gnnrec_lab.memory.tiermodel import dram_residency, mode_device, run_step_time
+from gnnrec_lab.runs.record import RunRecord, StoredConfig
 from gnnrec_lab.services.projection import host_calibration, predicted_footprint
 from gnnrec_lab.util.formatting import fmt_bytes, fmt_duration, fmt_ms
 from gnnrec_lab.util.recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS
@@ -206,16 +206,16 @@ def _mode_device(memory_mode, device_profile=None):
 def modeled_text(m: "LiveMonitor") -> str:
     """The Live header's memory-mode line: the mode, its device profile and, for a modeled mode,
     the modeled step time so far next to the kernel time measured on DRAM."""
+    where = dram_residency(m.memory_mode, StoredConfig.of(m._cfg).placement, m._cfg.get("device_profile"))
     if m.device is None:
-        return f"**memory mode** {m.memory_mode} (measured on this host)"
+        return f"**memory mode** {m.memory_mode} (measured on this host)\n\n{where}"
     head = f"**memory mode** {m.memory_mode} → device profile **{m.device}** (modeled; kernels measured on DRAM)"
     st = m.modeled
     if not st:
         why = f": {m.modeled_reason}" if m.modeled_reason else " after the first step"
-        return f"{head} · **modeled step time** –{why}"
+        return f"{head} · **modeled step time** –{why}\n\n{where}"
     return (f"{head} · **step time {fmt_ms(st['modeled_s'])} modeled** on {st['device']} "
-            f"({st['ratio']:.2f}x the {fmt_ms(st['measured_s'])} measured on DRAM, {st['steps']} steps; "
-            f"placement: {st.get('placement_assumption', '?')})")
+            f"({st['ratio']:.2f}x the {fmt_ms(st['measured_s'])} measured on DRAM, {st['steps']} steps)\n\n{where}")
 
 
 def _compiling(store, run_id) -> bool:

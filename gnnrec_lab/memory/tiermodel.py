@@ -412,6 +412,32 @@ def placement_assumption(placement: Optional[dict]) -> str:
     return f"{', '.join(keep)} kept in DRAM, the other tensor classes on the device"
 
 
+#: The part of a run no placement moves: the Python interpreter, torch's and numba's libraries and
+#: their allocations (the footprint's ``runtime`` class); the tier model does not model it.
+INTERPRETER = "the interpreter (Python, torch, numba and their buffers)"
+
+
+def dram_residency(memory_mode: Optional[str], placement: Optional[dict] = None,
+                   device_profile: Optional[str] = None) -> str:
+    """What a run keeps in DRAM, in the words Launch's memory note and Live's header both show.
+
+    A run executes on this host, in a modeled memory mode too: there every tensor class not placed
+    on ``file:`` is in DRAM with the interpreter (the predicted footprint counts them). A modeled
+    mode's step time is then modeled on its device with :func:`placement_assumption`'s placement:
+    the classes placed ``dram`` and the interpreter stay in DRAM, the rest sits on the device."""
+    placement = placement or {}
+    on_file = sorted(c for c, where in placement.items() if str(where).startswith("file:"))
+    here = "every tensor class" + (f" but {', '.join(on_file)} (on file)" if on_file else "")
+    host = f"on this host (where it runs): {here} and {INTERPRETER}"
+    dev = mode_device(memory_mode or "dram", device_profile)
+    if dev is None:
+        return f"In DRAM {host}."
+    keep = sorted(c for c, where in placement.items() if where == "dram")
+    kept = (", ".join(keep) + " and " if keep else "no tensor class, only ") + INTERPRETER
+    return (f"In DRAM {host}. On {dev} (modeled): {placement_assumption(placement)}; "
+            f"in DRAM there: {kept}.")
+
+
 def run_step_time(records, host, config, *, device: Optional[str] = None, placement: Optional[dict] = None,
                   footprint=None, steps: Optional[int] = None, **kw) -> dict:
     """**The** modeled step time of a run: the run summary, the stored result, ``whatif``, the Live
