@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import panel as pn
+
 import pytest
 from test_dashboard_components import RecordingRunner, _calibrate, texts, tiny_graph
 
@@ -123,3 +125,68 @@ def test_launch_and_live_say_what_an_app_direct_run_keeps_in_dram_in_the_same_wo
     assert words in texts(live.header())
     dram = dram_residency("dram", placement)
     assert "On " not in dram and dram in dram_residency("optane_app_direct", placement)
+
+
+def _ml100k_graph(_name=None):
+    from gnnrec_lab.dashboard.cache import load_graph
+    from gnnrec_lab.data import list_datasets
+    if not any(r.get("name") == "ml-100k" and r.get("prepared") for r in list_datasets()):
+        pytest.skip("ml-100k is not prepared here (`make data`)")
+    return load_graph("ml-100k")
+
+
+def test_cache_page_default_view_draws_every_policy_on_ml100k(store):
+    """The defaults (5%..40% of rows at batch 1024) were all below one ml-100k batch (1,635 of its
+    2,625 rows): 36 simulations, a flat "none" line, an empty look-ahead chart. The default sizes
+    (auto) now start above one batch, so every policy is drawn, apart."""
+    import holoviews as hv
+    import numpy as np
+
+    from gnnrec_lab.config.run import SIMULATED_CACHE_POLICIES
+    from gnnrec_lab.dashboard.cache import CachePage, chart_reasons, lookahead_curves, run_simulation, size_curves
+    hv.extension("bokeh")
+    graph = _ml100k_graph()
+    page = CachePage(Lab(store=store, runner=RecordingRunner(store)), graph_loader=lambda _n: graph, autostart=False)
+    page.w["dataset"].value = "ml-100k"
+    req = page.request()
+    assert req.cache_sizes == ("auto",) and req.batch_size == 1024
+    out = run_simulation(req, graph_loader=lambda _n: graph)
+    assert out.error is None and out.trace_info["max_rows_per_batch"] > 0.5 * out.trace_info["table_rows"]
+    curves = size_curves(out.frame)
+    drawn = {p.split("(")[0].split("-")[0] for p in curves["policy"]}
+    assert drawn == set(SIMULATED_CACHE_POLICIES), drawn
+    per = curves.groupby("policy")["hit_rate"]
+    assert (per.count() >= 3).all(), per.count()
+    assert (curves["capacity_rows"] > out.trace_info["max_rows_per_batch"]).all()
+    at = curves.pivot_table(index="capacity_rows", columns="policy", values="hit_rate")
+    assert np.all(at.filter(like="belady").values[:, 0] > at["lru"].values)   # policies apart
+    assert not lookahead_curves(out.frame).empty
+    assert chart_reasons(out) == {"sizes": None, "lookahead": None}
+    body = texts(page.render(out))
+    assert "Cache sizes (auto)" in body and "Not simulated" not in body
+
+
+def test_a_cache_chart_with_nothing_to_draw_says_why_on_the_chart(store):
+    import holoviews as hv
+    from bokeh.models import Text
+
+    from gnnrec_lab.dashboard.cache import CachePage, chart_reasons, run_simulation
+    hv.extension("bokeh")
+    graph = _ml100k_graph()
+    page = CachePage(Lab(store=store, runner=RecordingRunner(store)), graph_loader=lambda _n: graph, autostart=False)
+    page.w["dataset"].value = "ml-100k"
+    page.w["cache_sizes"].value = "5%,10%,20%,40%"
+    out = run_simulation(page.request(), graph_loader=lambda _n: graph)
+    why = chart_reasons(out)
+    assert why["sizes"] and why["sizes"] == why["lookahead"]
+    assert "below one batch's 1,635 distinct rows" in why["sizes"]
+    view = page.render(out)
+    charts = [hv.render(p.object) for p in view.select(pn.pane.HoloViews)]
+    assert len(charts) == 3
+    for fig in charts:
+        words = " ".join(" ".join(r.data_source.data["text"]) for r in fig.renderers if isinstance(r.glyph, Text))
+        assert "Nothing to compare" in words and "1,635" in words, fig.title.text
+    page.w["cache_sizes"].value = "auto"
+    page.w["policies"].value = ["lru", "lfu"]
+    why = chart_reasons(run_simulation(page.request(), graph_loader=lambda _n: graph))
+    assert why["sizes"] is None and "oracle is not among the policies" in why["lookahead"]

@@ -10,6 +10,7 @@ row bytes); the seconds are measured.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -31,6 +32,27 @@ def make_trace(graph: BipartiteGraph, kind: str, batch_size: int, fanouts: Seque
     if kind == "sampled":
         return sampled_trace(graph, batch_size, list(fanouts), epochs, seed)
     raise UserError(f"trace: must be one of {', '.join(CACHE_TRACE_KINDS)}, got {kind!r}")
+
+
+#: A cache size that :func:`auto_capacities` chooses from the trace (the Cache page's default).
+AUTO_CAPACITY = "auto"
+
+
+def auto_capacities(trace: Trace, n: int = 4, top: float = 0.9) -> list[int]:
+    """``n`` cache sizes (rows) that every policy can be simulated at and that tell them apart:
+    geometrically spaced from just above the largest batch's distinct rows (a policy that keeps a
+    batch resident needs that many) to ``top`` of the table. Fewer when that range is narrow;
+    UserError when even the largest batch leaves no room below ``top`` of the table."""
+    rows, biggest = int(trace.n_rows), int(trace.max_batch_rows())
+    lo, hi = math.ceil(biggest * 1.05), int(rows * top)
+    if lo > hi:
+        raise UserError(f"cache sizes: auto: one batch reads {biggest:,} distinct rows, "
+                        f"{100 * biggest / max(rows, 1):.0f}% of the table's {rows:,}: no cache size between one "
+                        f"batch and {100 * top:.0f}% of the table is left to compare policies at; choose a "
+                        f"smaller batch size or give sizes")
+    if n <= 1 or lo == hi:
+        return [hi]
+    return sorted({int(round(lo * (hi / lo) ** (i / (n - 1)))) for i in range(n)})
 
 
 def trace_info(trace: Trace) -> dict:
@@ -63,9 +85,13 @@ def run_study(graph: BipartiteGraph, kind: str, batch_size: int, fanouts: Sequen
               capacities: Sequence[Union[int, str]], lookaheads: Sequence[Optional[int]], policies: Sequence[str],
               row_bytes: int) -> CacheStudy:
     """Build the trace (:func:`make_trace`) and simulate every policy in ``policies`` at every
-    capacity (rows, or ``"P%"`` of the table's rows), the oracle also at every look-ahead."""
+    capacity (rows, ``"P%"`` of the table's rows, or :data:`AUTO_CAPACITY`: :func:`auto_capacities`),
+    the oracle also at every look-ahead."""
     t0 = time.perf_counter()
     trace = make_trace(graph, kind, batch_size, fanouts, epochs, seed)
+    if any(str(c).strip().lower() == AUTO_CAPACITY for c in capacities):
+        auto = auto_capacities(trace)
+        capacities = [c for c in capacities if str(c).strip().lower() != AUTO_CAPACITY] + auto
     t1 = time.perf_counter()
     records = sweep_records(trace, list(capacities), list(lookaheads), list(policies), row_bytes=row_bytes,
                             static_scores=getattr(graph, "degree", None), static_basis="degree")

@@ -62,15 +62,19 @@ _results_lock = threading.Lock()
 # the request and its checks
 # ----------------------------------------------------------------------------
 def parse_cache_sizes(text: str) -> list[str]:
-    """Comma-separated cache sizes (``"5%"`` of rows or ``"5000"`` rows) -> list of size strings.
+    """Comma-separated cache sizes (``"5%"`` of rows, ``"5000"`` rows, or ``"auto"``: sizes from one
+    batch's rows to 90% of the table, chosen from the trace) -> list of size strings.
 
     Raises UserError naming "cache sizes" for an empty list or a bad entry.
     """
     from gnnrec_lab.cache import parse_capacity
+    from gnnrec_lab.cache.study import AUTO_CAPACITY
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     if not parts:
-        raise UserError("cache sizes: give at least one size, e.g. 5%,10%,20%")
+        raise UserError("cache sizes: give at least one size, e.g. 5%,10%,20% (or auto)")
     for p in parts:
+        if p.lower() == AUTO_CAPACITY:
+            continue
         try:
             parse_capacity(p, 100)
         except UserError as e:
@@ -104,7 +108,9 @@ class SimRequest:
     trace: str = "mf"                 # "mf" (BPR batches, 0 layers) or "sampled" (k-hop sub-graphs)
     batch_size: int = CACHE_TRACE_BATCH   # BPR triples per batch (the CLI's default too)
     fanouts: tuple = (10, 10)         # sampled only, first hop first
-    cache_sizes: tuple = ("5%", "10%", "20%", "40%")
+    # chosen from the trace: fixed shares left every size below one batch on ml-100k (1,635 of its
+    # 2,625 rows at batch 1024), where only "none" could be simulated
+    cache_sizes: tuple = ("auto",)
     lookaheads: tuple = (1, 10, 50, 200)   # oracle look-ahead, batches
     policies: tuple = SIMULATED_CACHE_POLICIES
     dim: int = 64
@@ -256,7 +262,54 @@ def skew_text(skew: dict, info: dict) -> str:
             f"up to {info.get('max_rows_per_batch', 0):,} distinct rows per batch ({info.get('trace', '')}).")
 
 
-def hit_rate_plot(curves: pd.DataFrame):
+def too_small_text(frame: pd.DataFrame, info: dict) -> str:
+    """Why no policy (but none) could be simulated at the sizes asked, in words for the chart."""
+    biggest, rows = int(info.get("max_rows_per_batch") or 0), int(info.get("table_rows") or 0)
+    sizes = sorted({int(c) for c in frame["capacity_rows"].dropna()}) if "capacity_rows" in frame else []
+    asked = ", ".join(f"{c:,}" for c in sizes) or "none"
+    share = f" ({100 * biggest / rows:.0f}% of the {rows:,} rows)" if rows else ""
+    return (f"Nothing to compare: every cache size asked ({asked} rows) is below one batch's {biggest:,} "
+            f"distinct rows{share}, which a cache must hold. Use sizes above that, auto, or a smaller batch.")
+
+
+def chart_reasons(out: "SimOutcome") -> dict:
+    """``{"sizes": why or None, "lookahead": why or None}``: why the size charts would draw no
+    policy but "none" (which never caches) and why the look-ahead chart would be empty."""
+    frame = out.frame
+    curves = size_curves(frame)
+    drawn = set(curves["policy"]) - {"none"}
+    small = too_small_text(frame, out.trace_info)
+    sizes = None if drawn else (small if len(frame) else "No simulation results.")
+    if not lookahead_curves(frame).empty:
+        la = None
+    elif "oracle" not in out.request.policies:
+        la = "The look-ahead oracle is not among the policies chosen: add oracle to see it against L."
+    else:
+        la = small
+    return {"sizes": sizes, "lookahead": la}
+
+
+def auto_text(out: "SimOutcome") -> str:
+    """What the ``auto`` cache sizes came to (" Cache sizes (auto): ..."), or '' when none was asked."""
+    from gnnrec_lab.cache.study import AUTO_CAPACITY
+    if not any(str(c).lower() == AUTO_CAPACITY for c in out.request.cache_sizes) or "capacity_rows" not in out.frame:
+        return ""
+    rows = int(out.trace_info.get("table_rows") or 0)
+    sizes = sorted({int(c) for c in out.frame["capacity_rows"].dropna()})
+    listed = ", ".join(f"{c:,} ({100 * c / rows:.0f}%)" if rows else f"{c:,}" for c in sizes)
+    return (f" Cache sizes (auto): {listed} rows, from just above one batch's "
+            f"{int(out.trace_info.get('max_rows_per_batch') or 0):,} distinct rows to 90% of the table.")
+
+
+def _why(why: str, x: float, y: float):
+    """A reason drawn in the middle of an empty chart, wrapped to fit it."""
+    import textwrap
+
+    import holoviews as hv
+    return hv.Text(x, y, "\n".join(textwrap.wrap(why, 60)), fontsize=10)
+
+
+def hit_rate_plot(curves: pd.DataFrame, why: Optional[str] = None):
     import holoviews as hv
     opts = dict(responsive=True, height=300, xlabel="cache size (% of rows)", ylabel="hit rate (modeled)",
                 ylim=(0, 1.02), tools=["hover"], title="Hit rate vs cache size (simulated)",
@@ -264,12 +317,16 @@ def hit_rate_plot(curves: pd.DataFrame):
     els = [hv.Curve(g, "capacity_pct", "hit_rate", label=str(p)) * hv.Scatter(g, "capacity_pct", "hit_rate",
                                                                               label=str(p)).opts(size=6)
            for p, g in curves.groupby("policy", sort=False)]
+    els = [e for ov in els for e in ov]
+    if why:
+        els.append(_why(why, 50, 0.5))
+        opts["xlim"] = (0, 100)
     if not els:
         return hv.Overlay([hv.Curve([], "capacity_pct", "hit_rate")]).opts(**opts)   # legend options are an overlay's
-    return hv.Overlay([e for ov in els for e in ov]).opts(**opts)
+    return hv.Overlay(els).opts(**opts)
 
 
-def bytes_plot(curves: pd.DataFrame):
+def bytes_plot(curves: pd.DataFrame, why: Optional[str] = None):
     import holoviews as hv
     opts = dict(responsive=True, height=300, xlabel="cache size (% of rows)",
                 ylabel="slow-tier MiB read (modeled)", tools=["hover"], legend_position="right",
@@ -277,12 +334,17 @@ def bytes_plot(curves: pd.DataFrame):
     els = [hv.Curve(g, "capacity_pct", ["read_MiB", "written_MiB"], label=str(p)).opts(line_dash="dashed")
            * hv.Scatter(g, "capacity_pct", ["read_MiB", "written_MiB"], label=str(p)).opts(size=6)
            for p, g in curves.groupby("policy", sort=False)]
+    els = [e for ov in els for e in ov]
+    if why:
+        top = float(curves["read_MiB"].max()) if len(curves) else 1.0
+        els.append(_why(why, 50, top / 2 if top == top and top > 0 else 0.5))
+        opts["xlim"] = (0, 100)
     if not els:
         return hv.Overlay([hv.Curve([], "capacity_pct", "read_MiB")]).opts(**opts)   # legend options are an overlay's
-    return hv.Overlay([e for ov in els for e in ov]).opts(**opts)
+    return hv.Overlay(els).opts(**opts)
 
 
-def lookahead_plot(la: pd.DataFrame):
+def lookahead_plot(la: pd.DataFrame, why: Optional[str] = None):
     import holoviews as hv
     opts = dict(responsive=True, height=300, xlabel="look-ahead L (batches)", ylabel="hit rate (modeled)",
                 logx=True, ylim=(0, 1.02), tools=["hover"], legend_position="right",
@@ -293,6 +355,9 @@ def lookahead_plot(la: pd.DataFrame):
         els.append(hv.Scatter(g, "lookahead", "hit_rate", label=size).opts(size=6))
         els.append(hv.Curve(g, "lookahead", "belady_hit_rate", label=size).opts(line_dash="dotted",
                                                                                  alpha=0.6))
+    if why:
+        els.append(_why(why, 15, 0.5))
+        opts["xlim"] = (1, 200)
     if not els:
         return hv.Overlay([hv.Curve([], "lookahead", "hit_rate")]).opts(**opts)   # legend options are an overlay's
     return hv.Overlay(els).opts(**opts)
@@ -434,8 +499,10 @@ class CachePage(pn.viewable.Viewer):
             "batch_size": pn.widgets.IntInput(name="Batch size (interactions per batch)", value=SimRequest.batch_size,
                                               start=1),
             "fanouts": pn.widgets.TextInput(name="Fan-outs per layer (sampled trace)", value="10,10"),
-            "cache_sizes": pn.widgets.TextInput(name="Cache sizes (rows or % of rows)",
-                                                value="5%,10%,20%,40%"),
+            "cache_sizes": pn.widgets.TextInput(name="Cache sizes (rows, % of rows, or auto)",
+                                                value=",".join(SimRequest.cache_sizes),
+                                                description="auto: four sizes from one batch's distinct rows "
+                                                            "to 90% of the table, chosen from the trace"),
             "lookaheads": pn.widgets.TextInput(name="Oracle look-aheads (batches)",
                                                value="1,10,50,200"),
             "policies": pn.widgets.MultiChoice(name="Replacement policies", options=list(SIMULATED_CACHE_POLICIES),
@@ -541,6 +608,7 @@ class CachePage(pn.viewable.Viewer):
             return error_note(f"Simulation not run: {out.error}")
         curves = size_curves(out.frame)
         la = lookahead_curves(out.frame)
+        why = chart_reasons(out)
         notes = (out.frame[out.frame["note"].fillna("") != ""] if "note" in out.frame.columns
                  else out.frame.iloc[0:0])
         parts = [pn.pane.Markdown(skew_text(out.skew, out.trace_info), sizing_mode="stretch_width"),
@@ -548,11 +616,11 @@ class CachePage(pn.viewable.Viewer):
                      f"All hit rates and slow-tier bytes below are **modeled** by the trace simulator "
                      f"(rows x {out.row_bytes} B per row: embedding + {out.request.optimizer} state), "
                      f"not measured on a device. Oracle curves use its largest look-ahead "
-                     f"(L={max(out.request.lookaheads)}).", sizing_mode="stretch_width"),
-                 pn.Row(pn.pane.HoloViews(hit_rate_plot(curves), sizing_mode="stretch_width"),
-                        pn.pane.HoloViews(bytes_plot(curves), sizing_mode="stretch_width"),
+                     f"(L={max(out.request.lookaheads)}).{auto_text(out)}", sizing_mode="stretch_width"),
+                 pn.Row(pn.pane.HoloViews(hit_rate_plot(curves, why["sizes"]), sizing_mode="stretch_width"),
+                        pn.pane.HoloViews(bytes_plot(curves, why["sizes"]), sizing_mode="stretch_width"),
                         sizing_mode="stretch_width"),
-                 pn.pane.HoloViews(lookahead_plot(la), sizing_mode="stretch_width")]
+                 pn.pane.HoloViews(lookahead_plot(la, why["lookahead"]), sizing_mode="stretch_width")]
         if not notes.empty:
             skipped = sorted({f"{r.policy} at {r.capacity_pct:.3g}%" for r in notes.itertuples()})
             parts.append(pn.pane.Markdown(
