@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import panel as pn
-
 import pytest
 from test_dashboard_components import RecordingRunner, _calibrate, texts, tiny_graph
 
