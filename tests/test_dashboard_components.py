@@ -634,7 +634,10 @@ def test_live_header_shows_mode_profile_and_modeled_step_time(store):
     mon = LiveMonitor(lab=lab, run_id=mid)
     assert mon.modeled and mon.modeled["modeled_s"] > mon.modeled["measured_s"]
     page.monitor = mon
-    assert f"step time {mon.modeled['modeled_s'] * 1e3:.1f} ms modeled" in texts(page.header())
+    st = mon.step_times()
+    assert st.modeled_kernel_s == pytest.approx(mon.modeled["modeled_s"], rel=1e-12)
+    assert f"kernel time {mon.modeled['modeled_s'] * 1e3:.1f} ms ({st.ratio:.2f}x, modeled)" in texts(page.header())
+    assert st.text() in texts(page.header())
 
 
 # -- run times, diverged runs, kernel compilation (issue 12: 5, 3, 11) -------------------------
@@ -906,7 +909,8 @@ def test_runs_and_compare_show_modeled_times_beside_the_measured_ones(store, cap
     out = capsys.readouterr().out
     head, _, *lines = out.splitlines()
     assert "step (measured)" in head and "step (modeled)" in head and "train (modeled)" in head
-    assert " time " not in f" {head} "
+    assert " time " not in f" {head} ".replace("kernel time (", "kernel (")   # kernel time is named so
+    assert "kernel time (measured)" in head and "kernel time (modeled)" in head
     cols = dict(zip(["id"], [None]))
     line = [ln for ln in lines if ln.startswith(str(mid) + " ")][0]
     assert "20.0 ms" in line and "60.0 ms" in line

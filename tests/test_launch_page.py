@@ -100,7 +100,7 @@ def test_step_time_predicts_from_the_fastest_same_shape_dram_run_and_shows_the_s
     assert f"run **#{fast}**" in note and "**fastest**" in note and "3 stored DRAM runs" in note
     assert f"#{slow} " in note and OVERLOADED_LABEL in note            # the loaded run is marked
     assert "all tensor classes on the device" in note                  # the placement it assumes
-    assert "ms per step (modeled)" in note
+    assert "ms kernel time per step (modeled)" in note
     page.form.placement = {"embeddings": "dram"}
     assert "embeddings kept in DRAM" in texts(page.predictions())
 

@@ -1,5 +1,6 @@
-"""One modeled step time per run (issue 12, items 1 and 12): the run summary, the stored result,
-``whatif``, the Live page and the Breakdown page all show ``tiermodel.run_step_time``'s value, and
+"""One step time and one kernel time per run (issues 12 and 35): the run summary, the stored result,
+``runs``, ``runs show``, ``whatif``, Live, Breakdown and Compare all show ``tiermodel.step_times``
+(the tier model's ``run_step_time`` for the modeled kernel time), and
 on a real recorded run a device no faster than DRAM in any profile number is never modeled faster
 than the kernel time measured on DRAM."""
 from __future__ import annotations
@@ -81,46 +82,96 @@ def recorded(request, recorded_runs):
     return recorded_runs[request.param]
 
 
-def test_every_view_shows_the_one_modeled_step_time(recorded, capsys):
+def _same(a, b):
+    """Two StepTimes with the same numbers (to float rounding) and the same device."""
+    for f in ("step_s", "kernel_s", "ratio", "modeled_step_s", "modeled_kernel_s"):
+        x, y = getattr(a, f), getattr(b, f)
+        assert (x is None) == (y is None) and (x is None or x == pytest.approx(y, rel=1e-9)), (f, x, y)
+    assert a.device == b.device
+
+
+def test_every_view_shows_the_one_step_and_kernel_time(recorded, capsys):
+    """Issue 35: `runs` said 11.3 ms measured step (the wall step) where Live, Breakdown and `runs
+    show` said 9.9 ms measured (the kernel time) and whatif yet another: every view now shows
+    tiermodel.step_times (services.projection.run_step_times of a stored run): the step is the wall
+    step, the kernel time is named so, both modeled on the device by the run's ratio."""
     from gnnrec_lab.commands.cli import main
     from gnnrec_lab.commands.run import _print_summary
     from gnnrec_lab.dashboard.breakdown import BreakdownPage, modeled_kernel_phase_ms
     from gnnrec_lab.dashboard.common import Lab
+    from gnnrec_lab.dashboard.compare import runs_table
     from gnnrec_lab.dashboard.live import LiveMonitor, modeled_text
-    from gnnrec_lab.services.projection import step_time_projection
+    from gnnrec_lab.memory.tiermodel import TRAIN_PHASES, StepTimes
+    from gnnrec_lab.services.projection import modeled_runs_frame, run_step_times, step_time_projection
+    from gnnrec_lab.training.loop import result_step_times
     store, rid, result, host = recorded
-    ref = stored_run_step_time(store, rid, host)
+    st = run_step_times(store, rid, host)
     DEVICE = MODE_DEVICES[result.config.memory_mode]
-    assert ref["device"] == DEVICE and ref["kind"] == "modeled"
-    ms = f"{ref['modeled_s'] * 1e3:.1f} ms"
-    # the run itself (summary, stored result)
-    assert result.modeled["modeled_s_per_step"] == pytest.approx(ref["modeled_s"], rel=1e-9)
-    assert result.modeled["measured_s_per_step"] == pytest.approx(ref["measured_s"], rel=1e-9)
-    stored = store.get_run(rid)["result"]["modeled"]
-    assert stored["modeled_s_per_step"] == pytest.approx(ref["modeled_s"], rel=1e-9) and stored["kind"] == "modeled"
+    # the definition, from the stored rows themselves
+    steps = store.steps_frame(rid)
+    totals = store.kernel_totals_frame(rid)
+    assert st.step_s == pytest.approx(steps["seconds"].sum() / len(steps), rel=1e-12)
+    assert st.kernel_s == pytest.approx(totals.loc[totals["phase"].isin(TRAIN_PHASES), "ns"].sum() / 1e9
+                                        / store.kernel_step_count(rid), rel=1e-12)
+    assert st.step_s > st.kernel_s > 0 and st.device == DEVICE
+    ref = stored_run_step_time(store, rid, host)         # the tier model's projection of the kernels
+    assert st.ratio == pytest.approx(ref["modeled_s"] / ref["measured_s"], rel=1e-9)
+    assert st.kernel_s == pytest.approx(ref["measured_s"], rel=1e-9)
+    assert st.modeled_kernel_s == pytest.approx(ref["modeled_s"], rel=1e-9)
+    assert st.modeled_step_s == pytest.approx(st.step_s * st.ratio, rel=1e-12)
+    line = st.text()
+    assert f"step {st.step_s * 1e3:.1f} ms, kernel time {st.kernel_s * 1e3:.1f} ms" in line
+    assert f"modeled on {DEVICE}: step {st.modeled_step_s * 1e3:.1f} ms" in line and "modeled)" in line
+    # the run summary (`gnnrec-lab run`) and its stored result
+    _same(result_step_times(result), st)
     out = io.StringIO()
     _print_summary(result, out=out)
-    assert f"step time {ms} modeled on {DEVICE}" in out.getvalue()
-    # whatif on the run's own device
+    assert line in out.getvalue()
+    # `runs show`, `runs show --json`, `runs`, `runs --json`
+    assert main(["runs", "show", str(rid)]) == 0
+    assert line in capsys.readouterr().out
+    assert main(["runs", "show", str(rid), "--json"]) == 0
+    _same(StepTimes(**{k: v for k, v in json.loads(capsys.readouterr().out)["step_times"].items() if k != "kinds"}),
+          st)
+    assert main(["runs", "--json"]) == 0
+    row = {r["id"]: r for r in json.loads(capsys.readouterr().out)}[rid]
+    _same(StepTimes(step_s=row["step_s"], kernel_s=row["kernel_s"], ratio=row["modeled_ratio"],
+                    modeled_step_s=row["modeled_step_s"], modeled_kernel_s=row["modeled_kernel_s"],
+                    device=row["device"]), st)
+    assert main(["runs"]) == 0
+    table = capsys.readouterr().out
+    assert "kernel time (measured)" in table
+    cells = [ln for ln in table.splitlines() if ln.startswith(f"{rid} ")][0]
+    assert all(f"{v * 1e3:.1f} ms" in cells for v in (st.step_s, st.modeled_step_s, st.kernel_s, st.modeled_kernel_s))
+    # whatif on the run's own device: the same ratio, so the same four numbers
     assert main(["whatif", str(rid), "--device", DEVICE, "--json"]) == 0
     w = json.loads(capsys.readouterr().out)
-    assert w["step"]["modeled_s"] == pytest.approx(ref["modeled_s"], rel=1e-9)
+    _same(StepTimes(**{k: v for k, v in w["step_times"].items() if k != "kinds"}), st)
+    assert w["kernel_time"]["modeled_s"] == pytest.approx(st.modeled_kernel_s, rel=1e-9)
+    assert main(["whatif", str(rid), "--device", DEVICE]) == 0
+    assert line in capsys.readouterr().out
     # Live
     lab = Lab(store=store, runner=StatusRunner(store))
     mon = LiveMonitor(lab=lab, run_id=rid)
-    assert mon.modeled["modeled_s"] == pytest.approx(ref["modeled_s"], rel=1e-9)
-    assert mon.device == DEVICE and f"step time {ms} modeled" in modeled_text(mon)
-    # Breakdown: the tier chart's row for the run's device, and the modeled kernel x phase chart
+    _same(mon.step_times(), st)
+    assert mon.device == DEVICE and line in modeled_text(mon)
+    # Compare's table
+    cmp = runs_table(modeled_runs_frame(store)).loc[rid]
+    for col, v in (("step_ms", st.step_s), ("kernel_ms", st.kernel_s), ("modeled_step_ms", st.modeled_step_s),
+                   ("modeled_kernel_ms", st.modeled_kernel_s)):
+        assert cmp[col] == round(v * 1e3, 1), col
+    # Breakdown: its header, the tier chart's row for the run's device, the modeled kernel x phase chart
     df = step_time_projection(store, rid, host)
     own = df[df["chosen"]]
     assert list(own["device"]) == [DEVICE]
-    assert own["seconds"].iloc[0] == pytest.approx(ref["modeled_s"], rel=1e-9)
-    assert df.loc[df["kind"] == "measured", "seconds"].iloc[0] == pytest.approx(ref["measured_s"], rel=1e-9)
-    assert modeled_kernel_phase_ms(ref)["ms"].sum() == pytest.approx(ref["modeled_s"] * 1e3, rel=1e-9)
+    assert own["seconds"].iloc[0] == pytest.approx(st.modeled_kernel_s, rel=1e-9)
+    assert df.loc[df["kind"] == "measured", "seconds"].iloc[0] == pytest.approx(st.kernel_s, rel=1e-9)
+    assert modeled_kernel_phase_ms(ref)["ms"].sum() == pytest.approx(st.modeled_kernel_s * 1e3, rel=1e-9)
     page = BreakdownPage(lab, run_id=rid)
     body = pn.panel(page.body())
     text = "\n".join(str(o.object) for o in body.select(pn.pane.Markdown))
-    assert f"{ms} per step (modeled)" in text and f"device profile **{DEVICE}**" in text
+    assert line in text and f"device profile **{DEVICE}**" in text
+    assert f"{st.modeled_kernel_s * 1e3:.1f} ms kernel time per step (modeled)" in text
 
 
 def test_a_run_in_a_tier_mode_is_never_modeled_faster_than_dram(recorded):

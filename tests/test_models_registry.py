@@ -125,7 +125,7 @@ def test_advise_reads_the_toy_models_kernel_hooks_and_covers_every_mode(toy):
     assert names.count("toy_scale") == 2 * 2 and names.count("spmm") == 4     # forward + backward per layer
     a = advise(cfg, COUNTS, HOST, 16, runtime_bytes=0)
     assert a["config"]["model"] == "toy" and set(a["modes"]) == set(MEMORY_MODE_TABLE)
-    assert all(r["modeled_step_s"] > 0 for r in a["modes"].values())
+    assert all(r["modeled_kernel_s"] > 0 for r in a["modes"].values())
 
 
 @pytest.mark.parametrize("mode", ["full", "sampled"])

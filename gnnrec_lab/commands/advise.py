@@ -1,9 +1,10 @@
 """``gnnrec-lab advise``: footprint by class, whether it fits, and each memory mode's cost.
 
-Footprint bytes are predicted (modeled). The DRAM step is the fastest stored DRAM run of the
-same shape (measured; the run is named) when the run store holds one, else a kernel-count model
-of one training step at the calibrated host's rates; the tier model projects it onto each memory
-mode, so every other time printed is modeled and says so, with the placement it assumes.
+Footprint bytes are predicted (modeled). The DRAM kernel time per step (the training kernels' part
+of a step) is the fastest stored DRAM run of the same shape's (measured; the run is named) when the
+run store holds one, else a kernel-count model of one training step at the calibrated host's rates;
+the tier model projects it onto each memory mode, so every other time printed is modeled and says
+so, with the placement it assumes.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def register(subparsers):
                                     "n_users=943,n_items=1682,n_train=80000 (default: the prepared dataset's)")
     p.add_argument("--host-profile", help="host calibration JSON (default: gnnrec-lab calibrate's)")
     p.add_argument("--ignore-runs", action="store_true",
-                   help="model the DRAM step from kernel counts even when the run store holds a finished DRAM "
+                   help="model the DRAM kernel time from kernel counts even when the run store holds a finished DRAM "
                         "run of this shape (default: start from the fastest such run, measured)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -90,17 +91,17 @@ def run(args) -> int:
     fits = "fits" if a["fits_in_dram"] else "does NOT fit"
     print(f"DRAM {args.dram_gb:g} GiB: the run {fits} in DRAM (modeled)")
     src = a["step_source"]
-    print(f"DRAM step: {src['text']}")
+    print(f"DRAM kernel time per step: {src['text']}")
     if ref is not None:
         spread = ", ".join(f"#{x['run_id']} {fmt_ms(x['measured_s'])}" + (" (load > cores)" if x["overloaded"]
                                                                            else "") for x in ref["runs"])
-        print(f"  stored DRAM runs of this shape (measured step): {spread}")
-    print("memory modes (step times modeled from the DRAM step and the tier model; App Direct, CXL and remote "
-          "NUMA keep the advised split in DRAM, 'all on device' puts every tensor class on the device, as "
-          "whatif and the Launch page do):")
-    print(f"  {'mode':<20} {'device':<30} {'step s':>10} {'vs dram':>8} {'all on device':>14}  placement / note")
+        print(f"  stored DRAM runs of this shape (kernel time per step, measured): {spread}")
+    print("memory modes (kernel time per step modeled from the DRAM kernel time and the tier model; App Direct, "
+          "CXL and remote NUMA keep the advised split in DRAM, 'all on device' puts every tensor class on the "
+          "device, as whatif and the Launch page do):")
+    print(f"  {'mode':<20} {'device':<30} {'kernel s':>10} {'vs dram':>8} {'all on device':>14}  placement / note")
     for mode, r in a["modes"].items():
-        t = r.get("modeled_step_s")
+        t = r.get("modeled_kernel_s")
         ts = f"{t:.4f}" if t else "-"
         rr = f"{r['ratio_to_dram']:.2f}x" if r.get("ratio_to_dram") else "-"
         aod = f"{r['all_on_device_ratio']:.2f}x" if r.get("all_on_device_ratio") else "-"

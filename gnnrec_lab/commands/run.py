@@ -13,7 +13,7 @@ from gnnrec_lab.runs.store import Store
 from gnnrec_lab.runs.worker import EXIT_DIVERGED, failure, finish_run
 from gnnrec_lab.util.cgroup import parse_size
 from gnnrec_lab.util.errors import UserError
-from gnnrec_lab.util.formatting import fmt_bytes, fmt_ms
+from gnnrec_lab.util.formatting import fmt_bytes
 from gnnrec_lab.util.proc import proc_start_ticks
 from gnnrec_lab.util.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from gnnrec_lab.util.status import RunStatus
@@ -51,16 +51,13 @@ def _print_summary(result, out=None):
     from gnnrec_lab.training.evaluate import format_metrics
     ms = format_metrics(t)
     print(f"test metrics (best valid epoch {result.best_epoch}): {ms}", file=out)
-    n = max(result.steps, 1)
-    print(f"{result.steps} steps in {result.train_seconds:.2f} s measured "
-          f"({fmt_ms(result.train_seconds / n)}/step); kernel JIT/warm-up {result.jit_seconds:.2f} s "
-          f"not counted", file=out)
+    from gnnrec_lab.training.loop import modeled_line
+    print(f"{result.steps} steps in {result.train_seconds:.2f} s measured; kernel JIT/warm-up "
+          f"{result.jit_seconds:.2f} s not counted", file=out)
     from gnnrec_lab.memory.analysis import breakdown, format_breakdown
     print("per-kernel time (measured on this machine):", file=out)
     print(format_breakdown(breakdown(result.kernel_frame())), file=out)
-    if result.modeled:
-        from gnnrec_lab.training.loop import modeled_line
-        print(modeled_line(result.modeled), file=out)
+    print(modeled_line(result), file=out)   # the step and kernel time (and modeled on the device)
     fp = result.footprint
     if fp.predicted:
         print(f"footprint: predicted {fmt_bytes(fp.predicted_total)} (modeled), peak RSS "

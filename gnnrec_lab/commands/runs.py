@@ -22,8 +22,10 @@ TABLE = (  # (header, column in services.projection.modeled_runs_frame)
     ("id", "id"), ("name", "name"), ("status", "status"), ("dataset", "dataset"), ("model", "model"),
     ("layers", "layers"), ("dim", "dim"), ("batch", "batch_size"), ("memory mode", "memory_mode"),
     ("device (modeled)", "device"), ("started", "started"),
-    # measured beside modeled: a modeled memory mode's kernels still run on this host's DRAM
+    # measured beside modeled: a modeled memory mode's kernels still run on this host's DRAM; the
+    # step is the wall step, the kernel time its kernels' share (tiermodel.step_times)
     ("step (measured)", "step_s"), ("step (modeled)", "modeled_step_s"),
+    ("kernel time (measured)", "kernel_s"), ("kernel time (modeled)", "modeled_kernel_s"),
     ("train (measured)", "train_s"), ("train (modeled)", "modeled_train_s"), ("duration", "duration_s"),
     ("best valid R@20", "best_valid_recall@20"),
     ("test R@20", "test_recall@20"), ("load", "load_max"),
@@ -35,9 +37,11 @@ OVERLOADED_MARK = "!"
 def register(subparsers) -> None:
     p = subparsers.add_parser("runs", help="list, inspect, cancel and wait for stored runs",
                               description="List runs in the run store ($GNNREC_LAB_HOME/lab.sqlite). Times "
-                                          "are measured on this host; for a modeled memory mode the "
-                                          "'(modeled)' columns scale them by the run's modeled/measured "
-                                          "step-time ratio (as `runs show` and `whatif` print it).")
+                                          "are measured on this host: the step is the wall time of a "
+                                          "training step, the kernel time its kernels' part of it; for a "
+                                          "modeled memory mode the '(modeled)' columns scale them by the "
+                                          "run's modeled/measured kernel-time ratio (as `runs show` and "
+                                          "`whatif` print it).")
     p.add_argument("--json", action="store_true", help="print the list as JSON (machine-readable)")
     p.add_argument("--status", choices=[s.value for s in RunStatus],
                    help="list only runs with this status (default: every status)")
@@ -104,7 +108,7 @@ def _table_cell(v, col: str) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.timestamp()))  # local, as `runs show`
     if col in ("duration_s", "train_s", "modeled_train_s"):
         return fmt_duration(float(v))
-    if col in ("step_s", "modeled_step_s"):
+    if col in ("step_s", "modeled_step_s", "kernel_s", "modeled_kernel_s"):
         return fmt_ms(v)
     if col.endswith("recall@20"):
         return f"{float(v):.4f}"
@@ -177,7 +181,10 @@ def _show(store, run_id: int, as_json: bool) -> int:
     fp = store.footprint_frame(run_id)
     load = rec.load
     run["load"] = load_summary(load)
+    from gnnrec_lab.services.projection import host_calibration, run_step_times
+    st = run_step_times(store, run_id, host=host_calibration()[0])   # what every view shows of the run
     if as_json:
+        run["step_times"] = st.to_dict()
         run["steps"] = len(steps)
         run["last_loss"] = None if steps.empty else float(steps.loss.iloc[-1])
         run["evals"] = evals.to_dict(orient="records")
@@ -199,15 +206,14 @@ def _show(store, run_id: int, as_json: bool) -> int:
           f"batch={cfg.get('batch_size')}")
     from gnnrec_lab.memory.tiermodel import mode_label
     print(f"  memory     {mode_label(cfg.get('memory_mode') or 'dram', cfg.get('device_profile'))}")
-    modeled = rec.result.modeled
-    if modeled.get("modeled_s_per_step") is not None:
-        from gnnrec_lab.memory.tiermodel import modeled_ratio, modeled_seconds
-        from gnnrec_lab.training.loop import modeled_line
-        print(f"  modeled    {modeled_line(modeled)}")
-        train = modeled_seconds(run.get("train_s"), modeled_ratio(modeled))
-        if train is not None:
-            print(f"  modeled    training {fmt_duration(train)} on {modeled.get('device')} (the "
-                  f"{fmt_duration(run['train_s'])} measured here x {modeled_ratio(modeled):.2f})")
+    from gnnrec_lab.memory.tiermodel import modeled_seconds
+    print(f"  step       {st.text()}")
+    if st.placement_assumption:
+        print(f"  modeled    placement: {st.placement_assumption}")
+    train = modeled_seconds(run.get("train_s"), st.ratio)
+    if train is not None:
+        print(f"  modeled    training {fmt_duration(train)} on {st.device} (the "
+              f"{fmt_duration(run['train_s'])} measured here x {st.ratio:.2f})")
     if cfg.get("placement"):
         print(f"  placement  {cfg['placement']}")
     print(f"  created    {ts(run['created'])}")

@@ -90,13 +90,15 @@ def run(args) -> int:
               dram_cache_bytes=int(args.dram_gb * (1 << 30)) if args.dram_gb else None,
               extra_paths=args.devices_file, threads=run_threads(cfg))   # the table and the step alike
     table = project(records, host, args.device, place, **kw)
-    step = run_step_time(records, host, cfg, device=args.device, placement=place, steps=steps, **kw)
+    kernel = run_step_time(records, host, cfg, device=args.device, placement=place, steps=steps, **kw)
+    times = _step_times(args, records, kernel)
     if args.json:
         rows = json.loads(table.to_json(orient="records"))
         print(json.dumps({"run_id": args.run_id, "device": args.device, "kind": Provenance.MODELED,
                           "measured_column": "measured_s", "modeled_column": "modeled_s",
-                          "kernels": rows, "step": step}, indent=2))
+                          "kernels": rows, "kernel_time": kernel, "step_times": times.to_dict()}, indent=2))
         return 0
+    step = kernel
     hit = step.get("hit_rate")
     title = f"what if on {args.device}: measured DRAM time vs modeled device time"
     if hit is not None:
@@ -106,7 +108,18 @@ def run(args) -> int:
     for r in table.itertuples():
         ratio = "" if r.ratio is None or (isinstance(r.ratio, float) and math.isnan(r.ratio)) else f"{r.ratio:.2f}x"
         print(f"{r.name:<16} {r.phase:<11} {r.measured_s:>12.6f} {r.modeled_s:>12.6f} {ratio:>7}  modeled")
-    print(f"per step ({step['steps']} steps): measured {step['measured_s']:.6f} s, "
-          f"modeled {step['modeled_s']:.6f} s on {step['device']} ({step['ratio']:.2f}x, modeled); "
-          f"placement: {step['placement_assumption']}")
+    print(f"per step ({step['steps']} steps): {times.text()}; placement: {step['placement_assumption']}")
     return 0
+
+
+def _step_times(args, records, kernel: dict):
+    """The run's step and kernel time (:func:`~gnnrec_lab.memory.tiermodel.step_times`, as every view
+    shows them) with this projection's ratio: a stored run's wall step is its own; raw records
+    (``--records``) have only their kernel time."""
+    from gnnrec_lab.memory.tiermodel import step_times, training_kernel_ns
+    if args.run_id and not args.records:
+        steps = Store().steps_frame(args.run_id)
+        wall, n = (float(steps["seconds"].sum()), len(steps)) if len(steps) else (None, 0)
+    else:
+        wall, n = None, 0
+    return step_times(wall, n, training_kernel_ns(records), kernel["steps"], modeled=kernel, device=kernel["device"])

@@ -43,7 +43,7 @@ from gnnrec_lab.memory.profiles import get_profile, misses_in_flight
 from gnnrec_lab.memory.tiermodel import mode_device
 from gnnrec_lab.memory.validation import device_curves
 from gnnrec_lab.runs.record import RunRecord
-from gnnrec_lab.services.projection import run_modeled_step, tier_projection
+from gnnrec_lab.services.projection import host_calibration, run_modeled_step, run_step_times, tier_projection
 from gnnrec_lab.util.formatting import fmt_bytes, fmt_ms, fmt_percent
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.status import RunStatus
@@ -236,8 +236,8 @@ class BreakdownPage(pn.viewable.Viewer):
         if step is None:
             return not_available("Kernel time by phase on the run's device (memory tier model)", why)
         return pn.Column(pn.pane.Markdown(
-            f"{MODELED_NOTE} Below, the step modeled on **{step['device']}** ({step['memory_mode']}): "
-            f"**{fmt_ms(step['modeled_s'])} per step (modeled)**, {step['ratio']:.2f}x the "
+            f"{MODELED_NOTE} Below, the step's kernels modeled on **{step['device']}** ({step['memory_mode']}): "
+            f"**{fmt_ms(step['modeled_s'])} kernel time per step (modeled)**, {step['ratio']:.2f}x the "
             f"{fmt_ms(step['measured_s'])} measured on DRAM; the measured chart above is the same step on DRAM. "
             f"Placement: {step.get('placement_assumption', '?')}."),
             hv_pane(self.modeled_kernel_bars(step)), sizing_mode="stretch_width")
@@ -290,9 +290,10 @@ class BreakdownPage(pn.viewable.Viewer):
         note = f"{MODELED_NOTE} Placement: {df.attrs.get('placement_assumption', '?')}."
         if not chosen.empty and chosen["kind"].iloc[0] == Provenance.MODELED:
             note += (f" This run's memory mode uses **{chosen['device'].iloc[0]}**: "
-                     f"{fmt_ms(chosen['seconds'].iloc[0])} per step (modeled).")
+                     f"{fmt_ms(chosen['seconds'].iloc[0])} kernel time per step (modeled).")
         return pn.Column(pn.pane.Markdown(note),
-                         hv_pane(modeled_bars(df, "device", "seconds", "s per step")), sizing_mode="stretch_width")
+                         hv_pane(modeled_bars(df, "device", "seconds", "kernel s per step")),
+                         sizing_mode="stretch_width")
 
     def _device_section(self, run: dict):
         """The run's device profile as the model sees it (modeled curves; none for a DRAM run)."""
@@ -331,7 +332,9 @@ class BreakdownPage(pn.viewable.Viewer):
         kernels, why = safe_call(store.kernels_frame, self.run_id)
         fp, _ = safe_call(store.footprint_frame, self.run_id)
         status = run.get("status", "unknown")
-        head = pn.pane.Markdown(f"### Run #{self.run_id} — {status}\n\n{mode_header(run)}")
+        st = run_step_times(store, self.run_id, host=host_calibration()[0])   # as every view shows it
+        head = pn.pane.Markdown(f"### Run #{self.run_id} — {status}\n\n{mode_header(run)}\n\n"
+                                f"**{st.text()}**", css_classes=["breakdown-step-times"])
         if kernels is None or kernels.empty:
             return pn.Column(head, pn.pane.Markdown(
                 f"*No kernel records for run {self.run_id} yet{' (' + why + ')' if why else ''}.*"),

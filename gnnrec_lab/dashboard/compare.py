@@ -43,19 +43,23 @@ from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.status import RunStatus
 
 # Times measured on this host, each modeled twin beside it (a modeled memory mode's kernels run on
-# DRAM here; its twin is tiermodel.modeled_seconds, as `gnnrec-lab runs` shows it).
+# DRAM here; its twin is tiermodel.modeled_seconds, as `gnnrec-lab runs` shows it). The step is the
+# wall step, the kernel time its kernels' part (tiermodel.step_times, every view's).
 # The memory mode and the times come first: they are what runs are compared by, and they stay on
 # screen where the table is wider than the page.
-TABLE_COLUMNS = ["id", "name", "status", "memory_mode", "step_ms", "modeled_step_ms", "train_s", "modeled_train_s",
+TABLE_COLUMNS = ["id", "name", "status", "memory_mode", "step_ms", "modeled_step_ms", "kernel_ms", "modeled_kernel_ms",
+                 "train_s", "modeled_train_s",
                  "dataset", "model", "layers", "dim", "batch_size", "device",
                  "startup_s", "jit_s", "duration_s", "best_valid_recall@20",
                  *[f"test_{m}" for m in TEST_METRICS], "last_step", "load", "created"]
-TIME_COLUMNS = ("train_s", "modeled_train_s", "startup_s", "jit_s", "duration_s", "step_ms", "modeled_step_ms")
+TIME_COLUMNS = ("train_s", "modeled_train_s", "startup_s", "jit_s", "duration_s", "step_ms", "modeled_step_ms",
+                "kernel_ms", "modeled_kernel_ms")
 # Column headers in words (the columns keep their names): a config field's label from
 # config.FIELD_DOCS without its parenthesis, the rest named here.
 TABLE_TITLES = {c: field_label(c).split(" (")[0] for c in TABLE_COLUMNS if c in FIELD_DOCS}
 TABLE_TITLES.update({"id": "Run", "status": "Status", "device": "Device (modeled)",
                      "step_ms": "Step ms (measured)", "modeled_step_ms": "Step ms (modeled)",
+                     "kernel_ms": "Kernel time ms (measured)", "modeled_kernel_ms": "Kernel time ms (modeled)",
                      "train_s": "Training s (measured)", "modeled_train_s": "Training s (modeled)",
                      "startup_s": "Start-up (s)", "jit_s": "JIT compile (s)",
                      "duration_s": "Duration (s)", "best_valid_recall@20": "Best valid Recall@20",
@@ -75,7 +79,7 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
     if runs is None or runs.empty:
         return pd.DataFrame(columns=TABLE_COLUMNS).set_index("id")
     df = runs.copy()
-    for key in ("step", "modeled_step"):
+    for key in ("step", "modeled_step", "kernel", "modeled_kernel"):   # services.projection's step_times
         if f"{key}_s" in df.columns:
             df[f"{key}_ms"] = df[f"{key}_s"].astype(float) * 1e3
     if "load_max" in df.columns:   # the machine's load during the run, marked where it exceeded the cores

@@ -262,10 +262,11 @@ def spread_text(ref: dict) -> str:
     runs = ", ".join(f"#{r['run_id']} {fmt_ms(r['measured_s'])}" + (f" ({OVERLOADED_LABEL})" if r["overloaded"] else "")
                      for r in ref["runs"])
     n = len(ref["runs"])
-    spread = (f"they measured {fmt_ms(ref['min_s'])} to {fmt_ms(ref['max_s'])} per step "
+    spread = (f"they measured {fmt_ms(ref['min_s'])} to {fmt_ms(ref['max_s'])} of kernel time per step "
               f"(median {fmt_ms(ref['median_s'])}): " if n > 1 else "")
     return (f"{n} stored DRAM run{'s' if n > 1 else ''} of this shape ({runs}); {spread}predicted from the "
-            f"**fastest**, run **#{ref['run_id']}** ({fmt_ms(ref['measured_s'])} per step, measured), because load "
+            f"**fastest**, run **#{ref['run_id']}** ({fmt_ms(ref['measured_s'])} kernel time per step, measured), "
+            f"because load "
             f"from other work only ever adds time.")
 
 
@@ -458,7 +459,7 @@ class LaunchPage(pn.viewable.Viewer):
             return not_available("Step-time prediction (stored DRAM runs)", why)
         if ref is None:
             return pn.pane.Markdown(
-                "*Predicted step time per memory mode*: no finished DRAM run with this dataset, model, "
+                "*Predicted kernel time per step per memory mode*: no finished DRAM run with this dataset, model, "
                 "depth, dim, batch size, mode and backend yet — launch one on `dram`; the tier model then "
                 "projects its measured kernels onto Optane, CXL and remote NUMA (modeled).")
         df, why = tier_projection(self.lab.store, ref["run_id"], placement=dict(cfg.placement))
@@ -471,10 +472,11 @@ class LaunchPage(pn.viewable.Viewer):
         row = df[df["device"] == own] if own else df[df["kind"] == Provenance.MEASURED]
         if not row.empty:
             lines.append(f"This run ({mode_label(cfg.memory_mode, cfg.device_profile)}): "
-                         f"**{fmt_ms(row['seconds'].iloc[0])} per step ({row['kind'].iloc[0]})**.")
+                         f"**{fmt_ms(row['seconds'].iloc[0])} kernel time per step ({row['kind'].iloc[0]})**.")
         return pn.Column(
             pn.pane.Markdown("\n\n".join(lines), css_classes=["launch-step-note"], sizing_mode="stretch_width"),
-            pn.pane.HoloViews(modeled_bars(df, "device", "seconds", "s per step"), sizing_mode="stretch_width"),
+            pn.pane.HoloViews(modeled_bars(df, "device", "seconds", "kernel s per step"),
+                              sizing_mode="stretch_width"),
             sizing_mode="stretch_width")
 
     @param.depends("lab.runs")

@@ -37,10 +37,10 @@ import panel as pn
 import param
 
 from gnnrec_lab.dashboard.common import PALETTE, Lab, kernel_color, not_available, run_selector, safe_call
-from gnnrec_lab.memory.tiermodel import dram_residency, mode_device, run_step_time
+from gnnrec_lab.memory.tiermodel import dram_residency, mode_device, run_step_time, step_times, training_kernel_ns
 from gnnrec_lab.runs.record import RunRecord, StoredConfig
 from gnnrec_lab.services.projection import host_calibration, predicted_footprint
-from gnnrec_lab.util.formatting import fmt_bytes, fmt_duration, fmt_ms
+from gnnrec_lab.util.formatting import fmt_bytes, fmt_duration
 from gnnrec_lab.util.recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS
 from gnnrec_lab.util.status import RunStatus
 
@@ -204,18 +204,19 @@ def _mode_device(memory_mode, device_profile=None):
 
 
 def modeled_text(m: "LiveMonitor") -> str:
-    """The Live header's memory-mode line: the mode, its device profile and, for a modeled mode,
-    the modeled step time so far next to the kernel time measured on DRAM."""
+    """The Live header's memory-mode line: the mode, its device profile, the run's step and kernel
+    time so far (:meth:`LiveMonitor.step_times`, the value every view shows; modeled on the device
+    for a modeled mode) and what stays in DRAM."""
     where = dram_residency(m.memory_mode, StoredConfig.of(m._cfg).placement, m._cfg.get("device_profile"))
+    st = m.step_times()
+    times = f"**{st.text()}**, {st.steps:,} steps" if st.steps else "step time – until the first step"
     if m.device is None:
-        return f"**memory mode** {m.memory_mode} (measured on this host)\n\n{where}"
+        return f"**memory mode** {m.memory_mode} (measured on this host) · {times}\n\n{where}"
     head = f"**memory mode** {m.memory_mode} → device profile **{m.device}** (modeled; kernels measured on DRAM)"
-    st = m.modeled
-    if not st:
+    if st.ratio is None and st.steps:
         why = f": {m.modeled_reason}" if m.modeled_reason else " after the first step"
-        return f"{head} · **modeled step time** –{why}\n\n{where}"
-    return (f"{head} · **step time {fmt_ms(st['modeled_s'])} modeled** on {st['device']} "
-            f"({st['ratio']:.2f}x the {fmt_ms(st['measured_s'])} measured on DRAM, {st['steps']} steps)\n\n{where}")
+        times += f" · **modeled** –{why}"
+    return f"{head} · {times}\n\n{where}"
 
 
 def _compiling(store, run_id) -> bool:
@@ -258,6 +259,7 @@ class LiveMonitor(param.Parameterized):
         self.timeline = pd.DataFrame({"step": [], "epoch": [], "seconds": [], "wall": []})
         self.totals, self.kernel_steps = None, 0          # the tier model's input, as in the store
         self._footprint, self._host, self._cfg, self._info = None, None, {}, {}
+        self._stored_modeled = None
         self.modeled, self.modeled_reason = None, ""
         self._modeled_dirty, self._modeled_at = False, float("-inf")
         self._evals_status = None
@@ -295,6 +297,7 @@ class LiveMonitor(param.Parameterized):
         rec = RunRecord.of(run)
         cfg, info = rec.config, rec.info
         self._cfg, self._info = cfg, info
+        self._stored_modeled = rec.result.modeled or None   # a finished run's projection, as stored
         self.memory_mode = str(cfg.get("memory_mode") or "dram")
         self.device = _mode_device(self.memory_mode, cfg.get("device_profile"))
         spe = info.get("steps_per_epoch")
@@ -361,6 +364,15 @@ class LiveMonitor(param.Parameterized):
         res, why = safe_call(run_step_time, self.totals, self._host, self._cfg, footprint=self._footprint,
                              steps=self.kernel_steps)
         self.modeled, self.modeled_reason = res, (why or "")
+
+    def step_times(self):
+        """The run's :func:`~gnnrec_lab.memory.tiermodel.step_times` so far: its steps' seconds, its
+        training kernels, and the projection (the stored one once the run has it, as every other
+        view reads; before that the tier model's over the kernels so far)."""
+        modeled = self._stored_modeled or self.modeled
+        return step_times(float(self.timeline["seconds"].sum()) if len(self.timeline) else None,
+                          len(self.timeline), training_kernel_ns(self.totals), self.kernel_steps,
+                          modeled=modeled, device=self.device)
 
     def eta(self):
         """``(percent, eta_s)``; the ETA from :func:`steady_eta` (None when unknown)."""

@@ -91,8 +91,8 @@ def recommend_placement(records, host: dict, device: str, fp: dict, dram_bytes: 
     """Which classes to keep in DRAM when the rest sits on ``device`` (App Direct, CXL, remote NUMA).
 
     Exhaustive search over subsets of the tensor classes (2^7): keep the subset whose bytes fit in
-    ``dram_bytes`` minus the runtime and whose modeled step time is lowest (ties: fewer DRAM bytes).
-    Returns ``{"dram": [...], "device": [...], "dram_bytes_used", "modeled_step_s", "kind"}`` (kind MODELED).
+    ``dram_bytes`` minus the runtime and whose modeled kernel time per step is lowest (ties: fewer DRAM bytes).
+    Returns ``{"dram": [...], "device": [...], "dram_bytes_used", "modeled_kernel_s", "kind"}`` (kind MODELED).
     """
     classes = [c for c in TENSOR_CLASSES if fp.get(c, 0) > 0]
     room = dram_bytes - fp.get("runtime", 0)
@@ -111,11 +111,12 @@ def recommend_placement(records, host: dict, device: str, fp: dict, dram_bytes: 
             if best is None or key < best[0]:
                 best = (key, list(keep), used, t)
     if best is None:
-        return {"dram": [], "device": classes, "dram_bytes_used": 0, "modeled_step_s": None, "kind": Provenance.MODELED,
+        return {"dram": [], "device": classes, "dram_bytes_used": 0, "modeled_kernel_s": None,
+                "kind": Provenance.MODELED,
                 "note": "not even the runtime fits in DRAM"}
     _, keep, used, t = best
     return {"dram": keep, "device": [c for c in classes if c not in keep], "dram_bytes_used": int(used),
-            "modeled_step_s": t, "kind": Provenance.MODELED}
+            "modeled_kernel_s": t, "kind": Provenance.MODELED}
 
 
 # The placement each advise row assumes, in the words every view uses.
@@ -127,10 +128,10 @@ TIE = 1e-9
 
 
 def recommend(modes: dict, fits_in_dram: bool) -> tuple:
-    """``(mode, reason)``: the fitting mode with the lowest modeled step time; ties go to the mode
+    """``(mode, reason)``: the fitting mode with the lowest modeled kernel time per step; ties go to the mode
     listed first (``dram`` first: a tier is never faster than DRAM in the model, so a run that fits
     in DRAM gets DRAM)."""
-    fitting = [(m, r["modeled_step_s"]) for m, r in modes.items() if r.get("fits") and r.get("modeled_step_s")]
+    fitting = [(m, r["modeled_kernel_s"]) for m, r in modes.items() if r.get("fits") and r.get("modeled_kernel_s")]
     if not fitting:
         return None, "no memory mode fits"
     fastest = min(t for _, t in fitting)
@@ -139,7 +140,7 @@ def recommend(modes: dict, fits_in_dram: bool) -> tuple:
         return best, "fits in DRAM, and no memory mode is modeled faster than DRAM"
     others = ", ".join(f"{m} {t:.4g} s" for m, t in fitting if m != best)
     why = "does not fit in DRAM; " if not fits_in_dram else ""
-    return best, f"{why}lowest modeled step time among the modes that fit ({others or 'none other'})"
+    return best, f"{why}lowest modeled kernel time per step among the modes that fit ({others or 'none other'})"
 
 
 def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Optional[int] = None,
@@ -147,12 +148,13 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
     """Guidance for ``config`` on a machine with ``dram_gb`` GiB of DRAM (one JSON-ready dict).
 
     ``footprint`` (modeled bytes by class), ``fits_in_dram``, and per memory mode the modeled
-    step time, its ratio to DRAM, the Memory Mode hit rate and the recommended placement.
-    The DRAM step is the stored measurement ``reference`` (:func:`dram_reference` plus its
+    kernel time per step (the training kernels' part of a step; the wall step needs a run), its
+    ratio to DRAM, the Memory Mode hit rate and the recommended placement.
+    The DRAM kernel time is the stored measurement ``reference`` (:func:`dram_reference` plus its
     ``records``, :func:`reference_records`) when one is given, else modeled from the kernel
     counts (:func:`step_records`); ``step_source`` says which. Each mode names its
     ``placement_assumption``: App Direct, CXL and remote NUMA use the advised split (their
-    ``modeled_step_s``) and also give ``all_on_device_step_s``, the step with every tensor
+    ``modeled_kernel_s``) and also give ``all_on_device_kernel_s``, the kernel time with every tensor
     class on the device (what ``whatif`` and the Launch page show for a run without placement).
     """
     fp = predict_footprint(config, counts=counts, runtime_bytes=runtime_bytes)
@@ -168,7 +170,7 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
         source = {"kind": Provenance.MODELED, "run_id": None,
                   "text": "modeled from the configuration's kernel counts at the calibrated host's rates "
                           "(no stored DRAM run of this shape)"}
-    th = tiermodel.run_threads(config)    # the thread count every modeled step of a run uses
+    th = tiermodel.run_threads(config)    # the thread count every modeled kernel time of a run uses
     base = project_step(recs, host, "host", threads=th)
     base_s = base["measured_s"] if reference is not None else base["modeled_s"]
     modes = {}
@@ -176,30 +178,31 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
         row = {"device": dev, "kind": Provenance.MODELED}
         placed = MEMORY_MODE_TABLE[mode].placement    # config.memory_modes.PLACEMENTS
         if placed == "dram":
-            row.update(modeled_step_s=base_s, fits=need <= dram_bytes, kind=source["kind"],
+            row.update(modeled_kernel_s=base_s, fits=need <= dram_bytes, kind=source["kind"],
                        placement={c: "dram" for c in TENSOR_CLASSES},
                        placement_assumption="all tensor classes in DRAM")
             if need > dram_bytes:
                 row["note"] = f"needs {need / GiB:.2f} GiB, DRAM has {dram_gb:g} GiB: will not fit"
         elif placed == "cache":
             st = project_step(recs, host, dev, footprint=need, dram_cache_bytes=dram_bytes, threads=th)
-            row.update(modeled_step_s=st["modeled_s"], hit_rate=st["hit_rate"], fits=True,
+            row.update(modeled_kernel_s=st["modeled_s"], hit_rate=st["hit_rate"], fits=True,
                        placement={c: "memory_mode" for c in TENSOR_CLASSES},
                        placement_assumption=f"{ALL_ON_DEVICE} (DRAM caches Optane)",
                        note=f"DRAM ({dram_gb:g} GiB) caches Optane; modeled hit rate {st['hit_rate']:.3f}")
         else:
             recommended = recommend_placement(recs, host, dev, fp, dram_bytes, threads=th)
-            row.update(modeled_step_s=recommended["modeled_step_s"], fits=recommended["modeled_step_s"] is not None,
+            row.update(modeled_kernel_s=recommended["modeled_kernel_s"],
+                       fits=recommended["modeled_kernel_s"] is not None,
                        keep_in_dram=recommended["dram"], on_device=recommended["device"],
                        placement={c: ("dram" if c in recommended["dram"] else "device") for c in TENSOR_CLASSES},
                        placement_assumption=ADVISED_SPLIT,
-                       all_on_device_step_s=project_step(recs, host, dev, threads=th)["modeled_s"])
+                       all_on_device_kernel_s=project_step(recs, host, dev, threads=th)["modeled_s"])
             if recommended.get("note"):
                 row["note"] = recommended["note"]
-        t = row.get("modeled_step_s")
+        t = row.get("modeled_kernel_s")
         row["ratio_to_dram"] = t / base_s if t and base_s else None
-        if row.get("all_on_device_step_s") and base_s:
-            row["all_on_device_ratio"] = row["all_on_device_step_s"] / base_s
+        if row.get("all_on_device_kernel_s") and base_s:
+            row["all_on_device_ratio"] = row["all_on_device_kernel_s"] / base_s
         if "keep_in_dram" in row and row["ratio_to_dram"] and row["ratio_to_dram"] <= 1 + TIE and not row.get("note"):
             row["note"] = (f"as fast as dram only because the classes left on the device "
                            f"({', '.join(row['on_device']) or 'none'}) carry no modeled step traffic")

@@ -520,6 +520,95 @@ def modeled_ratio(modeled: Optional[dict]) -> Optional[float]:
     return mod / meas
 
 
+def _num(v) -> Optional[float]:
+    """``v`` as a finite float, None where it is missing, NaN or not a number."""
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def training_kernel_ns(records) -> float:
+    """Nanoseconds of the training-phase kernels (:data:`TRAIN_PHASES`) in ``records`` (the store's
+    kernel rows or totals, a run's ``kernels``, KernelRecords); evaluation is not a step's."""
+    if records is None:
+        return 0.0
+    df = records if isinstance(records, pd.DataFrame) else records_frame(records, columns=None)
+    if df.empty or "ns" not in df or "phase" not in df:
+        return 0.0
+    return float(df.loc[df["phase"].isin(TRAIN_PHASES), "ns"].astype(float).sum())
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """A run's step time and kernel time, as every view shows them (:func:`step_times`).
+
+    * ``step_s`` (*measured*): the **step**, the wall seconds of one training step on this host
+      (the steps' recorded seconds over their count: sampling, kernels, the framework between them);
+    * ``kernel_s`` (*measured*): the **kernel time** per step, the training-phase kernels' recorded
+      seconds over the steps that recorded them, on this host's DRAM;
+    * for a modeled memory mode with a projection: ``ratio`` (the tier model's modeled / measured
+      kernel time), ``modeled_kernel_s = kernel_s * ratio`` and ``modeled_step_s = step_s * ratio``
+      (the whole step scaled, as :func:`modeled_seconds` scales every duration), *modeled* on
+      ``device`` under ``placement_assumption``.
+    Missing parts are None (no steps yet, no kernel records, a DRAM run's modeled parts)."""
+
+    step_s: Optional[float] = part(Provenance.MEASURED, default=None)
+    kernel_s: Optional[float] = part(Provenance.MEASURED, default=None)
+    steps: int = 0
+    kernel_steps: int = 0
+    device: Optional[str] = None
+    ratio: Optional[float] = None
+    modeled_step_s: Optional[float] = part(Provenance.MODELED, default=None)
+    modeled_kernel_s: Optional[float] = part(Provenance.MODELED, default=None)
+    placement_assumption: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return {"step_s": self.step_s, "kernel_s": self.kernel_s, "steps": self.steps,
+                "kernel_steps": self.kernel_steps, "device": self.device, "ratio": self.ratio,
+                "modeled_step_s": self.modeled_step_s, "modeled_kernel_s": self.modeled_kernel_s,
+                "placement_assumption": self.placement_assumption, "kinds": parts(self)}
+
+    def text(self) -> str:
+        """The one sentence every view prints: ``step 11.3 ms, kernel time 9.9 ms (measured on this
+        host's DRAM); modeled on DEV: step 37.6 ms, kernel time 32.7 ms (3.32x)``."""
+        from gnnrec_lab.util.formatting import fmt_ms
+        ms = lambda v: "–" if v is None else fmt_ms(v)  # noqa: E731
+        out = f"step {ms(self.step_s)}, kernel time {ms(self.kernel_s)} (measured on this host's DRAM)"
+        if self.device is not None and self.ratio is not None:
+            out += (f"; modeled on {self.device}: step {ms(self.modeled_step_s)}, kernel time "
+                    f"{ms(self.modeled_kernel_s)} ({self.ratio:.2f}x, modeled)")
+        return out
+
+
+def step_times(step_seconds: Optional[float], steps: Optional[int], kernel_ns: Optional[float],
+               kernel_steps: Optional[int], *, modeled: Optional[dict] = None,
+               device: Optional[str] = None) -> StepTimes:
+    """**The** step time and kernel time of a run, the one function behind every view (``runs``,
+    ``runs show``, ``runs --json``, ``run``'s summary, ``whatif``, Live, Breakdown, Compare, the
+    notebooks): ``step_seconds`` (measured wall seconds of ``steps`` training steps), ``kernel_ns``
+    (training-phase kernel ns, :func:`training_kernel_ns`, over ``kernel_steps`` steps) and, for a
+    modeled memory mode, ``modeled`` (a projection: :func:`run_step_time`'s dict or a stored
+    ``result.modeled``, whose ratio scales both) on ``device`` (default: the projection's)."""
+    n, kn = int(steps or 0), int(kernel_steps or 0)
+    wall, kns = _num(step_seconds), _num(kernel_ns)
+    step_s = wall / n if n > 0 and wall is not None else None
+    kernel_s = kns / 1e9 / kn if kn > 0 and kns is not None else None
+    ratio, where = None, None
+    if modeled:
+        ratio = modeled_ratio(modeled) if "modeled_s_per_step" in modeled else _num(modeled.get("ratio"))
+        if ratio is None and _num(modeled.get("modeled_s")) is not None and _num(modeled.get("measured_s")):
+            ratio = float(modeled["modeled_s"]) / float(modeled["measured_s"])
+        device = device or modeled.get("device")
+        where = modeled.get("placement_assumption")
+    if device is None:
+        ratio = None
+    return StepTimes(step_s=step_s, kernel_s=kernel_s, steps=n, kernel_steps=kn, device=device, ratio=ratio,
+                     modeled_step_s=modeled_seconds(step_s, ratio), modeled_kernel_s=modeled_seconds(kernel_s, ratio),
+                     placement_assumption=where)
+
+
 def modeled_seconds(measured_s: Optional[float], ratio: Optional[float]) -> Optional[float]:
     """A measured duration (s: a mean step, an epoch, the whole training) of a run in a modeled
     memory mode, modeled on its device: ``measured_s`` times the run's :func:`modeled_ratio`. The

@@ -28,6 +28,7 @@ from typing import Iterable, Optional
 
 from gnnrec_lab.config.run import RunConfig, save_config_file
 from gnnrec_lab.runs.record import RunRecord
+from gnnrec_lab.services.projection import run_step_times
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.status import RunStatus
@@ -62,8 +63,8 @@ def _finite(v) -> bool:
 def series_of(store, run: dict) -> list[tuple[str, float, int]]:
     """``(name, value, step)`` of stored run ``run`` (as :meth:`Store.get_run` returns it):
     per-epoch loss and seconds, validation metrics per evaluation, test metrics, measured seconds
-    per training step, the modeled step time. Names use ``@`` (``valid_recall@20``);
-    :func:`mlflow_name` rewrites them for MLflow."""
+    per training step, the mean step and kernel time (and modeled: :func:`run_step_times`). Names
+    use ``@`` (``valid_recall@20``); :func:`mlflow_name` rewrites them for MLflow."""
     run_id = int(run["id"])
     out = []
     for r in store.epochs_frame(run_id).itertuples():
@@ -75,11 +76,11 @@ def series_of(store, run: dict) -> list[tuple[str, float, int]]:
     for r in store.steps_frame(run_id).itertuples():
         out.append(("step_seconds_measured", float(r.seconds), int(r.step)))
     result = RunRecord.of(run).result
-    modeled = result.modeled
-    if _finite(modeled.get("modeled_s_per_step")):
-        out.append(("modeled_step_seconds", float(modeled["modeled_s_per_step"]), 0))
-    if _finite(modeled.get("measured_s_per_step")):
-        out.append(("step_seconds_measured_mean", float(modeled["measured_s_per_step"]), 0))
+    st = run_step_times(store, run_id)   # the step and kernel time every view shows (tiermodel.step_times)
+    for name, v in (("step_seconds_measured_mean", st.step_s), ("kernel_seconds_measured_mean", st.kernel_s),
+                    ("modeled_step_seconds", st.modeled_step_s), ("modeled_kernel_seconds", st.modeled_kernel_s)):
+        if _finite(v):
+            out.append((name, float(v), 0))
     if _finite(result.train_seconds):
         out.append(("train_seconds_measured", float(result.train_seconds), 0))
     return [(n, v, s) for n, v, s in out if math.isfinite(v)]

@@ -24,11 +24,13 @@ from gnnrec_lab.memory.calibrate import host_profile
 from gnnrec_lab.memory.profiles import load_profiles
 from gnnrec_lab.memory.tiermodel import (
     TRAIN_PHASES,
+    StepTimes,
     mode_device,
-    modeled_ratio,
     modeled_seconds,
     placement_assumption,
     run_step_time,
+    step_times,
+    training_kernel_ns,
 )
 from gnnrec_lab.runs.record import StoredConfig
 from gnnrec_lab.util.errors import UserError
@@ -54,31 +56,81 @@ def _text(v) -> Optional[str]:
     return v if isinstance(v, str) else None
 
 
-def with_modeled(runs: pd.DataFrame) -> pd.DataFrame:
+def kernel_time_by_run(store) -> pd.DataFrame:
+    """Per run: ``kernel_ns`` (its training-phase kernels' recorded ns, :data:`TRAIN_PHASES`) and
+    ``kernel_steps`` (the steps that recorded kernels, as :meth:`Store.kernel_step_count` counts
+    them), indexed by run id: what :func:`~gnnrec_lab.memory.tiermodel.step_times` divides, for every
+    run of the table in one query (the store has no public reader of it; read only)."""
+    phases = ", ".join("?" * len(TRAIN_PHASES))
+    df = store._frame(f"SELECT run_id AS id, SUM(CASE WHEN phase IN ({phases}) THEN ns ELSE 0 END) AS kernel_ns, "
+                      f"COUNT(DISTINCT step) AS kernel_steps FROM kernel_steps GROUP BY run_id", TRAIN_PHASES)
+    return df.set_index("id")
+
+
+def with_modeled(runs: pd.DataFrame, kernels: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """The store's run table (:meth:`~gnnrec_lab.runs.store.Store.runs_frame`) with the tier model's
     columns, as every view shows it: ``device`` (after ``backend``: the device profile a modeled memory
-    mode is modeled on, :func:`~gnnrec_lab.memory.tiermodel.mode_device`; None for ``dram``), and
-    ``modeled_ratio`` (the run's stored projection's modeled / measured step time,
-    :func:`~gnnrec_lab.memory.tiermodel.modeled_ratio`), ``modeled_step_s`` and ``modeled_train_s``
-    (the measured ``step_s`` and ``train_s`` modeled on the device,
-    :func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`; *modeled*; NaN for a DRAM run or one without
-    its projection yet). The inputs (:data:`PROJECTION_INPUTS`) leave the frame; ``runs`` is not changed."""
+    mode is modeled on, :func:`~gnnrec_lab.memory.tiermodel.mode_device`; None for ``dram``), and per
+    run its :func:`~gnnrec_lab.memory.tiermodel.step_times`: ``kernel_s`` (measured kernel time per
+    step, from ``kernels``, :func:`kernel_time_by_run`; NaN without it) and ``modeled_kernel_s``
+    before ``step_s`` (the measured wall step), then ``modeled_ratio`` (the run's stored projection's
+    modeled / measured kernel time), ``modeled_step_s`` and ``modeled_train_s`` (the measured step and
+    training time modeled on the device; *modeled*; NaN for a DRAM run or one without its projection
+    yet). The inputs (:data:`PROJECTION_INPUTS`) leave the frame; ``runs`` is not changed."""
     df = runs.copy()
     device = [mode_device(_text(m), _text(p)) for m, p in zip(df["memory_mode"], df["device_profile"])]
     df.insert(df.columns.get_loc("backend") + 1, "device", device)
-    ratio = [modeled_ratio({"modeled_s_per_step": a, "measured_s_per_step": b})
-             for a, b in zip(df["modeled_s_per_step"], df["measured_s_per_step"])]
-    df["modeled_ratio"] = pd.Series(ratio, index=df.index, dtype=float)
-    for key in ("step_s", "train_s"):
-        df[f"modeled_{key}"] = pd.Series([modeled_seconds(v, q) for v, q in zip(df[key], ratio)],
-                                         index=df.index, dtype=float)
+    kernels = kernels if kernels is not None else pd.DataFrame(columns=["kernel_ns", "kernel_steps"])
+    times = []
+    for rid, train, n, dev, a, b in zip(df["id"], df["train_s"], df["n_steps"], device, df["modeled_s_per_step"],
+                                         df["measured_s_per_step"]):
+        k = kernels.loc[rid] if rid in kernels.index else None
+        times.append(step_times(train, n, None if k is None else k["kernel_ns"],
+                                None if k is None else k["kernel_steps"],
+                                modeled={"modeled_s_per_step": a, "measured_s_per_step": b}, device=dev))
+    col = lambda f: pd.Series([f(t) for t in times], index=df.index, dtype=float)  # noqa: E731
+    at = df.columns.get_loc("step_s")
+    df.insert(at, "modeled_kernel_s", col(lambda t: t.modeled_kernel_s))
+    df.insert(at, "kernel_s", col(lambda t: t.kernel_s))
+    df["step_s"] = col(lambda t: t.step_s)
+    df["modeled_ratio"] = col(lambda t: t.ratio)
+    df["modeled_step_s"] = col(lambda t: t.modeled_step_s)
+    df["modeled_train_s"] = pd.Series([modeled_seconds(tr, t.ratio) for t, tr in zip(times, df["train_s"])],
+                                      index=df.index, dtype=float)
     return df.drop(columns=list(PROJECTION_INPUTS))
 
 
 def modeled_runs_frame(store, status: Optional[RunStatus] = None) -> pd.DataFrame:
     """The run table of every view (``gnnrec-lab runs``, the dashboard's pages): the store's
-    :meth:`~gnnrec_lab.runs.store.Store.runs_frame` (of ``status``) :func:`with_modeled`."""
-    return with_modeled(store.runs_frame() if status is None else store.runs_frame(status=status))
+    :meth:`~gnnrec_lab.runs.store.Store.runs_frame` (of ``status``) :func:`with_modeled`, with each
+    run's kernel time (:func:`kernel_time_by_run`)."""
+    with store.snapshot():
+        runs = store.runs_frame() if status is None else store.runs_frame(status=status)
+        kernels = kernel_time_by_run(store)
+    return with_modeled(runs, kernels)
+
+
+def run_step_times(store, run_id, host: Optional[dict] = None) -> StepTimes:
+    """:func:`~gnnrec_lab.memory.tiermodel.step_times` of one stored run, as the run table has it
+    (:func:`modeled_runs_frame`): its steps' seconds, its training kernels, and for a modeled memory
+    mode its stored projection (``result.modeled``); a run without one yet (running) is projected
+    from its kernels so far (:func:`run_step_time`) when ``host`` (the calibration) is given."""
+    with store.snapshot():
+        rec = store.run_record(run_id)
+        steps = store.steps_frame(run_id)
+        totals = store.kernel_totals_frame(run_id)
+        ksteps = store.kernel_step_count(run_id)
+        fpf = store.footprint_frame(run_id) if host is not None else None
+    cfg = rec.config
+    dev = mode_device(cfg.get("memory_mode") or "dram", cfg.get("device_profile"))
+    modeled = rec.result.modeled or None
+    if dev is not None and not modeled and host is not None and totals is not None and len(totals):
+        try:
+            modeled = run_step_time(totals, host, cfg, footprint=predicted_footprint(fpf), steps=ksteps)
+        except (UserError, ValueError, KeyError):   # no projection: the measured parts still show
+            modeled = None
+    return step_times(float(steps["seconds"].sum()) if len(steps) else None, len(steps),
+                      training_kernel_ns(totals), ksteps, modeled=modeled, device=dev)
 
 
 def predicted_footprint(fpf) -> Optional[dict]:

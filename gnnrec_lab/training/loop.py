@@ -621,7 +621,7 @@ def _finish(run, rep, ended: Optional[RunStatus], step: Step) -> RunResult:
     step.finish(run)
     if not config.measured:
         result.modeled = _project_run(config, result, run.tier_totals)
-        rep.on_event("modeled", modeled_line(result.modeled))
+        rep.on_event("modeled", modeled_line(result))
     result.phases = run.phase_s
     result.footprint.measured["peak_rss"] = peak_rss_bytes()
     run.load["end"] = load_sample(run.load.get("middle") or run.load.get("start"))
@@ -708,14 +708,23 @@ def _project_run(config, result, tier_totals: dict) -> dict:
                                 steps=result.steps).to_dict()
 
 
-def modeled_line(modeled: dict) -> str:
-    """The run summary's line for a modeled memory mode (CLI, the run's events)."""
-    mod, meas = modeled["modeled_s_per_step"], modeled["measured_s_per_step"]
-    ratio = f"{mod / meas:.2f}x " if meas else ""
-    where = modeled.get("placement_assumption")
-    return (f"{modeled['memory_mode']}: step time {mod * 1e3:.1f} ms modeled on {modeled['device']} "
-            f"({ratio}the kernel time measured on DRAM, {meas * 1e3:.1f} ms per step)"
-            + (f"; placement: {where}" if where else ""))
+def result_step_times(result):
+    """:func:`~gnnrec_lab.memory.tiermodel.step_times` of a finished run's result: its measured step
+    (training seconds over its steps), its training kernels' time per step and, for a modeled memory
+    mode, its projection (``result.modeled``): the numbers the run store gives every view of it."""
+    from gnnrec_lab.memory.tiermodel import mode_device, step_times, training_kernel_ns
+    cfg = result.config
+    dev = mode_device(getattr(cfg, "memory_mode", "dram") or "dram", getattr(cfg, "device_profile", None))
+    return step_times(result.train_seconds, result.steps, training_kernel_ns(result.kernels), result.steps,
+                      modeled=result.modeled or None, device=dev)
+
+
+def modeled_line(result) -> str:
+    """The run summary's line of a run's step and kernel time (CLI, the run's events): measured,
+    and for a modeled memory mode modeled on its device, with the placement that assumes."""
+    st = result_step_times(result)
+    where = st.placement_assumption
+    return (f"{result.config.memory_mode}: {st.text()}" + (f"; placement: {where}" if where else ""))
 
 
 def _place_graph(graph, config) -> None:
