@@ -194,3 +194,113 @@ def test_breakdown_axes_follow_the_run_and_compare_shows_modeled_times(tmp_path,
         assert page.errors() == [], page.errors()
     finally:
         stop(proc)
+
+
+def test_live_breakdown_compare_and_runs_json_read_one_step_and_kernel_time(tmp_path, browser):  # noqa: F811
+    """Issue 35: Live, Breakdown and `runs show` said "32.7 ms modeled, 3.32x the 9.9 ms measured"
+    (kernel time) where Compare and `runs` said 11.3 ms measured step (the wall step). Switching
+    between a DRAM run and an App Direct run, every view reads the same step and kernel time:
+    tiermodel.step_times, as services.projection.run_step_times gives it."""
+    import json
+    import subprocess
+    import sys
+
+    from test_dashboard_components import _calibrate
+
+    from gnnrec_lab.config.run import RunConfig
+    from gnnrec_lab.runs.store import Store
+    from gnnrec_lab.services.projection import run_step_times
+    from gnnrec_lab.util.formatting import fmt_ms
+    from gnnrec_lab.util.recorder import KernelRecord
+    ARTIFACTS.mkdir(exist_ok=True)
+    os.environ["GNNREC_LAB_HOME"] = str(tmp_path / "home")
+    (tmp_path / "home").mkdir()
+    _calibrate()
+    store = Store(tmp_path / "home")
+
+    def run(mode, step_ms, kernel_ms):
+        """Steps of ``step_ms`` wall time whose kernels take ``kernel_ms`` (forward 2/3, backward 1/3)."""
+        rid = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=1, memory_mode=mode),
+                            status="running")
+        store.record_start(rid, {"steps_per_epoch": 6, "footprint_predicted": {"graph": 1000, "embeddings": 2000}})
+        for s in range(1, 7):
+            recs = [KernelRecord("spmm", ph, 0, s, int(kernel_ms * share * 1e6), 4000, 1000, 2000, "gather", 32,
+                                 1000, "native") for ph, share in (("forward", 2 / 3), ("backward", 1 / 3))]
+            store.add_step(rid, s, 1, 1.0 / s, (step_ms + 0.1 * s) / 1e3, recs)
+        store.add_eval(rid, 1, 6, "valid", {"recall@20": 0.05}, 1.0)
+        return rid
+    dram = run("dram", 11.3, 9.9)
+    appd = run("optane_app_direct", 12.0, 10.0)
+    store.record_result(appd, {"modeled": {"device": "optane_pmem100_appdirect_6x", "kind": "modeled",
+                                           "memory_mode": "optane_app_direct", "measured_s_per_step": 0.01,
+                                           "modeled_s_per_step": 0.033,
+                                           "placement_assumption": "all tensor classes on the device"}})
+    for rid in (dram, appd):
+        store.set_status(rid, "finished")
+    want = {rid: run_step_times(store, rid) for rid in (dram, appd)}
+    assert want[appd].ratio == pytest.approx(3.3) and want[dram].ratio is None
+    assert want[dram].step_s > want[dram].kernel_s > 0
+    lines = {rid: st.text() for rid, st in want.items()}
+    assert "modeled on optane_pmem100_appdirect_6x: step" in lines[appd] and "modeled" not in lines[dram]
+    # runs --json, as a script reads it
+    env = dict(os.environ, GNNREC_LAB_HOME=str(tmp_path / "home"))
+    out = subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", "runs", "--json"], env=env,
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    rows = {r["id"]: r for r in json.loads(out)}
+    for rid, st in want.items():
+        for key in ("step_s", "kernel_s", "modeled_step_s", "modeled_kernel_s"):
+            got, exp = rows[rid][key], getattr(st, key)
+            assert (got is None and exp is None) or got == pytest.approx(exp, rel=1e-12), (rid, key, got, exp)
+    proc, url = serve(tmp_path)
+    try:
+        page, _ = open_page(browser, url)
+
+        def chooser():
+            # the run selector of the page shown (the other pages' are hidden)
+            select = page.locator("select:visible").filter(has_text=re.compile(r"#\d+ lightgcn")).first
+
+            def choose(rid):
+                option = select.locator("option").filter(has_text=re.compile(rf"^#{rid} "))
+                option.wait_for(state="attached", timeout=30_000)
+                select.select_option(label=option.inner_text())
+            return choose
+
+        def wait_words(selector, words, timeout=30):
+            deadline = time.monotonic() + timeout
+            while True:
+                text = " ".join(deep_text(page, selector).split())
+                if words in text or time.monotonic() > deadline:
+                    assert words in text, (words, text)
+                    return text
+                time.sleep(0.25)
+        page.get_by_text("Live", exact=True).first.click()
+        live = chooser()
+        for rid in (dram, appd, dram, appd):            # switching back and forth
+            live(rid)
+            wait_words(".live-mode", lines[rid])
+        page.screenshot(path=str(ARTIFACTS / "live-step-times.png"), full_page=True)
+        page.get_by_text("Breakdown", exact=True).first.click()
+        breakdown = chooser()
+        for rid in (dram, appd, dram):
+            breakdown(rid)
+            wait_words(".breakdown-step-times", f"Run #{rid}")
+            wait_words(".breakdown-step-times", lines[rid])
+        page.get_by_text("Compare", exact=True).first.click()
+        page.get_by_text("Kernel time ms (measured)").first.wait_for(timeout=30_000)
+        for rid, st in want.items():
+            row = page.locator(".tabulator-row").filter(
+                has=page.locator('.tabulator-cell[tabulator-field="id"]', has_text=re.compile(rf"^{rid}$"))).first
+
+            def cell(field, row=row):
+                return row.locator(f'.tabulator-cell[tabulator-field="{field}"]').inner_text().strip()
+            for field, v in (("step_ms", st.step_s), ("kernel_ms", st.kernel_s), ("modeled_step_ms", st.modeled_step_s),
+                             ("modeled_kernel_ms", st.modeled_kernel_s)):
+                if v is None:
+                    assert cell(field) in ("", "NaN", "nan", "-"), (rid, field, cell(field))
+                else:
+                    # the digits Live's and Breakdown's sentence printed
+                    assert f"{float(cell(field)):.1f} ms" == fmt_ms(v) and fmt_ms(v) in lines[rid], (rid, field)
+        page.screenshot(path=str(ARTIFACTS / "compare-step-times.png"), full_page=True)
+        assert page.errors() == [], page.errors()
+    finally:
+        stop(proc)

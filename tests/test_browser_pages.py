@@ -88,7 +88,8 @@ def test_launch_page_memory_step_time_spread_and_form(tmp_path, browser, monkeyp
         profile = page.locator(".launch-device_profile select")
         profile.select_option("optane_pmem200_appdirect_8x")
         step = wait_text(page, ".launch-step-note", "modeled on optane_pmem200_appdirect_8x)")
-        assert re.search(r"modeled on optane_pmem200_appdirect_8x\)\): [0-9.]+ ms kernel time per step \(modeled\)", step), step
+        assert re.search(r"modeled on optane_pmem200_appdirect_8x\)\): [0-9.]+ ms kernel time per step \(modeled\)",
+                         step), step
         memory = deep_text(page, ".launch-memory-note")
         assert len(re.findall(r"Predicted [0-9.]+ [KMG]iB in DRAM", memory)) == 1, memory
         assert "run's memory limit" in memory or "memory available now" in memory

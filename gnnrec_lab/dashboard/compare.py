@@ -38,6 +38,7 @@ from gnnrec_lab.memory.tiermodel import MODE_DEVICES, modeled_seconds
 from gnnrec_lab.runs.store import TEST_METRICS
 from gnnrec_lab.services.comparison import best_by_depth, full_vs_distributed
 from gnnrec_lab.services.projection import host_calibration
+from gnnrec_lab.util.formatting import ms_value
 from gnnrec_lab.util.proc import load_cell
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.status import RunStatus
@@ -80,8 +81,8 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=TABLE_COLUMNS).set_index("id")
     df = runs.copy()
     for key in ("step", "modeled_step", "kernel", "modeled_kernel"):   # services.projection's step_times
-        if f"{key}_s" in df.columns:
-            df[f"{key}_ms"] = df[f"{key}_s"].astype(float) * 1e3
+        if f"{key}_s" in df.columns:   # rounded as every sentence prints them (fmt_ms)
+            df[f"{key}_ms"] = [v if v != v else ms_value(v) for v in df[f"{key}_s"].astype(float)]
     if "load_max" in df.columns:   # the machine's load during the run, marked where it exceeded the cores
         df["load"] = [load_cell(m, c, o, OVERLOADED_LABEL) for m, c, o in
                       zip(df["load_max"], df.get("cpus", [None] * len(df)), df.get("overloaded", [None] * len(df)))]

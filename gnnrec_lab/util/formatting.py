@@ -36,6 +36,12 @@ def fmt_duration(s: Optional[float], missing: str = "-") -> str:
     return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
 
 
+def ms_value(s: float) -> float:
+    """Seconds as milliseconds rounded as :func:`fmt_ms` prints them (a table cell then shows the
+    digits a sentence does: 12.35 ms is 12.3 or 12.4 in both, never one of each)."""
+    return float(f"{float(s) * 1e3:.1f}")
+
+
 def fmt_ms(s: float) -> str:
     """Seconds as milliseconds, '12.3 ms' (step and phase times)."""
     return f"{float(s) * 1e3:.1f} ms"
