@@ -208,7 +208,7 @@ class ComparePage(pn.viewable.Viewer):
         note = pn.pane.Markdown(
             "Colour: memory mode · dataset. **●** measured on this host (a modeled memory mode's kernels run "
             "on its DRAM too); **▲** the same epoch modeled on the mode's device (the run's modeled/measured "
-            "step-time ratio).", sizing_mode="stretch_width")
+            "kernel-time ratio).", sizing_mode="stretch_width")
         return pn.Column(note, pn.Row(hv_pane(epoch_scatter(es, "batch_size", "Epoch time vs batch size", logx=True)),
                                       hv_pane(epoch_scatter(es, "layers", "Epoch time vs depth (layers)")),
                                       sizing_mode="stretch_width"), sizing_mode="stretch_width")
@@ -248,7 +248,7 @@ FULL_VS_DIST_NOTE = ("One machine is C cores and its memory: the full graph runs
                      "--cores-per-machine C`). Each bar is that series' best run at that depth (the batch size it "
                      "does best with). The papers' single machine is an Optane one: hatched bars are the full-graph "
                      "run's times **modeled** on Optane App Direct (every tensor class on the device) and Memory "
-                     "Mode (DRAM as a cache over its predicted footprint), the run's modeled/measured step-time "
+                     "Mode (DRAM as a cache over its predicted footprint), the run's modeled/measured kernel-time "
                      "ratio on that device times its measured time; solid bars are measured here.")
 
 

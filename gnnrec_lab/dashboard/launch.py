@@ -453,10 +453,10 @@ class LaunchPage(pn.viewable.Viewer):
 
     def _step_time_view(self, cfg: RunConfig):
         if self.lab.store is None:
-            return not_available("Step-time prediction (run store)", self.lab.store_reason)
+            return not_available("Kernel-time prediction (run store)", self.lab.store_reason)
         ref, why = reference_runs(self.lab, cfg)
         if why:
-            return not_available("Step-time prediction (stored DRAM runs)", why)
+            return not_available("Kernel-time prediction (stored DRAM runs)", why)
         if ref is None:
             return pn.pane.Markdown(
                 "*Predicted kernel time per step per memory mode*: no finished DRAM run with this dataset, model, "
@@ -464,7 +464,7 @@ class LaunchPage(pn.viewable.Viewer):
                 "projects its measured kernels onto Optane, CXL and remote NUMA (modeled).")
         df, why = tier_projection(self.lab.store, ref["run_id"], placement=dict(cfg.placement))
         if df is None:
-            return not_available("Step-time prediction (memory tier model)", why)
+            return not_available("Kernel-time prediction (memory tier model)", why)
         own = mode_device(cfg.memory_mode, cfg.device_profile)
         lines = [spread_text(ref), f"The modeled bars assume **{df.attrs.get('placement_assumption')}** (the "
                                    f"form's placement; `gnnrec-lab advise` also shows the advised split).",

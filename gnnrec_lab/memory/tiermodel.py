@@ -440,8 +440,9 @@ def dram_residency(memory_mode: Optional[str], placement: Optional[dict] = None,
 
 def run_step_time(records, host, config, *, device: Optional[str] = None, placement: Optional[dict] = None,
                   footprint=None, steps: Optional[int] = None, **kw) -> dict:
-    """**The** modeled step time of a run: the run summary, the stored result, ``whatif``, the Live
-    page and the Breakdown page all show this function's value.
+    """**The** modeled kernel time per step of a run (the tier model's projection of its training
+    kernels; :func:`step_times` scales the run's wall step by its ratio): the run summary, the stored
+    result, ``whatif``, the Live page and the Breakdown page all show this function's value.
 
     ``records``: the run's training kernel records (any grouping: per step from the store, or
     totals; evaluation rows are ignored). ``config``: the run's RunConfig (or its dict): the device
