@@ -26,3 +26,23 @@ def store(tmp_path, monkeypatch):
     s = Store()
     yield s
     s.close()
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size)``: a fresh directory with a tmpfs of ``size`` ("2m") mounted on it, unmounted at
+    the end. Needs the right to mount (root in a container); the test is skipped elsewhere."""
+    import subprocess
+    mounted = []
+
+    def mount(size: str):
+        d = tmp_path / f"mnt{len(mounted)}"
+        d.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)],
+                          capture_output=True).returncode:
+            pytest.skip("cannot mount a tmpfs here (not root)")
+        mounted.append(d)
+        return d
+    yield mount
+    for d in mounted:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)

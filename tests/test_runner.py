@@ -356,3 +356,38 @@ def test_real_training_through_worker(store, monkeypatch):
     assert set(store.footprint_frame(rid).kind) == {Provenance.MODELED, Provenance.MEASURED}
     row = store.runs_frame().iloc[0]
     assert row["test_recall@20"] == pytest.approx(ev[(ev.split == "test") & (ev.metric == "recall@20")].value.iloc[-1])
+
+
+def test_a_detached_run_that_fills_its_home_says_so_and_keeps_its_steps(tmpfs, monkeypatch):
+    """A 2 MB GNNREC_LAB_HOME fills while the worker writes steps: the run ends failed with "no space
+    left on HOME (N bytes free)", recorded by the worker itself (the store's space reserve takes its
+    last write; its stderr.log cannot), the steps written before are kept and the store is sound."""
+    home = tmpfs("2m") / "h"
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(home))
+    monkeypatch.setenv("PYTHONPATH", TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    fake(monkeypatch, "finish", FAKE_STEPS=10**7)
+    store = Store(home)
+    rid = launch_detached(RunConfig(name="fills"), store=store)
+    wait_for(lambda: store.status(rid).is_terminal, timeout=120)
+    run = store.get_run(rid)
+    assert run["status"] == "failed", run
+    assert f"no space left on {home} (" in run["error"] and "bytes free)" in run["error"], run["error"]
+    assert "worker ended by" not in run["error"], run["error"]   # the worker's own words, not the runner's guess
+    steps = store.steps_frame(rid)
+    assert len(steps) > 10 and list(steps.step) == list(range(len(steps)))   # every step up to the full disk
+    assert store.integrity_check() == "ok"
+
+
+def test_a_worker_gone_on_a_full_home_is_named_by_the_runner(store, monkeypatch):
+    """A worker that could not record its own end on a full disk: the runner's verdict names the disk."""
+    import gnnrec_lab.runs.runner as runner_mod
+    runner = Runner(store, pick_up=False)
+    rid = store.add_run(RunConfig(name="x"), status="running")
+    runner._finalize(rid, 1)
+    assert store.get_run(rid)["error"] == "worker ended by exit status 1"   # room on the disk: no guess
+    rid = store.add_run(RunConfig(name="y"), status="running")
+    monkeypatch.setattr(runner_mod, "FULL_BELOW_BYTES", 1 << 62)   # every disk reads as full
+    runner._finalize(rid, 1)
+    err = store.get_run(rid)["error"]
+    assert err.startswith(f"worker ended by exit status 1: the disk is full, no space left on {store.home} (")
+    assert "bytes free" in err

@@ -1,6 +1,7 @@
 """The run store: schema, migrations, reporter persistence, concurrent writer/readers, crash safety."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -505,14 +506,9 @@ def test_dashboards_open_beside_a_damaged_row(tmp_path, monkeypatch, field):
 
 
 @pytest.fixture
-def small_mount(tmp_path):
+def small_mount(tmpfs):
     """A 400 KiB tmpfs (needs the right to mount: root in a container); skipped elsewhere."""
-    d = tmp_path / "mnt"
-    d.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(d)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (not root)")
-    yield d
-    subprocess.run(["umount", "-l", str(d)], capture_output=True)
+    return tmpfs("400k")
 
 
 def test_a_real_full_disk_and_read_only_mount(small_mount, monkeypatch, capsys):
@@ -528,6 +524,20 @@ def test_a_real_full_disk_and_read_only_mount(small_mount, monkeypatch, capsys):
             s.add_step(rid, i, 0, 0.5, 0.01, [rec("spmm", i, 100, 0)])
     from gnnrec_lab.runs.store import describe_store_error
     assert "the disk is full" in describe_store_error(e.value, s.path)
+    # the space reserve takes the dead run's final status: `runs` lists it failed, naming the disk
+    s.close()
+    rc, out, err = _cli(["runs"], capsys)
+    assert rc == 0 and f"{rid} " in out and "Traceback" not in err, err
+    failed = Store(home).get_run(rid)
+    assert failed["status"] == "failed" and f"no space left on {home} (" in failed["error"], failed["error"]
+    # no reserve left and the disk full again: a dead run stays running, and `runs` says why
+    s = Store(home)
+    with contextlib.suppress(sqlite3.OperationalError):
+        dead2 = s.add_run(RunConfig(dataset="ml-100k"), status="running")
+        s.set_fields(dead2, pid=2**22 + 12346)
+        for i in range(200_000):
+            s.add_step(dead2, i, 0, 0.5, 0.01, [rec("spmm", i, 100, 0)])
+    s.release_reserve()
     s.close()
     rc, out, err = _cli(["runs"], capsys)
     assert rc == 0 and f"{rid} " in out and "disk is full" in err and "Traceback" not in err, err
@@ -713,3 +723,86 @@ def test_a_home_that_is_a_file_and_a_store_that_is_a_directory_say_so(tmp_path, 
     with pytest.raises(UserError, match=r"run store .*lab.sqlite is a directory, not a SQLite file"):
         Store(tmp_path / "h")
     assert (tmp_path / "h" / "lab.sqlite").is_dir() and not any((tmp_path / "h" / "lab.sqlite").iterdir())
+
+
+CREATOR = textwrap.dedent("""
+    import sys, time
+    from gnnrec_lab.config.run import RunConfig
+    from gnnrec_lab.runs.store import Store
+    t = float(sys.argv[2])
+    while time.time() < t:
+        pass
+    Store(sys.argv[1]).add_run(RunConfig())
+""")
+POLLER = textwrap.dedent("""
+    import sys, time
+    from gnnrec_lab.runs.store import Store
+    t = float(sys.argv[2])
+    while time.time() < t:
+        pass
+    errors, end = [], time.time() + 1.5
+    while time.time() < end:
+        try:
+            s = Store(sys.argv[1])
+            s.runs_frame(), s.steps_frame(1), s.kernels_frame(1)
+            s.close()
+        except Exception as e:
+            errors.append(repr(e))
+    print(len(errors), errors[:2])
+""")
+
+
+def test_readers_of_a_store_being_created_see_all_of_it_or_wait(tmp_path):
+    """Four processes create a fresh store while two poll it from the first moment: no reader sees
+    a missing table, a locked database or damage (schema creation is one transaction; switching to
+    WAL, which SQLite refuses at once while another process holds the lock, is retried)."""
+    bad = []
+    for trial in range(4):
+        home = tmp_path / f"h{trial}"
+        t = time.time() + 1.5
+        procs = [subprocess.Popen([sys.executable, "-c", CREATOR, str(home), str(t)], cwd=REPO,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        polls = [subprocess.Popen([sys.executable, "-c", POLLER, str(home), str(t - 0.05)], cwd=REPO,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            if p.returncode:
+                bad.append(err.strip().splitlines()[-1])
+        for p in polls:
+            out, err = p.communicate(timeout=120)
+            if p.returncode or not out.startswith("0 "):
+                bad.append(out or err)
+        assert len(Store(home).runs_frame()) == 4
+    assert not bad, bad
+
+
+def test_a_store_refusing_wal_for_a_moment_is_waited_for_and_a_lock_held_long_is_not_damage(tmp_path, monkeypatch):
+    """SQLite answers "database is locked" at once to PRAGMA journal_mode=WAL while another process
+    holds the lock (no busy handler there): opening retries it, and a lock that outlasts the busy
+    timeout is reported as busy, not as a damaged store."""
+    import gnnrec_lab.runs.store as store_mod
+    real_connect = sqlite3.connect
+    refusals = {"left": 3}
+
+    class Flaky:
+        def __init__(self, con):
+            self._con = con
+
+        def execute(self, sql, *args):
+            if sql.startswith("PRAGMA journal_mode") and refusals["left"]:
+                refusals["left"] -= 1
+                raise sqlite3.OperationalError("database is locked")
+            return self._con.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
+    monkeypatch.setattr(store_mod.sqlite3, "connect", lambda *a, **k: Flaky(real_connect(*a, **k)))
+    s = Store(tmp_path)
+    assert refusals["left"] == 0 and s._query("PRAGMA journal_mode")[0][0] == "wal"
+    s.close()
+    refusals["left"] = 10**9
+    monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_MS", 200)
+    with pytest.raises(UserError) as e:
+        Store(tmp_path)
+    assert "is busy" in str(e.value) and "damaged" not in str(e.value), str(e.value)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,7 +48,7 @@ from gnnrec_lab.config.bounds import MAX_SECONDS, integer, number
 from gnnrec_lab.config.checks import Interval, Kind, Text, check
 from gnnrec_lab.config.run import RunConfig, expect_config
 from gnnrec_lab.memory.placement import numa_prefix
-from gnnrec_lab.runs.store import Store
+from gnnrec_lab.runs.store import Store, no_space_left
 from gnnrec_lab.runs.worker import tail_lines
 from gnnrec_lab.util.cgroup import MemoryCgroup, check_limit, limit_reached, memory_limit_of, oom_verdict, write_limit
 from gnnrec_lab.util.errors import ConfigError, UserError
@@ -107,11 +108,27 @@ def recover_dead(store: Store, exclude: Sequence[int] = ()) -> list[int]:
             if store.set_status(run_id, RunStatus.OOM, error=verdict, stderr_tail=tail, only_if=(RunStatus.RUNNING,)):
                 dead.append(run_id)
             continue
-        if store.set_status(run_id, RunStatus.FAILED, error="worker process disappeared (pid "
-                            f"{run['pid']} is gone without recording a final status)",
-                            stderr_tail=tail, only_if=(RunStatus.RUNNING,)):
+        error = f"worker process disappeared (pid {run['pid']} is gone without recording a final status)"
+        if home_is_full(store.home, tail):
+            error += f"; the disk is full, {no_space_left(store.home)}; what it wrote before is kept"
+        if store.set_status(run_id, RunStatus.FAILED, error=error, stderr_tail=tail, only_if=(RunStatus.RUNNING,)):
             dead.append(run_id)
     return dead
+
+
+# a home with less free space than this, after a worker died without a word, is why it died
+FULL_BELOW_BYTES = 1 << 20
+
+
+def home_is_full(home, tail: Optional[str]) -> bool:
+    """Whether the run store's ``home`` is full: its stderr ``tail`` says so, or under
+    :data:`FULL_BELOW_BYTES` is free there."""
+    if tail and ("no space left" in tail.lower() or "disk is full" in tail.lower()):
+        return True
+    try:
+        return shutil.disk_usage(home).free < FULL_BELOW_BYTES
+    except OSError:
+        return False
 
 
 class Runner:
@@ -292,6 +309,9 @@ class Runner:
             status, error = RunStatus.FAILED, "worker exited without recording a final status"
         else:
             status, error = RunStatus.FAILED, f"worker ended by {_describe_rc(rc)}"
+        if status is RunStatus.FAILED and home_is_full(self.store.home, tail):
+            error += (f": the disk is full, {no_space_left(self.store.home)}, so the worker could not record "
+                      f"its own end; what it wrote before is kept")
         self.store.set_status(run_id, status, error=error, stderr_tail=tail,
                               only_if=(RunStatus.RUNNING, RunStatus.QUEUED))
 

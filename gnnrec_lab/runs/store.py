@@ -166,11 +166,32 @@ def connect(path: "str | os.PathLike", create: bool = True) -> sqlite3.Connectio
                             f"Restore it (runs recorded in it are only there), or move "
                             f"{Path(path).parent / 'runs'} aside to start a new store") from None
     con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    # WAL: readers never block the writer; NORMAL: no fsync per commit (safe against
-    # process crashes, which is what a killed run is; only power loss can drop the tail).
-    con.execute("PRAGMA journal_mode=WAL")
+    # WAL: readers never block the writer; NORMAL: no fsync per commit in WAL mode. SQLite's
+    # guarantee for WAL + NORMAL: a commit is atomic and survives the process being killed (the WAL
+    # is in the OS's page cache); only a power loss or an OS crash can roll back the last commits,
+    # never corrupt the file. A killed run is a process crash.
+    _retry_busy(con, "PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=NORMAL")
     return con
+
+
+def _retry_busy(con: sqlite3.Connection, sql: str) -> None:
+    """Execute ``sql``, retrying while SQLite says the database is locked, up to the busy timeout.
+
+    Switching a store to WAL needs an exclusive lock, and SQLite answers SQLITE_BUSY at once,
+    without calling the busy handler, when another connection holds it (a process creating a new
+    store at that moment): readers of a store being created saw "database is locked" there."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.005
+    while True:
+        try:
+            con.execute(sql)
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
 
 
 JSON_FIELDS = ("config", "host", "info", "result")   # runs columns that hold JSON objects
@@ -191,6 +212,28 @@ def parse_json_field(text, run_id, field: str) -> tuple:
     return value, None
 
 
+def is_disk_full(e: BaseException) -> bool:
+    """Whether ``e`` says the disk is full: SQLite's "database or disk is full" or the OS's ENOSPC."""
+    import errno
+    return "disk is full" in str(e).lower() or getattr(e, "errno", None) == errno.ENOSPC
+
+
+def no_space_left(where) -> str:
+    """"no space left on DIR (N bytes free)": the one wording of a full disk, with what is free now."""
+    import shutil
+    try:
+        free = f"{shutil.disk_usage(where).free:,} bytes free"
+    except OSError:
+        free = "free space unknown"
+    return f"no space left on {where} ({free})"
+
+
+# A file of this size kept in the store's home, deleted when the disk fills so that a run's last
+# words (its result and final status) still fit; made again when a store opens with room for it.
+RESERVE_NAME = ".space-reserve"
+RESERVE_BYTES = 256 * 1024
+
+
 def describe_store_error(e: BaseException, path) -> Optional[str]:
     """One line for a store failure that is not damage: a read-only file, directory or mount, or a
     full disk (None for anything else). SQLite says "attempt to write a readonly database" or "disk
@@ -199,14 +242,13 @@ def describe_store_error(e: BaseException, path) -> Optional[str]:
     path = Path(path)
     text = str(e).lower()
     code = getattr(e, "errno", None)
-    if "disk is full" in text or code == errno.ENOSPC:
-        import shutil
-        try:
-            free = f"{shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free"
-        except OSError:
-            free = "free space unknown"
-        return (f"run store {path}: the disk is full ({free}); free space on it, or set GNNREC_LAB_HOME to "
-                f"a directory on another disk (the store was kept as it is)")
+    if is_disk_full(e):
+        return (f"run store {path}: the disk is full: {no_space_left(path.parent)}; free space on it, or set "
+                f"GNNREC_LAB_HOME to a directory on another disk (the store was kept as it is)")
+    if "database is locked" in text or "database is busy" in text:
+        return (f"run store {path} is busy: another process held its lock for more than "
+                f"{BUSY_TIMEOUT_MS / 1000:.0f} s (the store was kept as it is); try again, or look for a "
+                f"process stuck writing to it (`fuser {path}`)")
     if ("readonly" in text or "read-only" in text or code in (errno.EROFS, errno.EACCES, errno.EPERM)
             or ("unable to open" in text and not os.access(path.parent, os.W_OK))):
         where = path if path.exists() and not os.access(path, os.W_OK) else path.parent
@@ -316,6 +358,7 @@ class Store:
             self.close()
             # a read-only home or a full disk is not damage: say which, and do not advise recovery
             raise UserError(describe_store_error(e, self.path) or str(_damaged(self.path, str(e)))) from None
+        self._keep_reserve()
 
     # -- connections ------------------------------------------------------
     def _con(self) -> sqlite3.Connection:
@@ -330,6 +373,41 @@ class Store:
         if con is not None:
             con.close()
             self._local.con = None
+
+    # -- the space reserve ---------------------------------------------------
+    def _keep_reserve(self) -> None:
+        """Make the space reserve (:data:`RESERVE_NAME`) when it is missing and fits; never fails."""
+        path = self.home / RESERVE_NAME
+        if path.exists():
+            return
+        tmp = path.with_name(f"{RESERVE_NAME}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(bytes(RESERVE_BYTES))
+            os.replace(tmp, path)
+        except OSError:   # no room (or a read-only home): the store works without it
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    def release_reserve(self) -> bool:
+        """Delete the space reserve; whether there was one to free."""
+        try:
+            (self.home / RESERVE_NAME).unlink()
+            return True
+        except OSError:
+            return False
+
+    def _last_write(self, body: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``body(con)`` in one write transaction that must land even on a full disk (a run's result,
+        its final status): when the disk is full, free the space reserve and try once more."""
+        try:
+            with self._write() as con:
+                return body(con)
+        except sqlite3.OperationalError as e:
+            if not is_disk_full(e) or not self.release_reserve():
+                raise
+        with self._write() as con:
+            return body(con)
 
     @contextlib.contextmanager
     def _write(self):
@@ -470,6 +548,8 @@ class Store:
             only = tuple(only_if)
             sql += " AND status IN (" + ",".join("?" * len(only)) + ")"
             params += list(only)
+        if status.is_terminal:
+            return self._last_write(lambda con: con.execute(sql, params).rowcount) > 0
         with self._write() as con:
             return con.execute(sql, params).rowcount > 0
 
@@ -620,11 +700,13 @@ class Store:
             fp = Footprint.from_dict(d["footprint"])
             d["footprint"] = fp.to_dict()
         text = json.dumps(d, default=str)
-        with self._write() as con:
+
+        def write(con):
             con.execute("UPDATE runs SET result=? WHERE id=?", (text, int(run_id)))
             for name, kind in (parts(fp) if fp is not None else {}).items():
                 if getattr(fp, name):
                     self._insert_footprint(con, run_id, getattr(fp, name), kind)
+        self._last_write(write)
 
     def reporter(self, run_id: int, poll_s: float = 0.5) -> "StoreReporter":
         """A Reporter that persists everything the training loop reports for ``run_id``."""

@@ -26,7 +26,7 @@ records its in-process run in the store the same way.
 """
 from __future__ import annotations
 
-import errno
+import contextlib
 import importlib
 import json
 import os
@@ -35,8 +35,9 @@ import sys
 import traceback
 
 from gnnrec_lab.config.run import RunConfig
-from gnnrec_lab.runs.store import Store
+from gnnrec_lab.runs.store import Store, is_disk_full, no_space_left
 from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.home import lab_home
 from gnnrec_lab.util.proc import host_info, proc_start_ticks
 from gnnrec_lab.util.signals import EXIT_INTERRUPTED, Terminated, signal_cause
 from gnnrec_lab.util.status import RunStatus
@@ -112,8 +113,11 @@ def failure(exc: BaseException) -> tuple:
                 "cancelled: stopped at once by SIGTERM (outside the training loop, or a second one)", EXIT_OK)
     if isinstance(exc, UserError):
         return RunStatus.FAILED, str(exc), EXIT_FAILED
-    if "disk is full" in str(exc).lower() or getattr(exc, "errno", None) == errno.ENOSPC:
-        return RunStatus.FAILED, f"failed: the disk is full ({type(exc).__name__}: {exc})", EXIT_FAILED
+    if is_disk_full(exc):
+        # where: the file the OS names, else the run store's home (SQLite names no file)
+        where = os.path.dirname(os.path.abspath(exc.filename)) if getattr(exc, "filename", None) else lab_home()
+        return (RunStatus.FAILED, f"failed: the disk is full: {no_space_left(where)} ({type(exc).__name__}: {exc}); "
+                                  f"what the run wrote before is kept", EXIT_FAILED)
     if is_out_of_memory(exc):
         return RunStatus.OOM, (f"out of memory: {type(exc).__name__}: {exc}".rstrip(": ")
                                + " (an allocation failed inside the run: lower batch_size or dim, or place "
@@ -138,7 +142,8 @@ def run_worker(run_id: int, store=None) -> int:
     stderr_path = run_dir / "stderr.log"
 
     def fail(status: RunStatus, error: str, code: int) -> int:
-        sys.stderr.flush()
+        with contextlib.suppress(OSError):   # a full disk: the log may not take it, the store still must
+            sys.stderr.flush()
         store.set_status(run_id, status, error=error, stderr_tail=tail_lines(stderr_path) or None,
                          only_if=(RunStatus.QUEUED, RunStatus.RUNNING))
         return code
@@ -158,12 +163,19 @@ def run_worker(run_id: int, store=None) -> int:
         status = finish_run(store, run_id, result, reporter)
         return exit_status(status)
     except UserError as e:
-        print(f"gnnrec-lab: error: {e}", file=sys.stderr)
+        _log(f"gnnrec-lab: error: {e}")
         return fail(*failure(e))
     except BaseException as e:  # noqa: BLE001 - every other ending is recorded, then reported
         if signal_cause(e) is None:
-            print(traceback.format_exc(), file=sys.stderr)
+            _log(traceback.format_exc())
         return fail(*failure(e))
+
+
+def _log(text: str) -> None:
+    """Write ``text`` to stderr (the run's stderr.log); on a full disk, go on without it, so the run's
+    failure still reaches the store (its space reserve)."""
+    with contextlib.suppress(OSError):
+        print(text, file=sys.stderr)
 
 
 def main(argv=None) -> int:
