@@ -8,10 +8,12 @@ import time
 
 from gnnrec_lab.commands.common import bounded, run_id
 from gnnrec_lab.config.bounds import MAX_SECONDS, number
+from gnnrec_lab.memory.tiermodel import mode_label, modeled_seconds
 from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.runs.runner import Runner, recover_dead
 from gnnrec_lab.runs.store import Store, describe_store_error
 from gnnrec_lab.services.export import export_mlflow, export_tensorboard
+from gnnrec_lab.services.projection import host_calibration, modeled_runs_frame, run_step_times
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.formatting import fmt_duration, fmt_ms
 from gnnrec_lab.util.proc import LOAD_POINTS, load_cell, load_summary, load_warning
@@ -147,7 +149,6 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
 
 
 def _list(store, args) -> int:
-    from gnnrec_lab.services.projection import modeled_runs_frame  # the tier model's columns (pandas)
     df = modeled_runs_frame(store, status=args.status)
     if args.json:
         out = []
@@ -181,7 +182,6 @@ def _show(store, run_id: int, as_json: bool) -> int:
     fp = store.footprint_frame(run_id)
     load = rec.load
     run["load"] = load_summary(load)
-    from gnnrec_lab.services.projection import host_calibration, run_step_times
     st = run_step_times(store, run_id, host=host_calibration()[0])   # what every view shows of the run
     if as_json:
         run["step_times"] = st.to_dict()
@@ -204,9 +204,7 @@ def _show(store, run_id: int, as_json: bool) -> int:
                                                  " (DRAM); modeled on the device: the 'modeled' lines"))
     print(f"  config     {cfg.get('dataset')} {cfg.get('model')} layers={cfg.get('layers')} dim={cfg.get('dim')} "
           f"batch={cfg.get('batch_size')}")
-    from gnnrec_lab.memory.tiermodel import mode_label
     print(f"  memory     {mode_label(cfg.get('memory_mode') or 'dram', cfg.get('device_profile'))}")
-    from gnnrec_lab.memory.tiermodel import modeled_seconds
     print(f"  step       {st.text()}")
     if st.placement_assumption:
         print(f"  modeled    placement: {st.placement_assumption}")

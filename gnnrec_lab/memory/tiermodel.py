@@ -34,6 +34,7 @@ import pandas as pd
 from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
 from gnnrec_lab.memory.profiles import DeviceProfile, get_profile, host_device, misses_in_flight
 from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.formatting import fmt_ms
 from gnnrec_lab.util.provenance import Provenance, part, parts
 from gnnrec_lab.util.recorder import records_frame
 
@@ -574,7 +575,6 @@ class StepTimes:
     def text(self) -> str:
         """The one sentence every view prints: ``step 11.3 ms, kernel time 9.9 ms (measured on this
         host's DRAM); modeled on DEV: step 37.6 ms, kernel time 32.7 ms (3.32x)``."""
-        from gnnrec_lab.util.formatting import fmt_ms
         ms = lambda v: "–" if v is None else fmt_ms(v)  # noqa: E731
         out = f"step {ms(self.step_s)}, kernel time {ms(self.kernel_s)} (measured on this host's DRAM)"
         if self.device is not None and self.ratio is not None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from gnnrec_lab.config.run import RunConfig, save_config_file
+from gnnrec_lab.memory.analysis import export_chrome_trace
 from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.services.projection import run_step_times
 from gnnrec_lab.util.errors import UserError
@@ -110,8 +111,6 @@ def tags_of(store, run: dict) -> dict:
 def write_artifacts(store, run: dict, directory: Path) -> list[Path]:
     """``config.yaml``, ``kernels.csv``, ``footprint.csv`` and (when the run has kernel records)
     ``trace.json`` of a stored run, written into ``directory``."""
-    from gnnrec_lab.memory.analysis import export_chrome_trace
-
     run_id = int(run["id"])
     files = []
     try:
