@@ -57,10 +57,21 @@ def test_memory_is_one_number_against_the_limit_that_applies_drawn_on_scale(stor
     assert "--force" not in text and "form:" not in text        # no CLI advice in the browser
     # the limit is drawn on the chart, inside its y range
     fig = hv.render(memory_chart(v))
+    div = {"MiB": 2**20, "GiB": 2**30}[fig.yaxis[0].axis_label]
     spans = fig.select({"type": Span})
-    assert [s.location for s in spans] == [pytest.approx(v["limit_bytes"] / 2**30)]
-    assert fig.y_range.start == 0 and fig.y_range.end >= v["limit_bytes"] / 2**30
-    assert fig.y_range.end >= v["dram_bytes"] / 2**30
+    assert [s.location for s in spans] == [pytest.approx(v["limit_bytes"] / div)]
+    assert fig.y_range.start == 0 and fig.y_range.end >= v["limit_bytes"] / div
+    assert fig.y_range.end >= v["dram_bytes"] / div
+    # a limit far above the bar (26 MiB under 17.7 GiB was an invisible line at the axis' foot):
+    # the axis fits the bar and the limit is named at the top in words
+    from bokeh.models import Text
+    far = dict(v, limit_bytes=700 * v["dram_bytes"], fits=True)
+    fig = hv.render(memory_chart(far))
+    div = {"MiB": 2**20, "GiB": 2**30}[fig.yaxis[0].axis_label]
+    assert not fig.select({"type": Span})
+    assert v["dram_bytes"] / div <= fig.y_range.end <= 2 * v["dram_bytes"] / div    # the bar fills the chart
+    words = " ".join(" ".join(r.data_source.data["text"]) for r in fig.renderers if isinstance(r.glyph, Text))
+    assert fmt_bytes(far["limit_bytes"]) in words and "700x the prediction" in words and "far above" in words
     # without a limit, the memory available now applies, and the page says which
     set_launch_policy(None)
     v, _ = memory_prediction(cfg)

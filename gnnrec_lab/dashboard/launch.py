@@ -230,22 +230,36 @@ def memory_prediction(config: RunConfig) -> tuple[Optional[dict], Optional[str]]
     return safe_call(memory_verdict, config, counts, memory_limit_bytes=launch_policy().memory_limit_bytes)
 
 
+#: Above this many times the prediction the limit is not drawn on the bar's scale (the bar would be
+#: a sliver at its foot: 26 MiB on a 0-18 GiB axis) but named at the top of the chart.
+LIMIT_ON_SCALE = 4.0
+
+
 def memory_chart(v: dict):
-    """The predicted DRAM bytes stacked by tensor class in one bar, with the limit that applies as a
-    red dashed line, both on one GiB axis that holds them (modeled bars are hatched)."""
+    """The predicted DRAM bytes stacked by tensor class in one bar (modeled, hatched), on an axis that
+    shows it (MiB or GiB), with the limit that applies: a red dashed line on the same axis when it is
+    within :data:`LIMIT_ON_SCALE` times the bar, else named in red at the top with how far above it is."""
     import holoviews as hv
     off = set(file_placed(getattr(v.get("config"), "placement", {}) or {}))
     fp = {k: b for k, b in v["footprint"].items() if k != "runtime" and k not in off and b > 0}
-    df = pd.DataFrame({"what": "predicted in DRAM (modeled)", "tensor_class": list(fp),
-                       "GiB": [b / 2**30 for b in fp.values()]})
-    limit = v["limit_bytes"] / 2**30
-    top = max(v["dram_bytes"] / 2**30, limit) * 1.1
-    bars = hv.Bars(df, ["what", "tensor_class"], "GiB").opts(
+    pred, limit = float(v["dram_bytes"]), float(v["limit_bytes"])
+    on_scale = limit <= LIMIT_ON_SCALE * max(pred, 1.0)
+    top = (max(pred, limit) * 1.15) if on_scale else pred * 1.45
+    unit, div = ("GiB", 2**30) if top >= 2**30 else ("MiB", 2**20)
+    what = "predicted in DRAM (modeled)"
+    df = pd.DataFrame({"what": what, "tensor_class": list(fp), unit: [b / div for b in fp.values()]})
+    bars = hv.Bars(df, ["what", "tensor_class"], unit).opts(
         stacked=True, responsive=True, height=300, tools=["hover"], hooks=[hatch_hook(Provenance.MODELED)],
-        ylim=(0, top), ylabel="GiB", xlabel="", legend_position="right",
+        ylim=(0, top / div), ylabel=unit, xlabel="", legend_position="right",
         title=f"Predicted DRAM use (modeled) vs the {v['limit_name']}")
-    line = hv.HLine(limit).opts(color="red", line_dash="dashed", line_width=2)
-    return bars * line
+    label = f"{v['limit_name']}: {fmt_bytes(limit)}"
+    if on_scale:
+        line = hv.HLine(limit / div).opts(color="red", line_dash="dashed", line_width=2)
+        note = hv.Text(what, limit / div, label, valign="bottom").opts(color="red", text_font_size="10pt")
+        return bars * line * note
+    note = hv.Text(what, top / div * 0.97, f"{label}\n= {limit / max(pred, 1.0):,.0f}x the prediction,\n"
+                   f"far above this scale", valign="top").opts(color="red", text_font_size="9pt")
+    return bars * note
 
 
 def reference_runs(lab: Lab, config: RunConfig) -> tuple[Optional[dict], Optional[str]]:
@@ -443,7 +457,7 @@ class LaunchPage(pn.viewable.Viewer):
         note = pn.pane.Markdown(
             f"Predicted **{fmt_bytes(v['dram_bytes'])}** in DRAM (modeled: every tensor class not placed on "
             f"`file:`, the interpreter left out) {fits} the **{fmt_bytes(v['limit_bytes'])}** of the "
-            f"{v['limit_name']} (red dashed line), the limit the Launch button checks."
+            f"{v['limit_name']} (in red on the chart), the limit the Launch button checks."
             + ("" if v["fits"] else f" Largest: {v['largest']} ({fmt_bytes(v['largest_bytes'])}, set by "
                                     f"{v['driver']}): lower it or place classes on `file:DIR`.")
             + f"\n\n{dram_residency(cfg.memory_mode, dict(cfg.placement), cfg.device_profile)}",
