@@ -304,3 +304,47 @@ def test_live_breakdown_compare_and_runs_json_read_one_step_and_kernel_time(tmp_
         assert page.errors() == [], page.errors()
     finally:
         stop(proc)
+
+
+def test_live_draws_without_bokeh_range_warnings(tmp_path, browser):  # noqa: F811
+    """Issue 35: Live logged 15 Bokeh "could not set initial ranges" warnings (a plot drawn before
+    it had data). Switching runs and a run's first steps and evaluations arriving log none; the
+    finished run's Cancel button is hidden, a running run's shown."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    from gnnrec_lab.runs.store import Store
+    store = Store(tmp_path / "home")
+    done = _run(store, 20.0, 8)
+    new = _run(store, 10.0, 0, status="running", valid=False)
+    proc, url = serve(tmp_path)
+    try:
+        page, _ = open_page(browser, url)
+        warnings = []
+        page.on("console", lambda m: warnings.append(m.text) if m.type in ("warning", "error") else None)
+        page.get_by_text("Live", exact=True).first.click()
+        select = page.locator("select:visible").filter(has_text=re.compile(r"#\d+ lightgcn")).first
+        cancel = page.locator("button").filter(has_text="Cancel run")
+
+        def choose(rid):
+            option = select.locator("option").filter(has_text=re.compile(rf"^#{rid} "))
+            option.wait_for(state="attached", timeout=30_000)
+            select.select_option(label=option.inner_text())
+        choose(done)
+        wait_plot(page, "Kernel time per step", lambda p: p["n"] == 8 and drawn_range(p))
+        sync_api.expect(cancel).to_be_hidden(timeout=10_000)
+        choose(new)
+        page.get_by_text(f"Training loss of run #{new}: waiting for the first step.").wait_for(timeout=10_000)
+        sync_api.expect(cancel).to_be_visible(timeout=10_000)
+        for s in range(1, 5):
+            store.add_step(new, s, 1, 0.7 / s, 0.01, _records(s, 10.0))
+            time.sleep(0.6)
+        store.add_eval(new, 1, 4, "valid", {"recall@20": 0.1, "ndcg@20": 0.05, "recall@10": 0.07}, 2.0)
+        wait_plot(page, "Training loss", lambda p: p["n"] == 4 and drawn_range(p))
+        wait_plot(page, "Validation metrics", lambda p: p["n"] == 1)
+        choose(done)
+        wait_plot(page, "Training loss", lambda p: p["n"] == 8 and drawn_range(p))
+        page.wait_for_timeout(2000)
+        ranges = [w for w in warnings if "initial ranges" in w]
+        assert ranges == [], ranges
+        assert page.errors() == [], page.errors()
+    finally:
+        stop(proc)

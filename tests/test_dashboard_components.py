@@ -998,3 +998,26 @@ def test_runs_show_says_the_times_are_measured_and_the_modeled_training_time(sto
     out = capsys.readouterr().out
     assert "time       modeled" not in out and "time       measured on this host (DRAM)" in out
     assert "modeled    training 0.2 s on cxl_type3_ddr5_x8 (the 0.1 s measured here x 3.00)" in out
+
+
+def test_live_validation_chart_draws_the_largest_k_with_its_legend_beside_and_whole_epochs(store):
+    """Issue 35: ten metric lines under a legend covering them, and epoch ticks at 1.5."""
+    from bokeh.models import AdaptiveTicker
+
+    from gnnrec_lab.dashboard.live import chart_metrics
+    assert chart_metrics(["hit@10", "hit@20", "ndcg@10", "ndcg@20", "users"]) == ["hit@20", "ndcg@20"]
+    assert chart_metrics(["recall@5"]) == ["recall@5"]
+    rid = _timed_run(store, 5.0, steps=2, evals=False)
+    for e in (1, 2, 3):
+        store.add_eval(rid, e, 2, "valid", {f"{m}@{k}": 0.1 * e for m in ("recall", "ndcg", "mrr", "hit", "precision")
+                                           for k in (10, 20)}, float(e))
+    lab = Lab(store=store, runner=RecordingRunner(store))
+    lab.run_id = rid
+    page = LivePage(lab)
+    fig = page.eval_pane.object
+    names = {item.label["value"] for item in fig.legend[0].items}
+    assert names == {f"{m}@20" for m in ("recall", "ndcg", "mrr", "hit", "precision")}
+    assert fig.legend[0] in fig.right and "@20" in fig.title.text
+    ticker = fig.xaxis[0].ticker
+    assert isinstance(ticker, AdaptiveTicker) and ticker.min_interval == 1 and ticker.num_minor_ticks == 0
+    assert not page.cancel_button.visible             # a finished run: nothing to cancel

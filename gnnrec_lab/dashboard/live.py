@@ -534,6 +534,8 @@ class LivePage(pn.viewable.Viewer):
         if pct is None:  # unknown total: busy stripes while active, else full or empty
             pct = -1 if m.active else (100 if m.status == RunStatus.FINISHED else 0)
         _set(self.progress, "value", int(pct))
+        # a finished run has nothing to cancel: the button goes (a faded one read as "not now")
+        _set(self.cancel_button, "visible", m.active)
         _set(self.cancel_button, "disabled", not m.active or self.lab.runner is None)
         if m.run_id is None:
             _set(self.status_md, "object", "*No run selected. Launch one on the Launch page.*")
@@ -564,7 +566,11 @@ class LivePage(pn.viewable.Viewer):
     def _update_loss(self):
         data = self.monitor.loss.data
         if self.loss_pane.object is None and len(data):
-            self.loss_pane.object = _line_figure("Training loss (BPR, measured)", "step", "loss")
+            # drawn with its points from the start: a figure sent empty logs Bokeh's "could not set
+            # initial ranges" before its first stream arrives
+            self.loss_pane.object = _line_figure("Training loss (BPR, measured)", "step", "loss",
+                                                 x=data["step"].values, y=data["loss"].values)
+            self._loss_rows = len(data)
         if len(data) > self._loss_rows:
             new = data.iloc[self._loss_rows:]
             _source(self.loss_pane.object).stream({"x": new["step"].values, "y": new["loss"].values})
@@ -598,6 +604,7 @@ class LivePage(pn.viewable.Viewer):
         v = self.monitor.metrics("valid")
         if len(v) != self._eval_rows:
             self._eval_rows = len(v)
+            v = v[v["metric"].isin(chart_metrics(v["metric"].unique()))]
             if not v.empty:
                 wide = v.pivot_table(index="epoch", columns="metric", values="value", aggfunc="last").sort_index()
                 metrics = [str(c) for c in wide.columns]
@@ -648,27 +655,40 @@ def _source(fig):
     return fig.renderers[0].data_source
 
 
-def _line_figure(title: str, x: str, y: str):
+def _line_figure(title: str, x_name: str, y_name: str, *, x=(), y=()):
+    """A line of ``(x, y)`` points (more are streamed in), drawn with the ones it starts with."""
     from bokeh.models import ColumnDataSource
     from bokeh.plotting import figure
-    fig = figure(height=260, sizing_mode="stretch_width", title=title, x_axis_label=x, y_axis_label=y,
+    fig = figure(height=260, sizing_mode="stretch_width", title=title, x_axis_label=x_name, y_axis_label=y_name,
                  tools="pan,wheel_zoom,box_zoom,reset,hover,save", toolbar_location="right")
-    fig.line("x", "y", source=ColumnDataSource({"x": [], "y": []}), color=PALETTE[0], line_width=1.5)
+    fig.line("x", "y", source=ColumnDataSource({"x": list(x), "y": list(y)}), color=PALETTE[0], line_width=1.5)
     return fig
 
 
+def chart_metrics(metrics) -> list:
+    """The validation metrics the chart draws: those at the largest K evaluated (``recall@20``,
+    ``ndcg@20``, ...; five lines, not ten that crowd it); the test line and ``runs show`` list all."""
+    metrics = [str(m) for m in metrics if "@" in str(m)]
+    ks = [m.rsplit("@", 1)[1] for m in metrics]
+    top = max((int(k) for k in ks if k.isdigit()), default=None)
+    return [m for m, k in zip(metrics, ks) if top is None or k == str(top)]
+
+
 def _metrics_figure(metrics: list):
-    """Validation metrics by epoch, one line and markers per metric (columns ``epoch``, ``m{i}``)."""
-    from bokeh.models import ColumnDataSource
+    """Validation metrics by epoch, one line and markers per metric (columns ``epoch``, ``m{i}``),
+    the legend beside the plot, ticks on whole epochs."""
+    from bokeh.models import AdaptiveTicker, ColumnDataSource
     from bokeh.plotting import figure
     src = ColumnDataSource({"epoch": []} | {f"m{i}": [] for i in range(len(metrics))})
-    fig = figure(height=260, sizing_mode="stretch_width", title="Validation metrics (measured)",
+    k = metrics[0].rsplit("@", 1)[1] if metrics and "@" in metrics[0] else ""
+    fig = figure(height=260, sizing_mode="stretch_width", title=f"Validation metrics{' @' + k if k else ''} (measured)",
                  x_axis_label="epoch", y_axis_label="value", tools="pan,wheel_zoom,box_zoom,reset,hover,save",
                  toolbar_location="right")
     for i, name in enumerate(metrics):
         color = PALETTE[(i + 2) % len(PALETTE)]
         fig.line("epoch", f"m{i}", source=src, color=color, legend_label=name, line_width=1.5)
         fig.scatter("epoch", f"m{i}", source=src, color=color, legend_label=name, size=6)
-    fig.legend.location = "bottom_right"
+    fig.xaxis.ticker = AdaptiveTicker(min_interval=1, num_minor_ticks=0)   # epochs are whole numbers
+    fig.add_layout(fig.legend[0], "right")
     fig.legend.label_text_font_size = "9pt"
     return fig
