@@ -14,7 +14,6 @@ from gnnrec_lab.runs.worker import EXIT_DIVERGED, failure, finish_run
 from gnnrec_lab.util.cgroup import parse_size
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.formatting import fmt_bytes
-from gnnrec_lab.util.proc import proc_start_ticks
 from gnnrec_lab.util.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from gnnrec_lab.util.status import RunStatus
 
@@ -162,8 +161,7 @@ def train_stored(config, progress: bool = False, store_it: bool = True, own_sigt
         return train(config, progress=progress, **train_kw), None
     import os
     store = Store()
-    run_id = store.add_run(config, status=RunStatus.RUNNING)
-    store.set_fields(run_id, pid=os.getpid(), pid_start=proc_start_ticks(os.getpid()))
+    run_id = store.add_run(config, status=RunStatus.RUNNING, pid=os.getpid())
     reporter = store.reporter(run_id)
     try:
         result = train(config, reporter=reporter, progress=progress, **train_kw)

@@ -31,7 +31,7 @@ from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.training.reporting import Reporter
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.home import lab_home
-from gnnrec_lab.util.proc import load_summary
+from gnnrec_lab.util.proc import load_summary, proc_start_ticks
 from gnnrec_lab.util.provenance import Provenance, parts
 from gnnrec_lab.util.recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS, store_key, sum_records
 from gnnrec_lab.util.status import RunStatus
@@ -458,19 +458,22 @@ class Store:
 
     # -- runs ---------------------------------------------------------------
     def add_run(self, config, status: RunStatus = RunStatus.QUEUED, sweep: Optional[str] = None,
-                request: Optional[dict] = None) -> int:
+                request: Optional[dict] = None, pid: Optional[int] = None) -> int:
         """Insert a run for ``config`` (a RunConfig) and return its id. ``request``: what trains it
         other than the default loop (:meth:`Runner.launch <gnnrec_lab.runs.runner.Runner.launch>`'s
-        ``train_fn``, ``options``, ``python``), stored in the same row (:meth:`run_request`)."""
+        ``train_fn``, ``options``, ``python``), stored in the same row (:meth:`run_request`). ``pid``:
+        the process that writes it (a run trained in this process), in the same row, so a process
+        killed at any moment leaves no running row without the pid that tells it is gone."""
         status = _checked_status(status)
         expect_config(config, "Store.add_run")
         now = time.time()
         with self._write() as con:
             cur = con.execute(
-                "INSERT INTO runs(name, config, status, created, started, measured, sweep, request) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs(name, config, status, created, started, measured, sweep, request, pid, pid_start) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (config.name, config.to_json(), status, now, now if status is RunStatus.RUNNING else None,
-                 Provenance.of(config.measured), sweep, json.dumps(request) if request else None))
+                 Provenance.of(config.measured), sweep, json.dumps(request) if request else None,
+                 pid, proc_start_ticks(pid) if pid else None))
             return int(cur.lastrowid)
 
     def run_request(self, run_id: int) -> dict:
@@ -582,8 +585,11 @@ class Store:
             row = con.execute("SELECT id FROM runs WHERE status=? ORDER BY id LIMIT 1", (queued,)).fetchone()
             if row is None:
                 return None
-            con.execute("UPDATE runs SET status=?, started=?, pid=NULL, pid_start=NULL "
-                        "WHERE id=?", (running, time.time(), row[0]))
+            # the claimer's pid until its worker's replaces it: a runner killed before it spawned
+            # the worker leaves a run that the next open sees is gone
+            me = os.getpid()
+            con.execute("UPDATE runs SET status=?, started=?, pid=?, pid_start=? WHERE id=?",
+                        (running, time.time(), me, proc_start_ticks(me), row[0]))
             return int(row[0])
 
     def request_cancel(self, run_id: int) -> RunStatus:
