@@ -1021,3 +1021,34 @@ def test_live_validation_chart_draws_the_largest_k_with_its_legend_beside_and_wh
     ticker = fig.xaxis[0].ticker
     assert isinstance(ticker, AdaptiveTicker) and ticker.min_interval == 1 and ticker.num_minor_ticks == 0
     assert not page.cancel_button.visible             # a finished run: nothing to cancel
+
+
+def test_breakdown_footprint_bars_read_on_a_log_axis_with_their_sizes_and_kinds_above_bars():
+    """Issue 35: 7 of 9 footprint pairs were slivers under a 0.5 GiB bar, and the measured/modeled
+    labels of the tier chart sat on the bars' outlines."""
+    import holoviews as hv
+    from bokeh.models import HBar, LogScale, Span
+    from bokeh.models import Text as TextGlyph
+
+    from gnnrec_lab.dashboard.breakdown import footprint_bars
+    from gnnrec_lab.util.formatting import fmt_bytes
+    hv.extension("bokeh")
+    fp = pd.DataFrame({"tensor_class": ["runtime", "graph", "gradients", "peak_rss"],
+                       "bytes": [500 * 2**20, 1.7 * 2**20, 650 * 2**10, 535 * 2**20],
+                       "kind": ["modeled", "modeled", "modeled", "measured"]})
+    fig = footprint_bars(fp, dram=24 * 2**30)
+    assert isinstance(fig.x_scale, LogScale) and fig.xaxis[0].axis_label == "MiB (log scale)"
+    bars = [r for r in fig.renderers if isinstance(r.glyph, HBar)][0].data_source.data
+    assert list(bars["bar"])[-1] == "peak_rss (measured)" and list(bars["bar"])[0] == "gradients (modeled)"
+    assert fig.x_range.start < min(bars["value"])
+    assert dict(zip(bars["bar"], bars["hatch"]))["peak_rss (measured)"] == " "      # measured: solid
+    words = [r for r in fig.renderers if isinstance(r.glyph, TextGlyph)][0].data_source.data["size"]
+    assert set(words) == {fmt_bytes(b) for b in fp["bytes"]}
+    assert not fig.select({"type": Span})              # 24 GiB of DRAM: far off this scale, said in the text
+    assert footprint_bars(fp, dram=1 << 30).select({"type": Span})   # 1 GiB: on the scale, drawn
+    df = pd.DataFrame({"device": ["host", "optane"], "seconds": [1.0, 3.0], "kind": ["measured", "modeled"]})
+    plot = hv.render(modeled_bars(df, "device", "seconds", "s per step"))
+    labels = [r for r in plot.renderers if isinstance(r.glyph, TextGlyph)][0]
+    assert labels.glyph.text_baseline == "bottom"
+    assert all(y > v for y, v in zip(labels.data_source.data["y"], df["seconds"]))   # above the bar tops
+    assert plot.y_range.end > df["seconds"].max() * 1.1

@@ -143,6 +143,11 @@ PHASE_MARKERS = {"forward": "circle", "backward": "triangle", "loss": "square", 
                  "sampling": "inverted_triangle", "evaluation": "hex"}
 
 
+#: What the roofline's colours and markers mean (under the chart).
+ROOFLINE_MARKS = ("Colour = kernel (its colour on every chart); marker = phase: ● forward, ▲ backward, ■ loss, "
+                  "◆ optimizer, ▼ sampling.")
+
+
 def roofline_scatter(pts: pd.DataFrame, x: str = "intensity", y: str = "GFLOPs", name: str = "name", roof=None):
     """The roofline's points (``analysis.roofline_points``' columns): one colour per kernel
     (:func:`~.common.kernel_color`, the pie's and Live's) with one legend entry each, one marker
@@ -187,6 +192,44 @@ def device_curve_plots(curves: dict) -> list:
         plots.append(by_mix.opts(title=f"Read/write mix, {curves['mixed_threads']} threads (modeled)",
                                  xlabel="write share of the bytes", **opts))
     return plots
+
+
+def footprint_bars(fp: pd.DataFrame, dram: Optional[float] = None):
+    """A Bokeh figure of one horizontal bar per footprint row (``Store.footprint_frame``: a tensor
+    class's predicted bytes, modeled and hatched, or a measured size such as peak RSS, solid),
+    largest on top, on a log axis in MiB or GiB with each bar's size written beside it: on a
+    linear axis the classes of a few MiB were slivers under a 0.5 GiB runtime. ``dram`` (bytes) is
+    a red dashed line when within 4x of the largest bar."""
+    from bokeh.models import ColumnDataSource, Span
+    from bokeh.plotting import figure
+    fp = fp[fp["bytes"] > 0]
+    big = float(fp["bytes"].max()) if len(fp) else 1.0
+    unit, div = ("GiB", 2**30) if big >= 2**30 else ("MiB", 2**20)
+    kinds = ["modeled" if k == Provenance.MODELED else str(k) for k in fp["kind"]]
+    df = pd.DataFrame({"bar": [f"{c} ({k})" for c, k in zip(fp["tensor_class"], kinds)],
+                       "value": fp["bytes"].astype(float).values / div,
+                       "size": [fmt_bytes(b) for b in fp["bytes"]],
+                       "hatch": [bar_style(k)["hatch_pattern"] for k in fp["kind"]]})
+    df = df.sort_values("value", ascending=True, ignore_index=True)      # the largest on top
+    lo = float(df["value"].min()) / 3 if len(df) else 0.1
+    hi = float(df["value"].max()) * 12 if len(df) else 1.0                 # room for the size labels
+    show_dram = dram is not None and len(df) and dram / div <= 4 * float(df["value"].max())
+    if show_dram:
+        hi = max(hi, dram / div * 1.5)
+    df["left"], df["label_x"] = lo, df["value"] * 1.12
+    src = ColumnDataSource(df)
+    fig = figure(y_range=list(df["bar"]), x_axis_type="log", x_range=(lo, hi), height=max(220, 30 * len(df) + 90),
+                 sizing_mode="stretch_width", title="Footprint by tensor class (hatched = modeled)",
+                 x_axis_label=f"{unit} (log scale)", tools="hover,save", tooltips="@bar: @size",
+                 toolbar_location="right")
+    fig.hbar(y="bar", left="left", right="value", height=0.7, source=src, color=BAR_COLOR, line_color="black",
+             hatch_pattern="hatch", hatch_color="white", hatch_alpha=0.9)
+    fig.text(x="label_x", y="bar", text="size", source=src, text_font_size="9pt", text_baseline="middle",
+             text_color="#333")
+    if show_dram:
+        fig.add_layout(Span(location=dram / div, dimension="height", line_color="red", line_dash="dashed"))
+    fig.ygrid.grid_line_color = None
+    return fig
 
 
 def newest_finished(runs: pd.DataFrame):
@@ -252,7 +295,8 @@ class BreakdownPage(pn.viewable.Viewer):
             return not_available("Roofline", "roofline_points gave no points")
         pts = pts[(pts[x] > 0) & (pts[y] > 0)]
         bw, peak = ceil.get("triad_GBps"), ceil.get("gemm_GFLOPs")
-        note = pn.pane.Markdown(ROOFLINE_NOTE, sizing_mode="stretch_width", css_classes=["roofline-note"])
+        note = pn.pane.Markdown(f"{ROOFLINE_NOTE} {ROOFLINE_MARKS}", sizing_mode="stretch_width",
+                                css_classes=["roofline-note"])
         if not bw or not peak or pts.empty:
             return pn.Column(note, hv_pane(roofline_scatter(pts, x, y, name)), sizing_mode="stretch_width")
         lo = min(pts[x].min(), peak / bw) / 10
@@ -263,23 +307,16 @@ class BreakdownPage(pn.viewable.Viewer):
         return pn.Column(note, hv_pane(roofline_scatter(pts, x, y, name, roof=roof)), sizing_mode="stretch_width")
 
     def _footprint_section(self, fp: Optional[pd.DataFrame], run: dict):
-        import holoviews as hv
         if fp is None or fp.empty:
             return pn.pane.Markdown("*No footprint recorded for this run.*")
         dram = dram_bytes()
-        fp = fp.assign(GiB=fp["bytes"] / 2**30,
-                       kind=fp["kind"].map(lambda k: "modeled (predicted)" if k == Provenance.MODELED
-                                          else Provenance.MEASURED))
-        fp["hatch"] = [bar_style(k)["hatch_pattern"] for k in fp["kind"]]
-        bars = hv.Bars(fp, ["tensor_class", "kind"], ["GiB", "hatch"]).opts(
-            color=BAR_COLOR, hooks=[hatch_hook()], responsive=True, height=300, xrotation=30, tools=["hover"],
-            title="Footprint by tensor class (hatched = modeled)", ylabel="GiB")
-        line = hv.HLine(dram / 2**30).opts(color="red", line_dash="dashed")
         peak = RunRecord.of(run).result.footprint.peak_rss
-        text = f"DRAM of this machine: {fmt_bytes(dram)} (red dashed line, off-scale when far above the bars)."
+        text = (f"DRAM of this machine: {fmt_bytes(dram)}. Each bar is one tensor class's predicted bytes "
+                f"(modeled, hatched) or the worker's peak RSS (measured, solid), its size written beside it; "
+                f"the axis is logarithmic, so the small classes show next to the large ones.")
         if peak:
             text += f" Peak RSS of the worker: **{fmt_bytes(peak)}** (measured)."
-        return pn.Column(pn.pane.Markdown(text), hv_pane(bars * line),
+        return pn.Column(pn.pane.Markdown(text), pn.pane.Bokeh(footprint_bars(fp, dram), sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
 
     def _tier_section(self, run_id):

@@ -182,10 +182,14 @@ def modeled_bars(df: pd.DataFrame, x: str, y: str, ylabel: str):
     df["label"] = [f"{k}" for k in df["kind"]]
     df["color"] = [bar_style(k)["color"] for k in df["kind"]]        # one colour: hatching marks the modeled bars
     df["hatch"] = [bar_style(k)["hatch_pattern"] for k in df["kind"]]
+    top = float(df[y].max()) if len(df) else 1.0
+    top = top if top > 0 else 1.0
     bars = hv.Bars(df, x, [y, "kind", "color", "hatch"]).opts(
-        color="color", hooks=[hatch_hook()], responsive=True, height=280, xrotation=20,
+        color="color", hooks=[hatch_hook()], responsive=True, height=280, xrotation=20, ylim=(0, top * 1.18),
         ylabel=ylabel, tools=["hover"], title=f"{ylabel}: measured (solid) vs modeled (hatched)")
-    labels = hv.Labels(df.assign(y=df[y] * 1.02), [x, "y"], "label").opts(text_font_size="9pt", yoffset=0)
+    # the kind above each bar, clear of its outline (written on the outline it could not be read)
+    labels = hv.Labels(df.assign(y=df[y] + top * 0.03), [x, "y"], "label").opts(
+        text_font_size="9pt", text_baseline="bottom", text_color="#333")
     return bars * labels
 
 
