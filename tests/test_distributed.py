@@ -495,3 +495,16 @@ def test_distdgl_target_of_a_full_graph_run():
     assert f"target: {target_line(t)}" in d.stdout and "1% of run" in d.stdout
     # the same seeded users ranked on both sides
     assert r["history"][0]["users"] == rf["history"][0]["users"] and r["test"]["users"] == rf["test"]["users"]
+
+
+@needs_dgl
+def test_a_distdgl_run_killed_at_random_moments_leaves_a_failed_row_not_a_running_one(tmp_path):
+    """benchmarks/bench_crash.py's check on the DistDGL writer (the command was found recording no pid,
+    so a killed run read as running for a minute): every kill leaves a sound store, no run running."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_crash", os.path.join(os.path.dirname(__file__), "..",
+                                                                             "benchmarks", "bench_crash.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    r = bench.crash_trials(3, writers=("distributed",), seed=3, workdir=tmp_path, log=print)
+    assert not r["problems"], r["problems"]

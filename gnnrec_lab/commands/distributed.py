@@ -12,6 +12,7 @@ counted as in ``gnnrec-lab run``. See :mod:`gnnrec_lab.distributed.engine`.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -162,7 +163,7 @@ def main(args) -> int:
         for k, v in target.items():
             setattr(spec, k, v)
     config = spec.run_config(name=args.name or f"distdgl {args.partitions} partitions")
-    run_id = store.add_run(config, status=RunStatus.RUNNING)
+    run_id = store.add_run(config, status=RunStatus.RUNNING, pid=os.getpid())   # a kill leaves it recoverable
     workdir, spec.graph_name = D.run_folder(store, run_id)
     spec.workdir, spec.run_id = str(workdir), run_id
     say = (lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr))
