@@ -1052,3 +1052,23 @@ def test_breakdown_footprint_bars_read_on_a_log_axis_with_their_sizes_and_kinds_
     assert labels.glyph.text_baseline == "bottom"
     assert all(y > v for y, v in zip(labels.data_source.data["y"], df["seconds"]))   # above the bar tops
     assert plot.y_range.end > df["seconds"].max() * 1.1
+
+
+def test_compare_epoch_scatter_ticks_at_the_runs_batch_sizes():
+    """Issue 35: Compare's batch-size ticks collided (a log axis' own ticks, 2047.5 for one size)."""
+    import holoviews as hv
+    from bokeh.models import FixedTicker
+
+    from gnnrec_lab.dashboard.compare import axis_ticks, epoch_scatter
+    hv.extension("bokeh")
+    sizes = [512, 1024, 2048, 4096, 8192]
+    es = pd.DataFrame({"id": range(5), "epoch_s": [1.0, 0.8, 0.6, 0.5, 0.45], "modeled_epoch_s": [None] * 5,
+                       "group": ["dram · ml-100k"] * 5, "batch_size": sizes, "layers": [1, 2, 3, 3, 3]})
+    fig = hv.render(epoch_scatter(es, "batch_size", "Epoch time vs batch size", logx=True))
+    ticker = fig.xaxis[0].ticker
+    assert isinstance(ticker, FixedTicker) and list(ticker.ticks) == [float(v) for v in sizes]
+    assert fig.xaxis[0].major_label_overrides[2048.0] == "2,048"
+    assert fig.x_range.start < 512 and fig.x_range.end > 8192
+    one = hv.render(epoch_scatter(es.head(1), "layers", "Epoch time vs depth (layers)"))
+    assert list(one.xaxis[0].ticker.ticks) == [1.0] and one.x_range.start < 1 < one.x_range.end
+    assert len(axis_ticks(list(range(1, 30)), False)) <= 8

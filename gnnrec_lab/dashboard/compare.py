@@ -15,7 +15,9 @@ and Memory Mode times modeled and hatched.
 """
 from __future__ import annotations
 
+import math
 import threading
+from typing import Optional
 
 import pandas as pd
 import panel as pn
@@ -145,8 +147,28 @@ def epoch_scatter(es: pd.DataFrame, x: str, title: str, logx: bool = False):
         if not mod.empty:
             layers.append(hv.Scatter(mod.assign(epoch_s=mod["modeled_epoch_s"]), x, vdims,
                                      label=f"{g} (modeled)").opts(marker="triangle", color=color, **opts))
+    values = sorted({int(v) for v in es[x].dropna()}) if x in es else []
     return hv.Overlay(layers).opts(title=title, ylabel="epoch time, s", xlabel=x.replace("_", " "),
-                                   responsive=True, height=300, legend_position="top_left")
+                                   responsive=True, height=300, legend_position="right",
+                                   xticks=axis_ticks(values, logx), xlim=axis_limits(values, logx))
+
+
+def axis_ticks(values: list, log: bool) -> list:
+    """Ticks at the values the runs have (batch sizes, depths): a log axis' own ticks at 2047.5 or
+    crowded between 512 and 4096 read as nothing; at most 8, thinned evenly past that."""
+    if not values:
+        return []
+    step = max(1, math.ceil(len(values) / 8))
+    return [(float(v), f"{v:,}") for v in values[::step]]
+
+
+def axis_limits(values: list, log: bool) -> Optional[tuple]:
+    """Room around the runs' values, so a single value sits inside its axis (a factor of 2 either
+    side on a log axis, 1 on a linear one)."""
+    if not values:
+        return None
+    lo, hi = min(values), max(values)
+    return (lo / 2, hi * 2) if log else (lo - 1, hi + 1)
 
 
 class ComparePage(pn.viewable.Viewer):
@@ -209,9 +231,10 @@ class ComparePage(pn.viewable.Viewer):
             "Colour: memory mode · dataset. **●** measured on this host (a modeled memory mode's kernels run "
             "on its DRAM too); **▲** the same epoch modeled on the mode's device (the run's modeled/measured "
             "kernel-time ratio).", sizing_mode="stretch_width")
-        return pn.Column(note, pn.Row(hv_pane(epoch_scatter(es, "batch_size", "Epoch time vs batch size", logx=True)),
-                                      hv_pane(epoch_scatter(es, "layers", "Epoch time vs depth (layers)")),
-                                      sizing_mode="stretch_width"), sizing_mode="stretch_width")
+        # one above the other, each the page's width: side by side their legends squeezed the plots
+        return pn.Column(note, hv_pane(epoch_scatter(es, "batch_size", "Epoch time vs batch size", logx=True)),
+                         hv_pane(epoch_scatter(es, "layers", "Epoch time vs depth (layers)")),
+                         sizing_mode="stretch_width")
 
     @param.depends("lab.runs")
     def distributed(self):
