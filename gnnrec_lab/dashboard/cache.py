@@ -41,7 +41,7 @@ from gnnrec_lab.config.run import (
     SIMULATED_CACHE_POLICIES,
     field_label,
 )
-from gnnrec_lab.dashboard.common import Lab, error_note, not_available, safe_call
+from gnnrec_lab.dashboard.common import PALETTE, Lab, error_note, not_available, safe_call
 from gnnrec_lab.data import list_datasets, load
 from gnnrec_lab.graph.bipartite import BipartiteGraph
 from gnnrec_lab.runs.record import RunRecord
@@ -350,11 +350,12 @@ def lookahead_plot(la: pd.DataFrame, why: Optional[str] = None):
                 logx=True, ylim=(0, 1.02), tools=["hover"], legend_position="right",
                 title="Look-ahead oracle: hit rate vs L (dotted = Belady ceiling)")
     els = []
-    for size, g in la.groupby("size", sort=False):
-        els.append(hv.Curve(g, "lookahead", "hit_rate", label=size))
-        els.append(hv.Scatter(g, "lookahead", "hit_rate", label=size).opts(size=6))
-        els.append(hv.Curve(g, "lookahead", "belady_hit_rate", label=size).opts(line_dash="dotted",
-                                                                                 alpha=0.6))
+    for i, (size, g) in enumerate(la.groupby("size", sort=False)):
+        color = PALETTE[i % len(PALETTE)]        # a size's oracle curve and its Belady ceiling alike
+        els.append(hv.Curve(g, "lookahead", "hit_rate", label=size).opts(color=color))
+        els.append(hv.Scatter(g, "lookahead", "hit_rate", label=size).opts(size=6, color=color))
+        els.append(hv.Curve(g, "lookahead", "belady_hit_rate", label=size).opts(line_dash="dotted", alpha=0.6,
+                                                                                 color=color))
     if why:
         els.append(_why(why, 15, 0.5))
         opts["xlim"] = (1, 200)
@@ -617,9 +618,9 @@ class CachePage(pn.viewable.Viewer):
                      f"(rows x {out.row_bytes} B per row: embedding + {out.request.optimizer} state), "
                      f"not measured on a device. Oracle curves use its largest look-ahead "
                      f"(L={max(out.request.lookaheads)}).{auto_text(out)}", sizing_mode="stretch_width"),
-                 pn.Row(pn.pane.HoloViews(hit_rate_plot(curves, why["sizes"]), sizing_mode="stretch_width"),
-                        pn.pane.HoloViews(bytes_plot(curves, why["sizes"]), sizing_mode="stretch_width"),
-                        sizing_mode="stretch_width"),
+                 # one above the other: side by side their legends left each plot a third of its width
+                 pn.pane.HoloViews(hit_rate_plot(curves, why["sizes"]), sizing_mode="stretch_width"),
+                 pn.pane.HoloViews(bytes_plot(curves, why["sizes"]), sizing_mode="stretch_width"),
                  pn.pane.HoloViews(lookahead_plot(la, why["lookahead"]), sizing_mode="stretch_width")]
         if not notes.empty:
             skipped = sorted({f"{r.policy} at {r.capacity_pct:.3g}%" for r in notes.itertuples()})
