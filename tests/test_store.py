@@ -806,3 +806,32 @@ def test_a_store_refusing_wal_for_a_moment_is_waited_for_and_a_lock_held_long_is
     with pytest.raises(UserError) as e:
         Store(tmp_path)
     assert "is busy" in str(e.value) and "damaged" not in str(e.value), str(e.value)
+
+
+def test_files_beside_the_store_are_written_whole_or_not_at_all(tmp_path):
+    """write_atomic (the run's limit file, the calibration, spec.json, the trainers' reports, a run
+    file): a writer killed with SIGKILL in mid-write leaves the old file whole, and no temporary."""
+    from gnnrec_lab.util.files import write_atomic
+    target = tmp_path / "report.json"
+    write_atomic(target, '{"old": 1}')
+    code = textwrap.dedent("""
+        import sys
+        from gnnrec_lab.util import files
+        real = files.os.fsync
+        def stall(fd):          # the bytes are in the temporary: die before the rename
+            print("writing", flush=True)
+            import time; time.sleep(60)
+        files.os.fsync = stall
+        files.write_atomic(sys.argv[1], '{"new": ' + "1" * 2_000_000 + '}')
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert p.stdout.readline().strip() == "writing"
+    p.kill()
+    p.wait(10)
+    p.stdout.close()
+    assert target.read_text() == '{"old": 1}'
+    # the dead writer's temporary stays (its pid is in the name, nobody reads it); a live one cleans up
+    with pytest.raises(TypeError):
+        write_atomic(target, None)
+    assert target.read_text() == '{"old": 1}'
+    assert write_atomic(target, '{"new": 2}').read_text() == '{"new": 2}'

@@ -16,6 +16,7 @@ from gnnrec_lab.config.checks import Interval, Options, Parsed, Rule, Text, chec
 from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
 from gnnrec_lab.config.places import TENSOR_CLASSES, parse_placement
 from gnnrec_lab.util.errors import ConfigError, UserError
+from gnnrec_lab.util.files import write_atomic
 
 # The models a run trains, name -> whether it propagates over the graph (has layers, samples fan-outs).
 # Each is declared once in gnnrec_lab.models.registry (its builder and cost hooks); config sits below
@@ -578,8 +579,8 @@ def save_config_file(config: RunConfig, path) -> None:
     head = ("# gnnrec-lab run configuration: every RunConfig field (gnnrec-lab run --config FILE;\n"
             "# flags given with --config override the file)\n")
     body = yaml.safe_dump(d, sort_keys=False, default_flow_style=None, allow_unicode=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(head + body)
-    import os
-    os.replace(tmp, path)
+    if yaml.safe_load(body) != d:
+        # a character YAML reads back as another when written raw (NEL, U+0085, reads as a line
+        # break): write every non-ASCII character escaped instead
+        body = yaml.safe_dump(d, sort_keys=False, default_flow_style=None, allow_unicode=False)
+    write_atomic(path, head + body)

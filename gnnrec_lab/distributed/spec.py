@@ -23,6 +23,7 @@ from gnnrec_lab.config.bounds import INT64_MAX, integer, integers, number
 from gnnrec_lab.config.checks import Interval, Kind, Options, Rule, Text, alternatives, check
 from gnnrec_lab.config.run import LAYERS, RUN_CONSTRAINTS, RunConfig, fanout_per_layer
 from gnnrec_lab.util.errors import ConfigError
+from gnnrec_lab.util.files import write_atomic
 
 MODELS = ("lightgcn", "ngcf")     # the graph models a partitioned run trains (mf samples no neighbours)
 CLUSTERS = ("local", "emulated")
@@ -177,9 +178,7 @@ class DistSpec(_RunFields):
         return Path(self.workdir) / name
 
     def save(self) -> Path:
-        p = self.path("spec.json")
-        p.write_text(json.dumps(self.__dict__, indent=1))
-        return p
+        return write_atomic(self.path("spec.json"), json.dumps(self.__dict__, indent=1))
 
     @classmethod
     def load(cls, path) -> "DistSpec":

@@ -20,6 +20,7 @@ from gnnrec_lab.graph.bipartite import BipartiteGraph
 from gnnrec_lab.models import build_model  # loads no torch (gnnrec_lab.models.registry)
 from gnnrec_lab.runs.store import Store, StoreReporter
 from gnnrec_lab.training.reporting import Reporter
+from gnnrec_lab.util.files import write_atomic
 from gnnrec_lab.util.proc import load_sample
 
 
@@ -98,7 +99,7 @@ def _trainer(spec_path: str, index: int) -> int:
         report["error"] = (f"trainer {index}: {check['rows_wrong']:,} of {check['rows_checked']:,} fetched rows "
                            f"differ from the source ({int(wrong):,} over all trainers; shared /dev/shm between "
                            f"machines?)")
-        spec.path(f"trainer{index}.json").write_text(json.dumps(report))
+        write_atomic(spec.path(f"trainer{index}.json"), json.dumps(report))
         print(report["error"], file=sys.stderr)
         return 3
     try:
@@ -112,7 +113,7 @@ def _trainer(spec_path: str, index: int) -> int:
     finally:
         import resource
         report["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        spec.path(f"trainer{index}.json").write_text(json.dumps(report, default=float))
+        write_atomic(spec.path(f"trainer{index}.json"), json.dumps(report, default=float))
     tdist.barrier()
     return 0   # DGL's atexit hook shuts the servers down
 

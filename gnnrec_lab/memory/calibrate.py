@@ -32,6 +32,7 @@ import numpy as np
 
 from gnnrec_lab.memory import preflight
 from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.files import write_atomic
 from gnnrec_lab.util.home import lab_home
 from gnnrec_lab.util.provenance import Provenance
 
@@ -176,9 +177,7 @@ def save(profile: dict, path: "Path | None" = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if (inspect(path)[1] or "").startswith(DAMAGED):
         os.replace(path, path.with_name(path.name + ".damaged"))
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(profile, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(profile, indent=2, sort_keys=True))
     return path
 
 

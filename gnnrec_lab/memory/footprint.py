@@ -93,6 +93,7 @@ from gnnrec_lab.config.bounds import MAX_INTERACTIONS, MAX_ROWS, integer
 from gnnrec_lab.config.checks import Interval, Rule, check
 from gnnrec_lab.models.registry import F32, Shape, model_spec
 from gnnrec_lab.util.errors import ConfigError, UserError
+from gnnrec_lab.util.files import write_atomic
 from gnnrec_lab.util.provenance import Provenance, part, parts
 
 # Peak RSS that compiling the training kernels adds to a run (measured: the first ML-100K
@@ -382,7 +383,7 @@ def runtime_baseline_bytes(refresh: bool = False) -> int:
             except ValueError:
                 cached = {}
         cached[key] = value
-        path.write_text(json.dumps(cached))
+        write_atomic(path, json.dumps(cached))
     except OSError:
         pass  # an unwritable cache only costs a re-measurement
     return value

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.files import write_atomic
 from gnnrec_lab.util.provenance import Provenance
 
 CGROUP_MOUNTS = Path("/proc/self/mounts")
@@ -349,7 +350,5 @@ def check_limit(memory_limit_bytes) -> Optional[int]:
 
 
 def write_limit(run_dir: Path, limit: dict) -> None:
-    tmp = Path(run_dir) / (LIMIT_FILE + ".tmp")
-    tmp.write_text(json.dumps(limit))
-    os.replace(tmp, Path(run_dir) / LIMIT_FILE)
+    write_atomic(Path(run_dir) / LIMIT_FILE, json.dumps(limit))
 

@@ -1,0 +1,186 @@
+"""Load held: a training run with 20 browser sessions open on its Live page.
+
+Starts `gnnrec-lab dashboard` and one long `gnnrec-lab run` on one store. While the run trains it
+goes through three windows of ``--window`` seconds each: quiet (no browser), loaded (``--sessions``
+chromium sessions, each its own browser context, on the Live page with this run selected), quiet
+again. Measured:
+
+* per session, every change of the Live header's text (the step count moves with each poll) as the
+  browser sees it; the longest gap between two changes in the loaded window is that session's
+  update interval (target: at most 3 s for every session);
+* the run's step time (the store's measured seconds per step) in each window: median and spread;
+  the loaded window's median against the quiet windows' (target: moves less than 10%).
+
+By default the run is pinned to CPU 0 (one thread) and the dashboard server and chromium to the
+other CPUs, as when the browsers sit on the users' own machines and the server beside the run
+(``--shared``: nobody pinned, 20 chromium renderers then compete with the run for the 2 cores).
+Prints the machine and the load average.
+
+    .venv/bin/python benchmarks/bench_live_sessions.py [--sessions 20] [--window 60] [--shared]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+MAX_GAP_S = 3.0
+MAX_STEP_CHANGE = 0.10
+# a step of tens of ms on one thread, evaluation out of the way; the run is stopped when measured
+RUN_ARGS = ["--dataset", "ml-100k", "--dim", "128", "--layers", "3", "--batch-size", "1024", "--epochs", "100000",
+            "--eval-every", "100000", "--patience", "100000", "--no-progress", "--threads", "1"]
+# the Live header's text, through shadow roots; pushed to window.__changes each time it changes
+WATCH = """() => {
+  const deep = (el) => { let t = ''; const rec = (n) => { if (n.nodeName === 'STYLE' || n.nodeName === 'SCRIPT') return;
+    if (n.nodeType === 3) t += n.textContent; n.childNodes.forEach(rec); if (n.shadowRoot) rec(n.shadowRoot); };
+    rec(el); return t; };
+  const find = (root) => { for (const el of root.querySelectorAll('*')) {
+      if (el.matches('.live-status')) return el;
+      if (el.shadowRoot) { const f = find(el.shadowRoot); if (f) return f; } } return null; };
+  window.__changes = []; let last = null;
+  setInterval(() => { const el = find(document); const t = el ? deep(el) : '';
+    if (t !== last) { last = t; window.__changes.push(Date.now() / 1000); } }, 50);
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pin(cpus: str | None) -> list[str]:
+    return ["taskset", "-c", cpus] if cpus else []
+
+
+def wait_steps(store, rid, n, timeout=300):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if len(store.steps_frame(rid)) >= n:
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"run {rid} did not reach {n} steps in {timeout} s")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sessions", type=int, default=20)
+    ap.add_argument("--window", type=float, default=60.0, help="seconds of each window (default 60)")
+    ap.add_argument("--shared", action="store_true", help="pin nothing (default: the run on CPU 0, the rest on 1-)")
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    from gnnrec_lab.runs.store import Store
+    ncpu = os.cpu_count() or 1
+    run_cpus, side_cpus = (None, None) if args.shared or ncpu < 2 else ("0", f"1-{ncpu - 1}")
+    if side_cpus:
+        os.sched_setaffinity(0, set(range(1, ncpu)))   # this process and chromium, its child
+    home = Path(tempfile.mkdtemp(prefix="gnnrec-lab-bench-sessions-"))
+    env = dict(os.environ, GNNREC_LAB_HOME=str(home), GNNREC_LAB_DATA=os.environ.get("GNNREC_LAB_DATA",
+                                                                                       str(ROOT / "data")))
+    bin_ = Path(sys.executable).parent
+    subprocess.run([str(bin_ / "gnnrec-lab"), "data", "prepare", "ml-100k"], env=env, check=True, capture_output=True)
+    port = free_port()
+    server = subprocess.Popen(pin(side_cpus) + [sys.executable, "-m", "gnnrec_lab.commands.cli", "dashboard",
+                                                "--port", str(port), "--no-show", "--address", "127.0.0.1"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    run = subprocess.Popen(pin(run_cpus) + [str(bin_ / "gnnrec-lab"), "run", *RUN_ARGS, "--name", "sessions"],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/"
+    windows, gaps = {}, []
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(url + "liveness", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("the dashboard did not start") from None
+                time.sleep(0.3)
+        store = Store(home)
+        while not store.run_ids():
+            time.sleep(0.3)
+        rid = store.run_ids()[0]
+        wait_steps(store, rid, 50)   # past the first steps (compilation, caches)
+        t = time.time()
+        windows["quiet before"] = (t, t + args.window)
+        time.sleep(args.window)
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                  args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                                        "--disable-component-update", "--disable-sync", "--no-first-run"])
+            pages = []
+            t_open = time.time()
+            for _ in range(args.sessions):
+                ctx = b.new_context(viewport={"width": 1400, "height": 1000})
+                page = ctx.new_page()
+                page.goto(url)
+                page.get_by_text("Launch a run").wait_for(timeout=120_000)
+                page.get_by_text("Live", exact=True).first.click()
+                select = page.locator("select").filter(has_text=f"#{rid} ").first
+                option = select.locator("option").filter(has_text=f"#{rid} ")
+                option.wait_for(state="attached", timeout=60_000)
+                select.select_option(label=option.inner_text())
+                page.evaluate(WATCH)
+                pages.append(page)
+            t = time.time()
+            print(f"{args.sessions} sessions opened on Live in {t - t_open:.0f} s")
+            windows["loaded"] = (t, t + args.window)
+            time.sleep(args.window)
+            for page in pages:
+                ch = [c for c in page.evaluate("() => window.__changes") if windows["loaded"][0] <= c]
+                ch = [c for c in ch if c <= windows["loaded"][1]]
+                edges = [windows["loaded"][0]] + ch + [windows["loaded"][1]]
+                gaps.append(max(b_ - a for a, b_ in zip(edges, edges[1:])))
+            b.close()
+        t = time.time()
+        windows["quiet after"] = (t, t + args.window)
+        time.sleep(args.window)
+        steps = store.steps_frame(rid)
+    finally:
+        for proc in (run, server):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in (run, server):
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    import psutil
+    print(f"machine: {platform.processor() or platform.machine()}, {ncpu} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f}, {psutil.virtual_memory().total / 2**30:.1f} GiB, Python {platform.python_version()}")
+    print(f"run: gnnrec-lab run {' '.join(RUN_ARGS)}; " + (f"pinned to CPU {run_cpus}, server and chromium on CPUs "
+          f"{side_cpus}" if run_cpus else "nothing pinned (--shared)"))
+    meds = {}
+    for name, (a, z) in windows.items():
+        s = steps[(steps.wall >= a) & (steps.wall <= z)].seconds * 1e3
+        meds[name] = statistics.median(s)
+        q = s.quantile([0.1, 0.9])
+        print(f"  step time, {name:<12} (measured): median {meds[name]:6.2f} ms, p10 {q.iloc[0]:6.2f}, "
+              f"p90 {q.iloc[1]:6.2f}, {len(s)} steps")
+    quiet = statistics.mean([meds["quiet before"], meds["quiet after"]])
+    change = meds["loaded"] / quiet - 1
+    print(f"  loaded vs quiet: {change * 100:+.1f}% (quiet windows differ by "
+          f"{(meds['quiet after'] / meds['quiet before'] - 1) * 100:+.1f}% between themselves); target |change| < "
+          f"{MAX_STEP_CHANGE * 100:.0f}%: {'met' if abs(change) < MAX_STEP_CHANGE else 'missed'}")
+    print(f"  Live update interval over {len(gaps)} sessions (measured, longest gap between two header changes): "
+          f"median {statistics.median(gaps):.2f} s, max {max(gaps):.2f} s; target every session <= {MAX_GAP_S:.0f} s: "
+          f"{'met' if max(gaps) <= MAX_GAP_S else 'missed'}")
+    return 0 if max(gaps) <= MAX_GAP_S and abs(change) < MAX_STEP_CHANGE else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
