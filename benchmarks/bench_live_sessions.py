@@ -161,7 +161,8 @@ def main() -> int:
 
     import psutil
     print(f"machine: {platform.processor() or platform.machine()}, {ncpu} CPUs, load average "
-          f"{os.getloadavg()[0]:.1f}, {psutil.virtual_memory().total / 2**30:.1f} GiB, Python {platform.python_version()}")
+          f"{os.getloadavg()[0]:.1f}, {psutil.virtual_memory().total / 2**30:.1f} GiB, "
+          f"Python {platform.python_version()}")
     print(f"run: gnnrec-lab run {' '.join(RUN_ARGS)}; " + (f"pinned to CPU {run_cpus}, server and chromium on CPUs "
           f"{side_cpus}" if run_cpus else "nothing pinned (--shared)"))
     meds = {}
