@@ -508,3 +508,29 @@ def test_a_distdgl_run_killed_at_random_moments_leaves_a_failed_row_not_a_runnin
     spec.loader.exec_module(bench)
     r = bench.crash_trials(3, writers=("distributed",), seed=3, workdir=tmp_path, log=print)
     assert not r["problems"], r["problems"]
+
+
+@needs_dgl
+@needs_netns
+def test_the_large_batch_rule_and_warm_up_reach_both_of_distdgls_optimizers():
+    """`distributed --lr-rule sqrt --warmup-epochs 1` on the emulated cluster: every trainer's
+    SparseAdam (the embedding table) and dense Adam run the loop's learning rate of each step, warmed
+    up from lr x sqrt(256/64) / 4 over the first epoch's 4 steps to lr x sqrt(256/64)."""
+    before = _our_namespaces()
+    p = _cli(*[a for a in TINY if a not in ("--epochs", "1")], "--epochs", "2", "--cluster", "emulated",
+             "--lr", "1e-3", "--lr-rule", "sqrt", "--ref-batch-size", "64", "--warmup-epochs", "1",
+             "--model", "ngcf", "--json")
+    assert p.returncode == 0, p.stderr[-4000:]
+    r = json.loads(p.stdout)
+    peak = 1e-3 * (256 / 64) ** 0.5
+    for lr in r["distributed"]["lr"]:
+        assert lr["steps"] == 8
+        assert lr["first"] == pytest.approx(peak / 4) and lr["max"] == pytest.approx(peak)
+        assert lr["last_sparse"] == pytest.approx(peak) and lr["last_dense"] == pytest.approx(peak)
+    assert r["config"]["lr_rule"] == "sqrt" and r["config"]["warmup_epochs"] == 1
+    assert _our_namespaces() == before
+    # without the rule the trainers keep lr as given
+    p = _cli(*TINY, "--lr", "1e-3", "--json")
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert all(lr["first"] == lr["max"] == lr["last_sparse"] == pytest.approx(1e-3)
+               for lr in json.loads(p.stdout)["distributed"]["lr"])

@@ -36,6 +36,11 @@ def _spec_type(name: str):
     return bounded(parse, name)
 
 
+# the learning-rate rule's fields, as `gnnrec-lab run` takes them: the trainers apply the loop's
+# lr of each step (models.optim.lr_at) to SparseAdam and the dense Adam alike
+LR_FIELDS = ("lr_rule", "ref_batch_size", "warmup_steps", "warmup_epochs", "schedule")
+
+
 class _Stopped(BaseException):
     """The run was stopped from outside (SIGTERM, Ctrl-C); ``code`` is the exit status."""
 
@@ -63,7 +68,7 @@ def register(sub):
     p.add_argument("--epochs", type=field_type("epochs"), default=1,
                    help="passes over the training interactions, counted from 1 as in `gnnrec-lab run` "
                         "(default: %(default)s)")
-    for name in ("lr", "l2", "seed", "eval_every", "eval_users", "target_recall", "max_steps_per_epoch"):
+    for name in ("lr", *LR_FIELDS, "l2", "seed", "eval_every", "eval_users", "target_recall", "max_steps_per_epoch"):
         add_field_argument(p, name)
     p.add_argument("--target-of", type=_spec_type("target_of"), default=None, metavar="RUN_ID",
                    help="set the target to --target-fraction of the best validation Recall@20 of finished "
@@ -138,7 +143,8 @@ def spec_of(args, home) -> DistSpec:
     return DistSpec(workdir=".", graph_name="pending",
                     partitions=args.partitions, dataset=args.dataset, model=args.model, layers=args.layers,
                     dim=args.dim, fanouts=list(args.fanouts), batch_size=args.batch_size, epochs=args.epochs,
-                    lr=args.lr, l2=args.l2, seed=args.seed, eval_every=args.eval_every, eval_users=args.eval_users,
+                    lr=args.lr, **{k: getattr(args, k) for k in LR_FIELDS}, l2=args.l2, seed=args.seed,
+                    eval_every=args.eval_every, eval_users=args.eval_users,
                     target_recall=args.target_recall, max_steps_per_epoch=args.max_steps_per_epoch,
                     patience=args.patience, data_dir=None, home=str(home),
                     ip_config=args.ip_config or "",

@@ -66,6 +66,8 @@ def run_result(reports: list[dict], info: dict, wall: float, links=None, config=
                         "trainer_gloo_interface": [r.get("gloo_interface") for r in reports],
                         "steps_per_epoch": r0["steps_per_epoch"], "per_trainer_batch": r0["per_trainer_batch"],
                         "local_interactions": [r["local_interactions"] for r in reports],
+                        # the learning rate the trainers' optimizers ran (first step, peak, last step)
+                        "lr": [r.get("lr") for r in reports],
                         "cluster": {**info["cluster"], "link_bytes": links,
                                     "link_bytes_kind": None if links is None else
                                     "measured (each machine's interface counters over the run)"}},

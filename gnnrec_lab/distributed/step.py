@@ -46,6 +46,7 @@ class DistDGLStep(Step):
         self.per_batch = max(1, spec.batch_size // self.W)
         self.leader = index == 0
         self.batches_done: list = []     # per mini-batch: phase seconds, total, counts
+        self.lrs: list = []              # the learning rate each step gave both optimizers
 
     def batches(self, run, epoch):
         print(f"trainer {self.index}: epoch {epoch} of {self.spec.epochs}", flush=True)   # progress, in its log
@@ -67,6 +68,10 @@ class DistDGLStep(Step):
         from gnnrec_lab.models.loss import bpr_loss_rows
         spec, g, pb, me, emb, model = self.spec, self.g, self.pb, self.me, self.emb, self.model
         recorder, n_users = run.recorder, run.dataset.n_users
+        # the loop's learning rate of this step (the batch-size rule, warm-up, schedule: models.optim.lr_at),
+        # which it has set on the dense optimizer (run.opt): DGL's SparseAdam takes it here
+        self.sparse_opt._lr = lr
+        self.lrs.append(lr)
         t0 = time.perf_counter()
         users, pos, neg = next(batches)
         orig = np.concatenate([users, pos + n_users, neg + n_users])

@@ -182,7 +182,10 @@ def _train(spec: DistSpec, index: int, g, orig_nids, new_of_orig) -> dict:
     finally:
         if store is not None:
             store.close()
-    out = {"batches": step.batches_done, "epoch_seconds": result.epoch_seconds,
+    dense_lr = dense_opt.param_groups[0]["lr"] if dense_opt is not None else None
+    out = {"lr": {"first": step.lrs[0] if step.lrs else None, "max": max(step.lrs, default=None),
+                  "last_sparse": sparse_opt._lr, "last_dense": dense_lr, "steps": len(step.lrs)},
+           "batches": step.batches_done, "epoch_seconds": result.epoch_seconds,
            "train_seconds": result.train_seconds, "steps": result.steps, "steps_per_epoch": steps,
            "per_trainer_batch": step.per_batch, "local_interactions": int(len(mine)), "n_nodes": n_nodes,
            "row_bytes": spec.dim * 4}
