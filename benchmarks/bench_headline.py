@@ -8,10 +8,12 @@ its own, behind a tbf-shaped link of ``--link`` Gbit/s). On a 2-core host, C = 1
 with a validation Recall@20 target (``--target``), and each side keeps the batch size it does best with
 (least time to target, then least epoch time): the full-graph side tries ``--full-batches`` with the
 lab's large-batch rule (Adam, lr scaled by sqrt(batch / 2048), warm-up of half a pass:
-docs/measurements.md, "Large batches"); DistDGL tries ``--dist-batches`` at ``--lr`` with fan-out
-``--fanout`` per layer. The full-graph side also shows the same run's times **modeled** on Optane App
-Direct and Memory Mode (the tier model, ``gnnrec_lab.services.comparison.full_vs_distributed``, the numbers the
-Compare page and notebook 06 show). A link sweep repeats DistDGL at ``--sweep-depth`` over ``--links``
+docs/measurements.md, "Large batches"); DistDGL tries ``--dist-batches`` with fan-out ``--fanout`` per
+layer and, by default, the same rule applied to its SparseAdam and dense Adam each step (``--dist-rule
+large``; ``--dist-rule none`` keeps ``--lr`` fixed, as docs/headline.md of 2026-12-02 was measured:
+``--dist-rule none --dist-batches 16384``). The full-graph side also shows the same run's times
+**modeled** on Optane App Direct and Memory Mode (the tier model,
+``gnnrec_lab.services.comparison.full_vs_distributed``, the numbers the Compare page and notebook 06 show). A link sweep repeats DistDGL at ``--sweep-depth`` over ``--links``
 (Gbit/s; 0 = unshaped).
 
 Writes ``--out`` (docs/headline.md): time to target, epoch time and test Recall@20 by depth and
@@ -104,8 +106,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="validation Recall@20 whose first crossing is the time to target (default 0.08)")
     p.add_argument("--full-batches", type=_ints, default=[16384, 65536],
                    help="full-graph batch sizes tried, with the large-batch rule (default 16384,65536)")
-    p.add_argument("--dist-batches", type=_ints, default=[16384],
-                   help="DistDGL global batch sizes tried (default 16384)")
+    p.add_argument("--dist-batches", type=_ints, default=[16384, 65536],
+                   help="DistDGL global batch sizes tried (default 16384,65536, the full graph's)")
+    p.add_argument("--dist-rule", choices=("large", "none"), default="large",
+                   help="DistDGL's learning rate: large, the full graph's large-batch rule (sqrt scaling, warm-up "
+                        "half a pass) on both its optimizers; none, --lr fixed (default large)")
     p.add_argument("--dim", type=_positive(int), default=64)
     p.add_argument("--lr", type=_positive(float), default=5e-3,
                    help="lr at batch 2048 (full graph: scaled by sqrt; default 5e-3)")
@@ -172,11 +177,21 @@ def stored_run(name: str, want: dict, engine: str, machines: tuple) -> dict | No
     return finished_run(Store(), name, want, engine, machines)
 
 
+def dist_rule(a) -> dict:
+    """DistDGL's learning-rate rule (``--dist-rule``): the full graph's, or lr fixed."""
+    return dict(LARGE_BATCH_RULE) if a.dist_rule == "large" else {"lr_rule": "none"}
+
+
+def _rule_args(rule: dict) -> list:
+    return [x for k, v in rule.items() for x in (f"--{k.replace('_', '-')}", v)]
+
+
 def _settings(a, engine: str, depth: int, batch: int) -> dict:
     """The config values a run reused by ``--resume`` must share with the one asked for."""
     return headline_settings(engine, dataset=a.dataset, model=a.model, layers=depth, dim=a.dim, batch_size=batch,
                              epochs=a.epochs, lr=a.lr, target_recall=a.target, eval_users=a.eval_users,
-                             max_steps_per_epoch=a.max_steps_per_epoch, cores=a.cores, fanout=a.fanout)
+                             max_steps_per_epoch=a.max_steps_per_epoch, cores=a.cores, fanout=a.fanout,
+                             dist_rule=dist_rule(a) if engine == "distdgl" else None)
 
 
 def _run_or_reuse(a, name: str, want: dict, engine: str, machines: tuple, python, args: list,
@@ -193,8 +208,7 @@ def full_run(a, depth: int, batch: int) -> dict:
     rule = LARGE_BATCH_RULE
     name = headline_name("full", a.model, depth, batch)
     args = ["run", "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
-            "--batch-size", batch, "--epochs", a.epochs, "--lr", a.lr, "--lr-rule", rule["lr_rule"],
-            "--ref-batch-size", rule["ref_batch_size"], "--warmup-epochs", rule["warmup_epochs"], "--patience", 0,
+            "--batch-size", batch, "--epochs", a.epochs, "--lr", a.lr, *_rule_args(rule), "--patience", 0,
             "--target-recall", a.target, "--eval-users", a.eval_users, "--cores", a.cores, "--no-progress",
             "--name", name]
     if a.max_steps_per_epoch:
@@ -208,7 +222,7 @@ def dist_run(a, depth: int, batch: int, link: float) -> dict:
     args = ["distributed", "--cluster", "emulated", "--partitions", a.partitions, "--cores-per-machine", a.cores,
             "--link-gbit", link, "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
             "--fanouts", ",".join([str(a.fanout)] * depth), "--batch-size", batch, "--epochs", a.epochs,
-            "--lr", a.lr, "--target-recall", a.target, "--eval-users", a.eval_users,
+            "--lr", a.lr, *_rule_args(dist_rule(a)), "--target-recall", a.target, "--eval-users", a.eval_users,
             "--name", name, "--timeout", a.timeout]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
@@ -410,7 +424,9 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
           f"'target'; each run's own --target-recall {a.target:g} only where no full-graph run is at that depth)",
           f"- batch sizes tried: full graph {', '.join(map(str, a.full_batches))} with the large-batch rule (Adam, lr "
           f"{a.lr:g} x sqrt(batch / 2048), warm-up half a pass); DistDGL {', '.join(map(str, a.dist_batches))} "
-          f"(global, lr {a.lr:g}, fan-out {a.fanout} per layer); each side's best (least time to target) is shown",
+          f"(global, fan-out {a.fanout} per layer, "
+          + ("the same large-batch rule on its SparseAdam and dense Adam" if a.dist_rule == "large"
+             else f"lr {a.lr:g} fixed") + "); each side's best (least time to target) is shown",
           "- modeled: the full-graph run's times on Optane App Direct (every tensor class on the device) and "
           "Memory Mode (DRAM caching its predicted footprint): the tier model's modeled/measured step-time ratio "
           "for that run times its measured time (`gnnrec_lab.services.comparison.full_vs_distributed`; "

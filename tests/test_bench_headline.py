@@ -42,9 +42,12 @@ def test_quick_sets_small_defaults_and_keeps_what_is_given():
     full = _bench().parse_args([])
     assert full.dataset == "synth-gowalla" and full.depths == [1, 2, 3, 4] and full.links == [1.0, 10.0, 25.0, 0.0]
     assert full.cores == 1 and full.partitions == 2 and full.link == 10.0
-    # the bare command is the one behind docs/headline.md
     assert (full.epochs, full.lr, full.eval_users, full.sweep_depth) == (40, 5e-3, 1000, 1)
-    assert full.full_batches == [16384, 65536] and full.dist_batches == [16384]
+    # both sides try the same batch sizes, DistDGL with the full graph's learning-rate rule
+    assert full.full_batches == full.dist_batches == [16384, 65536] and full.dist_rule == "large"
+    assert _bench().dist_rule(full) == {"lr_rule": "sqrt", "ref_batch_size": 2048, "warmup_epochs": 0.5}
+    old = _bench().parse_args(["--dist-rule", "none", "--dist-batches", "16384"])   # docs/headline.md's protocol
+    assert _bench().dist_rule(old) == {"lr_rule": "none"} and old.dist_batches == [16384]
 
 
 def _check_page(md: str, img: pathlib.Path):

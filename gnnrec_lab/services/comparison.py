@@ -330,15 +330,15 @@ def headline_name(engine: str, model: str, layers: int, batch_size: int, link_gb
 def headline_settings(engine: str, *, dataset: str, model: str, layers: int, dim: int, batch_size: int,
                       epochs: int, lr: float, target_recall: float, eval_users: int,
                       max_steps_per_epoch: Optional[int] = None, cores: Optional[int] = None,
-                      fanout: Optional[int] = None) -> dict:
+                      fanout: Optional[int] = None, dist_rule: Optional[dict] = None) -> dict:
     """The config values a stored headline run must share with the one asked for to be reused: the
-    training settings, plus the large-batch rule and ``cores`` (full graph) or sampled mode and
-    fan-outs (DistDGL)."""
+    training settings, plus the large-batch rule and ``cores`` (full graph) or sampled mode, fan-outs
+    and ``dist_rule`` (DistDGL: its learning-rate fields; None takes a run of either rule)."""
     want = {"dataset": dataset, "model": model, "layers": layers, "dim": dim, "batch_size": batch_size,
             "epochs": epochs, "lr": lr, "target_recall": target_recall, "eval_users": eval_users,
             "max_steps_per_epoch": max_steps_per_epoch}
     if engine == "distdgl":
-        return dict(want, mode="sampled", fanouts=[fanout] * layers)
+        return dict(want, mode="sampled", fanouts=[fanout] * layers, **(dist_rule or {}))
     return dict(want, cores=cores, **LARGE_BATCH_RULE)
 
 
