@@ -13,8 +13,8 @@ layer and, by default, the same rule applied to its SparseAdam and dense Adam ea
 large``; ``--dist-rule none`` keeps ``--lr`` fixed, as docs/headline.md of 2026-12-02 was measured:
 ``--dist-rule none --dist-batches 16384``). The full-graph side also shows the same run's times
 **modeled** on Optane App Direct and Memory Mode (the tier model,
-``gnnrec_lab.services.comparison.full_vs_distributed``, the numbers the Compare page and notebook 06 show). A link sweep repeats DistDGL at ``--sweep-depth`` over ``--links``
-(Gbit/s; 0 = unshaped).
+``gnnrec_lab.services.comparison.full_vs_distributed``, the numbers the Compare page and notebook 06 show). A link sweep repeats DistDGL at
+``--sweep-depth`` over ``--links`` (Gbit/s; 0 = unshaped).
 
 Writes ``--out`` (docs/headline.md): time to target, epoch time and test Recall@20 by depth and
 engine, DistDGL's per-batch split (sampling, remote fetch, compute, sync; median, measured), the bytes
