@@ -5,16 +5,15 @@ process pinned to C cores of its own); the DistDGL side is ``gnnrec-lab distribu
 --partitions P --cores-per-machine C`` (P network namespaces, each a server and a trainer on C cores of
 its own, behind a tbf-shaped link of ``--link`` Gbit/s). On a 2-core host, C = 1 and P = 2. Both train
 ``--model`` (LightGCN by default) on ``--dataset`` at each depth of ``--depths`` for ``--epochs`` epochs
-with a validation Recall@20 target (``--target``), and each side keeps the batch size it does best with
-(least time to target, then least epoch time): the full-graph side tries ``--full-batches`` with the
-lab's large-batch rule (Adam, lr scaled by sqrt(batch / 2048), warm-up of half a pass:
-docs/measurements.md, "Large batches"); DistDGL tries ``--dist-batches`` with fan-out ``--fanout`` per
-layer and, by default, the same rule applied to its SparseAdam and dense Adam each step (``--dist-rule
-large``; ``--dist-rule none`` keeps ``--lr`` fixed, as docs/headline.md of 2026-12-02 was measured:
-``--dist-rule none --dist-batches 16384``). The full-graph side also shows the same run's times
-**modeled** on Optane App Direct and Memory Mode (the tier model,
-``gnnrec_lab.services.comparison.full_vs_distributed``, the numbers the Compare page and notebook 06 show). A link sweep repeats DistDGL at
-``--sweep-depth`` over ``--links`` (Gbit/s; 0 = unshaped).
+with a validation Recall@20 target (``--target``), and each side keeps the batch size it does best with (least
+time to target, then least epoch time): the full-graph side tries ``--full-batches`` with the lab's
+large-batch rule (Adam, lr scaled by sqrt(batch / 2048), warm-up of half a pass: docs/measurements.md, "Large
+batches"); DistDGL tries ``--dist-batches`` with fan-out ``--fanout`` per layer and, by default, the same rule
+applied to its SparseAdam and dense Adam each step (``--dist-rule large``; ``--dist-rule none`` keeps ``--lr``
+fixed, as docs/headline.md of 2026-12-02 was measured: ``--dist-rule none --dist-batches 16384``). The
+full-graph side also shows the same run's times **modeled** on Optane App Direct and Memory Mode (the tier
+model, ``gnnrec_lab.services.comparison.full_vs_distributed``, the numbers the Compare page and notebook 06
+show). A link sweep repeats DistDGL at ``--sweep-depth`` over ``--links`` (Gbit/s; 0 = unshaped).
 
 Writes ``--out`` (docs/headline.md): time to target, epoch time and test Recall@20 by depth and
 engine, DistDGL's per-batch split (sampling, remote fetch, compute, sync; median, measured), the bytes
