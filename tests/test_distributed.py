@@ -79,6 +79,10 @@ def test_two_partitions_end_to_end_recorded_as_a_measured_distdgl_run():
     assert [c["rows_wrong"] for c in d["row_check"]] == [0, 0]
     assert d["batches"] == 2 * 4 and r["steps"] == 4
     assert 0.9 <= d["phase_sum_over_batch"] <= 1.1
+    # the lab's glue is timed apart, each part inside the phase that holds it
+    glue, med = d["glue_seconds_median"], d["batch_seconds_median"]
+    assert set(glue) == {"degree_fetch", "block_csr"} and 0 < d["glue_share_of_batch"] < 1
+    assert 0 < glue["block_csr"] <= med["compute"] and 0 < glue["degree_fetch"] <= med["remote_fetch"]
     assert 0.5 <= d["batch_time_share_of_epoch"] <= 1.0
     assert 0 < d["explosion_factor"] <= 1
     # DGL's distributed sampler and the lab's touch about as many nodes for the same batch

@@ -204,6 +204,11 @@ def main(args) -> int:
     print("per mini-batch (median over all trainers, measured): " + ", ".join(
         f"{k} {fmt_ms(med[k])}" for k in PHASES) + f"; batch {fmt_ms(med['total'])}; "
           f"phases sum to {d['phase_sum_over_batch'] * 100:.1f}% of the batch time (means)")
+    if d.get("glue_seconds_median"):
+        glue = d["glue_seconds_median"]
+        print("the lab's glue inside those phases (median, measured): " + ", ".join(
+            f"{k.replace('_', ' ')} {fmt_ms(v)}" for k, v in glue.items())
+              + f"; {d['glue_share_of_batch'] * 100:.1f}% of the batch")
     b = d["bytes_between_partitions"]
     print(f"between partitions (counted): {b['per_batch'] / 2**20:.2f} MiB per batch "
           f"(fetch {b['embedding_fetch'] / 2**20:.1f}, gradients {b['gradient_push'] / 2**20:.1f}, "
