@@ -16,22 +16,14 @@ import argparse
 import os
 import platform
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+from _dashboard import launch_chromium, serve
 
 TARGET_S = 3.0
-CHROMIUM = "/usr/bin/chromium"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> int:
@@ -53,27 +45,11 @@ def main() -> int:
         store.close()
         print(f"filled store with {args.runs} fake runs in {time.perf_counter() - t0:.1f} s")
 
-        port = free_port()
-        env = dict(os.environ, GNNREC_LAB_HOME=tmp)
-        proc = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.commands.cli", "dashboard", "--port", str(port),
-                                 "--no-show", "--address", "127.0.0.1"], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
-        url = f"http://127.0.0.1:{port}/"
+        proc, url = serve(dict(os.environ, GNNREC_LAB_HOME=tmp))
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    urllib.request.urlopen(url + "liveness", timeout=2)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise SystemExit("server did not start") from None
-                    time.sleep(0.2)
             form, idle, compare = [], [], []
             with sync_playwright() as p:
-                b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                      args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                            "--disable-component-update", "--disable-sync", "--no-first-run"])
+                b = launch_chromium(p)
                 # one warm-up load: server-side imports of page modules happen on first use
                 for i in range(args.repeat + 1):
                     ctx = b.new_context(viewport={"width": 1400, "height": 1000})

@@ -24,17 +24,16 @@ import argparse
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
+from _dashboard import launch_chromium, serve
+
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
 MAX_GAP_S = 3.0
 MAX_STEP_CHANGE = 0.10
 # a step of tens of ms on one thread, evaluation out of the way; the run is stopped when measured
@@ -52,12 +51,6 @@ WATCH = """() => {
   setInterval(() => { const el = find(document); const t = el ? deep(el) : '';
     if (t !== last) { last = t; window.__changes.push(Date.now() / 1000); } }, 50);
 }"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pin(cpus: str | None) -> list[str]:
@@ -91,24 +84,12 @@ def main() -> int:
                                                                                        str(ROOT / "data")))
     bin_ = Path(sys.executable).parent
     subprocess.run([str(bin_ / "gnnrec-lab"), "data", "prepare", "ml-100k"], env=env, check=True, capture_output=True)
-    port = free_port()
-    server = subprocess.Popen(pin(side_cpus) + [sys.executable, "-m", "gnnrec_lab.commands.cli", "dashboard",
-                                                "--port", str(port), "--no-show", "--address", "127.0.0.1"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     run = subprocess.Popen(pin(run_cpus) + [str(bin_ / "gnnrec-lab"), "run", *RUN_ARGS, "--name", "sessions"],
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/"
     windows, gaps = {}, []
+    server = None
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(url + "liveness", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("the dashboard did not start") from None
-                time.sleep(0.3)
+        server, url = serve(env, pin(side_cpus))
         store = Store(home)
         while not store.run_ids():
             time.sleep(0.3)
@@ -118,9 +99,7 @@ def main() -> int:
         windows["quiet before"] = (t, t + args.window)
         time.sleep(args.window)
         with sync_playwright() as p:
-            b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                  args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                        "--disable-component-update", "--disable-sync", "--no-first-run"])
+            b = launch_chromium(p)
             pages = []
             t_open = time.time()
             for _ in range(args.sessions):
@@ -150,10 +129,11 @@ def main() -> int:
         time.sleep(args.window)
         steps = store.steps_frame(rid)
     finally:
-        for proc in (run, server):
+        procs = [p_ for p_ in (run, server) if p_ is not None]
+        for proc in procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
-        for proc in (run, server):
+        for proc in procs:
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
