@@ -41,15 +41,13 @@ AUTO_CAPACITY = "auto"
 def auto_capacities(trace: Trace, n: int = 4, top: float = 0.9) -> list[int]:
     """``n`` cache sizes (rows) that every policy can be simulated at and that tell them apart:
     geometrically spaced from just above the largest batch's distinct rows (a policy that keeps a
-    batch resident needs that many) to ``top`` of the table. Fewer when that range is narrow;
-    UserError when even the largest batch leaves no room below ``top`` of the table."""
+    batch resident needs that many) to ``top`` of the table. Fewer when that range is narrow; none
+    when even the largest batch leaves no room below ``top`` of the table (a small table read almost
+    whole by one batch: nothing to compare, which the Cache page's charts say)."""
     rows, biggest = int(trace.n_rows), int(trace.max_batch_rows())
     lo, hi = math.ceil(biggest * 1.05), int(rows * top)
     if lo > hi:
-        raise UserError(f"cache sizes: auto: one batch reads {biggest:,} distinct rows, "
-                        f"{100 * biggest / max(rows, 1):.0f}% of the table's {rows:,}: no cache size between one "
-                        f"batch and {100 * top:.0f}% of the table is left to compare policies at; choose a "
-                        f"smaller batch size or give sizes")
+        return []
     if n <= 1 or lo == hi:
         return [hi]
     return sorted({int(round(lo * (hi / lo) ** (i / (n - 1)))) for i in range(n)})

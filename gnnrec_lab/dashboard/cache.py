@@ -275,11 +275,20 @@ def too_small_text(frame: pd.DataFrame, info: dict) -> str:
 def chart_reasons(out: "SimOutcome") -> dict:
     """``{"sizes": why or None, "lookahead": why or None}``: why the size charts would draw no
     policy but "none" (which never caches) and why the look-ahead chart would be empty."""
+    from gnnrec_lab.cache.study import AUTO_CAPACITY
     frame = out.frame
     curves = size_curves(frame)
     drawn = set(curves["policy"]) - {"none"}
     small = too_small_text(frame, out.trace_info)
-    sizes = None if drawn else (small if len(frame) else "No simulation results.")
+    if not len(frame) and any(str(c).lower() == AUTO_CAPACITY for c in out.request.cache_sizes):
+        info = out.trace_info   # auto found no size between one batch and 90% of the table
+        biggest, rows = int(info.get("max_rows_per_batch") or 0), int(info.get("table_rows") or 0)
+        small = (f"Nothing to compare: one batch reads {biggest:,} distinct rows, {100 * biggest / max(rows, 1):.0f}% "
+                 f"of the {rows:,} rows, so no cache size between one batch and 90% of the table is left "
+                 f"(auto). Use a smaller batch size or a larger dataset.")
+    elif not len(frame):
+        small = "No simulation results."
+    sizes = None if drawn else small
     if not lookahead_curves(frame).empty:
         la = None
     elif "oracle" not in out.request.policies:
