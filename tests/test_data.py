@@ -514,3 +514,37 @@ def test_gowalla_is_built_in_and_prepares_offline_from_the_shipped_split(dd, mon
     assert user0 == {int(x) for x in first[1:]}
     with pytest.raises(DataError, match="gowalla has no ratings"):
         prepare("gowalla", min_rating=4, data_dir=dd)
+
+
+def test_the_paper_protocol_trains_on_train_and_valid_and_validates_nothing(dd, tmp_path):
+    """protocol 'paper' (as the LightGCN authors): the given train + valid train, nothing is validated,
+    the last model is tested; a dataset without its own valid.txt is refused, naming the protocol."""
+    import gnnrec_lab
+    from gnnrec_lab.config.run import RunConfig
+    from gnnrec_lab.util.errors import ConfigError
+    src = tmp_path / "with-valid"
+    _write(src / "train.txt", LGCN_TRAIN)
+    _write(src / "valid.txt", LGCN_VALID)
+    _write(src / "test.txt", LGCN_TEST)
+    name = prepare(str(src), format="lightgcn", data_dir=dd, progress=False)
+    lab, paper = load(name, data_dir=dd), load(name, data_dir=dd, protocol="paper")
+    assert _pairs_as_ids(paper, "train") == _pairs_as_ids(lab, "train") | _pairs_as_ids(lab, "valid")
+    assert len(paper.valid) == 0 and _pairs_as_ids(paper, "test") == _pairs_as_ids(lab, "test")
+    assert paper.meta["counts"]["train"] == 35 and paper.meta["split_protocol"].startswith("paper:")
+    cfg = RunConfig(dataset=name, data_dir=str(dd), layers=1, dim=8, epochs=2, batch_size=16, protocol="paper")
+    r = gnnrec_lab.run(cfg)
+    assert r.history == [] and r.best_valid == {} and r.test["recall@20"] >= 0 and r.steps == 2 * 3
+    assert gnnrec_lab.run(cfg.replace(protocol="lab")).history   # the lab's protocol validates each epoch
+    # no valid.txt: nothing to add to train, and the lab's carved validation part is not the paper's
+    carved = tmp_path / "no-valid"
+    _write(carved / "train.txt", LGCN_TRAIN)
+    _write(carved / "test.txt", LGCN_TEST)
+    other = prepare(str(carved), format="lightgcn", name="novalid", data_dir=dd, progress=False)
+    with pytest.raises(DataError, match="the paper protocol .* has no valid.txt"):
+        load(other, data_dir=dd, protocol="paper")
+    from gnnrec_lab.memory.preflight import check_launch  # refused before a run is recorded
+    with pytest.raises(ConfigError, match="protocol: the paper protocol .*'novalid' has no valid.txt"):
+        check_launch(RunConfig(dataset=other, data_dir=str(dd), protocol="paper", batch_size=8))
+    check_launch(cfg)
+    with pytest.raises(ConfigError, match="protocol: the paper protocol .* no target"):
+        RunConfig(protocol="paper", target_recall=0.1)

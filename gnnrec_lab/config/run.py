@@ -33,6 +33,10 @@ LR_RULES = ("none", "linear", "sqrt")
 SCHEDULES = ("none", "cosine", "step")
 BACKENDS = ("native", "torch", "dgl")
 MODES = ("full", "sampled")
+# lab: train on train, validate (early stopping, best epoch) on valid, report test; paper: a dataset
+# with its own valid.txt trains on train + valid with no validation and reports the last model's
+# test, as the LightGCN authors did
+PROTOCOLS = ("lab", "paper")
 # Embedding-cache replacement policies, the one list every view shows in this order
 # (gnnrec_lab.cache.policies implements each; the simulator runs them all). none: no cache, every
 # row read from and written back to the slow tier every batch; belady: the offline optimum (it needs
@@ -130,6 +134,14 @@ def _cache_needs_sampled(c) -> Optional[str]:
     return None
 
 
+def _paper_has_no_validation(c) -> Optional[str]:
+    """The paper protocol trains on the validation cut too: nothing is left to validate on."""
+    if c["protocol"] == "paper" and c["target_recall"] is not None:
+        return ("the paper protocol trains on train + valid and validates nothing, so no target can be "
+                "reached: drop target_recall, or use protocol 'lab'")
+    return None
+
+
 def _threads_within_cores(c) -> Optional[str]:
     """A run pinned to ``cores`` cores runs at most one compute thread per core (more would queue
     on the same cores and time the waiting)."""
@@ -192,6 +204,7 @@ RUN_CONSTRAINTS: dict[str, list] = {
     "eval_every": [Interval(integer, lo=1, hi=MAXIMA["eval_every"])],
     "patience": [Interval(integer, lo=0, hi=MAXIMA["patience"])],
     "target_recall": [None, Interval(number, lo=0, hi=1, lo_open=True)],
+    "protocol": [Options(PROTOCOLS), Rule(_paper_has_no_validation, dict(protocol="paper", target_recall=0.1))],
     "eval_users": [None, Interval(integer, lo=1, hi=MAXIMA["eval_users"])],
     "max_steps_per_epoch": [None, Interval(integer, lo=1, hi=MAXIMA["max_steps_per_epoch"])],
     "cache_policy": [Options(CACHE_POLICIES), Rule(_cache_needs_sampled, dict(cache_policy="lru", mode="full"))],
@@ -258,6 +271,7 @@ class RunConfig:
     patience: int = 30               # epochs without a new best valid Recall@20 before stopping; 0 = never
                                      # (outlasts LightGCN's epoch 23-45 plateau on ML-100K: train.EarlyStopping)
     target_recall: Optional[float] = None   # time-to-accuracy target on validation Recall@20
+    protocol: str = "lab"            # what trains and what validates (PROTOCOLS)
     eval_users: Optional[int] = None        # evaluate a seeded sample of users (None = all)
     max_steps_per_epoch: Optional[int] = None  # cap for quick runs and tests
     cache_policy: str = "none"       # sampled mode: DRAM cache in front of a slow-tier embedding table
@@ -409,6 +423,11 @@ FIELD_DOCS: dict[str, FieldDoc] = {
     "target_recall": FieldDoc("Target validation Recall@20", "value in (0, 1] whose first crossing is recorded as "
                                                              "the time to accuracy (the run goes on)",
                               unset="no target"),
+    "protocol": FieldDoc("Evaluation protocol", f"one of {_choices(PROTOCOLS)}: lab trains on train, picks the "
+                                                f"best epoch and stops early on valid, reports test; paper (a "
+                                                f"dataset with its own valid.txt, e.g. gowalla) trains on train + "
+                                                f"valid, validates nothing and reports the last model's test, as "
+                                                f"the LightGCN authors did"),
     "eval_users": FieldDoc("Evaluated users", "number of users evaluated, a seeded random sample (quicker, "
                                               "noisier metrics)", unset="all users"),
     "max_steps_per_epoch": FieldDoc("Step cap per epoch (optimizer steps)", "most steps an epoch takes, for quick "

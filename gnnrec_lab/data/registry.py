@@ -186,12 +186,14 @@ def _check_seed(seed) -> int:
 
 # ----------------------------------------------------------------------
 def load(name: str, *, seed: int = DEFAULT_SEED, split=DEFAULT_SPLIT, data_dir=None,
-         progress: bool = False) -> Dataset:
+         progress: bool = False, protocol: str = "lab") -> Dataset:
     """The dataset ``name`` split per user with ``seed`` into ``split`` fractions.
 
     Prepares (downloads, parses or generates) and caches on first use; later calls
     only open the cached ``.npy`` files (memory-mapped, read-only, above
-    :data:`MMAP_ABOVE` interactions).
+    :data:`MMAP_ABOVE` interactions). ``protocol="paper"`` (a dataset with its own
+    ``valid.txt``): the training part is train + valid and the validation part is empty
+    (:data:`gnnrec_lab.config.run.PROTOCOLS`).
     """
     fractions = check_split(split)
     seed = _check_seed(seed)
@@ -212,16 +214,32 @@ def load(name: str, *, seed: int = DEFAULT_SEED, split=DEFAULT_SPLIT, data_dir=N
                 generation=meta.get("generation"), cache_dir=str(d), mmap=mmap)
     if node_order is not None:
         info["node_order"] = {"method": ORDER_METHOD, "file": str(order_file)}
+    if protocol == "paper":
+        if not meta.get("given_valid"):
+            raise DataError(no_paper_protocol(name))
+        parts = [np.concatenate([np.asarray(parts[0]), np.asarray(parts[1])]), parts[1][:0], parts[2]]
+        info.update(protocol="paper", split_protocol="paper: trains on the given train + valid, validates nothing, "
+                                                     "tests on the given test")
+        info["counts"].update(train=len(parts[0]), valid=0)
+        node_order = None   # the order was computed on the train cut's graph
     return Dataset(meta["name"], int(meta["n_users"]), int(meta["n_items"]), parts[0], parts[1], parts[2],
                    user_ids, item_ids, info, node_order)
+
+
+def no_paper_protocol(name: str) -> str:
+    """Why dataset ``name`` (no valid.txt of its own) cannot train under the paper protocol."""
+    return (f"the paper protocol trains on the dataset's own train + valid cut, and {name!r} has no valid.txt (its "
+            f"validation part is carved from train): use protocol 'lab', or a dataset prepared from a LightGCN "
+            f"directory with a valid.txt (e.g. gowalla)")
 
 
 def describe(name: str, data_dir=None) -> dict:
     """Counts of ``name`` without preparing or generating anything.
 
     Returns ``{"n_users", "n_items", "n_interactions", "n_train", "kind", "source",
-    "prepared", "n_train_exact"}``. ``n_train`` is exact when the default split is
-    cached, else ``0.8 * n_interactions`` (rounded).
+    "prepared", "n_train_exact", "given_valid"}``. ``n_train`` is exact when the default split is
+    cached, else ``0.8 * n_interactions`` (rounded); ``given_valid``: the dataset has its own
+    validation cut (a valid.txt), which the paper protocol trains on.
     """
     root = _root(data_dir)
     kind, params, cname = _resolve(name)
@@ -229,7 +247,7 @@ def describe(name: str, data_dir=None) -> dict:
     meta = storage.read_meta(d) if (d / "meta.json").exists() else None
     if meta is not None:
         out = {k: meta[k] for k in ("n_users", "n_items", "n_interactions")}
-        out.update(kind=meta["kind"], source=meta["source"], prepared=True)
+        out.update(kind=meta["kind"], source=meta["source"], prepared=True, given_valid=bool(meta.get("given_valid")))
         sm = storage.read_meta(d / "splits" / _split_key(DEFAULT_SEED, DEFAULT_SPLIT))
         if sm is not None:
             out.update(n_train=sm["counts"]["train"], n_train_exact=True)
@@ -240,7 +258,7 @@ def describe(name: str, data_dir=None) -> dict:
         out = dict(ML100K_COUNTS, kind="real", source=ML100K_SOURCE)
     elif kind == "gowalla":   # its cut is given: train is train.txt
         return dict(GOWALLA_COUNTS, kind="real", source=GOWALLA_SOURCE, n_train=GOWALLA_TRAIN, prepared=False,
-                    n_train_exact=True)
+                    n_train_exact=True, given_valid=True)
     elif kind == "synth":
         p = params.resolved()
         out = {"n_users": p.users, "n_items": p.items, "n_interactions": p.interactions,

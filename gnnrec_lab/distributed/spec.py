@@ -35,6 +35,7 @@ NOT_DISTRIBUTED = {
     "optimizer": "the embedding table is DGL's DistEmbedding, updated by DGL's SparseAdam; dense weights by Adam",
     "momentum": "SGD only, and the trainers run SparseAdam and Adam",
     "weight_decay": "AdamW / LAMB only, and the trainers run SparseAdam and Adam",
+    "protocol": "trains the lab's protocol (train, validating on valid): the paper protocol is the full graph's",
     "cache_policy": "the table is DGL's DistEmbedding on the servers, not a slow tier behind a cache",
     "cache_size": "no cache (see cache_policy)",
     "lookahead": "no cache (see cache_policy)",

@@ -91,6 +91,7 @@ def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[in
     predicted DRAM bytes (modeled) when the footprint could be predicted. ``cli``: the footprint
     refusal names the CLI's ``--force`` (the dashboard has no such override)."""
     from gnnrec_lab.data import describe
+    from gnnrec_lab.data.registry import no_paper_protocol
     try:
         counts = describe(config.dataset, data_dir=config.data_dir)
     except UserError as e:
@@ -99,6 +100,8 @@ def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[in
     err = batch_size_error(config.batch_size, counts, config.dataset)
     if err is not None:
         raise err
+    if config.protocol == "paper" and not counts.get("given_valid"):
+        raise ConfigError("protocol", no_paper_protocol(config.dataset))
     if not counts.get("prepared", True):
         # the run will build the dataset: its directory must take files
         import tempfile

@@ -348,7 +348,8 @@ def _set_threads(config) -> None:
 def _prepare(config, dataset, progress) -> TrainingRun:
     """Dataset, graph, model and optimizer at their placements; the result's static info."""
     if dataset is None:
-        dataset = data.load(config.dataset, seed=config.seed, data_dir=config.data_dir, progress=progress)
+        dataset = data.load(config.dataset, seed=config.seed, data_dir=config.data_dir, progress=progress,
+                            protocol=config.protocol)
     n_train = len(dataset.train)
     if n_train == 0:
         raise UserError(f"dataset {config.dataset!r} has no training interactions")
@@ -561,8 +562,8 @@ def _evaluate_and_check_stop(run, rep, epoch: int, step: Step) -> bool:
     """Validate when due (every ``eval_every`` epochs and after the last); keep the best model's
     state; return whether early stopping ends the run (the leader's decision, taken by all)."""
     config, result, key = run.config, run.result, run.key
-    if not (epoch % config.eval_every == 0 or epoch == config.epochs):
-        return False
+    if not (epoch % config.eval_every == 0 or epoch == config.epochs) or not len(run.dataset.valid):
+        return False   # not due, or nothing to validate on (the paper protocol): the last model is tested
     run.evaluations += 1
     step.gather(run)
     stop = False
