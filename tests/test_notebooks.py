@@ -62,6 +62,8 @@ def test_notebook_runs_on_small_settings(path, monkeypatch, tmp_path):
     assert not (tmp_path / "data").exists(), "the notebook made a data/ in its own directory"
     if path.stem.startswith("03"):
         _check_fit_statement(nb)
+    if path.stem.startswith("01"):
+        _check_step_times(nb)
     if path.stem.startswith("06"):
         _check_runs_read_back(path, nb, tmp_path)
     if path.stem.startswith("05"):  # the look-ahead cache notebook shows a real cached run's measured table
@@ -69,6 +71,19 @@ def test_notebook_runs_on_small_settings(path, monkeypatch, tmp_path):
         text = "".join(o.get("text", "") for o in outs) + "".join(str(o.get("data", {}).get("text/plain", ""))
                                                              for o in outs)
         assert "O_DIRECT" in text or "buffered+fadvise" in text
+
+
+def _check_step_times(nb):
+    """Notebook 01 prints its run's step and kernel time: the line every view shows of the stored
+    run (services.projection.run_step_times, read from the store the run was recorded in)."""
+    import re
+
+    from gnnrec_lab.runs.store import Store
+    from gnnrec_lab.services.projection import run_step_times
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    rid = int(re.search(r"stored as run (\d+)", text).group(1))
+    line = run_step_times(Store(), rid).text()
+    assert line.startswith("step ") and "kernel time" in line and line in text, (line, text[-600:])
 
 
 def _check_runs_read_back(path, nb, tmp_path):
