@@ -74,6 +74,10 @@ def main() -> int:
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
+    def stopped(signum, _frame):   # a timeout's SIGTERM still stops the run and the server it started
+        raise SystemExit(f"stopped by signal {signum}")
+    signal.signal(signal.SIGTERM, stopped)
+
     from gnnrec_lab.runs.store import Store
     ncpu = os.cpu_count() or 1
     run_cpus, side_cpus = (None, None) if args.shared or ncpu < 2 else ("0", f"1-{ncpu - 1}")
@@ -114,6 +118,7 @@ def main() -> int:
                 select.select_option(label=option.inner_text())
                 page.evaluate(WATCH)
                 pages.append(page)
+                print(f"  session {len(pages)} on Live after {time.time() - t_open:.0f} s", flush=True)
             t = time.time()
             print(f"{args.sessions} sessions opened on Live in {t - t_open:.0f} s")
             windows["loaded"] = (t, t + args.window)
