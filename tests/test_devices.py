@@ -241,8 +241,8 @@ def test_whatif_onto_a_file_tier_is_labelled_modeled(recorded_dram_run, tmp_path
         args += ["--placement", f"{c}=dram"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["kind"] == "modeled" and out["step"]["kind"] == "modeled" and not _modeled_unlabelled(out)
-    assert out["step"]["hit_rate"] == 1.0
+    assert out["kind"] == "modeled" and out["kernel_time"]["kind"] == "modeled" and not _modeled_unlabelled(out)
+    assert out["kernel_time"]["hit_rate"] == 1.0
 
 
 def test_calibrate_tier_measures_a_directory(tmp_path, capsys, monkeypatch):
