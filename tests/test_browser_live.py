@@ -196,7 +196,8 @@ def test_breakdown_axes_follow_the_run_and_compare_shows_modeled_times(tmp_path,
         stop(proc)
 
 
-def test_live_breakdown_compare_and_runs_json_read_one_step_and_kernel_time(tmp_path, browser):  # noqa: F811
+def test_live_breakdown_compare_and_runs_json_read_one_step_and_kernel_time(tmp_path, browser,  # noqa: F811
+                                                                          monkeypatch):
     """Issue 35: Live, Breakdown and `runs show` said "32.7 ms modeled, 3.32x the 9.9 ms measured"
     (kernel time) where Compare and `runs` said 11.3 ms measured step (the wall step). Switching
     between a DRAM run and an App Direct run, every view reads the same step and kernel time:
@@ -213,7 +214,7 @@ def test_live_breakdown_compare_and_runs_json_read_one_step_and_kernel_time(tmp_
     from gnnrec_lab.util.formatting import fmt_ms
     from gnnrec_lab.util.recorder import KernelRecord
     ARTIFACTS.mkdir(exist_ok=True)
-    os.environ["GNNREC_LAB_HOME"] = str(tmp_path / "home")
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path / "home"))   # restored after: later tests' stores
     (tmp_path / "home").mkdir()
     _calibrate()
     store = Store(tmp_path / "home")
