@@ -108,9 +108,8 @@ def recover_dead(store: Store, exclude: Sequence[int] = ()) -> list[int]:
             if store.set_status(run_id, RunStatus.OOM, error=verdict, stderr_tail=tail, only_if=(RunStatus.RUNNING,)):
                 dead.append(run_id)
             continue
-        error = f"worker process disappeared (pid {run['pid']} is gone without recording a final status)"
-        if home_is_full(store.home, tail):
-            error += f"; the disk is full, {no_space_left(store.home)}; what it wrote before is kept"
+        error = (f"worker process disappeared (pid {run['pid']} is gone without recording a final status)"
+                 + full_disk_note(store.home, tail))
         if store.set_status(run_id, RunStatus.FAILED, error=error, stderr_tail=tail, only_if=(RunStatus.RUNNING,)):
             dead.append(run_id)
     return dead
@@ -120,15 +119,18 @@ def recover_dead(store: Store, exclude: Sequence[int] = ()) -> list[int]:
 FULL_BELOW_BYTES = 1 << 20
 
 
-def home_is_full(home, tail: Optional[str]) -> bool:
-    """Whether the run store's ``home`` is full: its stderr ``tail`` says so, or under
-    :data:`FULL_BELOW_BYTES` is free there."""
-    if tail and ("no space left" in tail.lower() or "disk is full" in tail.lower()):
-        return True
-    try:
-        return shutil.disk_usage(home).free < FULL_BELOW_BYTES
-    except OSError:
-        return False
+def full_disk_note(home, tail: Optional[str]) -> str:
+    """What a worker that ended without recording its end gets added to its error when the run
+    store's ``home`` is full (its stderr ``tail`` says so, or under :data:`FULL_BELOW_BYTES` is free
+    there); '' otherwise."""
+    full = bool(tail) and ("no space left" in tail.lower() or "disk is full" in tail.lower())
+    if not full:
+        try:
+            full = shutil.disk_usage(home).free < FULL_BELOW_BYTES
+        except OSError:
+            return ""
+    return (f": the disk is full, {no_space_left(home)}, so the worker could not record its own end; what it "
+            f"wrote before is kept") if full else ""
 
 
 class Runner:
@@ -309,9 +311,8 @@ class Runner:
             status, error = RunStatus.FAILED, "worker exited without recording a final status"
         else:
             status, error = RunStatus.FAILED, f"worker ended by {_describe_rc(rc)}"
-        if status is RunStatus.FAILED and home_is_full(self.store.home, tail):
-            error += (f": the disk is full, {no_space_left(self.store.home)}, so the worker could not record "
-                      f"its own end; what it wrote before is kept")
+        if status is RunStatus.FAILED:
+            error += full_disk_note(self.store.home, tail)
         self.store.set_status(run_id, status, error=error, stderr_tail=tail,
                               only_if=(RunStatus.RUNNING, RunStatus.QUEUED))
 
