@@ -19,6 +19,7 @@ from gnnrec_lab.dashboard.live import (
     kernel_ms_per_step,
     progress_percent,
     stacked_area,
+    evaluations_ahead,
     steady_eta,
 )
 from gnnrec_lab.runs.store import connect
@@ -175,6 +176,16 @@ def test_steady_eta_ignores_jit_and_the_first_evaluation():
     assert elapsed / 30 * 70 > 10 * (end - walls[29])
     assert steady_eta(tl.iloc[0:0], 100, **kw)[0] is None
     assert steady_eta(tl.head(5), None)[0] is None
+
+
+def test_evaluations_ahead_counts_what_the_loop_will_run():
+    # the closed form against the loop's own rule: every eval_every-th epoch end and the last one's
+    for epochs in (1, 2, 5, 7, 12, 100):
+        for k in (1, 2, 3, 5, 200):
+            for completed in range(0, epochs + 2):
+                want = sum(1 for e in range(completed + 1, epochs + 1) if e % k == 0 or e == epochs)
+                assert evaluations_ahead(completed, epochs, k) == want, (completed, epochs, k)
+    assert evaluations_ahead(0, 100_000, 100_000) == 1
 
 
 def test_live_eta_uses_the_recorded_timeline(store):
@@ -1072,3 +1083,52 @@ def test_compare_epoch_scatter_ticks_at_the_runs_batch_sizes():
     one = hv.render(epoch_scatter(es.head(1), "layers", "Epoch time vs depth (layers)"))
     assert list(one.xaxis[0].ticker.ticks) == [1.0] and one.x_range.start < 1 < one.x_range.end
     assert len(axis_ticks(list(range(1, 30)), False)) <= 8
+
+
+def test_live_sessions_on_one_run_share_one_read_and_one_header(store, monkeypatch):
+    """Each open Live page read the store and recomputed the header (the ETA over every step) on
+    its own poll: 20 sessions on one run cost 20 reads and ~40 ms of pandas each per second, enough
+    to saturate the server's core. Sessions now share the run's feed: one read per poll between
+    them, one header text, and each page still draws every step."""
+    from gnnrec_lab.dashboard import live
+    from gnnrec_lab.util.recorder import KernelRecord
+
+    class Spy:
+        def __init__(self, inner):
+            self.inner, self.reads = inner, 0
+
+        def __getattr__(self, name):
+            attr = getattr(self.inner, name)
+            if name != "latest_steps":
+                return attr
+
+            def spy(*a):
+                self.reads += 1
+                return attr(*a)
+            return spy
+
+    rid = _timed_run(store, 5.0, steps=2, status="running", evals=False)
+    spy = Spy(store)
+    made = []
+    real = live.header_text
+    monkeypatch.setattr(live, "header_text", lambda m: made.append(m) or real(m))
+    pages = [LivePage(Lab(store=spy, runner=RecordingRunner(store)), run_id=rid) for _ in range(5)]
+    for p in pages:                       # as served: each page's tick within the same second
+        p._callback = object()
+    assert len({id(p.monitor.feed) for p in pages}) == 1
+    for s in (3, 4):
+        store.add_step(rid, s, 1, 0.2, 0.005, [KernelRecord("spmm", "forward", 0, s, 5_000_000, 1, 1, 1, "gather",
+                                                            32, 1, "native")])
+    pages[0].monitor.feed.read_at = float("-inf")    # the last read is old: the first tick reads
+    reads, made[:] = spy.reads, []
+    for p in pages:
+        p.tick()
+    assert spy.reads == reads + 1                    # one read for the five sessions
+    assert len(made) == 1                            # one header text computed
+    for p in pages:
+        assert list(p.loss_pane.object.renderers[0].data_source.data["x"]) == [1.0, 2.0, 3.0, 4.0]
+        assert "steps** 4 /" in p.status_md.object
+    # called by hand (a notebook, a test) a tick reads now
+    pages[1]._callback = None
+    pages[1].tick()
+    assert spy.reads == reads + 2

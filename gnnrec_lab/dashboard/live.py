@@ -1,8 +1,10 @@
 """Live page: one run as it trains.
 
 The run trains in its own process (the runner's worker); this page only reads
-the store. :meth:`LiveMonitor.poll` asks the store for steps after the last one
-seen and keeps them in ``hv.streams.Buffer`` s; :meth:`LivePage.refresh` then
+the store. :meth:`RunFeed.refresh` asks the store for steps after the last one
+seen and keeps them, one feed per run for every session watching it (twenty open Live
+pages cost one read per poll, and one computation of the header and the chart's points);
+:meth:`LiveMonitor.poll` brings one session up to the feed and :meth:`LivePage.refresh` then
 patches the page: header text only where it changed, the new points streamed into
 the Bokeh figures' ``ColumnDataSource`` s (the loss curve, the per-kernel stacked
 area), the validation curves replaced when an evaluation arrives. Nothing is
@@ -17,7 +19,8 @@ seen (``Store.latest_steps``) and those steps' kernel rows
 (``Store.kernels_frame(since_step=...)``), both in one read transaction so they
 cover the same steps. The stacked area plots each recorded step (however many
 arrive between two polls); past :data:`MAX_CHART_STEPS` steps it plots the mean of
-each run of consecutive steps as a flat segment and says so in its title.
+each run of consecutive steps as a flat segment and says so in its title (then redrawn every
+:data:`REDRAW_EVERY_S` seconds while the run trains: every point moves with each step).
 
 The ETA comes from the steady-state pace (:func:`steady_eta`), not from the
 elapsed time (which holds the interpreter start, the kernel JIT and evaluations).
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from typing import Optional
 
 import numpy as np
@@ -53,6 +57,13 @@ MAX_CHART_STEPS = 2000
 # A running run's modeled step time is recomputed at most this often (s; the tier model reads the
 # device profiles each time); once the run has ended, at the next poll.
 MODELED_EVERY_S = 5.0
+# Kernel rows (step, kernel) a run's feed keeps for the chart, the newest ones.
+MAX_KERNEL_ROWS = 2_000_000
+# A Live page's poll reuses its run's feed when another session read it less than this long ago (s).
+FRESH_S = 0.8 * POLL_MS / 1000
+# Past MAX_CHART_STEPS steps every point of the kernel chart moves with each new step: it is redrawn
+# at most this often (s) while the run trains; the header still follows every poll.
+REDRAW_EVERY_S = 5.0
 # Steps whose pace the ETA looks at (the newest ones).
 ETA_WINDOW = 200
 
@@ -64,6 +75,17 @@ def progress_percent(done: int, total: Optional[int]) -> Optional[float]:
     if not total or total <= 0:
         return None
     return 100.0 * min(done, total) / total
+
+
+def evaluations_ahead(completed: int, epochs: int, eval_every: int = 1) -> int:
+    """Validations still to come after ``completed`` epochs of ``epochs``: every ``eval_every``-th
+    epoch end and the last one's (counted in closed form: a run of 100,000 epochs is polled every
+    second by every open Live page)."""
+    k = max(1, int(eval_every))
+    if completed >= epochs:
+        return 0
+    n = epochs // k - max(0, completed) // k
+    return n + (1 if epochs % k else 0)
 
 
 def steady_eta(timeline: pd.DataFrame, total: Optional[int], *, steps_per_epoch: Optional[int] = None,
@@ -97,8 +119,7 @@ def steady_eta(timeline: pd.DataFrame, total: Optional[int], *, steps_per_epoch:
     if len(pauses) > 1:
         pauses = pauses.iloc[1:]
     completed = done // int(steps_per_epoch)
-    ahead = sum(1 for e in range(completed + 1, int(epochs) + 1) if e % max(1, int(eval_every)) == 0 or e == epochs)
-    ahead += 1   # the test evaluation
+    ahead = evaluations_ahead(completed, int(epochs), int(eval_every)) + 1   # + the test evaluation
     if pauses.empty:
         return eta, f"steps only: {ahead} evaluation(s) ahead, not yet timed"
     return eta + ahead * float(pauses.median()), "steady-state pace and evaluation time"
@@ -226,8 +247,178 @@ def _compiling(store, run_id) -> bool:
     return "compiling" in kinds and "jit" not in kinds
 
 
+class RunFeed:
+    """What every Live page watching one run shares: the run's steps, kernel rows, evaluations,
+    status and modeled step time as read from the store, and what is derived from them once per
+    read (the header's text, the chart's kernel order and points: :meth:`memo`).
+
+    One feed per store and run (:func:`run_feed`): twenty browser sessions on one run's Live page
+    cost one store read and one set of pandas aggregations per poll between them, not twenty;
+    each session's :class:`LiveMonitor` only takes the rows it has not drawn yet. A read is
+    skipped when the last one is younger than ``max_age`` (:meth:`refresh`)."""
+
+    def __init__(self, store, run_id):
+        self.store, self.run_id = store, run_id
+        self.lock = threading.RLock()
+        self.version = 0                  # bumped by every read; memo entries belong to one version
+        self.read_at = float("-inf")
+        self._memo: dict = {}
+        self.missing = False
+        self.last_step = 0
+        self.status, self.error, self.total, self.elapsed_s, self.rss_bytes = "none", "", None, 0.0, None
+        self.cfg, self.info, self.stored_modeled = {}, {}, None
+        self.memory_mode, self.device, self.compiling = "dram", None, False
+        self.timeline = pd.DataFrame({"step": [], "epoch": [], "seconds": [], "wall": []})
+        self.loss = pd.DataFrame(LOSS_COLUMNS)
+        self.kernels = pd.DataFrame(KERNEL_COLUMNS)
+        self.totals, self.kernel_steps = None, 0          # the tier model's input, as in the store
+        self.footprint, self.host = None, None
+        self.modeled, self.modeled_reason = None, ""
+        self._modeled_dirty, self._modeled_at = False, float("-inf")
+        self.evals, self._evals_status = None, None
+
+    @property
+    def active(self) -> bool:
+        return RunStatus.active(self.status)
+
+    def memo(self, key, fn, version: Optional[int] = None):
+        """``fn()``, computed once per read of the feed (``version``: the read the caller's values
+        come from; a caller behind the feed computes its own and keeps nothing)."""
+        with self.lock:
+            if version is not None and version != self.version:
+                return fn()
+            if key not in self._memo:
+                self._memo[key] = fn()
+            return self._memo[key]
+
+    def refresh(self, lab, max_age: float = 0.0) -> None:
+        """Read what is new in the store (through ``lab``: its runner knows the live status) unless
+        the last read is younger than ``max_age`` seconds."""
+        with self.lock:
+            now = time.monotonic()
+            if now - self.read_at < max_age:
+                return
+            self.read_at = now
+            self.version += 1
+            self._memo = {}
+            self._read(lab, now)
+
+    def _read(self, lab, now: float) -> None:
+        store, rid = self.store, self.run_id
+        run = lab.run(rid)
+        self.missing = run is None
+        if run is None:
+            return
+        self.error = run.get("error") or ""
+        self.status = lab.status(rid)
+        rec = RunRecord.of(run)
+        self.cfg, self.info = rec.config, rec.info
+        self.stored_modeled = rec.result.modeled or None   # a finished run's projection, as stored
+        self.memory_mode = str(self.cfg.get("memory_mode") or "dram")
+        self.device = _mode_device(self.memory_mode, self.cfg.get("device_profile"))
+        spe = self.info.get("steps_per_epoch")
+        if spe and self.cfg.get("epochs"):
+            self.total = int(spe) * int(self.cfg["epochs"])
+        kf = None
+        with store.snapshot():   # the new steps and their kernel rows from one committed state
+            new, _ = safe_call(store.latest_steps, rid, self.last_step)
+            n_new = 0 if new is None else len(new)
+            if n_new:                              # the new steps' kernel rows, per step
+                kf, _ = safe_call(store.kernels_frame, rid, self.last_step)
+        if n_new:
+            loss = pd.DataFrame({"step": new["step"].astype(float), "loss": new["loss"].astype(float)})
+            self.loss = pd.concat([self.loss if len(self.loss) else None, loss], ignore_index=True)
+            self.timeline = pd.concat([self.timeline if len(self.timeline) else None,
+                                       new[["step", "epoch", "seconds", "wall"]].astype(float)], ignore_index=True)
+            if kf is not None and not kf.empty:
+                self.kernels = pd.concat([self.kernels if len(self.kernels) else None, kernel_ms_per_step(kf)],
+                                         ignore_index=True).tail(MAX_KERNEL_ROWS)
+                self.totals = kernel_totals(kf, self.totals)
+                self.kernel_steps += int(kf["step"].nunique())
+                self._modeled_dirty = True
+            self.last_step = int(new["step"].max())
+        # Evaluations come between epochs and after the last step (the last validation and the
+        # test evaluation): re-read them with new steps, on every status change (the run ending
+        # among them) and until the first read.
+        if n_new or self.status != self._evals_status or self.evals is None:
+            self._evals_status = self.status
+            ev, _ = safe_call(store.evals_frame, [rid])
+            if ev is not None and (self.evals is None or len(ev) != len(self.evals)):
+                self.evals = ev
+        # the first model waits for no pace: also when the host was calibrated after the last read
+        first = self.device is not None and self.host is None and self.totals is not None
+        if first or self._modeled_dirty and (not self.active or now - self._modeled_at >= MODELED_EVERY_S):
+            self._modeled_at, self._modeled_dirty = now, False
+            self._update_modeled()
+        self.compiling = self.status == RunStatus.RUNNING and self.last_step == 0 and _compiling(store, rid)
+        self.elapsed_s = float(run.get("duration_s") or 0.0)
+        self.rss_bytes = _rss(run) if self.status == RunStatus.RUNNING else None
+
+    def _update_modeled(self):
+        """The run's modeled step time so far (``tiermodel.run_step_time``), for modeled modes."""
+        if self.device is None:
+            self.modeled, self.modeled_reason = None, ""
+            return
+        if self.host is None:
+            self.host, why = host_calibration()
+            if self.host is None:
+                self.modeled_reason = why or "no host calibration"
+                return
+        if self.footprint is None:
+            fp, _ = safe_call(self.store.footprint_frame, self.run_id)
+            self.footprint = predicted_footprint(fp)
+        res, why = safe_call(run_step_time, self.totals, self.host, self.cfg, footprint=self.footprint,
+                             steps=self.kernel_steps)
+        self.modeled, self.modeled_reason = res, (why or "")
+
+
+def _rss(run: dict) -> Optional[int]:
+    """Resident set size (bytes) of the run's worker process, measured now with psutil."""
+    import psutil
+    pid = run.get("pid")
+    if not pid:
+        return None
+    try:
+        return int(psutil.Process(int(pid)).memory_info().rss)
+    except (psutil.Error, OSError):
+        return None
+
+
+# The feeds of the runs open on Live pages, newest use last; past FEEDS_KEPT the oldest is dropped
+# (a page still holding it keeps reading it alone).
+_FEEDS: "OrderedDict[tuple, RunFeed]" = OrderedDict()
+_FEEDS_LOCK = threading.Lock()
+FEEDS_KEPT = 16
+
+
+def run_feed(store, run_id) -> RunFeed:
+    """The one :class:`RunFeed` of ``run_id`` in ``store`` (the object: each test's store has its
+    own; a served dashboard's sessions share the process's store)."""
+    key = (id(store), run_id)
+    with _FEEDS_LOCK:
+        feed = _FEEDS.get(key)
+        if feed is None or feed.store is not store:
+            feed = _FEEDS[key] = RunFeed(store, run_id)
+        _FEEDS.move_to_end(key)
+        while len(_FEEDS) > FEEDS_KEPT:
+            _FEEDS.popitem(last=False)
+        return feed
+
+
+class Rows:
+    """A monitor's view of one of its feed's growing tables (``data``: every row so far)."""
+
+    def __init__(self, columns: dict):
+        self._empty = pd.DataFrame(columns)
+        self.data = self._empty
+
+    def clear(self) -> None:
+        self.data = self._empty
+
+
 class LiveMonitor(param.Parameterized):
-    """Streams of one run read from the store; :meth:`poll` fetches what is new."""
+    """One session's view of one run: its :class:`RunFeed`'s values as of this monitor's last
+    :meth:`poll` (``loss`` and ``kernels``: the rows so far, ``.data``)."""
 
     lab = param.ClassSelector(class_=Lab)
     run_id = param.Parameter(default=None)
@@ -246,27 +437,23 @@ class LiveMonitor(param.Parameterized):
     compiling = param.Boolean(default=False, doc="the run is compiling its kernels (numba, no disk cache yet)")
 
     def __init__(self, **params):
-        import holoviews as hv
         super().__init__(**params)
-        self.loss = hv.streams.Buffer(pd.DataFrame(LOSS_COLUMNS), length=200_000, index=False)
-        self.kernels = hv.streams.Buffer(pd.DataFrame(KERNEL_COLUMNS), length=2_000_000, index=False)
+        self.loss = Rows(LOSS_COLUMNS)
+        self.kernels = Rows(KERNEL_COLUMNS)
         self.last_step = 0
-        self._pid = None
         self._clear_run_state()
         self.poll()
 
     def _clear_run_state(self):
+        self.feed, self.version, self._rows_seen = None, None, 0
         self.timeline = pd.DataFrame({"step": [], "epoch": [], "seconds": [], "wall": []})
-        self.totals, self.kernel_steps = None, 0          # the tier model's input, as in the store
-        self._footprint, self._host, self._cfg, self._info = None, None, {}, {}
-        self._stored_modeled = None
+        self.totals, self.kernel_steps = None, 0
+        self._cfg, self._info, self._stored_modeled = {}, {}, None
         self.modeled, self.modeled_reason = None, ""
-        self._modeled_dirty, self._modeled_at = False, float("-inf")
-        self._evals_status = None
 
     @param.depends("run_id", watch=True)
     def _reset(self):
-        self.last_step, self.done, self.total, self.rss_bytes, self._pid = 0, 0, None, None, None
+        self.last_step, self.done, self.total, self.rss_bytes = 0, 0, None, None
         self.loss.clear()
         self.kernels.clear()
         self.evals = None
@@ -283,87 +470,40 @@ class LiveMonitor(param.Parameterized):
         """The run failed (:attr:`RunStatus.is_failure`, diverged included)."""
         return RunStatus.failure(self.status)
 
-    def poll(self) -> int:
-        """Read new steps, kernels, evaluations, status and RSS; return how many steps were new."""
+    def poll(self, max_age: float = 0.0) -> int:
+        """Bring the monitor up to its run's feed, which reads new steps, kernels, evaluations,
+        status and RSS from the store unless another session read them less than ``max_age``
+        seconds ago; return how many steps are new to this monitor."""
         store = self.lab.store if self.lab is not None else None
         if store is None or self.run_id is None:
             return 0
-        run = self.lab.run(self.run_id)
-        if run is None:
-            self.error = f"run {self.run_id} is not in the store"
-            return 0
-        self.error = run.get("error") or ""
-        self.status = self.lab.status(self.run_id)
-        rec = RunRecord.of(run)
-        cfg, info = rec.config, rec.info
-        self._cfg, self._info = cfg, info
-        self._stored_modeled = rec.result.modeled or None   # a finished run's projection, as stored
-        self.memory_mode = str(cfg.get("memory_mode") or "dram")
-        self.device = _mode_device(self.memory_mode, cfg.get("device_profile"))
-        spe = info.get("steps_per_epoch")
-        if spe and cfg.get("epochs"):
-            self.total = int(spe) * int(cfg["epochs"])
-        kf = None
-        with store.snapshot():   # the new steps and their kernel rows from one committed state
-            new, _ = safe_call(store.latest_steps, self.run_id, self.last_step)
-            n_new = 0 if new is None else len(new)
-            if n_new:                              # the new steps' kernel rows, per step
-                kf, _ = safe_call(store.kernels_frame, self.run_id, self.last_step)
-        if n_new:
-            self.loss.send(pd.DataFrame({"step": new["step"].astype(float), "loss": new["loss"].astype(float)}))
-            self.timeline = pd.concat([self.timeline if len(self.timeline) else None,
-                                       new[["step", "epoch", "seconds", "wall"]].astype(float)], ignore_index=True)
-            if kf is not None and not kf.empty:
-                self.kernels.send(kernel_ms_per_step(kf))
-                self.totals = kernel_totals(kf, self.totals)
-                self.kernel_steps += int(kf["step"].nunique())
-                self._modeled_dirty = True
-            self.last_step = int(new["step"].max())
-            self.done = self.last_step
-        # Evaluations come between epochs and after the last step (the last validation and the
-        # test evaluation): re-read them with new steps, on every status change (the run ending
-        # among them) and until the first read.
-        if n_new or self.status != self._evals_status or self.evals is None:
-            self._evals_status = self.status
-            ev, _ = safe_call(store.evals_frame, [self.run_id])
-            if ev is not None and (self.evals is None or len(ev) != len(self.evals)):
-                self.evals = ev
-        now = time.monotonic()
-        if self._modeled_dirty and (not self.active or now - self._modeled_at >= MODELED_EVERY_S):
-            self._modeled_at, self._modeled_dirty = now, False
-            self._update_modeled(store)
-        self.compiling = self.status == RunStatus.RUNNING and self.done == 0 and _compiling(store, self.run_id)
-        self.elapsed_s = float(run.get("duration_s") or 0.0)
-        self.rss_bytes = self._rss(run) if self.status == RunStatus.RUNNING else None
+        feed = self.feed if self.feed is not None else run_feed(store, self.run_id)
+        self.feed = feed
+        feed.refresh(self.lab, max_age)
+        with feed.lock:
+            if feed.missing:
+                self.error = f"run {self.run_id} is not in the store"
+                return 0
+            self.version = feed.version
+            self.error, self.status, self.total = feed.error, feed.status, feed.total
+            self._cfg, self._info, self._stored_modeled = feed.cfg, feed.info, feed.stored_modeled
+            self.memory_mode, self.device = feed.memory_mode, feed.device
+            self.timeline, self.totals, self.kernel_steps = feed.timeline, feed.totals, feed.kernel_steps
+            self.loss.data, self.kernels.data = feed.loss, feed.kernels
+            if feed.evals is not None and (self.evals is None or len(feed.evals) != len(self.evals)):
+                self.evals = feed.evals
+            self.modeled, self.modeled_reason = feed.modeled, feed.modeled_reason
+            self.last_step = self.done = feed.last_step
+            self.compiling, self.elapsed_s, self.rss_bytes = feed.compiling, feed.elapsed_s, feed.rss_bytes
+            n_new, self._rows_seen = len(feed.loss) - self._rows_seen, len(feed.loss)
         return n_new
 
-    def _rss(self, run: dict) -> Optional[int]:
-        """Resident set size (bytes) of the run's worker process, measured now with psutil."""
-        import psutil
-        pid = run.get("pid")
-        if not pid:
-            return None
-        try:
-            return int(psutil.Process(int(pid)).memory_info().rss)
-        except (psutil.Error, OSError):
-            return None
-
-    def _update_modeled(self, store):
-        """The run's modeled step time so far (``tiermodel.run_step_time``), for modeled modes."""
-        if self.device is None:
-            self.modeled, self.modeled_reason = None, ""
-            return
-        if self._host is None:
-            self._host, why = host_calibration()
-            if self._host is None:
-                self.modeled_reason = why or "no host calibration"
-                return
-        if self._footprint is None:
-            fp, _ = safe_call(store.footprint_frame, self.run_id)
-            self._footprint = predicted_footprint(fp)
-        res, why = safe_call(run_step_time, self.totals, self._host, self._cfg, footprint=self._footprint,
-                             steps=self.kernel_steps)
-        self.modeled, self.modeled_reason = res, (why or "")
+    def shared(self, key, fn):
+        """``fn()`` (a function of this monitor's values only) computed once per feed read for every
+        session on the run (:meth:`RunFeed.memo`)."""
+        if self.feed is None:
+            return fn()
+        return self.feed.memo(key, fn, self.version)
 
     def step_times(self):
         """The run's :func:`~gnnrec_lab.memory.tiermodel.step_times` so far: its steps' seconds, its
@@ -499,20 +639,23 @@ class LivePage(pn.viewable.Viewer):
     def tick(self):
         """Periodic callback body: poll the store, then patch the header and the plots."""
         try:
-            self.monitor.poll()
-            self.refresh()
+            # served: another session's read of this second serves this one; called by hand: read now
+            age = FRESH_S if self._callback is not None else 0.0
+            self.monitor.poll(max_age=age)
+            self.refresh(max_age=age)
         except Exception as e:  # a bad read must not stop the periodic callback
             self.monitor.error = f"{type(e).__name__}: {e}"
             _set(self.error_alert, "object", f"Live view: {self.monitor.error}")
             _set(self.error_alert, "visible", True)
 
     # -- patching -------------------------------------------------------------
-    def refresh(self) -> None:
-        """Bring every pane up to the monitor's latest poll, changing only what changed."""
+    def refresh(self, max_age: float = 0.0) -> None:
+        """Bring every pane up to the monitor's latest poll, changing only what changed (the run
+        list as read by any session less than ``max_age`` seconds ago)."""
         m = self.monitor
         prev, self._last_status = self._last_status, m.status
         # the run list follows runs launched elsewhere (the CLI, another tab): their ids, one cheap read
-        ids = safe_call(self.lab.store.run_ids)[0] if self.lab.store is not None else None
+        ids = _run_ids(self.lab.store, max_age) if self.lab.store is not None else None
         prev_ids, self._run_ids = getattr(self, "_run_ids", ids), ids
         if (prev is not None and prev != m.status) or ids != prev_ids:   # the labels carry the status
             self.lab.refresh_runs()
@@ -520,6 +663,7 @@ class LivePage(pn.viewable.Viewer):
         if self._charted != m.run_id:       # another run: nothing of the previous one stays
             self._charted = m.run_id
             self._loss_rows, self._kernel_rows, self._kernel_cols, self._eval_rows = 0, 0, None, -1
+            self._kernel_drawn_at = float("-inf")
             self._eval_metrics = None
             for pane, box in self.boxes.items():
                 _set(box, "visible", False)
@@ -542,9 +686,9 @@ class LivePage(pn.viewable.Viewer):
             _set(self.mode_md, "object", "")
             _set(self.test_md, "object", "")
         else:
-            _set(self.status_md, "object", header_text(m))
-            _set(self.mode_md, "object", modeled_text(m))
-            _set(self.test_md, "object", test_text(m))
+            _set(self.status_md, "object", m.shared("header", lambda: header_text(m)))
+            _set(self.mode_md, "object", m.shared("modeled", lambda: modeled_text(m)))
+            _set(self.test_md, "object", m.shared("test", lambda: test_text(m)))
         failed = bool(m.error) and m.failed
         _set(self.error_alert, "object", f"Run {m.status}: {m.error.splitlines()[-1]}" if failed else "")
         _set(self.error_alert, "visible", failed)
@@ -578,10 +722,13 @@ class LivePage(pn.viewable.Viewer):
         self._show(self.loss_pane, self.loss_wait, bool(len(data)), self._waiting("Training loss"))
 
     def _update_kernels(self):
-        data = self.monitor.kernels.data
+        m = self.monitor
+        data = m.kernels.data
         has = bool(len(data))
-        if len(data) != self._kernel_rows:
-            cols = kernel_columns(data)
+        redraw_due = time.monotonic() - self._kernel_drawn_at >= REDRAW_EVERY_S
+        steps = m.shared("kernel steps", lambda: data["step"].nunique())
+        if len(data) != self._kernel_rows and (steps <= MAX_CHART_STEPS or redraw_due or not m.active):
+            cols = m.shared("kernel columns", lambda: kernel_columns(data))
             if self._kernel_cols is not None and set(cols) == set(self._kernel_cols):
                 cols = self._kernel_cols        # the same kernels keep their place in the stack
             if cols != self._kernel_cols or self.kernel_pane.object is None:
@@ -589,15 +736,15 @@ class LivePage(pn.viewable.Viewer):
                 # (``_kernel_cols`` is None whenever the figure is, so ``cols`` is stacked_area's order)
                 self.kernel_pane.object = stacked_area(data)
                 self._kernel_cols = cols
-            elif data["step"].nunique() > MAX_CHART_STEPS:   # downsampled: every point is redrawn
-                frame, k = stack_frame(data, cols)
+            elif steps > MAX_CHART_STEPS:   # downsampled: every point is redrawn (every few seconds)
+                frame, k = m.shared(("stack", tuple(cols)), lambda: stack_frame(data, cols))
                 _source(self.kernel_pane.object).data = frame
                 _set(self.kernel_pane.object.title, "text", kernel_title(k))
             else:        # the same kernels: only the new steps' points travel to the browser
                 last = float(_source(self.kernel_pane.object).data["step"][-1])
-                frame, _ = stack_frame(data[data["step"] > last], cols)
+                frame, _ = m.shared(("stream", last, tuple(cols)), lambda: stack_frame(data[data["step"] > last], cols))
                 _source(self.kernel_pane.object).stream(frame)
-            self._kernel_rows = len(data)
+            self._kernel_rows, self._kernel_drawn_at = len(data), time.monotonic()
         self._show(self.kernel_pane, self.kernel_wait, has, self._waiting("Kernel time per step"))
 
     def _update_evals(self):
@@ -642,6 +789,23 @@ class LivePage(pn.viewable.Viewer):
                    sizing_mode="stretch_width"),
             pn.Column(self.kernel_wait, self.boxes[self.kernel_pane], sizing_mode="stretch_width"),
             sizing_mode="stretch_width")
+
+
+_RUN_IDS: dict = {}
+
+
+def _run_ids(store, max_age: float = 0.0) -> Optional[list]:
+    """The store's run ids (the Live selector follows runs launched elsewhere), read at most once
+    per ``max_age`` seconds for all sessions on ``store``."""
+    now = time.monotonic()
+    key = id(store)
+    hit = _RUN_IDS.get(key)
+    if hit is not None and hit[0] is store and now - hit[1] < max_age:
+        return hit[2]
+    ids = safe_call(store.run_ids)[0]
+    _RUN_IDS.clear()          # one store per process (a test's stores one after another)
+    _RUN_IDS[key] = (store, now, ids)
+    return ids
 
 
 def _set(obj, name: str, value) -> None:
