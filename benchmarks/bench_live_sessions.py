@@ -1,22 +1,28 @@
-"""Load held: a training run with 20 browser sessions open on its Live page.
+"""Load held: a training run with 20 sessions open on its Live page.
 
 Starts `gnnrec-lab dashboard` and one long `gnnrec-lab run` on one store. While the run trains it
-goes through three windows of ``--window`` seconds each: quiet (no browser), loaded (``--sessions``
-chromium sessions, each its own browser context, on the Live page with this run selected), quiet
-again. Measured:
+goes through three windows of ``--window`` seconds each: quiet (no session), loaded (``--sessions``
+sessions on the run's Live page, opened at ``/?page=Live&run=N``), quiet again. ``--browsers`` of the
+sessions are headless chromium pages, each its own browser context; the others are protocol sessions
+(``_dashboard.ProtocolSessions``): each GETs the page and speaks Bokeh's websocket protocol as the
+page's JavaScript does, so the server builds the app, runs the Live poll and sends every change for
+it exactly as for a browser, but nothing is rendered. That split is this machine's limit, not the
+dashboard's: chromium spends about 75 ms of CPU per second rendering one Live page (Chrome DevTools'
+TaskDuration, half of it the plots' canvases), so 20 rendering pages need 1.5 cores of their own,
+which on a 2-core host is the run's core; users' browsers render on their own machines. Measured:
 
-* per session, every change of the Live header's text (the step count moves with each poll) as the
-  browser sees it; the longest gap between two changes in the loaded window is that session's
-  update interval (target: at most 3 s for every session);
+* per session, every change of the Live header's text (the step count moves with each poll): in a
+  chromium page as the DOM shows it, in a protocol session as the patch arrives; the longest gap
+  between two changes in the loaded window is that session's update interval (target: at most 3 s
+  for every session);
 * the run's step time (the store's measured seconds per step) in each window: median and spread;
   the loaded window's median against the quiet windows' (target: moves less than 10%).
 
-By default the run is pinned to CPU 0 (one thread) and the dashboard server and chromium to the
-other CPUs, as when the browsers sit on the users' own machines and the server beside the run
-(``--shared``: nobody pinned, 20 chromium renderers then compete with the run for the 2 cores).
-Prints the machine and the load average.
+By default the run is pinned to CPU 0 (one thread) and the dashboard server, chromium and the
+protocol sessions to the other CPUs (``--shared``: nobody pinned). Prints the machine and the load
+average.
 
-    .venv/bin/python benchmarks/bench_live_sessions.py [--sessions 20] [--window 60] [--shared]
+    .venv/bin/python benchmarks/bench_live_sessions.py [--sessions 20] [--browsers 3] [--window 60] [--shared]
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _dashboard import launch_chromium, serve
+from _dashboard import ProtocolSessions, launch_chromium, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_GAP_S = 3.0
@@ -70,6 +76,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=20)
     ap.add_argument("--window", type=float, default=60.0, help="seconds of each window (default 60)")
+    ap.add_argument("--browsers", type=int, default=3,
+                    help="how many of the sessions are chromium pages (default 3); the others are protocol sessions")
     ap.add_argument("--shared", action="store_true", help="pin nothing (default: the run on CPU 0, the rest on 1-)")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
@@ -102,33 +110,40 @@ def main() -> int:
         t = time.time()
         windows["quiet before"] = (t, t + args.window)
         time.sleep(args.window)
+        live_url = f"{url}?page=Live&run={rid}"        # the Live page of this run (a deep link)
+        n_browsers = min(args.browsers, args.sessions)
+        proto = ProtocolSessions(live_url, watch="worker RSS")
         with sync_playwright() as p:
             b = launch_chromium(p)
             pages = []
             t_open = time.time()
-            for _ in range(args.sessions):
-                ctx = b.new_context(viewport={"width": 1400, "height": 1000})
-                page = ctx.new_page()
-                page.goto(url)
-                page.get_by_text("Launch a run").wait_for(timeout=120_000)
-                page.get_by_text("Live", exact=True).first.click()
-                select = page.locator("select").filter(has_text=f"#{rid} ").first
-                option = select.locator("option").filter(has_text=f"#{rid} ")
-                option.wait_for(state="attached", timeout=60_000)
-                select.select_option(label=option.inner_text())
-                page.evaluate(WATCH)
-                pages.append(page)
-                print(f"  session {len(pages)} on Live after {time.time() - t_open:.0f} s", flush=True)
+            for k in range(args.sessions):
+                if k < n_browsers:
+                    ctx = b.new_context(viewport={"width": 1400, "height": 1000})
+                    page = ctx.new_page()
+                    page.goto(live_url)
+                    page.get_by_text(f"run #{rid} ").first.wait_for(timeout=120_000)
+                    page.evaluate(WATCH)
+                    pages.append(page)
+                else:
+                    proto.open()
+                print(f"  session {k + 1} ({'chromium' if k < n_browsers else 'protocol'}) on Live after "
+                      f"{time.time() - t_open:.0f} s", flush=True)
             t = time.time()
             print(f"{args.sessions} sessions opened on Live in {t - t_open:.0f} s")
             windows["loaded"] = (t, t + args.window)
             time.sleep(args.window)
+            lo, hi = windows["loaded"]
+
+            def longest_gap(times):
+                edges = [lo] + [c for c in times if lo <= c <= hi] + [hi]
+                return max(b_ - a_ for a_, b_ in zip(edges, edges[1:]))
             for page in pages:
-                ch = [c for c in page.evaluate("() => window.__changes") if windows["loaded"][0] <= c]
-                ch = [c for c in ch if c <= windows["loaded"][1]]
-                edges = [windows["loaded"][0]] + ch + [windows["loaded"][1]]
-                gaps.append(max(b_ - a for a, b_ in zip(edges, edges[1:])))
+                gaps.append(("chromium", longest_gap(page.evaluate("() => window.__changes"))))
+            for times in proto.changes:
+                gaps.append(("protocol", longest_gap(times)))
             b.close()
+            proto.close()
         t = time.time()
         windows["quiet after"] = (t, t + args.window)
         time.sleep(args.window)
@@ -156,16 +171,21 @@ def main() -> int:
         meds[name] = statistics.median(s)
         q = s.quantile([0.1, 0.9])
         print(f"  step time, {name:<12} (measured): median {meds[name]:6.2f} ms, p10 {q.iloc[0]:6.2f}, "
-              f"p90 {q.iloc[1]:6.2f}, {len(s)} steps")
+              f"p90 {q.iloc[1]:6.2f}, {len(s)} steps ({len(s) / (z - a):.0f} per second of wall time)")
     quiet = statistics.mean([meds["quiet before"], meds["quiet after"]])
     change = meds["loaded"] / quiet - 1
     print(f"  loaded vs quiet: {change * 100:+.1f}% (quiet windows differ by "
           f"{(meds['quiet after'] / meds['quiet before'] - 1) * 100:+.1f}% between themselves); target |change| < "
           f"{MAX_STEP_CHANGE * 100:.0f}%: {'met' if abs(change) < MAX_STEP_CHANGE else 'missed'}")
-    print(f"  Live update interval over {len(gaps)} sessions (measured, longest gap between two header changes): "
-          f"median {statistics.median(gaps):.2f} s, max {max(gaps):.2f} s; target every session <= {MAX_GAP_S:.0f} s: "
-          f"{'met' if max(gaps) <= MAX_GAP_S else 'missed'}")
-    return 0 if max(gaps) <= MAX_GAP_S and abs(change) < MAX_STEP_CHANGE else 1
+    for kind in ("chromium", "protocol"):
+        g = [x for k, x in gaps if k == kind]
+        if g:
+            print(f"  Live update interval, {len(g)} {kind} sessions (measured, longest gap between two header "
+                  f"changes in the loaded window): median {statistics.median(g):.2f} s, max {max(g):.2f} s")
+    worst = max(x for _, x in gaps)
+    print(f"  every session updated at least every {MAX_GAP_S:.0f} s: {'met' if worst <= MAX_GAP_S else 'missed'} "
+          f"(worst {worst:.2f} s)")
+    return 0 if worst <= MAX_GAP_S and abs(change) < MAX_STEP_CHANGE else 1
 
 
 if __name__ == "__main__":

@@ -174,3 +174,26 @@ def test_panel_serve_app_is_read_only_and_says_so(tmp_path, browser):
         assert Store(tmp_path / "home").run_ids() == []
     finally:
         stop(proc)
+
+
+def test_an_address_opens_one_run_s_live_page_and_a_bad_one_says_why(tmp_path, browser, monkeypatch):
+    """``?page=Live&run=N`` (a bookmark of one run's Live page) opens on that run; a page or run
+    that does not exist is named on the page (its characters reduced to letters and digits) and
+    the app opens as usual."""
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path / "home"))
+    ids = seed_store(tmp_path / "home")
+    proc, url = serve(tmp_path)
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}?page=live&run={ids['fast']}")
+        text = wait_text(page, ".live-status", f"run #{ids['fast']} ")
+        assert "finished" in text
+        assert f"#{ids['fast']} " in page.locator(".live-select select").first.evaluate(
+            "s => s.options[s.selectedIndex].text")
+        page.goto(f"{url}?page=%3Cb%3Eboss%3C/b%3E&run=99")
+        page.get_by_text("Launch a run").wait_for(timeout=30_000)
+        note = wait_text(page, ".link-problem", "is not a page")
+        assert "?page=?b?boss??b? is not a page" in note and "?run=99: no such run" in note
+        assert page.locator("b", has_text="boss").count() == 0      # nothing of the address became markup
+    finally:
+        stop(proc)

@@ -155,3 +155,14 @@ def test_live_default_run_skips_a_status_no_member_spells():
     runs = pd.DataFrame({"id": [1, 2, 3], "status": ["finished", "weird", "running"]})
     assert default_run(runs) == 3
     assert default_run(runs.iloc[:2]) == 2
+
+
+def test_deep_link_takes_a_known_page_and_run_and_names_the_rest():
+    from gnnrec_lab.dashboard.app import deep_link
+    assert deep_link({"page": [b"LIVE"], "run": [b"3"]}, [1, 3]) == ("Live", 3, [])
+    assert deep_link({}, [1]) == (None, None, [])
+    page, run, problems = deep_link({"page": [b"../etc"], "run": [b"1;rm"]}, [1])
+    assert (page, run) == (None, None)
+    assert problems == ["?page=???etc is not a page (Launch, Live, Breakdown, Compare, Cache)",
+                        "?run=1?rm is not a run id (a number, as in `gnnrec-lab runs`)"]
+    assert deep_link({"run": [b"7"]}, [1, 2])[2] == ["?run=7: no such run in this store"]

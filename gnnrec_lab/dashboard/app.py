@@ -14,7 +14,7 @@ from panel.theme.fast import Fast as _PanelFast
 
 from gnnrec_lab.dashboard.breakdown import BreakdownPage
 from gnnrec_lab.dashboard.cache import CachePage
-from gnnrec_lab.dashboard.common import Lab, load_extensions
+from gnnrec_lab.dashboard.common import Lab, load_extensions, safe_call
 from gnnrec_lab.dashboard.compare import ComparePage
 from gnnrec_lab.dashboard.launch import LaunchPage
 from gnnrec_lab.dashboard.live import LivePage
@@ -74,6 +74,40 @@ class LazyTabs:
             self.lab.page = ""  # a later request for the same page fires again
 
 
+def deep_link(args: Optional[dict], run_ids=None) -> tuple[Optional[str], Optional[int], list]:
+    """The page and run a URL asks for (``?page=Live&run=3``, e.g. a bookmark of one run's Live
+    page): ``(page, run_id, problems)``. ``args``: the session's query arguments (name -> list of
+    bytes, as ``pn.state.session_args``). A page is one of :data:`PAGES` (any case), a run an id in
+    ``run_ids``; anything else is left out and named in ``problems`` (shown on the page). Nothing
+    else in the URL is read."""
+    args = args or {}
+
+    def shown(v: str) -> str:    # echoed into the page: letters, digits, '-' and '_' only (no markup)
+        return "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "?" for c in v[:40])
+
+    def one(name):
+        vals = args.get(name) or []
+        v = vals[-1] if vals else None
+        return v.decode("utf-8", "replace").strip() if isinstance(v, bytes) else (None if v is None else str(v))
+    page, run, problems = None, None, []
+    want = one("page")
+    if want:
+        match = [n for n in PAGES if n.lower() == want.lower()]
+        if match:
+            page = match[0]
+        else:
+            problems.append(f"?page={shown(want)} is not a page ({', '.join(PAGES)})")
+    want = one("run")
+    if want:
+        if not want.isdigit():
+            problems.append(f"?run={shown(want)} is not a run id (a number, as in `gnnrec-lab runs`)")
+        elif run_ids is not None and int(want) not in set(run_ids):
+            problems.append(f"?run={int(want)}: no such run in this store")
+        else:
+            run = int(want)
+    return page, run, problems
+
+
 # Why ``panel serve dashboards/app.py`` serves the pages read-only: Panel's own server has none
 # of the protections ``gnnrec-lab dashboard`` installs (commands/dashboard.py).
 PANEL_SERVE_READ_ONLY = (
@@ -87,7 +121,13 @@ def build_app(lab: Optional[Lab] = None, read_only: Optional[str] = None) -> pn.
     new Lab may not launch runs, shown on every page's sidebar and at the Launch button)."""
     load_extensions()
     lab = lab or Lab(read_only=read_only)
-    lazy = LazyTabs(lab)
+    page, run, problems = None, None, []
+    if pn.state.curdoc is not None and pn.state.session_args:   # a served session's URL
+        ids = safe_call(lab.store.run_ids)[0] if lab.store is not None else None
+        page, run, problems = deep_link(pn.state.session_args, ids)
+    if run is not None:
+        lab.run_id = run
+    lazy = LazyTabs(lab, active=page or "Launch")
     tabs = lazy.tabs
     about = pn.pane.Markdown(
         "Train GNN recommenders and see where time and memory go on DRAM, Optane and CXL.\n\n"
@@ -99,8 +139,12 @@ def build_app(lab: Optional[Lab] = None, read_only: Optional[str] = None) -> pn.
     if lab.read_only:
         sidebar.insert(0, pn.pane.Alert(f"**Read-only.** {lab.read_only[len('read-only: '):].capitalize()}.",
                                         alert_type="warning", css_classes=["read-only-note"]))
+    main = [tabs]
+    if problems:
+        main.insert(0, pn.pane.Alert("This page's address: " + "; ".join(problems) + ".", alert_type="warning",
+                                     css_classes=["link-problem"], sizing_mode="stretch_width"))
     template = pn.template.FastListTemplate(title=TITLE, sidebar=sidebar,
-                                            main=[tabs], sidebar_width=260, accent="#1f77b4",
+                                            main=main, sidebar_width=260, accent="#1f77b4",
                                             font_url="", design=Fast)  # no web fonts: offline
     template.lab = lab  # for tests and notebooks
     template.tabs = lazy
