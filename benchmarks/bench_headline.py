@@ -13,7 +13,9 @@ applied to its SparseAdam and dense Adam each step (``--dist-rule large``; ``--d
 fixed, as docs/headline.md of 2026-12-02 was measured: ``--dist-rule none --dist-batches 16384``). The
 full-graph side also shows the same run's times **modeled** on Optane App Direct and Memory Mode (the tier
 model, ``gnnrec_lab.services.comparison.full_vs_distributed``, the numbers the Compare page and notebook 06
-show). A link sweep repeats DistDGL at ``--sweep-depth`` over ``--links`` (Gbit/s; 0 = unshaped).
+show). A link sweep repeats DistDGL at ``--sweep-depth`` over ``--links`` (Gbit/s; 0 = unshaped). The matched
+cell runs both sides at ``--matched-batch`` (16384) with ``--lr`` fixed, no rule and no warm-up on either, at every
+depth: the epoch-time factor alone, in a table of its own.
 
 Writes ``--out`` (docs/headline.md): time to target, epoch time and test Recall@20 by depth and
 engine, DistDGL's per-batch split (sampling, remote fetch, compute, sync; median, measured), the bytes
@@ -110,6 +112,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dist-rule", choices=("large", "none"), default="large",
                    help="DistDGL's learning rate: large, the full graph's large-batch rule (sqrt scaling, warm-up "
                         "half a pass) on both its optimizers; none, --lr fixed (default large)")
+    p.add_argument("--matched-batch", type=int, default=16384,
+                   help="the matched cell: both sides at this batch size with lr fixed (no rule, no warm-up) at every "
+                        "depth (default 16384; 0: not run)")
     p.add_argument("--dim", type=_positive(int), default=64)
     p.add_argument("--lr", type=_positive(float), default=5e-3,
                    help="lr at batch 2048 (full graph: scaled by sqrt; default 5e-3)")
@@ -142,8 +147,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         for flag, value in (("--dataset", "synth-tiny"), ("--depths", [1, 2]), ("--epochs", 2), ("--target", 0.02),
                             ("--full-batches", [1024]), ("--dist-batches", [512]), ("--dim", 16),
                             ("--eval-users", 100), ("--links", [10.0, 0.0]), ("--sweep-depth", 1),
-                            ("--max-steps-per-epoch", 4), ("--lr", 5e-3)):
+                            ("--max-steps-per-epoch", 4), ("--lr", 5e-3), ("--matched-batch", 512)):
             default(flag, value)
+    if a.matched_batch < 0:
+        p.error(f"--matched-batch: a batch size, or 0 for no matched cell, got {a.matched_batch}")
     if a.link < 0 or not math.isfinite(a.link):
         p.error(f"--link: must be finite and >= 0 (0 = unshaped), got {a.link}")
     return a
@@ -185,12 +192,17 @@ def _rule_args(rule: dict) -> list:
     return [x for k, v in rule.items() for x in (f"--{k.replace('_', '-')}", v)]
 
 
-def _settings(a, engine: str, depth: int, batch: int) -> dict:
+# The matched cell: both sides at one batch size, lr fixed (no large-batch rule, no warm-up) on both.
+NO_RULE = {"lr_rule": "none"}
+
+
+def _settings(a, engine: str, depth: int, batch: int, matched: bool = False) -> dict:
     """The config values a run reused by ``--resume`` must share with the one asked for."""
+    rule = NO_RULE if matched else None
     return headline_settings(engine, dataset=a.dataset, model=a.model, layers=depth, dim=a.dim, batch_size=batch,
                              epochs=a.epochs, lr=a.lr, target_recall=a.target, eval_users=a.eval_users,
                              max_steps_per_epoch=a.max_steps_per_epoch, cores=a.cores, fanout=a.fanout,
-                             dist_rule=dist_rule(a) if engine == "distdgl" else None)
+                             dist_rule=(rule or dist_rule(a)) if engine == "distdgl" else None, full_rule=rule)
 
 
 def _run_or_reuse(a, name: str, want: dict, engine: str, machines: tuple, python, args: list,
@@ -203,29 +215,30 @@ def _run_or_reuse(a, name: str, want: dict, engine: str, machines: tuple, python
     return _cli(python, args, timeout)
 
 
-def full_run(a, depth: int, batch: int) -> dict:
-    rule = LARGE_BATCH_RULE
-    name = headline_name("full", a.model, depth, batch)
+def full_run(a, depth: int, batch: int, matched: bool = False) -> dict:
+    rule = NO_RULE if matched else LARGE_BATCH_RULE
+    name = headline_name("full", a.model, depth, batch, variant="matched" if matched else "")
     args = ["run", "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
             "--batch-size", batch, "--epochs", a.epochs, "--lr", a.lr, *_rule_args(rule), "--patience", 0,
             "--target-recall", a.target, "--eval-users", a.eval_users, "--cores", a.cores, "--no-progress",
             "--name", name]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
-    return _run_or_reuse(a, name, _settings(a, "full", depth, batch), "full", (1, a.cores, None), sys.executable,
-                         args, a.timeout)
+    return _run_or_reuse(a, name, _settings(a, "full", depth, batch, matched), "full", (1, a.cores, None),
+                         sys.executable, args, a.timeout)
 
 
-def dist_run(a, depth: int, batch: int, link: float) -> dict:
-    name = headline_name("distdgl", a.model, depth, batch, link)
+def dist_run(a, depth: int, batch: int, link: float, matched: bool = False) -> dict:
+    rule = NO_RULE if matched else dist_rule(a)
+    name = headline_name("distdgl", a.model, depth, batch, link, variant="matched" if matched else "")
     args = ["distributed", "--cluster", "emulated", "--partitions", a.partitions, "--cores-per-machine", a.cores,
             "--link-gbit", link, "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
             "--fanouts", ",".join([str(a.fanout)] * depth), "--batch-size", batch, "--epochs", a.epochs,
-            "--lr", a.lr, *_rule_args(dist_rule(a)), "--target-recall", a.target, "--eval-users", a.eval_users,
+            "--lr", a.lr, *_rule_args(rule), "--target-recall", a.target, "--eval-users", a.eval_users,
             "--name", name, "--timeout", a.timeout]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
-    return _run_or_reuse(a, name, _settings(a, "distdgl", depth, batch), "distdgl",
+    return _run_or_reuse(a, name, _settings(a, "distdgl", depth, batch, matched), "distdgl",
                          (a.partitions, a.cores, float(link)), dgl_lane_python(), args,
                          a.timeout + 300)
 
@@ -320,7 +333,7 @@ def main(argv=None) -> int:
     started = datetime.datetime.now(datetime.timezone.utc)
     _say(f"headline: {a.dataset}, depths {a.depths}, {a.epochs} epochs, one machine = {a.cores} core(s); "
          f"DistDGL {'on ' + str(a.partitions) + ' machines' if why_not is None else 'not run: ' + why_not}")
-    runs, tried, failures = [], [], []
+    runs, tried, failures, matched = [], [], [], []
     dist_results: dict = {}
     for depth in a.depths:
         for b in a.full_batches:
@@ -333,6 +346,19 @@ def main(argv=None) -> int:
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 failures.append(f"full graph, {depth} layers, batch {b}: {e}")
                 _say(failures[-1])
+        if a.matched_batch > 0:
+            sides = ["full graph"] + (["DistDGL"] if why_not is None else [])
+            for engine in sides:
+                try:
+                    r = (full_run(a, depth, a.matched_batch, matched=True) if engine == "full graph"
+                         else dist_run(a, depth, a.matched_batch, a.link, matched=True))
+                    matched.append((engine, depth, r["run_id"]))
+                    if engine == "DistDGL":
+                        dist_results[r["run_id"]] = r
+                    _say(f"matched {engine} L{depth} b{a.matched_batch}: run {r['run_id']}")
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    failures.append(f"matched cell, {engine}, {depth} layers: {e}")
+                    _say(failures[-1])
         if why_not is not None:
             continue
         for b in a.dist_batches:
@@ -385,14 +411,42 @@ def main(argv=None) -> int:
     for s in sweep:
         s["time_to_target_s"] = to_target.get(int(s["run"]))
     tried = [(e, d, b, lk, rid, to_target.get(int(rid)), ep) for e, d, b, lk, rid, _, ep in tried]
+    # the matched cell: its own target (the same rule over its full-graph runs), kept out of "By depth"
+    cell = (full_vs_distributed(store, run_ids=[rid for _, _, rid in matched], host=host, datasets=[a.dataset])
+            if matched else None)
     load1 = os.getloadavg()
     wall = time.perf_counter() - t_all
-    write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, host, started, load0, load1, wall, argv)
+    write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, host, started, load0, load1, wall, argv,
+               cell=cell)
     return 0 if not failures else 1
 
 
+def matched_rows(cell) -> list:
+    """The matched cell's table: per depth, each engine's measured run (epoch s, time to the cell's
+    target, test Recall@20) and DistDGL's epoch and time to target over the full graph's."""
+    if cell is None or not len(cell):
+        return []
+    m = cell[cell["kind"] == "measured"].sort_values(["layers", "engine"], ascending=[True, False])
+    rows = []
+    for depth, g in m.groupby("layers", sort=True):
+        full = g[g["engine"] != "distdgl"]
+        dist = g[g["engine"] == "distdgl"]
+
+        def ratio(col, full=full, dist=dist):
+            if not (len(full) and len(dist)):
+                return "-"
+            f, d = full[col].iloc[0], dist[col].iloc[0]
+            return "-" if f is None or d is None or not (f > 0 and d > 0) else f"{d / f:.2f}x"
+        for r in g.to_dict("records"):
+            rows.append([depth, "DistDGL" if r["engine"] == "distdgl" else "full graph", r["batch_size"],
+                         _fmt(r["target"], ".4f"), _fmt(r["time_to_target_s"], ".3g", "not reached"),
+                         _fmt(r["epoch_s"], ".3g"), _fmt(r["test_recall@20"], ".4f"), r["id"]])
+        rows.append([depth, "DistDGL / full graph", "", "", ratio("time_to_target_s"), ratio("epoch_s"), "", ""])
+    return rows
+
+
 def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, host, started, load0, load1, wall,
-               argv) -> None:
+               argv, cell=None) -> None:
     from gnnrec_lab.util.provenance import Provenance
     out, img = Path(a.out), Path(a.img)
     cmd = "python benchmarks/bench_headline.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -471,6 +525,13 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
                      [[s["link"], _fmt(s["time_to_target_s"], ".3g", "not reached"), _fmt(s["epoch_s"], ".3g"),
                        _fmt(s.get("total_ms"), ".1f"), _fmt(s.get("remote_fetch_ms"), ".1f"),
                        _fmt(s.get("grad_sync_ms"), ".1f"), _gb(s.get("link_tx_bytes")), s["run"]] for s in sweep]), ""]
+    rows = matched_rows(cell)
+    if rows:
+        L += [f"## The matched cell (both sides at batch {a.matched_batch}, lr {a.lr:g} fixed: no rule, no warm-up)",
+              "", "The epoch-time factor alone: the same batch size and learning rate on both sides. Its target is "
+              f"{TARGET_FRACTION:.0%} of the best validation Recall@20 of the cell's own full-graph run at each depth.",
+              "", _table(["layers", "engine", "batch", "target", "time to target s", "epoch s", "test Recall@20",
+                          "run"], rows), ""]
     reasons = frame.attrs.get("reasons") or []
     if reasons:
         L += ["Not modeled: " + "; ".join(f"run {r} on {m}: {w}" for r, m, w in reasons), ""]

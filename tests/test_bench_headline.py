@@ -28,7 +28,7 @@ def home(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, words", [
     (["--depths", "0"], "--depths"), (["--depths", "one"], "--depths"), (["--links", "-1"], "--links"),
     (["--links", "nan"], "--links"), (["--epochs", "0"], "--epochs"), (["--link", "-2"], "--link"),
-    (["--full-batches", ""], "--full-batches"),
+    (["--full-batches", ""], "--full-batches"), (["--matched-batch", "-1"], "--matched-batch"),
 ])
 def test_bad_options_exit_2_naming_the_option(argv, words, capsys):
     with pytest.raises(SystemExit) as e:
@@ -65,6 +65,13 @@ def test_full_graph_side_on_synth_tiny_writes_the_page_and_figure(home):
     assert rc == 0, md
     _check_page(md, img)
     assert "DistDGL was not run" in md and "Link sweep" not in md
+    # the matched cell: the full graph at the matched batch with lr fixed, its own table
+    assert "## The matched cell (both sides at batch 512, lr 0.005 fixed" in md
+    from gnnrec_lab.runs.store import Store
+    store = Store()
+    rid = store.run_ids(name="headline full L1 b512 matched")
+    assert len(rid) == 1 and store.run_record(rid[0]).config["lr_rule"] == "none"
+    assert store.run_record(store.run_ids(name="headline full L1 b1024")[0]).config["lr_rule"] == "sqrt"
 
 
 def test_resume_reuses_finished_runs_with_the_same_settings_and_trains_the_others(home):
@@ -72,13 +79,15 @@ def test_resume_reuses_finished_runs_with_the_same_settings_and_trains_the_other
     bench = _bench()
     out, img = home / "h.md", home / "h.png"
     common = ["--quick", "--full-only", "--depths", "1", "--out", str(out), "--img", str(img)]
-    assert bench.main(common + ["--resume"]) == 0           # nothing stored yet: trains
+    assert bench.main(common + ["--resume"]) == 0           # nothing stored yet: trains (tuned and matched)
     first = Store().run_ids()
-    assert len(first) == 1
+    assert len(first) == 2
     assert bench.main(common + ["--resume"]) == 0           # the same settings: reused
-    assert Store().run_ids() == first and f"| {first[0]} |" in out.read_text()
+    assert Store().run_ids() == first and all(f"| {r} |" in out.read_text() for r in first)
     assert bench.main(common + ["--resume", "--epochs", "1"]) == 0   # other settings: trained anew
-    assert len(Store().run_ids()) == 2
+    assert len(Store().run_ids()) == 4
+    assert bench.main(common + ["--resume", "--matched-batch", "0"]) == 0   # no matched cell: nothing new
+    assert len(Store().run_ids()) == 4 and "matched cell" not in out.read_text()
 
 
 @pytest.mark.slow
@@ -95,6 +104,14 @@ def test_quick_run_with_distdgl_and_the_link_sweep(home):
     assert "DistDGL, 2 machines x 1 core, 10 Gbit/s (measured)" in md
     assert "## Link sweep (DistDGL, 1 layers" in md and "unshaped" in md and "| 10 Gbit/s |" in md
     assert " MB" in md      # bytes over the links, measured
+    # the matched cell: both sides at batch 512 with lr fixed, and DistDGL's ratios over the full graph
+    cell = md[md.index("## The matched cell"):]
+    assert "| 1 | full graph | 512 |" in cell and "| 1 | DistDGL | 512 |" in cell
+    assert "| 1 | DistDGL / full graph |" in cell
+    from gnnrec_lab.runs.store import Store
+    store = Store()
+    rid = store.run_ids(name="headline distdgl L1 b512 10G matched")
+    assert len(rid) == 1 and store.run_record(rid[0]).config.get("lr_rule") == "none"
 
 
 def test_resume_reuses_a_distdgl_run_only_on_the_same_machines(home):
@@ -109,6 +126,7 @@ def test_resume_reuses_a_distdgl_run_only_on_the_same_machines(home):
     name = headline_name("distdgl", "lightgcn", 2, 512, 10.0)
     assert name == "headline distdgl L2 b512 10G"
     assert headline_name("full", "ngcf", 3, 65536) == "headline full ngcf L3 b65536"
+    assert headline_name("full", "lightgcn", 2, 16384, variant="matched") == "headline full L2 b16384 matched"
     rid = dist_run(store, 2, link=10.0, name=name)
     cfg = store.get_run(rid)["config"]
     want = {k: cfg[k] for k in ("dataset", "model", "layers", "batch_size")}

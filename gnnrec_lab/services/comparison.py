@@ -318,28 +318,33 @@ def best_by_depth(frame: pd.DataFrame, by: str = "time_to_target_s") -> pd.DataF
 LARGE_BATCH_RULE = {"lr_rule": "sqrt", "ref_batch_size": 2048, "warmup_epochs": 0.5}
 
 
-def headline_name(engine: str, model: str, layers: int, batch_size: int, link_gbit: Optional[float] = None) -> str:
+def headline_name(engine: str, model: str, layers: int, batch_size: int, link_gbit: Optional[float] = None,
+                  variant: str = "") -> str:
     """A headline run's name (``headline full L2 b65536``, ``headline distdgl ngcf L3 b16384 10G``): the
-    model appears for every model but LightGCN, the link rate for DistDGL only."""
+    model appears for every model but LightGCN, the link rate for DistDGL only; ``variant`` (e.g.
+    ``matched``: the cell where both sides train alike) last."""
     tag = "" if model == "lightgcn" else f" {model}"
+    end = f" {variant}" if variant else ""
     if engine == "distdgl":
-        return f"headline distdgl{tag} L{layers} b{batch_size} {float(link_gbit or 0):g}G"
-    return f"headline full{tag} L{layers} b{batch_size}"
+        return f"headline distdgl{tag} L{layers} b{batch_size} {float(link_gbit or 0):g}G{end}"
+    return f"headline full{tag} L{layers} b{batch_size}{end}"
 
 
 def headline_settings(engine: str, *, dataset: str, model: str, layers: int, dim: int, batch_size: int,
                       epochs: int, lr: float, target_recall: float, eval_users: int,
                       max_steps_per_epoch: Optional[int] = None, cores: Optional[int] = None,
-                      fanout: Optional[int] = None, dist_rule: Optional[dict] = None) -> dict:
+                      fanout: Optional[int] = None, dist_rule: Optional[dict] = None,
+                      full_rule: Optional[dict] = None) -> dict:
     """The config values a stored headline run must share with the one asked for to be reused: the
     training settings, plus the large-batch rule and ``cores`` (full graph) or sampled mode, fan-outs
-    and ``dist_rule`` (DistDGL: its learning-rate fields; None takes a run of either rule)."""
+    and ``dist_rule`` (DistDGL: its learning-rate fields; None takes a run of either rule); ``full_rule``:
+    the full graph's learning-rate fields when not the large-batch rule."""
     want = {"dataset": dataset, "model": model, "layers": layers, "dim": dim, "batch_size": batch_size,
             "epochs": epochs, "lr": lr, "target_recall": target_recall, "eval_users": eval_users,
             "max_steps_per_epoch": max_steps_per_epoch}
     if engine == "distdgl":
         return dict(want, mode="sampled", fanouts=[fanout] * layers, **(dist_rule or {}))
-    return dict(want, cores=cores, **LARGE_BATCH_RULE)
+    return dict(want, cores=cores, **(LARGE_BATCH_RULE if full_rule is None else full_rule))
 
 
 def finished_run(store, name: str, want: dict, engine: str, machines: tuple) -> Optional[dict]:
