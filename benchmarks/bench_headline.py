@@ -473,8 +473,8 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
           + (f" of at most {a.max_steps_per_epoch} steps" if a.max_steps_per_epoch else "")
           + f", validation Recall@20 on a seeded sample of {a.eval_users:,} users each epoch (the same users on "
           f"both engines, evaluation time excluded from training time); the target at each depth is "
-          f"{TARGET_FRACTION:.0%} of the best validation Recall@20 of the full-graph runs at that depth (column "
-          f"'target'; each run's own --target-recall {a.target:g} only where no full-graph run is at that depth)",
+          f"{TARGET_FRACTION:.0%} of the best validation Recall@20 at that depth over the runs of both engines "
+          f"(column 'target'; each run's own --target-recall {a.target:g} only where no run is at that depth)",
           f"- batch sizes tried: full graph {', '.join(map(str, a.full_batches))} with the large-batch rule (Adam, lr "
           f"{a.lr:g} x sqrt(batch / 2048), warm-up half a pass); DistDGL {', '.join(map(str, a.dist_batches))} "
           f"(global, fan-out {a.fanout} per layer, "
@@ -529,7 +529,7 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
     if rows:
         L += [f"## The matched cell (both sides at batch {a.matched_batch}, lr {a.lr:g} fixed: no rule, no warm-up)",
               "", "The epoch-time factor alone: the same batch size and learning rate on both sides. Its target is "
-              f"{TARGET_FRACTION:.0%} of the best validation Recall@20 of the cell's own full-graph run at each depth.",
+              f"{TARGET_FRACTION:.0%} of the best validation Recall@20 of the cell's own runs at each depth.",
               "", _table(["layers", "engine", "batch", "target", "time to target s", "epoch s", "test Recall@20",
                           "run"], rows), ""]
     reasons = frame.attrs.get("reasons") or []

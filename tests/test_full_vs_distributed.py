@@ -172,6 +172,20 @@ def test_depth_bars_is_none_without_values():
     assert depth_bars(pd.DataFrame(columns=FULL_VS_DIST_COLUMNS), "epoch_s", "s", "t") is None
 
 
+def test_a_distdgl_run_that_ends_higher_sets_the_target_for_both_engines(store):
+    """The target was a share of the full graph's best only: a DistDGL run ending higher (0.4 against
+    0.3) was timed to a bar below its own level. Now the best over both engines sets it; the
+    full-graph-only rule stays available (``target_engines``)."""
+    f = full_run(store, 2, ttt=5.0)                            # best 0.3
+    d = dist_run(store, 2, ttt=9.0, best=0.4)
+    df = full_vs_distributed(store).set_index("id")
+    assert df["target"].tolist() == pytest.approx([0.95 * 0.4] * 2)
+    assert set(df["reference_run"]) == {d}
+    assert not df.loc[f, "target_reached"] and df.loc[d, "time_to_target_s"] == pytest.approx(9.0)
+    old = full_vs_distributed(store, target_engines=("full",)).set_index("id")
+    assert old["target"].tolist() == pytest.approx([0.95 * 0.3] * 2) and set(old["reference_run"]) == {f}
+
+
 def test_time_to_target_is_to_one_target_per_depth_from_the_full_graph_runs(store):
     """Every row at a depth is timed to the same target: 95% of the best full-graph validation
     Recall@20 at that depth (whatever batch size each side kept); a run that never reached it has

@@ -49,6 +49,9 @@ TARGET_FRACTION = 0.95   # the default target: this share of the full-graph run'
 # what a full-graph reference run and a run measured against it must share: the same graph, model,
 # depth and batch size, and the same seeded evaluation users (seed, eval_users)
 REFERENCE_FIELDS = ("dataset", "model", "layers", "batch_size", "seed", "eval_users")
+# The full graph vs DistDGL comparison's target: a share of the best validation Recall@20 at that depth
+# over both engines (not only the full graph's: a DistDGL run that ends higher sets the bar for both).
+TARGET_ENGINES = ("full", "distdgl")
 # the same, for a comparison by depth in which each engine keeps the batch size it does best with
 DEPTH_FIELDS = tuple(f for f in REFERENCE_FIELDS if f != "batch_size")
 
@@ -106,9 +109,11 @@ def comparison_row(result: dict, run_id=None) -> dict:
             "time_to_common_target_s": None}
 
 
-def common_targets(results: list, fraction: float = TARGET_FRACTION, fields=REFERENCE_FIELDS) -> list[dict]:
+def common_targets(results: list, fraction: float = TARGET_FRACTION, fields=REFERENCE_FIELDS,
+                   engines=("full",)) -> list[dict]:
     """For each ``(run_id, result)``: the target that means the same for every engine, ``fraction``
-    x the best validation Recall@20 of the best full-graph run among ``results`` with the same
+    x the best validation Recall@20 of the best run of ``engines`` (default: the full graph) among
+    ``results`` with the same
     ``fields`` (:data:`REFERENCE_FIELDS`; the headline comparison, where each engine keeps its own
     best batch size, leaves ``batch_size`` out: :data:`DEPTH_FIELDS`), and whether and when the
     run's evaluations reached it (:func:`gnnrec_lab.training.loop.target_outcome` over its history: training
@@ -120,7 +125,7 @@ def common_targets(results: list, fraction: float = TARGET_FRACTION, fields=REFE
     best: dict = {}
     for rid, res in results:
         v = res.best_valid.get("recall@20")
-        if engine_of(res) == "full" and v is not None and np.isfinite(v) and v > best.get(key(res), (None, -1))[1]:
+        if engine_of(res) in engines and v is not None and np.isfinite(v) and v > best.get(key(res), (None, -1))[1]:
             best[key(res)] = (rid, float(v))
     out = []
     for _, res in results:
@@ -228,7 +233,8 @@ def full_graph_modeled(store, run_id: int, host: dict, modes=OPTANE_MODES) -> di
 
 
 def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=OPTANE_MODES,
-                        datasets=None, target_fraction: Optional[float] = TARGET_FRACTION) -> pd.DataFrame:
+                        datasets=None, target_fraction: Optional[float] = TARGET_FRACTION,
+                        target_engines=TARGET_ENGINES) -> pd.DataFrame:
     """**The** full graph vs DistDGL comparison every view shows (the Compare page's section,
     notebook 06, ``benchmarks/bench_headline.py``): finished runs of ``store`` (``run_ids``, else
     every one), one row per bar, :data:`FULL_VS_DIST_COLUMNS`.
@@ -244,10 +250,11 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
     ``attrs["reasons"]`` lists projections that failed (run, mode, why).
 
     Time to target means the same on every row: ``target`` is ``target_fraction`` of the best
-    validation Recall@20 of the full-graph runs among them at the same depth (dataset, model, layers,
-    seed, eval users: :data:`DEPTH_FIELDS`; ``reference_run``), and
+    validation Recall@20 of the runs among them at the same depth (dataset, model, layers, seed, eval
+    users: :data:`DEPTH_FIELDS`), whichever engine reached it (``target_engines``, default both:
+    :data:`TARGET_ENGINES`; ``reference_run``), and
     ``time_to_target_s`` the training seconds each run took to reach it (evaluation excluded, the
-    same seeded users; None with ``target_reached`` False when it did not). Without a full-graph run
+    same seeded users; None with ``target_reached`` False when it did not). Without such a run
     at that depth, or with ``target_fraction=None``, it is the run's own ``--target-recall``'s."""
     ids = store.run_ids(RunStatus.FINISHED) if run_ids is None else list(run_ids)
     runs, rows, reasons = [], [], []
@@ -263,7 +270,8 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
         if row["engine"] not in ("full", "distdgl"):
             continue
         runs.append((rid, run, res, row, cfg))
-    targets = (common_targets([(rid, res) for rid, _, res, _, _ in runs], target_fraction, fields=DEPTH_FIELDS)
+    targets = (common_targets([(rid, res) for rid, _, res, _, _ in runs], target_fraction, fields=DEPTH_FIELDS,
+                              engines=target_engines)
                if target_fraction is not None else [{}] * len(runs))
     for (_, _, res, row, _), t in zip(runs, targets):
         if t:
