@@ -15,7 +15,11 @@ full-graph side also shows the same run's times **modeled** on Optane App Direct
 model, ``gnnrec_lab.services.comparison.full_vs_distributed``, the numbers the Compare page and notebook 06
 show). A link sweep repeats DistDGL at ``--sweep-depth`` over ``--links`` (Gbit/s; 0 = unshaped). The matched
 cell runs both sides at ``--matched-batch`` (16384) with ``--lr`` fixed, no rule and no warm-up on either, at every
-depth: the epoch-time factor alone, in a table of its own.
+depth: the epoch-time factor alone, in a table of its own. Every cell runs each of ``--seeds``; the page shows the
+median over them with the range (``services.comparison.seed_cells``, the Compare page's numbers too), the time to
+90 / 95 / 98% of the best validation Recall@20 at each depth over both engines, what DistDGL's time to target over
+the full graph's is made of (epoch time x epochs to target, each side at its best batch size) and the validation
+curves of both engines against training seconds (``<img>_curves.png``).
 
 Writes ``--out`` (docs/headline.md): time to target, epoch time and test Recall@20 by depth and
 engine, DistDGL's per-batch split (sampling, remote fetch, compute, sync; median, measured), the bytes
@@ -59,8 +63,10 @@ from gnnrec_lab.services.comparison import (  # noqa: E402
     full_vs_distributed,
     headline_name,
     headline_settings,
+    seed_cells,
 )
 
+DEFAULT_SEED = 2020   # RunConfig's: runs of this seed keep the names they had before --seeds
 SPLIT_WORDS = {"sampling": "sampling", "remote_fetch": "remote fetch", "compute": "compute", "grad_sync": "sync"}
 
 
@@ -115,6 +121,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--matched-batch", type=int, default=16384,
                    help="the matched cell: both sides at this batch size with lr fixed (no rule, no warm-up) at every "
                         "depth (default 16384; 0: not run)")
+    p.add_argument("--seeds", type=_ints, default=[DEFAULT_SEED],
+                   help=f"seeds of every cell (default {DEFAULT_SEED}); each cell shows the median over them and the "
+                        "range")
     p.add_argument("--dim", type=_positive(int), default=64)
     p.add_argument("--lr", type=_positive(float), default=5e-3,
                    help="lr at batch 2048 (full graph: scaled by sqrt; default 5e-3)")
@@ -196,13 +205,18 @@ def _rule_args(rule: dict) -> list:
 NO_RULE = {"lr_rule": "none"}
 
 
-def _settings(a, engine: str, depth: int, batch: int, matched: bool = False) -> dict:
+def _variant(matched: bool, seed: int) -> str:
+    return " ".join(x for x in ("matched" if matched else "", "" if seed == DEFAULT_SEED else f"s{seed}") if x)
+
+
+def _settings(a, engine: str, depth: int, batch: int, matched: bool = False, seed: int = DEFAULT_SEED) -> dict:
     """The config values a run reused by ``--resume`` must share with the one asked for."""
     rule = NO_RULE if matched else None
-    return headline_settings(engine, dataset=a.dataset, model=a.model, layers=depth, dim=a.dim, batch_size=batch,
+    want = headline_settings(engine, dataset=a.dataset, model=a.model, layers=depth, dim=a.dim, batch_size=batch,
                              epochs=a.epochs, lr=a.lr, target_recall=a.target, eval_users=a.eval_users,
                              max_steps_per_epoch=a.max_steps_per_epoch, cores=a.cores, fanout=a.fanout,
                              dist_rule=(rule or dist_rule(a)) if engine == "distdgl" else None, full_rule=rule)
+    return dict(want, seed=seed)
 
 
 def _run_or_reuse(a, name: str, want: dict, engine: str, machines: tuple, python, args: list,
@@ -215,30 +229,30 @@ def _run_or_reuse(a, name: str, want: dict, engine: str, machines: tuple, python
     return _cli(python, args, timeout)
 
 
-def full_run(a, depth: int, batch: int, matched: bool = False) -> dict:
+def full_run(a, depth: int, batch: int, matched: bool = False, seed: int = DEFAULT_SEED) -> dict:
     rule = NO_RULE if matched else LARGE_BATCH_RULE
-    name = headline_name("full", a.model, depth, batch, variant="matched" if matched else "")
+    name = headline_name("full", a.model, depth, batch, variant=_variant(matched, seed))
     args = ["run", "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
             "--batch-size", batch, "--epochs", a.epochs, "--lr", a.lr, *_rule_args(rule), "--patience", 0,
             "--target-recall", a.target, "--eval-users", a.eval_users, "--cores", a.cores, "--no-progress",
-            "--name", name]
+            "--seed", seed, "--name", name]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
-    return _run_or_reuse(a, name, _settings(a, "full", depth, batch, matched), "full", (1, a.cores, None),
+    return _run_or_reuse(a, name, _settings(a, "full", depth, batch, matched, seed), "full", (1, a.cores, None),
                          sys.executable, args, a.timeout)
 
 
-def dist_run(a, depth: int, batch: int, link: float, matched: bool = False) -> dict:
+def dist_run(a, depth: int, batch: int, link: float, matched: bool = False, seed: int = DEFAULT_SEED) -> dict:
     rule = NO_RULE if matched else dist_rule(a)
-    name = headline_name("distdgl", a.model, depth, batch, link, variant="matched" if matched else "")
+    name = headline_name("distdgl", a.model, depth, batch, link, variant=_variant(matched, seed))
     args = ["distributed", "--cluster", "emulated", "--partitions", a.partitions, "--cores-per-machine", a.cores,
             "--link-gbit", link, "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
             "--fanouts", ",".join([str(a.fanout)] * depth), "--batch-size", batch, "--epochs", a.epochs,
             "--lr", a.lr, *_rule_args(rule), "--target-recall", a.target, "--eval-users", a.eval_users,
-            "--name", name, "--timeout", a.timeout]
+            "--seed", seed, "--name", name, "--timeout", a.timeout]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
-    return _run_or_reuse(a, name, _settings(a, "distdgl", depth, batch, matched), "distdgl",
+    return _run_or_reuse(a, name, _settings(a, "distdgl", depth, batch, matched, seed), "distdgl",
                          (a.partitions, a.cores, float(link)), dgl_lane_python(), args,
                          a.timeout + 300)
 
@@ -267,6 +281,114 @@ def _fmt(v, spec: str, dash: str = "-") -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return dash
     return format(v, spec)
+
+
+def _spread(row: dict, col: str, spec: str, dash: str = "-") -> str:
+    """A cell's value (median over its seeds) and, over more than one seed, its range, with how many
+    seeds reached the target where that is the value."""
+    v = _fmt(row.get(col), spec, dash)
+    n = row.get("seeds") or 1
+    lo, hi = row.get(f"{col}_min"), row.get(f"{col}_max")
+    if n > 1 and lo is not None and hi is not None and not (isinstance(lo, float) and math.isnan(lo)):
+        v += f" ({_fmt(lo, spec)}-{_fmt(hi, spec)})"
+    if n > 1 and col == "time_to_target_s":
+        v += f", {row.get('reached')}/{n} reached"
+    return v
+
+
+FRACTIONS = (0.90, 0.95, 0.98)   # the targets of the time-to-target table, of the best over both engines
+
+
+def fraction_rows(best, cells_by_fraction: dict) -> list:
+    """Per depth and measured series (its best cell at the 95% target): the median time over seeds to
+    each of :data:`FRACTIONS` of the best validation Recall@20 at that depth (both engines), with the
+    range and how many seeds reached it."""
+    rows = []
+    for r in best[best["kind"] == "measured"].sort_values(["layers", "engine"], ascending=[True, False]).to_dict(
+            "records"):
+        out = [r["layers"], r["series"], r["batch_size"]]
+        for f in FRACTIONS:
+            c = cells_by_fraction.get(f)
+            hit = None if c is None or c.empty else c[(c["series"] == r["series"]) & (c["layers"] == r["layers"])
+                                                      & (c["batch_size"] == r["batch_size"])]
+            out.append("-" if hit is None or hit.empty else _spread(hit.iloc[0].to_dict(), "time_to_target_s",
+                                                                     ".3g", "not reached"))
+        rows.append(out)
+    return rows
+
+
+def factor_rows(best, cell) -> list:
+    """What DistDGL's time to target over the full graph's is made of, per depth (the 95% target,
+    medians over seeds): its epoch time over the full graph's x its epochs to target over the full
+    graph's (time / epoch time), with each side's batch size; and the matched cell's epoch ratio (the
+    same batch size and lr on both)."""
+    m = best[best["kind"] == "measured"]
+    matched = {}
+    if cell is not None and len(cell):
+        c = seed_cells(cell[cell["kind"] == "measured"])
+        for depth, g in c.groupby("layers"):
+            f, d = g[g["engine"] == "full"], g[g["engine"] == "distdgl"]
+            if len(f) and len(d) and f["epoch_s"].iloc[0] and d["epoch_s"].iloc[0]:
+                matched[depth] = d["epoch_s"].iloc[0] / f["epoch_s"].iloc[0]
+    rows = []
+    for depth, g in m.groupby("layers", sort=True):
+        f, d = g[g["engine"] == "full"], g[g["engine"] == "distdgl"]
+        if not (len(f) and len(d)):
+            continue
+        f, d = f.iloc[0], d.iloc[0]
+        t_f, t_d, e_f, e_d = f["time_to_target_s"], d["time_to_target_s"], f["epoch_s"], d["epoch_s"]
+        ok = all(x is not None and math.isfinite(x) and x > 0 for x in (t_f, t_d, e_f, e_d))
+        epoch = e_d / e_f if e_f and e_d else None
+        rows.append([depth, f["batch_size"], d["batch_size"], _x(t_d / t_f if ok else None), _x(epoch),
+                     _x((t_d / e_d) / (t_f / e_f) if ok else None), _x(matched.get(depth))])
+    return rows
+
+
+def _x(v) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.2f}x"
+
+
+def curves(store, best, path: Path, title: str) -> bool:
+    """Validation Recall@20 against training seconds (evaluation excluded) of each measured series'
+    best cell at each depth, every seed's run a line, one panel per depth (PNG). False: no history."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gnnrec_lab.dashboard.compare import ENGINE_COLORS, series_key
+    m = best[best["kind"] == "measured"]
+    depths = sorted(m["layers"].unique())
+    if not depths:
+        return False
+    fig, axes = plt.subplots(1, len(depths), figsize=(4.2 * len(depths), 3.6), squeeze=False)
+    drawn = False
+    for ax, depth in zip(axes[0], depths):
+        for r in m[m["layers"] == depth].to_dict("records"):
+            color = ENGINE_COLORS.get(series_key(r), "#7f7f7f")
+            for i, rid in enumerate(str(r.get("runs") or r["id"]).split(",")):
+                hist = store.run_record(int(rid)).result.history
+                pts = [(h["elapsed_s"], h["recall@20"]) for h in hist if "recall@20" in h and "elapsed_s" in h]
+                if pts:
+                    xs, ys = zip(*pts)
+                    ax.plot(xs, ys, color=color, alpha=0.85, lw=1.2,
+                            label=f"{r['series']}, batch {r['batch_size']}" if i == 0 else None)
+                    drawn = True
+        t = m[m["layers"] == depth]["target"].dropna()
+        if len(t):
+            ax.axhline(float(t.iloc[0]), color="#444", lw=0.8, ls="--", label="target (95% of the best)")
+        ax.set_xscale("log")
+        ax.set_title(f"{depth} layer{'s' if depth != 1 else ''}", fontsize=9)
+        ax.set_xlabel("training s (measured, log)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("validation Recall@20")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.14, 1, 0.93))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return drawn
 
 
 def _gb(b) -> str:
@@ -335,42 +457,42 @@ def main(argv=None) -> int:
          f"DistDGL {'on ' + str(a.partitions) + ' machines' if why_not is None else 'not run: ' + why_not}")
     runs, tried, failures, matched = [], [], [], []
     dist_results: dict = {}
-    for depth in a.depths:
+    for depth, seed in [(d, sd) for d in a.depths for sd in a.seeds]:
         for b in a.full_batches:
             try:
-                r = full_run(a, depth, b)
+                r = full_run(a, depth, b, seed=seed)
                 runs.append(r["run_id"])
-                tried.append(("full graph", depth, b, "-", r["run_id"], r.get("time_to_target_s"),
+                tried.append(("full graph", depth, b, "-", seed, r["run_id"], r.get("time_to_target_s"),
                               r.get("epoch_seconds")))
-                _say(f"full L{depth} b{b}: run {r['run_id']}, to target {r.get('time_to_target_s')}")
+                _say(f"full L{depth} b{b} seed {seed}: run {r['run_id']}, to target {r.get('time_to_target_s')}")
             except (RuntimeError, subprocess.TimeoutExpired) as e:
-                failures.append(f"full graph, {depth} layers, batch {b}: {e}")
+                failures.append(f"full graph, {depth} layers, batch {b}, seed {seed}: {e}")
                 _say(failures[-1])
         if a.matched_batch > 0:
             sides = ["full graph"] + (["DistDGL"] if why_not is None else [])
             for engine in sides:
                 try:
-                    r = (full_run(a, depth, a.matched_batch, matched=True) if engine == "full graph"
-                         else dist_run(a, depth, a.matched_batch, a.link, matched=True))
+                    r = (full_run(a, depth, a.matched_batch, matched=True, seed=seed) if engine == "full graph"
+                         else dist_run(a, depth, a.matched_batch, a.link, matched=True, seed=seed))
                     matched.append((engine, depth, r["run_id"]))
                     if engine == "DistDGL":
                         dist_results[r["run_id"]] = r
-                    _say(f"matched {engine} L{depth} b{a.matched_batch}: run {r['run_id']}")
+                    _say(f"matched {engine} L{depth} b{a.matched_batch} seed {seed}: run {r['run_id']}")
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
-                    failures.append(f"matched cell, {engine}, {depth} layers: {e}")
+                    failures.append(f"matched cell, {engine}, {depth} layers, seed {seed}: {e}")
                     _say(failures[-1])
         if why_not is not None:
             continue
         for b in a.dist_batches:
             try:
-                r = dist_run(a, depth, b, a.link)
+                r = dist_run(a, depth, b, a.link, seed=seed)
                 runs.append(r["run_id"])
                 dist_results[r["run_id"]] = r
-                tried.append(("DistDGL", depth, b, f"{a.link:g}", r["run_id"], r.get("time_to_target_s"),
+                tried.append(("DistDGL", depth, b, f"{a.link:g}", seed, r["run_id"], r.get("time_to_target_s"),
                               r.get("epoch_seconds")))
-                _say(f"DistDGL L{depth} b{b}: run {r['run_id']}, to target {r.get('time_to_target_s')}")
+                _say(f"DistDGL L{depth} b{b} seed {seed}: run {r['run_id']}, to target {r.get('time_to_target_s')}")
             except (RuntimeError, subprocess.TimeoutExpired) as e:
-                failures.append(f"DistDGL, {depth} layers, batch {b}: {e}")
+                failures.append(f"DistDGL, {depth} layers, batch {b}, seed {seed}: {e}")
                 _say(failures[-1])
 
     from gnnrec_lab.memory.calibrate import host_profile
@@ -387,9 +509,10 @@ def main(argv=None) -> int:
         b = int(at["batch_size"].iloc[0]) if len(at) else a.dist_batches[0]
         for link in a.links:
             done = next((r for r in dist_results.values() if r["config"]["layers"] == a.sweep_depth
+                         and r["config"].get("seed", DEFAULT_SEED) == a.seeds[0]
                          and r["config"]["batch_size"] == b and link == a.link), None)
             try:
-                r = done or dist_run(a, a.sweep_depth, b, link)
+                r = done or dist_run(a, a.sweep_depth, b, link, seed=a.seeds[0])
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 failures.append(f"DistDGL link sweep, {link:g} Gbit/s: {e}")
                 _say(failures[-1])
@@ -410,14 +533,21 @@ def main(argv=None) -> int:
                  if r["kind"] == "measured"}
     for s in sweep:
         s["time_to_target_s"] = to_target.get(int(s["run"]))
-    tried = [(e, d, b, lk, rid, to_target.get(int(rid)), ep) for e, d, b, lk, rid, _, ep in tried]
+    tried = [(e, d, b, lk, sd, rid, to_target.get(int(rid)), ep) for e, d, b, lk, sd, rid, _, ep in tried]
+    # time to 90 / 98% of the best as well (95%: the frame's); the tier model is not needed for these
+    tuned = frame[frame["id"].isin(runs) & (frame["kind"] == "measured")]
+    by_fraction = {0.95: seed_cells(tuned)}
+    for f in FRACTIONS:
+        if f not in by_fraction:
+            other = full_vs_distributed(store, run_ids=runs, host=None, datasets=[a.dataset], target_fraction=f)
+            by_fraction[f] = seed_cells(other[other["kind"] == "measured"])
     # the matched cell: its own target (the same rule over its full-graph runs), kept out of "By depth"
     cell = (full_vs_distributed(store, run_ids=[rid for _, _, rid in matched], host=host, datasets=[a.dataset])
             if matched else None)
     load1 = os.getloadavg()
     wall = time.perf_counter() - t_all
     write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, host, started, load0, load1, wall, argv,
-               cell=cell)
+               cell=cell, by_fraction=by_fraction, store=store)
     return 0 if not failures else 1
 
 
@@ -426,7 +556,7 @@ def matched_rows(cell) -> list:
     target, test Recall@20) and DistDGL's epoch and time to target over the full graph's."""
     if cell is None or not len(cell):
         return []
-    m = cell[cell["kind"] == "measured"].sort_values(["layers", "engine"], ascending=[True, False])
+    m = seed_cells(cell[cell["kind"] == "measured"]).sort_values(["layers", "engine"], ascending=[True, False])
     rows = []
     for depth, g in m.groupby("layers", sort=True):
         full = g[g["engine"] != "distdgl"]
@@ -439,14 +569,14 @@ def matched_rows(cell) -> list:
             return "-" if f is None or d is None or not (f > 0 and d > 0) else f"{d / f:.2f}x"
         for r in g.to_dict("records"):
             rows.append([depth, "DistDGL" if r["engine"] == "distdgl" else "full graph", r["batch_size"],
-                         _fmt(r["target"], ".4f"), _fmt(r["time_to_target_s"], ".3g", "not reached"),
-                         _fmt(r["epoch_s"], ".3g"), _fmt(r["test_recall@20"], ".4f"), r["id"]])
+                         _fmt(r["target"], ".4f"), _spread(r, "time_to_target_s", ".3g", "not reached"),
+                         _spread(r, "epoch_s", ".3g"), _spread(r, "test_recall@20", ".4f"), r["runs"]])
         rows.append([depth, "DistDGL / full graph", "", "", ratio("time_to_target_s"), ratio("epoch_s"), "", ""])
     return rows
 
 
 def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, host, started, load0, load1, wall,
-               argv, cell=None) -> None:
+               argv, cell=None, by_fraction=None, store=None) -> None:
     from gnnrec_lab.util.provenance import Provenance
     out, img = Path(a.out), Path(a.img)
     cmd = "python benchmarks/bench_headline.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -501,11 +631,11 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
             d = dist_by_id.get(r["id"], {}) if r["engine"] == "distdgl" else {}
             split = " / ".join(_fmt(d.get(f"{k}_ms"), ".1f") for k in PHASES) if d else "-"
             rows.append([r["layers"], r["series"], r["batch_size"], _fmt(r["target"], ".4f"),
-                         _fmt(r["time_to_target_s"], ".3g", "not reached"),
-                         _fmt(r["epoch_s"], ".3g"),
-                         _fmt(r["test_recall@20"], ".4f") if r["kind"] == Provenance.MEASURED else "(same run)",
+                         _spread(r, "time_to_target_s", ".3g", "not reached"),
+                         _spread(r, "epoch_s", ".3g"),
+                         _spread(r, "test_recall@20", ".4f") if r["kind"] == Provenance.MEASURED else "(same run)",
                          split, _gb(d.get("link_tx_bytes")) if d else "-", _fmt(r["explosion_factor"], ".3f"),
-                         r["id"]])
+                         r.get("runs") or r["id"]])
         L += ["## By depth", "", _table(["layers", "series", "batch", "target", "time to target s", "epoch s",
                                          "test Recall@20",
                                          "DistDGL batch ms: " + " / ".join(SPLIT_WORDS[k] for k in PHASES),
@@ -514,10 +644,11 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
               "links are the sum of what every machine's interface sent during the run (measured, interface "
               "counters); the explosion factor is the nodes a batch's sampled neighbourhood holds over the graph's "
               "(1 for the full graph, which propagates every node every step).", ""]
-    L += ["## Every run", "", _table(["engine", "layers", "batch", "link Gbit/s", "run", "time to target s", "epoch s"],
-                                     [[e, d, b, lk, rid, _fmt(t, ".3g", "not reached"),
+    L += ["## Every run", "", _table(["engine", "layers", "batch", "link Gbit/s", "seed", "run", "time to target s",
+                                      "epoch s"],
+                                     [[e, d, b, lk, sd, rid, _fmt(t, ".3g", "not reached"),
                                        _fmt(sum(ep) / len(ep) if ep else None, ".3g")]
-                                      for e, d, b, lk, rid, t, ep in tried]), ""]
+                                      for e, d, b, lk, sd, rid, t, ep in tried]), ""]
     if sweep:
         L += [f"## Link sweep (DistDGL, {a.sweep_depth} layers, batch {sweep[0]['batch']})", "",
               _table(["link", "time to target s", "epoch s", "batch ms (median)", "remote fetch ms", "sync ms",
@@ -525,6 +656,31 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
                      [[s["link"], _fmt(s["time_to_target_s"], ".3g", "not reached"), _fmt(s["epoch_s"], ".3g"),
                        _fmt(s.get("total_ms"), ".1f"), _fmt(s.get("remote_fetch_ms"), ".1f"),
                        _fmt(s.get("grad_sync_ms"), ".1f"), _gb(s.get("link_tx_bytes")), s["run"]] for s in sweep]), ""]
+    rows = fraction_rows(best, by_fraction or {}) if len(best) else []
+    if rows:
+        L += ["## Time to 90 / 95 / 98% of the best validation Recall@20", "",
+              "Each target is that share of the best validation Recall@20 at the depth over the runs of both engines "
+              "(per seed); each series' cell is its best at 95%. Median over "
+              f"{len(a.seeds)} seed(s) ({', '.join(map(str, a.seeds))}), the range in brackets, and how many seeds "
+              "reached it.", "",
+              _table(["layers", "series", "batch"] + [f"to {f:.0%} s" for f in FRACTIONS], rows), ""]
+    rows = factor_rows(best, cell) if len(best) else []
+    if rows:
+        L += ["## What the margin is made of", "",
+              "DistDGL's time to the 95% target over the full graph's = its epoch time over the full graph's x its "
+              "epochs to target over the full graph's (time to target / epoch time), each side at its own best "
+              "batch size (medians over seeds). The matched cell's epoch ratio is the first factor at the same batch "
+              "size and learning rate on both sides.", "",
+              _table(["layers", "full graph batch", "DistDGL batch", "time to target", "epoch time",
+                      "epochs to target", "epoch time, matched cell"], rows), ""]
+    if store is not None and len(best):
+        cimg = img.with_name(img.stem + "_curves" + img.suffix)
+        if curves(store, best, cimg, f"validation Recall@20 against training time: {a.dataset}"):
+            try:
+                crel = os.path.relpath(cimg, out.parent)
+            except ValueError:
+                crel = str(cimg)
+            L += [f"![validation Recall@20 against training seconds, both engines]({crel})", ""]
     rows = matched_rows(cell)
     if rows:
         L += [f"## The matched cell (both sides at batch {a.matched_batch}, lr {a.lr:g} fixed: no rule, no warm-up)",

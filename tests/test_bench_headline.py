@@ -108,6 +108,9 @@ def test_quick_run_with_distdgl_and_the_link_sweep(home):
     cell = md[md.index("## The matched cell"):]
     assert "| 1 | full graph | 512 |" in cell and "| 1 | DistDGL | 512 |" in cell
     assert "| 1 | DistDGL / full graph |" in cell
+    # the factors of the margin (DistDGL's time to target over the full graph's = epoch x epochs to target)
+    factors = md[md.index("## What the margin is made of"):]
+    assert "| 1 | 1024 | 512 |" in factors
     from gnnrec_lab.runs.store import Store
     store = Store()
     rid = store.run_ids(name="headline distdgl L1 b512 10G matched")
@@ -134,3 +137,24 @@ def test_resume_reuses_a_distdgl_run_only_on_the_same_machines(home):
     assert bench.stored_run(name, want, "distdgl", (4, 1, 10.0)) is None
     assert bench.stored_run(name, want, "distdgl", (2, 1, 1.0)) is None
     assert bench.stored_run(name, dict(want, layers=3), "distdgl", (2, 1, 10.0)) is None
+
+
+@pytest.mark.slow
+def test_seeds_give_each_cell_a_median_with_its_range_the_three_targets_and_curves(home):
+    """Every headline cell is several seeds: the page shows the median with its range, the time to
+    90 / 95 / 98% of the best validation Recall@20 and the validation curves of every seed."""
+    out, img = home / "h.md", home / "img" / "h.png"
+    rc = _bench().main(["--quick", "--full-only", "--depths", "1", "--seeds", "2020,7", "--matched-batch", "0",
+                        "--out", str(out), "--img", str(img)])
+    md = out.read_text()
+    assert rc == 0, md
+    from gnnrec_lab.runs.store import Store
+    store = Store()
+    names = {store.get_run(r)["name"] for r in store.run_ids()}
+    assert names == {"headline full L1 b1024", "headline full L1 b1024 s7"}     # the default seed keeps its name
+    assert {store.run_record(r).config["seed"] for r in store.run_ids()} == {2020, 7}
+    assert "## Time to 90 / 95 / 98% of the best validation Recall@20" in md and "2 seed(s) (2020, 7)" in md
+    by_depth = md[md.index("## By depth"):md.index("## Time to 90")]
+    assert "/2 reached" in by_depth and "(" in by_depth                        # median (range), k/2 reached
+    assert (img.parent / "h_curves.png").stat().st_size > 1000 and "h_curves.png" in md
+    assert "| full graph | 1 | 1024 | - | 7 |" in md                              # every run, with its seed

@@ -130,6 +130,22 @@ def test_best_by_depth_keeps_each_series_fastest_run_to_target(store, host):
     assert len(best) == len(best[["series", "layers"]].drop_duplicates())
 
 
+def test_best_by_depth_is_the_median_over_seeds_with_its_range(store):
+    """A headline cell is 3 seeds: its time to target is their median (a seed that never reached it
+    counts as the slowest) with the range, and the batch size kept is the best median's."""
+    from gnnrec_lab.services.comparison import seed_cells
+    ids = [full_run(store, 2, batch_size=512, ttt=t) for t in (9.0, 3.0, 5.0)]
+    fast_once = [full_run(store, 2, batch_size=2048, ttt=t) for t in (1.0, None, None)]   # best seed, worst median
+    frame = full_vs_distributed(store, target_fraction=None)     # each run's own target: ttt as given
+    best = best_by_depth(frame).iloc[0]
+    assert best["batch_size"] == 512 and best["time_to_target_s"] == 5.0 and best["id"] == ids[2]
+    assert (best["time_to_target_s_min"], best["time_to_target_s_max"]) == (3.0, 9.0)
+    assert best["seeds"] == 3 and best["reached"] == 3 and best["runs"] == ",".join(map(str, sorted(ids)))
+    other = seed_cells(frame).set_index("batch_size").loc[2048]
+    assert other["time_to_target_s"] is None or np.isnan(other["time_to_target_s"])
+    assert other["reached"] == 1 and other["time_to_target_s_min"] == 1.0 and other["id"] in fast_once
+
+
 def test_compare_section_draws_time_to_target_by_depth_with_modeled_optane_bars_hatched(store, host):
     page = ComparePage(Lab(store=store, runner=_Runner(store)))
     for layers in (1, 2):

@@ -306,14 +306,51 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
     return out
 
 
-def best_by_depth(frame: pd.DataFrame, by: str = "time_to_target_s") -> pd.DataFrame:
-    """Each series' best run at each depth (and dataset, model): the row with the least ``by``
-    (runs that never reached the target come last, then the least epoch time): each engine with
-    the batch size it does best with. One row per (dataset, model, series, layers), by depth."""
+SEED_COLUMNS = ("time_to_target_s", "epoch_s", "train_s", "best_valid_recall@20", "test_recall@20")
+
+
+def _median_seed(g: pd.DataFrame, by: str) -> dict:
+    """One cell's row over its seeds: the run of the median ``by`` (a seed that never reached the
+    target counts as the slowest; the lower middle of an even count), each of :data:`SEED_COLUMNS`
+    as its median over the seeds that have it, with ``_min`` / ``_max``; ``seeds`` (how many) and
+    ``reached`` (how many reached the target); ``runs``, every run id of the cell."""
+    order = g.assign(_k=g[by].fillna(np.inf)).sort_values(["_k", "id"])
+    row = order.iloc[(len(order) - 1) // 2].drop(labels="_k").to_dict()
+    for c in SEED_COLUMNS:
+        if c not in g:
+            continue
+        v = pd.to_numeric(g[c], errors="coerce").dropna()
+        row[f"{c}_min"], row[f"{c}_max"] = (float(v.min()), float(v.max())) if len(v) else (None, None)
+        if c != by:
+            row[c] = float(v.median()) if len(v) else None
+    med = float(np.median(order["_k"].to_numpy(dtype=float)))   # inf: most seeds did not reach it
+    row[by] = None if not np.isfinite(med) else float(med)
+    row["seeds"] = int(len(g))
+    row["reached"] = int(g[by].notna().sum())
+    row["runs"] = ",".join(str(int(i)) for i in sorted(g["id"]))
+    return row
+
+
+def seed_cells(frame: pd.DataFrame, by: str = "time_to_target_s") -> pd.DataFrame:
+    """One row per cell (dataset, model, series, layers, batch size) over its seeds
+    (:func:`_median_seed`: medians with their range). A cell of one seed is that run's row."""
     if frame.empty:
         return frame.copy()
+    keys = ["dataset", "model", "series", "layers", "batch_size"]
+    rows = [_median_seed(g, by) for _, g in frame.groupby(keys, sort=False, dropna=False)]
+    return pd.DataFrame(rows)
+
+
+def best_by_depth(frame: pd.DataFrame, by: str = "time_to_target_s") -> pd.DataFrame:
+    """Each series' best cell at each depth (and dataset, model): over the seeds of each batch size
+    (:func:`seed_cells`: median with its range), the batch size with the least median ``by`` (cells
+    that never reached the target come last, then the least epoch time): each engine with the batch
+    size it does best with. One row per (dataset, model, series, layers), by depth."""
+    if frame.empty:
+        return frame.copy()
+    cells = seed_cells(frame, by)
     keys = ["dataset", "model", "series", "layers"]
-    f = frame.assign(_miss=frame[by].isna()).sort_values(["_miss", by, "epoch_s", "id"], na_position="last")
+    f = cells.assign(_miss=cells[by].isna()).sort_values(["_miss", by, "epoch_s", "id"], na_position="last")
     return f.drop_duplicates(keys).drop(columns="_miss").sort_values(keys[:2] + ["layers", "series"],
                                                                      ignore_index=True)
 
