@@ -16,10 +16,10 @@ from gnnrec_lab.dashboard.live import (
     LiveMonitor,
     LivePage,
     chart_frame,
+    evaluations_ahead,
     kernel_ms_per_step,
     progress_percent,
     stacked_area,
-    evaluations_ahead,
     steady_eta,
 )
 from gnnrec_lab.runs.store import connect
