@@ -120,7 +120,8 @@ class LightGCNSpec(ModelSpec):
 
     def build(self, config, n_users, n_items):
         from gnnrec_lab.models.lightgcn import LightGCN  # torch: loaded by training, not by the hooks
-        return LightGCN(n_users, n_items, dim=config.dim, layers=config.layers)
+        return LightGCN(n_users, n_items, dim=config.dim, layers=config.layers,
+                        precision=getattr(config, "precision", "fp32"))
 
     def parameters(self, config, s):
         return s.n * s.d
@@ -161,7 +162,8 @@ class NGCFSpec(ModelSpec):
 
     def build(self, config, n_users, n_items):
         from gnnrec_lab.models.ngcf import NGCF  # torch: loaded by training, not by the hooks
-        return NGCF(n_users, n_items, dim=config.dim, layers=config.layers, form=config.ngcf_form)
+        return NGCF(n_users, n_items, dim=config.dim, layers=config.layers, form=config.ngcf_form,
+                    precision=getattr(config, "precision", "fp32"))
 
     def parameters(self, config, s):
         d = s.d
