@@ -164,7 +164,8 @@ def _precision_fits(c) -> Optional[str]:
     if c["backend"] != "native":
         return f"precision {c['precision']!r} runs on the native backend only, got backend {c['backend']!r}"
     if not _graph_model(c["model"]):
-        return f"model {c['model']!r} propagates nothing, so precision {c['precision']!r} would change nothing; use fp32"
+        return (f"model {c['model']!r} propagates nothing, so precision {c['precision']!r} would change "
+                "nothing; use fp32")
     return None
 
 

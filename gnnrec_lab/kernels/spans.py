@@ -8,8 +8,8 @@ from typing import Callable
 
 import torch
 
-from gnnrec_lab.kernels import costs
 from gnnrec_lab.config.run import PRECISIONS
+from gnnrec_lab.kernels import costs
 from gnnrec_lab.util.recorder import get_recorder, profiler_active, profiler_range
 
 

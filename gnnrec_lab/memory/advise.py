@@ -44,7 +44,7 @@ def step_kernels(config, counts: dict) -> list:
     n, e, d, L = nu + ni, 2 * nt, config.dim, config.layers
     b = min(config.batch_size, max(nt, 1))
     # the model's kernel hooks (gnnrec_lab.models.registry): each layer's kernels, its output width
-    spec, s = model_spec(config.model), Shape(n, e, d)
+    spec, s = model_spec(config.model), Shape.of(config, n, e, d)
     out = []
     for phase in ("forward", "backward"):
         for k in range(L):
