@@ -778,3 +778,15 @@ def test_bf16_bad_requests_are_refused_naming_the_precision():
         kernels.layer_mean([adj], x.double(), 0.5, "bf16")
     with kernels.use_backend("torch"), pytest.raises(ValueError, match="native backend only"):
         kernels.spmm(adj, x, precision="bf16")
+
+
+def test_bf16_rows_through_spmm_stay_bf16_forward_and_backward():
+    adj = _bipartite(40, 30, 400)
+    x = torch.randn(adj.n_cols, 8).to(torch.bfloat16).requires_grad_(True)
+    y = kernels.spmm(adj, x)
+    assert y.dtype == torch.bfloat16
+    assert torch.equal(y.view(torch.int16), _bf16_bits(kernels.spmm(adj, x.detach().float())))
+    g = torch.randn(adj.n_rows, 8).to(torch.bfloat16)
+    y.backward(g)
+    assert x.grad.dtype == torch.bfloat16
+    assert torch.equal(x.grad.view(torch.int16), _bf16_bits(kernels.spmm(adj.transpose(), g.float())))

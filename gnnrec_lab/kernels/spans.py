@@ -77,11 +77,12 @@ def _elem(t: torch.Tensor) -> int:
     return t.element_size()
 
 
-def _check_features(adj, name: str, t: torch.Tensor, n: int, what: str) -> None:
+def _check_features(adj, name: str, t: torch.Tensor, n: int, what: str, bf16: bool = False) -> None:
+    """``t`` is (n, D) float32 or float64 (or bfloat16 where ``bf16``)."""
     if t.dim() != 2 or t.shape[0] != n:
         raise ValueError(f"{name}: expected ({n}, D) rows for the CSR's {what}, got {tuple(t.shape)}")
-    if t.dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"{name}: dtype must be float32 or float64, got {t.dtype}")
+    if t.dtype not in (torch.float32, torch.float64) and not (bf16 and t.dtype == torch.bfloat16):
+        raise ValueError(f"{name}: dtype must be float32 or float64{' (or bfloat16)' if bf16 else ''}, got {t.dtype}")
 
 
 def _check_precision(name: str, precision: str, x: torch.Tensor, bname: str) -> bool:
@@ -91,7 +92,7 @@ def _check_precision(name: str, precision: str, x: torch.Tensor, bname: str) -> 
         raise ValueError(f"{name}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp32":
         return False
-    if x.dtype != torch.float32:
+    if x.dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"{name}: precision {precision!r} propagates float32 inputs, got {x.dtype}")
     if bname != "native":
         raise ValueError(f"{name}: precision {precision!r} runs on the native backend only, got backend {bname!r}")

@@ -25,7 +25,10 @@ class _SpMM(torch.autograd.Function):
     @staticmethod
     def product(span, be, adj, x, layer, phase, bname, half):
         """``W x``; ``half``: x narrowed to bf16 first (recorded ``narrow``), the product reading
-        bf16 rows and writing float32."""
+        bf16 rows and writing float32. A bfloat16 ``x``: bf16 rows read and written."""
+        if x.dtype == torch.bfloat16:
+            return span.run("spmm", layer, phase, bname, lambda: costs.spmm(adj, x.shape[1], _elem(x)),
+                            be.spmm_fused, adj, x, 1.0, None, None, None, 1.0, x.dtype)
         if not half:
             return span.run("spmm", layer, phase, bname, lambda: costs.spmm(adj, x.shape[1], _elem(x)),
                             be.spmm, adj, x)
@@ -47,11 +50,13 @@ def spmm(adj, x: torch.Tensor, *, layer: int = -1, precision: str = "fp32") -> t
 
     Returns (n_rows, D) in x's dtype. Differentiable wrt ``x`` (backward ``W^T g``).
     ``precision="bf16"`` (float32 ``x``, native backend): ``x`` (and in backward ``g``) is rounded
-    to bf16 and the product reads those rows, summing and writing float32.
+    to bf16 and the product reads those rows, summing and writing float32. A bfloat16 ``x`` (a
+    layer of bf16 rows; native backend): read and written in bf16, summed in float32.
     """
-    _check_features(adj, "spmm x", x, adj.n_cols, "columns")
-    half = _check_precision("spmm", precision, x, get_backend())
-    return _apply(_SpMM, x, adj, layer, get_backend(), half)
+    _check_features(adj, "spmm x", x, adj.n_cols, "columns", bf16=True)
+    half = _check_precision("spmm", "bf16" if x.dtype == torch.bfloat16 else precision, x, get_backend())
+    return _apply(_SpMM, x.contiguous() if x.dtype == torch.bfloat16 else x, adj, layer, get_backend(),
+                  half and x.dtype != torch.bfloat16)
 
 
 
