@@ -98,7 +98,7 @@ def test_step_time_predicts_from_the_fastest_same_shape_dram_run_and_shows_the_s
     slow = _dram_run(store, 6.0, load1=5.0)       # the same shape measured under load
     fast = _dram_run(store, 1.0)
     mid = _dram_run(store, 2.0)
-    other = _dram_run(store, 0.1, batch_size=1024)   # another shape: never the reference
+    _dram_run(store, 0.1, batch_size=1024)            # another shape: never the reference
     half = _dram_run(store, 0.1, precision="bf16")    # bf16 rows: other work per step, never the reference
     ref = dram_reference(store, RunConfig(**SHAPE), host_profile(measure_if_missing=False))
     assert ref["run_id"] == fast and ref["rule"] == "fastest"
