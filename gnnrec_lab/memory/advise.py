@@ -209,7 +209,7 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
         modes[mode] = row
     best, reason = recommend(modes, need <= dram_bytes)
     return {"config": {k: getattr(config, k) for k in ("dataset", "model", "ngcf_form", "layers", "dim",
-                                                         "batch_size", "optimizer")},
+                                                         "batch_size", "optimizer", "precision")},
             "counts": dict(counts), "dram_bytes": dram_bytes,
             "footprint": fp, "footprint_total": need, "footprint_kind": Provenance.MODELED,
             "fits_in_dram": need <= dram_bytes, "modes": modes, "recommended_mode": best,
