@@ -91,3 +91,21 @@ def test_bench_kernels_rows_and_header_say_how_many_antagonists_ran(capsys, monk
     assert "antagonists: 1 CPU-bound process running beside every timed kernel" in out
     assert "every row measured with 1 CPU-bound antagonist process beside it" in out.split("summary")[1]
     assert started == [1, 1]
+
+
+def test_bench_kernels_precision_bf16_times_spmm_on_bf16_rows_beside_fp32(capsys):
+    args = ["bench", "kernels", "--sizes", "small", "--dims", "16", "--kernels", "spmm", "--backends", "native",
+            "--repeats", "1", "--no-pyg", "--precision", "fp32,bf16"]
+    assert main(args + ["--json"]) == 0
+    rows = {(r["backend"], r["phase"]): r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == {(b, p) for b in ("native", bench.BF16_BACKEND) for p in ("forward", "backward")}
+    for phase in ("forward", "backward"):
+        f32, b16 = rows[("native", phase)], rows[(bench.BF16_BACKEND, phase)]
+        assert (f32["precision"], b16["precision"]) == ("fp32", "bf16")
+        assert b16["bytes"] < f32["bytes"] and b16["seconds"] > 0
+    assert main(args) == 0
+    assert "spmm bf16 rows: forward" in capsys.readouterr().out.split("summary")[1]
+    assert main(args[:-1] + ["fp16"]) == 2
+    assert "--precision: got 'fp16', allowed: fp32, bf16" in capsys.readouterr().err
+    with pytest.raises(UserError, match="bf16 rows exist for spmm only"):
+        bench.run_kernel_bench(sizes=("small",), dims=(4,), kernels=("gather",), precisions=("bf16",), repeats=1)

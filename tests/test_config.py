@@ -61,8 +61,8 @@ from gnnrec_lab.config import run as C  # noqa: E402
 FIELDS = [f.name for f in dataclasses.fields(RunConfig)]
 # the allowed values each choice field's help must list, so a value added to a tuple is documented
 CHOICES = {"model": C.MODELS, "ngcf_form": C.NGCF_FORMS, "optimizer": C.OPTIMIZERS, "lr_rule": C.LR_RULES,
-           "schedule": C.SCHEDULES, "backend": C.BACKENDS, "mode": C.MODES, "cache_policy": C.CACHE_POLICIES,
-           "memory_mode": C.MEMORY_MODES, "placement": C.TENSOR_CLASSES}
+           "schedule": C.SCHEDULES, "backend": C.BACKENDS, "precision": C.PRECISIONS, "mode": C.MODES,
+           "cache_policy": C.CACHE_POLICIES, "memory_mode": C.MEMORY_MODES, "placement": C.TENSOR_CLASSES}
 
 
 def _words(text: str) -> set:

@@ -668,3 +668,125 @@ def test_dynamic_chunks_on_a_skewed_graph_repeat_bit_for_bit_whatever_the_chunks
         finally:
             numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
             monkeypatch.setattr(native, "WORK_CHUNKS_PER_THREAD", prev)
+
+
+# -- precision bf16 ------------------------------------------------------------------------------
+# Tolerances (docs/accuracy.md): a bf16 product reads rows rounded to bf16 (relative error <= 2^-9
+# per element) and sums in float32 in the same order as the float32 kernel, so it equals the
+# float32 kernel on the rounded input bit for bit; a bf16 output is that float32 row rounded to
+# nearest even. A K-layer bf16 mean (and its gradient) is within K * 2^-8 (relative Frobenius) of
+# the float32 one; measured ~5e-4 at K=3.
+def _bf16_bits(t):
+    return t.to(torch.bfloat16).view(torch.int16)
+
+
+def test_bf16_narrowing_rounds_to_nearest_even_like_torch():
+    from gnnrec_lab.kernels.registry import backend
+    one_ulp = 2.0 ** -7                           # bf16's spacing at 1.0
+    ties = [1 + one_ulp / 2, 1 + 3 * one_ulp / 2, -(1 + one_ulp / 2), 1 + one_ulp / 2 + 2 ** -20]
+    special = [0.0, -0.0, np.inf, -np.inf, 3.3e38, 1e-40, -1e-45, 65504.0]
+    x = torch.tensor([ties + special] * 3, dtype=torch.float32)
+    x = torch.cat([x, torch.randn(50, x.shape[1]) * 100], 0)
+    got = backend("native").narrow(x)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got.view(torch.int16), _bf16_bits(x))
+    assert got[0, 0].item() == 1.0 and got[0, 1].item() == 1 + 2 * one_ulp   # ties to the even neighbour
+    assert got[0, 3].item() == 1 + one_ulp                                    # above the tie: up
+    nan = backend("native").narrow(torch.tensor([[float("nan"), 1.0]]))
+    assert torch.isnan(nan[0, 0].float()) and nan[0, 1].item() == 1.0
+
+
+@pytest.mark.parametrize("graph", GRAPHS)
+@pytest.mark.parametrize("blocks", [False, True])
+def test_bf16_spmm_equals_fp32_on_rounded_rows_bit_for_bit(graph, blocks, monkeypatch):
+    from gnnrec_lab.kernels.registry import backend
+    if blocks:  # several column blocks even on a tiny graph (float32 outputs only are blocked)
+        monkeypatch.setattr(native, "COL_BLOCK_BYTES", 64)
+    adj = GRAPHS[graph]()
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(adj.n_cols, 19, generator=g)
+    xr = x.to(torch.bfloat16).float()
+    be = backend("native")
+    ref = be.spmm_fused(adj, xr)
+    out32 = be.spmm_fused(adj, be.narrow(x), out_dtype=torch.float32)
+    assert out32.dtype == torch.float32 and torch.equal(out32, ref)
+    # a bf16 output is never blocked: its reference is the unblocked float32 product
+    monkeypatch.setattr(native, "COL_BLOCK_BYTES", 12 << 20)
+    ref1 = be.spmm_fused(adj, xr)
+    monkeypatch.setattr(native, "COL_BLOCK_BYTES", 64 if blocks else 12 << 20)
+    out16 = be.spmm_fused(adj, be.narrow(x), out_dtype=torch.bfloat16)
+    assert out16.dtype == torch.bfloat16 and torch.equal(out16.view(torch.int16), _bf16_bits(ref1))
+    # the fused forms: running mean (float32 acc, init) and the backward's added term
+    n = adj.n_rows
+    acc, acc_ref = torch.empty(n, 19), torch.empty(n, 19)
+    init = torch.randn(n, 19, generator=g)
+    be.spmm_fused(adj, be.narrow(x), 0.5, acc, init, None, 0.25, torch.bfloat16)
+    monkeypatch.setattr(native, "COL_BLOCK_BYTES", 12 << 20)
+    be.spmm_fused(adj, xr, 0.5, acc_ref, init, None, 0.25)
+    monkeypatch.setattr(native, "COL_BLOCK_BYTES", 64 if blocks else 12 << 20)
+    assert torch.equal(acc, acc_ref)
+    add = torch.randn(n, 19, generator=g)
+    y = be.spmm_fused(adj, be.narrow(x), 0.5, None, None, add, 0.25, torch.float32)
+    assert torch.equal(y, be.spmm_fused(adj, xr, 0.5, None, None, add, 0.25))
+
+
+def test_bf16_layer_mean_and_spmm_agree_with_fp32_and_give_fp32_gradients():
+    adj = _bipartite(40, 30, 400)
+    K = 3
+    x = torch.randn(adj.n_cols, 16, requires_grad=True)
+    gout = torch.randn(adj.n_rows, 16)
+    tol = K * 2.0 ** -8
+    for fn in (lambda p: kernels.layer_mean([adj] * K, x, 1 / (K + 1), p),
+               lambda p: kernels.spmm(adj, x, precision=p)):
+        outs, grads = {}, {}
+        for p in ("fp32", "bf16"):
+            x.grad = None
+            outs[p] = fn(p)
+            (outs[p] * gout).sum().backward()
+            grads[p] = x.grad.clone()
+        assert outs["bf16"].dtype == torch.float32 and grads["bf16"].dtype == torch.float32
+        rel = lambda a, b: float((a - b).norm() / b.norm())  # noqa: E731
+        assert 0 < rel(outs["bf16"], outs["fp32"]) < tol
+        assert 0 < rel(grads["bf16"], grads["fp32"]) < tol
+
+
+def test_bf16_records_half_the_gathered_bytes_and_the_narrowing():
+    adj = _bipartite(40, 30, 400)
+    x = torch.randn(adj.n_cols, 16, requires_grad=True)
+    recs = {}
+    for p in ("fp32", "bf16"):
+        rec = Recorder()
+        rec.phase = "forward"
+        with use_recorder(rec):
+            kernels.layer_mean([adj] * 2, x, 1 / 3, p).sum().backward()
+        recs[p] = rec.records
+    spmm = {p: [r for r in rs if r.name == "spmm"] for p, rs in recs.items()}
+    assert [r.row_bytes for r in spmm["fp32"]] == [64] * 4 and [r.row_bytes for r in spmm["bf16"]] == [32] * 4
+    assert all(b.random_bytes * 2 == a.random_bytes for a, b in zip(spmm["fp32"], spmm["bf16"]))
+    narrow = [(r.phase, r.bytes_read, r.bytes_written) for r in recs["bf16"] if r.name == "narrow"]
+    n = adj.n_cols * 16
+    assert narrow == [("forward", 4 * n, 2 * n), ("backward", 4 * adj.n_rows * 16, 2 * adj.n_rows * 16)]
+    assert not any(r.name == "narrow" for r in recs["fp32"])
+
+
+def test_bf16_bad_requests_are_refused_naming_the_precision():
+    adj = _bipartite()
+    x = torch.randn(adj.n_cols, 4)
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
+        kernels.spmm(adj, x, precision="fp16")
+    with pytest.raises(ValueError, match="float32 inputs"):
+        kernels.layer_mean([adj], x.double(), 0.5, "bf16")
+    with kernels.use_backend("torch"), pytest.raises(ValueError, match="native backend only"):
+        kernels.spmm(adj, x, precision="bf16")
+
+
+def test_bf16_rows_through_spmm_stay_bf16_forward_and_backward():
+    adj = _bipartite(40, 30, 400)
+    x = torch.randn(adj.n_cols, 8).to(torch.bfloat16).requires_grad_(True)
+    y = kernels.spmm(adj, x)
+    assert y.dtype == torch.bfloat16
+    assert torch.equal(y.view(torch.int16), _bf16_bits(kernels.spmm(adj, x.detach().float())))
+    g = torch.randn(adj.n_rows, 8).to(torch.bfloat16)
+    y.backward(g)
+    assert x.grad.dtype == torch.bfloat16
+    assert torch.equal(x.grad.view(torch.int16), _bf16_bits(kernels.spmm(adj.transpose(), g.float())))

@@ -98,10 +98,13 @@ def test_step_time_predicts_from_the_fastest_same_shape_dram_run_and_shows_the_s
     slow = _dram_run(store, 6.0, load1=5.0)       # the same shape measured under load
     fast = _dram_run(store, 1.0)
     mid = _dram_run(store, 2.0)
-    other = _dram_run(store, 0.1, batch_size=1024)   # another shape: never the reference
+    _dram_run(store, 0.1, batch_size=1024)            # another shape: never the reference
+    half = _dram_run(store, 0.1, precision="bf16")    # bf16 rows: other work per step, never the reference
     ref = dram_reference(store, RunConfig(**SHAPE), host_profile(measure_if_missing=False))
     assert ref["run_id"] == fast and ref["rule"] == "fastest"
-    assert [r["run_id"] for r in ref["runs"]] == [slow, fast, mid] and other not in [r["run_id"] for r in ref["runs"]]
+    assert [r["run_id"] for r in ref["runs"]] == [slow, fast, mid]
+    assert dram_reference(store, RunConfig(**SHAPE, precision="bf16"), host_profile(measure_if_missing=False))[
+        "run_id"] == half
     host = host_profile(measure_if_missing=False)
     times = {r: stored_run_step_time(store, r, host, device="host")["measured_s"] for r in (slow, fast, mid)}
     assert ref["min_s"] == pytest.approx(times[fast]) and ref["max_s"] == pytest.approx(times[slow])
@@ -118,8 +121,10 @@ def test_step_time_predicts_from_the_fastest_same_shape_dram_run_and_shows_the_s
 
 def test_form_has_eval_users_patience_seed_sampled_mode_cache_policy_and_device_profile(store):
     page = page_for(store, **SHAPE)
-    for k in ("eval_users", "patience", "seed", "mode", "fanouts", "cache_policy", "cache_size", "device_profile"):
+    for k in ("eval_users", "patience", "seed", "mode", "fanouts", "cache_policy", "cache_size", "device_profile",
+              "precision"):
         assert k in page.widgets, k
+    assert list(page.widgets["precision"].options) == ["fp32", "bf16"]
     assert "optane_pmem200_appdirect_8x" in page.widgets["device_profile"].options.values()
     assert not page.widgets["device_profile"].visible and not page.widgets["cache_policy"].visible
     page.form.memory_mode = "optane_app_direct"

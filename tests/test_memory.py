@@ -258,3 +258,28 @@ def test_probe_dax_says_no_on_tmpfs_and_disk(tmp_path):
             r = probe_dax(d)
             assert r["dax"] is False and "MAP_SYNC" in r["reason"] and r["fs_type"]
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".gnnrec-dax")]
+
+
+def test_bf16_rows_shrink_the_propagated_tensors_and_the_advised_kernels_rows():
+    """precision bf16: the layers and the gathered rows count 2 bytes an element, the embeddings,
+    gradients and optimizer state stay float32; advise's step kernels gather half the bytes."""
+    from gnnrec_lab.memory.advise import step_kernels
+    counts = dict(n_users=1000, n_items=2000, n_train=50_000)
+    n, d = 3000, 16
+    for model in ("lightgcn", "ngcf"):
+        f32 = footprint_phases(RunConfig(model=model, dim=d), counts, runtime_bytes=0)["train"]
+        b16 = footprint_phases(RunConfig(model=model, dim=d, precision="bf16"), counts, runtime_bytes=0)["train"]
+        for cls in ("embeddings", "gradients", "optimizer"):
+            assert b16[cls] == f32[cls]
+        if model == "lightgcn":   # live: 4 f N d -> 3 f N d + 2 N d; retained: 2L of the (2L + 4) at 2 bytes (L = 3)
+            assert f32["activations"] - b16["activations"] == (1 + 2 * 3) * (4 - 2) * n * d
+        k32 = {(k["name"], k["phase"], k["layer"]): k for k in step_kernels(RunConfig(model=model, dim=d), counts)}
+        k16 = {(k["name"], k["phase"], k["layer"]): k
+               for k in step_kernels(RunConfig(model=model, dim=d, precision="bf16"), counts)}
+        for key, k in k32.items():
+            if key[0] == "spmm":
+                assert k16[key]["row_bytes"] * 2 == k["row_bytes"] and k16[key]["random_bytes"] * 2 == k["random_bytes"]
+        narrow = sorted(key for key in k16 if key[0] == "narrow")
+        assert narrow and all(key not in k32 for key in narrow)
+        if model == "lightgcn":   # narrowed once per phase: the embeddings, then the incoming gradient
+            assert narrow == [("narrow", "backward", 2), ("narrow", "forward", 0)]

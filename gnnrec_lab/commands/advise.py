@@ -29,6 +29,7 @@ def register(subparsers):
     add_field_argument(p, "dim")
     add_field_argument(p, "batch_size")
     add_field_argument(p, "optimizer")
+    add_field_argument(p, "precision")
     p.add_argument("--dram-gb", type=bounded(number, "--dram-gb", 0, MAX_DRAM_GIB, lo_open=True), required=True,
                    help=f"DRAM available to the run, in GiB (2**30 bytes), > 0 and at most {MAX_DRAM_GIB:,}")
     p.add_argument("--counts", help="dataset counts to use instead of looking the dataset up, e.g. "
@@ -72,7 +73,8 @@ def run(args) -> int:
     from gnnrec_lab.memory.calibrate import load_host_profile
     layers = mf_layers(args.model, args.layers)
     cfg = RunConfig(dataset=args.dataset, model=args.model, ngcf_form=args.ngcf_form, layers=layers,
-                    dim=args.dim, batch_size=args.batch_size, optimizer=args.optimizer)
+                    dim=args.dim, batch_size=args.batch_size, optimizer=args.optimizer,
+                    precision=args.precision)
     counts = _counts(args)
     host = load_host_profile(args.host_profile)
     ref = None if args.ignore_runs else _reference(cfg, host)

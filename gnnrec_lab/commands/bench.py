@@ -71,6 +71,9 @@ def register(subparsers):
     p.add_argument("--repeats", type=bounded(integer, "--repeats", 1, MAX_REPEATS), default=None,
                    help=f"timed repeats after one warm-up, 1 to {MAX_REPEATS:,} (recording: at least "
                         f"{MIN_RECORDING_REPEATS} A/B pairs) (default: 5 for kernels, 30 A/B pairs for recording)")
+    p.add_argument("--precision", type=_csv("precision"), default=["fp32"],
+                   help="row storage to time, comma-separated: fp32 (every kernel and backend) and bf16 (SpMM on "
+                        "bf16 rows, native backend, reported as native-bf16) (default: fp32)")
     p.add_argument("--no-pyg", action="store_true", help="skip PyG's SpMM")
     p.add_argument("--antagonist", type=bounded(integer, "--antagonist", 0, MAX_ANTAGONISTS), default=0,
                    metavar="N", help=f"run N CPU-bound processes (0 to {MAX_ANTAGONISTS}) beside the kernel benchmark, "
@@ -106,6 +109,9 @@ def run(args) -> int:
                   f"{res['derived_overhead_pct']:.2f}% of the unrecorded step (target <= 3%: "
                   f"{'met' if res['derived_overhead_pct'] <= 3 else 'NOT met'})")
         return 0
+    bad = [p for p in args.precision if p not in bench.BENCH_PRECISIONS]
+    if bad:
+        raise UserError(f"--precision: got {bad[0]!r}, allowed: {', '.join(bench.BENCH_PRECISIONS)}")
     host = host_profile(measure_if_missing=True, quick=True)
     progress = None
     if not args.json:
@@ -121,7 +127,7 @@ def run(args) -> int:
                                      kernels=args.kernels or bench.KERNELS,
                                      repeats=5 if args.repeats is None else args.repeats, host=host,
                                      include_pyg=not args.no_pyg, progress=progress,
-                                     n_antagonists=args.antagonist)
+                                     n_antagonists=args.antagonist, precisions=args.precision)
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
     else:

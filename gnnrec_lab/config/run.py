@@ -32,6 +32,12 @@ OPTIMIZER_STATES = {"sgd": 0, "adagrad": 1, "adam": 2, "adamw": 2, "lamb": 2}
 LR_RULES = ("none", "linear", "sqrt")
 SCHEDULES = ("none", "cosine", "step")
 BACKENDS = ("native", "torch", "dgl")
+# How propagated rows are stored. fp32: float32 throughout. bf16: the propagation's input and layer
+# rows (and the gradients its backward propagates) stored as bfloat16, rounded to nearest even, the
+# SpMM's sums in float32, the embedding table (the optimizer's master weights) float32; native
+# backend only. PRECISION_BYTES: bytes per stored element of a propagated row.
+PRECISIONS = ("fp32", "bf16")
+PRECISION_BYTES = {"fp32": 4, "bf16": 2}
 MODES = ("full", "sampled")
 # lab: train on train, validate (early stopping, best epoch) on valid, report test; paper: a dataset
 # with its own valid.txt trains on train + valid with no validation and reports the last model's
@@ -150,6 +156,19 @@ def _threads_within_cores(c) -> Optional[str]:
     return None
 
 
+def _precision_fits(c) -> Optional[str]:
+    """bf16 rows are the native kernels' (numba widens them on load); a model without propagation
+    has no rows to store in 16 bits."""
+    if c["precision"] == "fp32":
+        return None
+    if c["backend"] != "native":
+        return f"precision {c['precision']!r} runs on the native backend only, got backend {c['backend']!r}"
+    if not _graph_model(c["model"]):
+        return (f"model {c['model']!r} propagates nothing, so precision {c['precision']!r} would change "
+                "nothing; use fp32")
+    return None
+
+
 def _ascending_unique(ks: tuple) -> tuple:
     return tuple(sorted(set(ks)))
 
@@ -197,6 +216,7 @@ RUN_CONSTRAINTS: dict[str, list] = {
     "schedule": [Options(SCHEDULES)],
     "seed": [Interval(integer, lo=0, hi=MAX_SEED)],
     "backend": [Options(BACKENDS)],
+    "precision": [Options(PRECISIONS), Rule(_precision_fits, dict(precision="bf16", backend="torch"))],
     "mode": [Options(MODES)],
     "fanouts": [Interval(integers, lo=1, hi=MAXIMA["fanouts"], max_len=MAXIMA["layers"]),
                 Rule(_one_fanout_per_layer, dict(mode="sampled", layers=2, fanouts=(10,)))],
@@ -264,6 +284,7 @@ class RunConfig:
     schedule: str = "none"           # after warm-up
     seed: int = 2020
     backend: str = "native"
+    precision: str = "fp32"          # propagated rows: float32, or bfloat16 with float32 sums (PRECISIONS)
     mode: str = "full"
     fanouts: tuple = (10, 10, 10)    # sampled mode only
     topk: tuple = (10, 20)
@@ -410,6 +431,11 @@ FIELD_DOCS: dict[str, FieldDoc] = {
     "backend": FieldDoc("Kernel backend", f"implementation of the sparse kernels (SpMM, SDDMM), one of "
                                           f"{_choices(BACKENDS)}: native is this project's numba kernels, torch "
                                           f"uses torch.sparse, dgl uses DGL's (needs DGL installed)"),
+    "precision": FieldDoc("Propagation precision", f"how propagated rows are stored, one of {_choices(PRECISIONS)}: "
+                                                   f"bf16 stores the propagation's input, its layers and the "
+                                                   f"gradients it propagates in 16 bits (half the bytes each SpMM "
+                                                   f"reads), sums in float32, the embeddings and the optimizer in "
+                                                   f"float32; native backend and graph models only"),
     "mode": FieldDoc("Training mode", f"one of {_choices(MODES)}: full propagates over the whole graph every "
                                       f"step, sampled over a sub-graph sampled around each batch with the fan-outs"),
     "fanouts": FieldDoc("Fan-outs per layer (neighbours)", "neighbours sampled per node at each layer, first hop "

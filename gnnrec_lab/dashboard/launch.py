@@ -33,6 +33,7 @@ from gnnrec_lab.config.run import (
     MODES,
     NGCF_FORMS,
     OPTIMIZERS,
+    PRECISIONS,
     TENSOR_CLASSES,
     RunConfig,
     field_help,
@@ -65,7 +66,7 @@ EXAMPLE_CONFIG = dict(dataset="ml-100k", model="lightgcn", layers=3, dim=64, bat
                       epochs=3, eval_users=500)
 # Form fields shown as widgets, in order; placement gets one text box per tensor class.
 FORM_FIELDS = ("dataset", "model", "ngcf_form", "layers", "dim", "batch_size", "epochs", "lr",
-               "lr_rule", "optimizer", "memory_mode", "device_profile", "backend", "max_steps_per_epoch",
+               "lr_rule", "optimizer", "memory_mode", "device_profile", "backend", "precision", "max_steps_per_epoch",
                "eval_users", "patience", "seed", "mode", "fanouts", "cache_policy", "cache_size", "cores")
 # The error pane at the Launch button, for what is not one field's mistake.
 FORM = "form"
@@ -121,7 +122,8 @@ def tensor_class_label(cls: str) -> str:
 
 # The choices of the form's fields that take one of a list (the config's own lists).
 FORM_CHOICES = {"model": MODELS, "ngcf_form": NGCF_FORMS, "lr_rule": LR_RULES, "optimizer": OPTIMIZERS,
-                "memory_mode": MEMORY_MODES, "backend": BACKENDS, "mode": MODES, "cache_policy": CACHE_POLICIES}
+                "memory_mode": MEMORY_MODES, "backend": BACKENDS, "precision": PRECISIONS, "mode": MODES,
+                "cache_policy": CACHE_POLICIES}
 # Where the form starts from another value than RunConfig's: a first run from the page stays short.
 FORM_DEFAULTS = {"epochs": 5}
 

@@ -43,6 +43,7 @@ NOT_DISTRIBUTED = {
     "placement": "every tensor of a machine is in its DRAM (its server's shared memory, its trainer's heap)",
     "device_profile": "no modeled memory mode (see memory_mode)",
     "threads": "each server and trainer runs one thread (OMP_NUM_THREADS=1)",
+    "precision": "the trainers propagate float32 rows through DGL's kernels (bf16 rows are the native kernels')",
     "cores": "a machine's cores are cores_per_machine (the emulated cluster pins them)",
     "name": "the store's label of the run, given to run_config(name=...)",
 }

@@ -35,7 +35,16 @@ def _aux(adj) -> dict:
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
+    """A numpy view of ``t``; a bfloat16 tensor as its bits (uint16, what the native kernels widen)."""
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def _acc_type(a: np.ndarray):
+    """The numpy float type a kernel reading ``a`` sums in (float32 for bf16 bits)."""
+    return np.float32 if a.dtype == np.uint16 else a.dtype.type
 
 
 def _plain(dtype) -> tuple:
@@ -47,13 +56,15 @@ def _plain(dtype) -> tuple:
 class Backend:
     name = "?"
 
-    def spmm_fused(self, adj, x, alpha=1.0, acc=None, init=None, addend=None, beta=1.0):
-        """``out = alpha * W x`` plus LightGCN's layer-mean updates (see
+    def spmm_fused(self, adj, x, alpha=1.0, acc=None, init=None, addend=None, beta=1.0, out_dtype=None):
+        """``out = alpha * W x`` (in ``out_dtype``, x's by default) plus LightGCN's layer-mean updates (see
         :func:`gnnrec_lab.kernels.native.spmm`): with ``acc``, ``acc[:n] = beta*init[:n] +
         beta*out[:n]`` (or ``acc += beta*out[:n]`` without ``init``); with ``addend``,
         ``out[:n] += beta*addend``. This generic form runs the product and the updates as
         separate torch ops; the native backend fuses them into the product's row loop."""
         out = self.spmm(adj, x)
+        if out_dtype is not None and out.dtype != out_dtype:
+            out = out.to(out_dtype)
         if alpha != 1.0:
             out.mul_(alpha)
         if acc is not None:
@@ -64,6 +75,10 @@ class Backend:
         if addend is not None:
             out[:addend.shape[0]].add_(addend, alpha=beta)
         return out
+
+    def narrow(self, x):
+        """``x`` rounded to bfloat16 (torch's conversion: to nearest, ties to even)."""
+        return x.detach().to(torch.bfloat16)
 
 
 class NativeBackend(Backend):
@@ -117,19 +132,34 @@ class NativeBackend(Backend):
     def spmm(self, adj, x):
         return self.spmm_fused(adj, x)
 
-    def spmm_fused(self, adj, x, alpha=1.0, acc=None, init=None, addend=None, beta=1.0):
+    def spmm_fused(self, adj, x, alpha=1.0, acc=None, init=None, addend=None, beta=1.0, out_dtype=None):
+        """As :meth:`Backend.spmm_fused`; ``x`` and ``out_dtype`` may be bfloat16 (bf16 rows: the
+        sums in float32, see :func:`native.spmm`). A bfloat16 output is never column-blocked nor
+        multiplied side by side (both keep float32 partial sums in the output)."""
         xn = _np(x)
-        out = buffers.empty((adj.n_rows, xn.shape[1]), x.dtype)
-        vals, rs, cs = self._weights(adj, xn.dtype)
-        f = xn.dtype.type
+        out_dtype = x.dtype if out_dtype is None else out_dtype
+        out = buffers.empty((adj.n_rows, xn.shape[1]), out_dtype)
+        on = _np(out)
+        f = _acc_type(xn)
+        vals, rs, cs = self._weights(adj, np.dtype(f))
         opt = lambda t: None if t is None else _np(t)  # noqa: E731
         tail = (f(alpha), None if acc is None else acc.numpy(), opt(init), opt(addend), f(beta))
-        sides = self._sides(adj, x)
+        sides = self._sides(adj, x) if x.dtype == out_dtype != torch.bfloat16 else None
         if sides is not None:
-            self._call(nk.spmm_sides, adj.indptr, adj.indices, rs, cs, xn, adj.sides, out.numpy(), *sides, *tail)
+            self._call(nk.spmm_sides, adj.indptr, adj.indices, rs, cs, xn, adj.sides, on, *sides, *tail)
             return out
-        pos, b2 = self._blocked(adj, xn.shape[1] * xn.itemsize)
-        self._call(nk.spmm, adj.indptr, pos, adj.indices, vals, None, rs, cs, xn, out.numpy(), b2, *tail)
+        if out_dtype == torch.bfloat16:
+            pos, b2 = None, self._bounds(adj)[None, :]
+        else:
+            pos, b2 = self._blocked(adj, xn.shape[1] * xn.itemsize)
+        self._call(nk.spmm, adj.indptr, pos, adj.indices, vals, None, rs, cs, xn, on, b2, *tail)
+        return out
+
+    def narrow(self, x):
+        """``x`` (float32) rounded to bfloat16, ties to even (:func:`native.bf16_narrow`)."""
+        xn = _np(x)
+        out = buffers.empty(tuple(xn.shape), torch.bfloat16)
+        self._call(nk.bf16_narrow, xn, _np(out))
         return out
 
     @staticmethod

@@ -38,7 +38,7 @@ POOL_MAX = 2
 POOL_MIN_BYTES = HUGE_MIN_BYTES
 _pool: collections.deque = collections.deque()   # (nbytes, mmap), oldest first
 _pool_lock = threading.Lock()
-_NP = {torch.float32: np.float32, torch.float64: np.float64}
+_NP = {torch.float32: np.float32, torch.float64: np.float64, torch.bfloat16: np.int16}  # bf16: its bits
 _ADVICE = getattr(mmap, "MADV_HUGEPAGE", None)
 _PAGE = mmap.PAGESIZE
 
@@ -86,7 +86,8 @@ def _mapped(shape: tuple, dtype: torch.dtype, zero: bool):
         weakref.finalize(a, _release, nbytes, m)
         if zero and reused:
             a.fill(0)
-    return torch.from_numpy(a)
+    t = torch.from_numpy(a)
+    return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
 
 
 def empty(shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:

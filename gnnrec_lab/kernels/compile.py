@@ -35,6 +35,8 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
             i0, i1 = torch.tensor([0]), torch.tensor([1])
             lt = bpr_l2_loss(h, u, i0, i1, i0, 0.1)[0] + sq_norm_rows(u, i1, 0.1)
             (y.sum() + s.sum() + z.sum() + r.sum() + h.sum() + lt).backward()
+            if dtype == torch.float32:  # precision bf16: bf16 rows in, bf16 or float32 rows out
+                (spmm(adj, x, precision="bf16").sum() + layer_mean([adj, adj], x, 1 / 3, "bf16").sum()).backward()
         # a non-symmetric matrix with per-edge values exercises the other specialisations
         a = CSR(np.array([0, 1, 2], dtype=np.int64), np.array([1, 0], dtype=np.int32), 2, 3,
                 values=np.ones(2, dtype=np.float32))
@@ -44,6 +46,8 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
             blk = CSR(np.array([0, 1, 2], dtype=np.int64), np.array([1, 2], dtype=np.int32), 2, 3, None,
                       np.ones(2, dtype=np.float32), np.ones(3, dtype=np.float32))
             layer_mean([blk], torch.ones((3, 2), dtype=dtype, requires_grad=True), 0.5).sum().backward()
+            if dtype == torch.float32:
+                layer_mean([blk], torch.ones((3, 2), dtype=dtype, requires_grad=True), 0.5, "bf16").sum().backward()
         # the evaluation's ranking kernel (called by gnnrec_lab.training.evaluate, not through a backend)
         scratch.jit_seconds += native.ensure_compiled(topk.rank_block,
                                                       topk.rank_block_args(torch.empty(0, dtype=dtype).numpy().dtype))
@@ -57,7 +61,7 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
 # (kernels.microbench) and the graph's reordering (graph.reorder) are not among them.
 TRAINING_KERNELS = {name: getattr(native, name) for name in (
     "spmm", "edge_aggregate", "edge_broadcast", "sddmm_dot", "sddmm_mul", "bpr_rows", "sq_norm_rows", "gather_rows",
-    "permute_values", "scatter_add_rows")} | {"rank_block": topk.rank_block}
+    "permute_values", "scatter_add_rows", "bf16_narrow")} | {"rank_block": topk.rank_block}
 
 
 def uncached_kernels() -> list:

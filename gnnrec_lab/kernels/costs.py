@@ -52,14 +52,17 @@ def weight_bytes(adj) -> int:
     return n
 
 
-def spmm(adj, dim: int, elem: int, extra_read: int = 0, extra_written: int = 0) -> dict:
+def spmm(adj, dim: int, elem: int, extra_read: int = 0, extra_written: int = 0, out_elem: int | None = None) -> dict:
     """``y = W x``: indptr, indices, weights, one gathered x row per entry; write y.
+    ``elem``: bytes per element of x (2 for bf16 rows), ``out_elem`` of y (``elem`` by default).
     ``extra_read``/``extra_written``: bytes of a row-wise update fused into the same
     pass (LightGCN's running layer mean), streamed."""
     nnz = adj.nnz
     gathered = nnz * dim * elem
+    out_elem = elem if out_elem is None else out_elem
     read = INDPTR_BYTES * (adj.n_rows + 1) + adj.index_bytes * nnz + weight_bytes(adj) + gathered + extra_read
-    return kernel_cost(read, adj.n_rows * dim * elem + extra_written, 2 * nnz * dim, "gather", dim * elem, gathered)
+    return kernel_cost(read, adj.n_rows * dim * out_elem + extra_written, 2 * nnz * dim, "gather", dim * elem,
+                       gathered)
 
 
 # The share of the last-level cache the cache-aware model lets gathered rows occupy (the rest holds

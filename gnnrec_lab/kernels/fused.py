@@ -11,7 +11,7 @@ import torch
 from gnnrec_lab.kernels import buffers, costs
 from gnnrec_lab.kernels.registry import backend as _backend
 from gnnrec_lab.kernels.registry import get_backend
-from gnnrec_lab.kernels.spans import Span, _apply, _check_features, _elem, _forward_span
+from gnnrec_lab.kernels.spans import Span, _apply, _check_features, _check_precision, _elem, _forward_span, _narrow
 
 
 # -- LightGCN's layer mean ------------------------------------------------------
@@ -28,10 +28,16 @@ class _LayerMean(torch.autograd.Function):
     A loss on the output that also has an L2 term on the batch's rows of ``x`` (see
     :class:`_RowsLoss`) leaves that term's gradient to this backward: added row by row into
     the gradient of ``x`` (recorded ``l2_reg``), instead of a dense gradient of its own that
-    autograd would then add to this one (a zeroed table plus a dense add per step)."""
+    autograd would then add to this one (a zeroed table plus a dense add per step).
+
+    ``half`` (precision bf16): ``x`` is narrowed to bf16 once (recorded ``narrow``) and every layer
+    is written in bf16, so each SpMM gathers and writes half the bytes; the running mean, its
+    layer-0 term and the incoming gradient stay float32, every sum is float32. The backward
+    narrows ``g`` once, propagates bf16 Horner terms and writes the last one, the gradient of
+    ``x`` (the float32 master weights), in float32."""
 
     @staticmethod
-    def forward(ctx, x, blocks, weight, bname):
+    def forward(ctx, x, blocks, weight, bname, half=False):
         span = _forward_span()
         be = _backend(bname)
         ctx.x_ref, ctx.deferred_l2 = weakref.ref(x), None
@@ -39,17 +45,18 @@ class _LayerMean(torch.autograd.Function):
         if local is not None:  # propagate in the locality order: x's rows permuted in, acc's out
             blocks = [local[0]] * len(blocks)
             x = _permute_rows(span, be, bname, x, local[1])
-        ctx.blocks, ctx.weight, ctx.bname = blocks, weight, bname
+        ctx.blocks, ctx.weight, ctx.bname, ctx.half = blocks, weight, bname, half
         n_out, D, f = blocks[0].n_rows, x.shape[1], _elem(x)
         acc = buffers.empty((n_out, D), x.dtype)
-        cur = x
+        cur = _narrow(span, be, bname, x, 0) if half else x
+        fr, dt = _elem(cur), cur.dtype   # the propagated rows' element bytes and dtype
         for k, blk in enumerate(reversed(blocks)):
             init = x[:n_out] if k == 0 else None
             extra_read = n_out * D * f  # init (first layer) or acc (later layers)
             cur = span.run("spmm", k, None, bname,
-                           lambda blk=blk, extra_read=extra_read: costs.spmm(blk, D, f, extra_read=extra_read,
+                           lambda blk=blk, extra_read=extra_read: costs.spmm(blk, D, fr, extra_read=extra_read,
                                                                              extra_written=n_out * D * f),
-                           be.spmm_fused, blk, cur, 1.0, acc, init, None, weight)
+                           be.spmm_fused, blk, cur, 1.0, acc, init, None, weight, dt)
             if k == 0:
                 del x, init  # the permuted copy of x is not needed after the first layer
         del cur
@@ -65,12 +72,15 @@ class _LayerMean(torch.autograd.Function):
         if ctx.local is not None:
             g = _permute_rows(span, be, ctx.bname, g, ctx.local[1], "backward")
         n_g, D, f = g.shape[0], g.shape[1], _elem(g)
-        h, alpha = g, w
+        h, alpha = (_narrow(span, be, ctx.bname, g, len(blocks) - 1, "backward") if ctx.half else g), w
+        fr = _elem(h)
         for k in range(len(blocks) - 1, -1, -1):
             blk_t = blocks[len(blocks) - 1 - k].transpose()  # layer k applied blocks[-1-k]
+            dt = g.dtype if k == 0 else h.dtype   # the last term is the gradient of x: float32
             h = span.run("spmm", k, "backward", ctx.bname,
-                         lambda blk_t=blk_t: costs.spmm(blk_t, D, f, extra_read=n_g * D * f),
-                         be.spmm_fused, blk_t, h, alpha, None, None, g, w)
+                         lambda blk_t=blk_t, dt=dt: costs.spmm(blk_t, D, fr, extra_read=n_g * D * f,
+                                                               out_elem=dt.itemsize),
+                         be.spmm_fused, blk_t, h, alpha, None, None, g, w, dt)
             alpha = 1.0
         if ctx.local is not None:
             del g
@@ -78,7 +88,7 @@ class _LayerMean(torch.autograd.Function):
         deferred, ctx.deferred_l2 = ctx.deferred_l2, None
         if deferred is not None:
             _RowsLoss.l2_grad_into(span, h, *deferred)
-        return h, None, None, None
+        return h, None, None, None, None
 
 
 # Tables up to this size are gathered through column blocks (see native.col_block_count); above
@@ -106,12 +116,13 @@ def _permute_rows(span, be, bname, t: torch.Tensor, idx: torch.Tensor, phase=Non
                     be.gather, t, idx)
 
 
-def layer_mean(blocks, x: torch.Tensor, weight: float) -> torch.Tensor:
+def layer_mean(blocks, x: torch.Tensor, weight: float, precision: str = "fp32") -> torch.Tensor:
     """LightGCN's propagation: ``weight * sum_{k=0..K} x_k[:n]`` where ``x_0 = x`` and
     ``x_k = blocks[K-k] @ x_{k-1}`` (``blocks[-1]`` applied first; each block's rows are a
     prefix of its columns, ``n = blocks[0].n_rows``). Pass the full adjacency K times
     for full-graph training. Differentiable wrt ``x``; each layer's SpMM (forward and
-    backward) is recorded as ``spmm``."""
+    backward) is recorded as ``spmm``. ``precision="bf16"`` (float32 ``x``, native backend): the
+    layers are stored in bf16, sums and the result in float32 (see :class:`_LayerMean`)."""
     if not blocks:
         raise ValueError("layer_mean: needs at least one block (a model with 0 layers has no propagation)")
     _check_features(blocks[-1], "layer_mean x", x, blocks[-1].n_cols, "columns")
@@ -120,7 +131,8 @@ def layer_mean(blocks, x: torch.Tensor, weight: float) -> torch.Tensor:
             raise ValueError(f"layer_mean: block of {b.n_rows}x{b.n_cols} cannot follow one of {a.n_rows}x{a.n_cols}")
     if blocks[0].n_rows > x.shape[0]:
         raise ValueError(f"layer_mean: {blocks[0].n_rows} output rows but x has only {x.shape[0]}")
-    return _apply(_LayerMean, x.contiguous(), blocks, float(weight), get_backend())
+    half = _check_precision("layer_mean", precision, x, get_backend())
+    return _apply(_LayerMean, x.contiguous(), blocks, float(weight), get_backend(), half)
 
 
 

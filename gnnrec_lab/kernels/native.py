@@ -35,7 +35,7 @@ from llvmlite import ir
 from llvmlite.binding import llvm_version_info
 from numba import njit, prange, types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 JIT = dict(parallel=True, cache=True, fastmath=False, nogil=True)
 # Software prefetch distance (entries ahead) for gathered rows: the row loops are latency-bound
@@ -69,6 +69,133 @@ def _prefetch_row(typingctx, arr, idx):
                 builder.call(fn, [builder.gep(start, [off]), i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
     return sig, codegen
+# -- bf16 rows (RunConfig.precision "bf16") ----------------------------------------------------
+# numba has no bfloat16 type: a bf16 table is a uint16 array of the values' top 16 bits (torch's
+# bfloat16 storage). A kernel widens an element on load (a 16-bit shift into a float32's bits) and
+# narrows a finished float32 value on store, rounding to nearest even; every sum is float32.
+@intrinsic
+def _f32_from_bits(typingctx, bits):
+    """The float32 whose bit pattern is the uint32 ``bits``."""
+    sig = types.float32(types.uint32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return sig, codegen
+
+
+@intrinsic
+def _bits_from_f32(typingctx, value):
+    """The uint32 bit pattern of the float32 ``value``."""
+    sig = types.uint32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return sig, codegen
+
+
+@njit(inline="always")
+def bf16_round(v):
+    """The bf16 (uint16 bits) nearest the float32 ``v``, ties to even; NaN stays a (quiet) NaN."""
+    b = _bits_from_f32(np.float32(v))
+    if (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return np.uint16((b >> np.uint32(16)) | np.uint32(0x0040))
+    b = b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))
+    return np.uint16(b >> np.uint32(16))
+
+
+def _ld(a, i, j):
+    """``a[i, j]``, widened to float32 when ``a`` holds bf16 bits (uint16)."""
+
+
+@overload(_ld, inline="always")
+def _ld_impl(a, i, j):
+    if isinstance(a, types.Array) and a.dtype == types.uint16:
+        def impl(a, i, j):
+            return _f32_from_bits(np.uint32(a[i, j]) << np.uint32(16))
+    else:
+        def impl(a, i, j):
+            return a[i, j]
+    return impl
+
+
+def _acc_dtype(a):
+    """The dtype rows of ``a`` are summed in: float32 for bf16 bits, else ``a``'s."""
+
+
+@overload(_acc_dtype, inline="always")
+def _acc_dtype_impl(a):
+    if a.dtype == types.uint16:
+        return lambda a: np.float32
+    dt = a.dtype
+    return lambda a: dt
+
+
+def _acc_get(out, tmp, r, d):
+    """Element ``d`` of row ``r``'s sum: ``out[r, d]`` (a float ``out``, summed in place) or
+    ``tmp[d]`` (a bf16 ``out``: the row is summed in the float32 scratch row ``tmp`` and narrowed by
+    :func:`_row_store` once finished). :func:`_acc_set` writes it."""
+
+
+@overload(_acc_get, inline="always")
+def _acc_get_impl(out, tmp, r, d):
+    if out.dtype == types.uint16:
+        return lambda out, tmp, r, d: tmp[d]
+    return lambda out, tmp, r, d: out[r, d]
+
+
+def _acc_set(out, tmp, r, d, v):
+    """Set element ``d`` of row ``r``'s sum (see :func:`_acc_get`)."""
+
+
+@overload(_acc_set, inline="always")
+def _acc_set_impl(out, tmp, r, d, v):
+    if out.dtype == types.uint16:
+        def impl(out, tmp, r, d, v):
+            tmp[d] = v
+    else:
+        def impl(out, tmp, r, d, v):
+            out[r, d] = v
+    return impl
+
+
+def _scratch(out, D):
+    """A float32 scratch row of ``D`` for a bf16 ``out`` (empty for a float one)."""
+
+
+@overload(_scratch, inline="always")
+def _scratch_impl(out, D):
+    if out.dtype == types.uint16:
+        return lambda out, D: np.empty(D, dtype=np.float32)
+    dt = out.dtype
+    return lambda out, D: np.empty(0, dtype=dt)
+
+
+def _row_store(out, r, tmp):
+    """Narrow the finished float32 scratch row ``tmp`` into row ``r`` of a bf16 ``out`` (a float
+    ``out`` was summed in place: nothing to do)."""
+
+
+@overload(_row_store, inline="always")
+def _row_store_impl(out, r, tmp):
+    if out.dtype == types.uint16:
+        def impl(out, r, tmp):
+            for d in range(tmp.shape[0]):
+                out[r, d] = bf16_round(tmp[d])
+    else:
+        def impl(out, r, tmp):
+            pass
+    return impl
+
+
+@njit(**JIT)
+def bf16_narrow(x, out):
+    """out = x rounded to bf16 (uint16 bits), ties to even: a float32 table's propagated copy."""
+    for i in prange(x.shape[0]):
+        for d in range(x.shape[1]):
+            out[i, d] = bf16_round(x[i, d])
+    return out
+
+
 # Chunks per thread of a static split (the calibration's streams, where every chunk costs the same).
 CHUNKS_PER_THREAD = 4
 # Chunks per thread of the dynamically scheduled row kernels: a descheduled thread strands at most
@@ -166,21 +293,27 @@ def spmm(indptr, pos, indices, values, eperm, row_scale, col_scale, x, out, boun
     Edges are taken four at a time, ``out[r] += (w0 x0 + w1 x1) + (w2 x2 + w3 x3)``:
     one load/store of the output row per four edges instead of per edge, and four
     independent products per add chain (1.5x on cache-resident graphs). The order of
-    the sum is fixed by the CSR and the blocking, so results repeat bit for bit."""
+    the sum is fixed by the CSR and the blocking, so results repeat bit for bit.
+
+    *bf16*: ``x`` may hold bf16 bits (uint16, widened on load) and so may ``out`` (each row summed
+    in a float32 scratch row, then rounded to nearest even; one column block only: the partial
+    sums of several blocks would need a float32 row each). Weights, ``alpha``/``beta`` and the
+    sums are float32 then; ``acc`` stays float32."""
     D = x.shape[1]
     nb = bounds.shape[0]
-    one = np.ones(1, dtype=out.dtype)[0]
+    one = _acc_dtype(out)(1)
     taken = np.zeros(nb, dtype=np.int64)
     for b in range(nb):
         bd = bounds[b]
         n_ch = bd.shape[0] - 1
         for _w in prange(n_ch):
+            tmp = _scratch(out, D)
             ch = _next_chunk(taken, b)
             while ch < n_ch:
                 for r in range(bd[ch], bd[ch + 1]):
                     if b == 0:
                         for d in range(D):
-                            out[r, d] = 0
+                            _acc_set(out, tmp, r, d, 0)
                     e, end, lim = _block_range(indptr, pos, b, r, bd[ch + 1])
                     while e + 4 <= end:
                         for k in range(4):
@@ -195,7 +328,9 @@ def spmm(indptr, pos, indices, values, eperm, row_scale, col_scale, x, out, boun
                         w2 = _edge_weight(values, eperm, col_scale, e + 2, c2, one)
                         w3 = _edge_weight(values, eperm, col_scale, e + 3, c3, one)
                         for d in range(D):
-                            out[r, d] += (w0 * x[c0, d] + w1 * x[c1, d]) + (w2 * x[c2, d] + w3 * x[c3, d])
+                            _acc_set(out, tmp, r, d, _acc_get(out, tmp, r, d)
+                                     + ((w0 * _ld(x, c0, d) + w1 * _ld(x, c1, d))
+                                        + (w2 * _ld(x, c2, d) + w3 * _ld(x, c3, d))))
                         e += 4
                     while e < end:
                         if e < lim:
@@ -203,34 +338,37 @@ def spmm(indptr, pos, indices, values, eperm, row_scale, col_scale, x, out, boun
                         c = indices[e]
                         w = _edge_weight(values, eperm, col_scale, e, c, one)
                         for d in range(D):
-                            out[r, d] += w * x[c, d]
+                            _acc_set(out, tmp, r, d, _acc_get(out, tmp, r, d) + w * _ld(x, c, d))
                         e += 1
                     if b == nb - 1:
-                        _finish_row(out, r, D, alpha, row_scale, acc, init, addend, beta, one)
+                        _finish_row(out, tmp, r, D, alpha, row_scale, acc, init, addend, beta, one)
+                        _row_store(out, r, tmp)
                 ch = _next_chunk(taken, b)
     return out
 
 
 @njit(inline="always")
-def _finish_row(out, r, D, alpha, row_scale, acc, init, addend, beta, one):
+def _finish_row(out, tmp, r, D, alpha, row_scale, acc, init, addend, beta, one):
+    """Row ``r``'s last touches on its sum (see :func:`_acc_get`): the scale, then the fused
+    update of the running mean (``acc``) or the added term (``addend``)."""
     s = alpha
     if row_scale is not None:
         s = s * row_scale[r]
     if s != one:
         for d in range(D):
-            out[r, d] *= s
+            _acc_set(out, tmp, r, d, _acc_get(out, tmp, r, d) * s)
     if acc is not None:
         if r < acc.shape[0]:
             if init is not None:
                 for d in range(D):
-                    acc[r, d] = beta * init[r, d] + beta * out[r, d]
+                    acc[r, d] = beta * _ld(init, r, d) + beta * _acc_get(out, tmp, r, d)
             else:
                 for d in range(D):
-                    acc[r, d] += beta * out[r, d]
+                    acc[r, d] += beta * _acc_get(out, tmp, r, d)
     if addend is not None:
         if r < addend.shape[0]:
             for d in range(D):
-                out[r, d] += beta * addend[r, d]
+                _acc_set(out, tmp, r, d, _acc_get(out, tmp, r, d) + beta * _ld(addend, r, d))
 
 
 # Column blocking: x slices of about this size stay in a 32 MiB last-level cache together
@@ -341,7 +479,7 @@ def spmm_sides(indptr, indices, row_scale, col_scale, x, n_first, out, part, bou
                     out[u, d] += w * x[c, d]
                     acc_t[i, d] += su * x[u, d]
                 e += 1
-            _finish_row(out, u, D, alpha, row_scale, acc, init, addend, beta, one)
+            _finish_row(out, None, u, D, alpha, row_scale, acc, init, addend, beta, one)
     for i in prange(n_second):
         r = n_first + i
         for d in range(D):
@@ -349,7 +487,7 @@ def spmm_sides(indptr, indices, row_scale, col_scale, x, n_first, out, part, bou
             for t in range(1, part.shape[0]):
                 v += part[t, i, d]
             out[r, d] = v
-        _finish_row(out, r, D, alpha, row_scale, acc, init, addend, beta, one)
+        _finish_row(out, None, r, D, alpha, row_scale, acc, init, addend, beta, one)
     return out
 
 

@@ -8,6 +8,8 @@ from typing import Callable
 
 import torch
 
+from gnnrec_lab.config.run import PRECISIONS
+from gnnrec_lab.kernels import costs
 from gnnrec_lab.util.recorder import get_recorder, profiler_active, profiler_range
 
 
@@ -75,8 +77,31 @@ def _elem(t: torch.Tensor) -> int:
     return t.element_size()
 
 
-def _check_features(adj, name: str, t: torch.Tensor, n: int, what: str) -> None:
+def _check_features(adj, name: str, t: torch.Tensor, n: int, what: str, bf16: bool = False) -> None:
+    """``t`` is (n, D) float32 or float64 (or bfloat16 where ``bf16``)."""
     if t.dim() != 2 or t.shape[0] != n:
         raise ValueError(f"{name}: expected ({n}, D) rows for the CSR's {what}, got {tuple(t.shape)}")
-    if t.dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"{name}: dtype must be float32 or float64, got {t.dtype}")
+    if t.dtype not in (torch.float32, torch.float64) and not (bf16 and t.dtype == torch.bfloat16):
+        raise ValueError(f"{name}: dtype must be float32 or float64{' (or bfloat16)' if bf16 else ''}, got {t.dtype}")
+
+
+def _check_precision(name: str, precision: str, x: torch.Tensor, bname: str) -> bool:
+    """Whether ``precision`` asks for bf16 propagation (ValueError for an unknown precision, for a
+    bf16 input that is not float32, or for bf16 on a backend other than native)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"{name}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "fp32":
+        return False
+    if x.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"{name}: precision {precision!r} propagates float32 inputs, got {x.dtype}")
+    if bname != "native":
+        raise ValueError(f"{name}: precision {precision!r} runs on the native backend only, got backend {bname!r}")
+    return True
+
+
+def _narrow(span, be, bname, t: torch.Tensor, layer: int, phase=None) -> torch.Tensor:
+    """``t`` rounded to bfloat16 (ties to even), recorded as ``narrow`` (one streaming pass: 4 bytes
+    read and 2 written per element)."""
+    n = t.numel()
+    return span.run("narrow", layer, phase, bname, lambda: costs.kernel_cost(4 * n, 2 * n, 0, "stream"),
+                    be.narrow, t)

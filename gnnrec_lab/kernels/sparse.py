@@ -7,7 +7,7 @@ import torch
 from gnnrec_lab.kernels import costs
 from gnnrec_lab.kernels.registry import backend as _backend
 from gnnrec_lab.kernels.registry import get_backend
-from gnnrec_lab.kernels.spans import Span, _apply, _check_features, _elem, _forward_span
+from gnnrec_lab.kernels.spans import Span, _apply, _check_features, _check_precision, _elem, _forward_span, _narrow
 from gnnrec_lab.util.errors import UserError
 
 SDDMM_OPS = ("dot", "mul")
@@ -16,29 +16,47 @@ SDDMM_OPS = ("dot", "mul")
 # -- SpMM --------------------------------------------------------------------
 class _SpMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, adj, layer, bname):
+    def forward(ctx, x, adj, layer, bname, half=False):
         span = _forward_span()
         be = _backend(bname)
-        ctx.adj, ctx.layer, ctx.bname = adj, layer, bname
-        return span.run("spmm", layer, None, bname, lambda: costs.spmm(adj, x.shape[1], _elem(x)), be.spmm, adj, x)
+        ctx.adj, ctx.layer, ctx.bname, ctx.half = adj, layer, bname, half
+        return _SpMM.product(span, be, adj, x, layer, None, bname, half)
+
+    @staticmethod
+    def product(span, be, adj, x, layer, phase, bname, half):
+        """``W x``; ``half``: x narrowed to bf16 first (recorded ``narrow``), the product reading
+        bf16 rows and writing float32. A bfloat16 ``x``: bf16 rows read and written."""
+        if x.dtype == torch.bfloat16:
+            return span.run("spmm", layer, phase, bname, lambda: costs.spmm(adj, x.shape[1], _elem(x)),
+                            be.spmm_fused, adj, x, 1.0, None, None, None, 1.0, x.dtype)
+        if not half:
+            return span.run("spmm", layer, phase, bname, lambda: costs.spmm(adj, x.shape[1], _elem(x)),
+                            be.spmm, adj, x)
+        xh = _narrow(span, be, bname, x, layer, phase)
+        return span.run("spmm", layer, phase, bname, lambda: costs.spmm(adj, x.shape[1], _elem(xh), out_elem=_elem(x)),
+                        be.spmm_fused, adj, xh, 1.0, None, None, None, 1.0, x.dtype)
 
     @staticmethod
     def backward(ctx, g):
         span = Span()
         adj_t = ctx.adj.transpose()  # itself when symmetric
         be = _backend(ctx.bname)
-        gx = span.run("spmm", ctx.layer, "backward", ctx.bname,
-                      lambda: costs.spmm(adj_t, g.shape[1], _elem(g)), be.spmm, adj_t, g.contiguous())
-        return gx, None, None, None
+        gx = _SpMM.product(span, be, adj_t, g.contiguous(), ctx.layer, "backward", ctx.bname, ctx.half)
+        return gx, None, None, None, None
 
 
-def spmm(adj, x: torch.Tensor, *, layer: int = -1) -> torch.Tensor:
+def spmm(adj, x: torch.Tensor, *, layer: int = -1, precision: str = "fp32") -> torch.Tensor:
     """``y = W x`` for the weighted CSR ``adj`` (n_rows x n_cols) and ``x`` (n_cols, D).
 
     Returns (n_rows, D) in x's dtype. Differentiable wrt ``x`` (backward ``W^T g``).
+    ``precision="bf16"`` (float32 ``x``, native backend): ``x`` (and in backward ``g``) is rounded
+    to bf16 and the product reads those rows, summing and writing float32. A bfloat16 ``x`` (a
+    layer of bf16 rows; native backend): read and written in bf16, summed in float32.
     """
-    _check_features(adj, "spmm x", x, adj.n_cols, "columns")
-    return _apply(_SpMM, x, adj, layer, get_backend())
+    _check_features(adj, "spmm x", x, adj.n_cols, "columns", bf16=True)
+    half = _check_precision("spmm", "bf16" if x.dtype == torch.bfloat16 else precision, x, get_backend())
+    return _apply(_SpMM, x.contiguous() if x.dtype == torch.bfloat16 else x, adj, layer, get_backend(),
+                  half and x.dtype != torch.bfloat16)
 
 
 

@@ -44,7 +44,7 @@ def step_kernels(config, counts: dict) -> list:
     n, e, d, L = nu + ni, 2 * nt, config.dim, config.layers
     b = min(config.batch_size, max(nt, 1))
     # the model's kernel hooks (gnnrec_lab.models.registry): each layer's kernels, its output width
-    spec, s = model_spec(config.model), Shape(n, e, d)
+    spec, s = model_spec(config.model), Shape.of(config, n, e, d)
     out = []
     for phase in ("forward", "backward"):
         for k in range(L):
@@ -209,7 +209,7 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
         modes[mode] = row
     best, reason = recommend(modes, need <= dram_bytes)
     return {"config": {k: getattr(config, k) for k in ("dataset", "model", "ngcf_form", "layers", "dim",
-                                                         "batch_size", "optimizer")},
+                                                         "batch_size", "optimizer", "precision")},
             "counts": dict(counts), "dram_bytes": dram_bytes,
             "footprint": fp, "footprint_total": need, "footprint_kind": Provenance.MODELED,
             "fits_in_dram": need <= dram_bytes, "modes": modes, "recommended_mode": best,

@@ -228,7 +228,7 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     e = 2 * nt
     d = config.dim
     # the model's byte hooks (gnnrec_lab.models.registry): parameters, activations, per-edge messages
-    spec, s = model_spec(config.model), Shape(n, e, d)
+    spec, s = model_spec(config.model), Shape.of(config, n, e, d)
     idx = 4 if n < 2**31 - 1 else 8
     runtime = runtime_baseline_bytes() + jit_compile_bytes() if runtime_bytes is None else int(runtime_bytes)
     edge_form = spec.edge_messages(config)
@@ -238,7 +238,7 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     if edge_form:
         graph += (idx + 4) * e      # the transposed structure SDDMM's backward caches (row ids + entry perm)
     from gnnrec_lab.kernels.native import col_block_count  # numba and torch: loaded by a prediction, not by the package
-    nb = col_block_count(n, d * F32)
+    nb = col_block_count(n, d * s.p)
     if nb > 1:                      # the column-block row positions the native SpMM caches
         graph += 8 * (nb + 1) * n
     # a locality order cached with a large split: the order, P A P^T, its scales and the int64 order
@@ -252,7 +252,8 @@ def footprint_phases(config, counts: Optional[dict] = None, runtime_bytes: Optio
     # a table above native.SIDES_MIN_BYTES is multiplied side by side (native.spmm_sides): one
     # item-side accumulator per thread, kept with the adjacency
     from gnnrec_lab.kernels.native import SIDES_MIN_BYTES, threads
-    parts = threads() * F32 * ni * d if spec.graph and F32 * n * d > SIDES_MIN_BYTES else 0
+    # (float32 products only: bf16 rows are never multiplied side by side)
+    parts = threads() * F32 * ni * d if spec.graph and s.p == F32 and F32 * n * d > SIDES_MIN_BYTES else 0
     graph += parts
     params = F32 * spec.parameters(config, s)
     states = optimizer_states(config.optimizer, getattr(config, "momentum", 0.9))

@@ -22,11 +22,15 @@ class LightGCN(nn.Module):
         dim: embedding size (default 64).
         layers: propagation depth K (default 3).
         init_std: std of the normal initialisation (0.1 as in the reference code).
+        precision: ``"fp32"`` or ``"bf16"``: how the propagated layers are stored (the embedding
+            table stays float32; see :func:`gnnrec_lab.kernels.layer_mean`).
     """
 
-    def __init__(self, n_users: int, n_items: int, dim: int = 64, layers: int = 3, init_std: float = 0.1):
+    def __init__(self, n_users: int, n_items: int, dim: int = 64, layers: int = 3, init_std: float = 0.1,
+                 precision: str = "fp32"):
         super().__init__()
         self.n_users, self.n_items, self.dim, self.layers = n_users, n_items, dim, layers
+        self.precision = precision
         self.init_std = init_std
         self.embedding = nn.Parameter(buffers.empty((n_users + n_items, dim)))  # huge pages when large
         self.reset_parameters()
@@ -54,7 +58,7 @@ class LightGCN(nn.Module):
             return x
         # one autograd node: per layer a fused SpMM that also updates the running mean
         # (the 1/(K+1) folded into each term), no per-layer add pass
-        return kernels.layer_mean(blocks, x, 1.0 / (self.layers + 1))
+        return kernels.layer_mean(blocks, x, 1.0 / (self.layers + 1), self.precision)
 
     def __repr__(self):
         return (f"{type(self).__name__}(users={self.n_users}, items={self.n_items}, "

@@ -43,11 +43,15 @@ class NGCF(nn.Module):
             and the item table separately (std ``sqrt(2 / (rows + dim))``, 0.045 / 0.034 on
             ML-100K) and for ``W1``, ``W2``; a number: embeddings N(0, init_std) instead
             (LightGCN's initialisation; weights stay Xavier-normal).
+        precision: ``"fp32"`` or ``"bf16"``: bf16 rounds each layer's input to bf16 for its SpMM
+            (forward and backward), which sums and returns float32; the rest of the layer (the
+            per-edge messages, the transforms) stays float32.
     """
 
     def __init__(self, n_users: int, n_items: int, dim: int = 64, layers: int = 3, form: str = "edge",
-                 init_std: Optional[float] = None):
+                 init_std: Optional[float] = None, precision: str = "fp32"):
         super().__init__()
+        self.precision = precision
         if form not in ("edge", "node"):
             raise ValueError(f"form must be 'edge' or 'node', got {form!r}")
         self.n_users, self.n_items, self.dim, self.layers, self.form = n_users, n_items, dim, layers, form
@@ -89,7 +93,7 @@ class NGCF(nn.Module):
             return kernels.lincomb("add", (1.0, 1.0), a, b, layer=k)
         for k, blk in enumerate(reversed(blocks)):
             xd = x[:blk.n_rows]                                             # destination rows
-            ax = kernels.spmm(blk, x, layer=k)
+            ax = kernels.spmm(blk, x, layer=k, precision=self.precision)
             side = add(ax, xd, k)                                           # (A + I) x
             if self.form == "edge":
                 msg = kernels.sddmm(blk, xd, x, op="mul", layer=k)          # per edge x_r * x_c

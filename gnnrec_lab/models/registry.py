@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from gnnrec_lab.config.run import declare_model, undeclare_model
+from gnnrec_lab.config.run import PRECISION_BYTES, declare_model, undeclare_model
 from gnnrec_lab.util.errors import UserError
 
 F32 = 4   # bytes per float32
@@ -32,10 +32,17 @@ F32 = 4   # bytes per float32
 @dataclass(frozen=True)
 class Shape:
     """What a run's cost hooks read besides its config: ``n`` nodes (users + items), ``e`` directed
-    edges (twice the training interactions) and the embedding size ``d``."""
+    edges (twice the training interactions), the embedding size ``d`` and ``p``, the bytes of a
+    propagated element (``RunConfig.precision``: 4 for fp32, 2 for bf16)."""
     n: int
     e: int
     d: int
+    p: int = F32
+
+    @classmethod
+    def of(cls, config, n: int, e: int, d: int) -> "Shape":
+        """The shape of ``config``'s run on ``n`` nodes and ``e`` edges at width ``d``."""
+        return cls(n, e, d, PRECISION_BYTES[getattr(config, "precision", "fp32")])
 
     @property
     def node(self) -> int:
@@ -43,9 +50,18 @@ class Shape:
         return F32 * self.n * self.d
 
     @property
+    def prop(self) -> int:
+        """Bytes of one node-sized propagated tensor (a layer's rows), ``p N d``."""
+        return self.p * self.n * self.d
+
+    @property
     def rows(self) -> int:
-        """Bytes of one edge-sized float32 tensor (the rows an SpMM gathers), ``f E d``."""
-        return F32 * self.e * self.d
+        """Bytes of the propagated rows an SpMM gathers (one per edge), ``p E d``."""
+        return self.p * self.e * self.d
+
+    def narrow(self, phase: str, layer: int) -> dict:
+        """The bf16 rounding of one node-sized float32 tensor (4 bytes read, 2 written per element)."""
+        return kernel_work("narrow", phase, layer, self.node, self.n * self.d * 2, 0, "stream")
 
     @property
     def graph_stream(self) -> int:
@@ -120,7 +136,8 @@ class LightGCNSpec(ModelSpec):
 
     def build(self, config, n_users, n_items):
         from gnnrec_lab.models.lightgcn import LightGCN  # torch: loaded by training, not by the hooks
-        return LightGCN(n_users, n_items, dim=config.dim, layers=config.layers)
+        return LightGCN(n_users, n_items, dim=config.dim, layers=config.layers,
+                        precision=getattr(config, "precision", "fp32"))
 
     def parameters(self, config, s):
         return s.n * s.d
@@ -136,18 +153,28 @@ class LightGCNSpec(ModelSpec):
         # the current and next layer and the running mean; backward the incoming gradient, the
         # current and next Horner term and the mean's output still referenced by the graph
         # no_grad: current layer, next layer, running sum (a locality order: one node tensor more
-        # at a time, the permuted input or the permuted mean before it is mapped back)
-        return (5 if local else 4) * s.node, (4 if local else 3) * s.node
+        # at a time, the permuted input or the permuted mean before it is mapped back). bf16: the
+        # layers and Horner terms are bf16 (s.prop), the mean, the gradient and the last Horner term
+        # (the float32 gradient of the embeddings) stay float32
+        extra = s.node if local else 0
+        if s.p == F32:
+            return 4 * s.node + extra, 3 * s.node + extra
+        return 3 * s.node + s.prop + extra, s.node + 2 * s.prop + extra
 
     def heap_step_bytes(self, config, s, act_train):
-        # fitted for LightGCN as (2L + 4) node tensors on ml-100k, synth-gowalla and synth-ml10m
-        return (2 * config.layers + 4) * s.node
+        # fitted for LightGCN as (2L + 4) node tensors on ml-100k, synth-gowalla and synth-ml10m (fp32);
+        # bf16 (not fitted): the 2L per-layer tensors counted at the propagated rows' size
+        return 2 * config.layers * s.prop + 4 * s.node
 
     def layer_kernels(self, config, phase, layer, s):
-        # kernels.layer_mean: the mean's update fused into each SpMM
+        # kernels.layer_mean: the mean's update fused into each SpMM (its float32 rows: s.node); bf16:
+        # bf16 rows gathered and written (the backward's last term float32), the input narrowed once
         extra_rd, extra_wr = s.node, (s.node if phase == "forward" else 0)
-        return [kernel_work("spmm", phase, layer, s.graph_stream + s.rows + extra_rd, s.node + extra_wr,
-                            2 * s.e * s.d, "gather", F32 * s.d, s.rows)]
+        written = s.node if (phase == "backward" and layer == 0) else s.prop
+        out = [kernel_work("spmm", phase, layer, s.graph_stream + s.rows + extra_rd, written + extra_wr,
+                           2 * s.e * s.d, "gather", s.p * s.d, s.rows)]
+        first = 0 if phase == "forward" else config.layers - 1
+        return ([s.narrow(phase, layer)] if s.p != F32 and layer == first else []) + out
 
     def deferred_l2(self, config):
         # after LightGCN's layer mean the L2 gradient is added in the mean's backward
@@ -161,7 +188,8 @@ class NGCFSpec(ModelSpec):
 
     def build(self, config, n_users, n_items):
         from gnnrec_lab.models.ngcf import NGCF  # torch: loaded by training, not by the hooks
-        return NGCF(n_users, n_items, dim=config.dim, layers=config.layers, form=config.ngcf_form)
+        return NGCF(n_users, n_items, dim=config.dim, layers=config.layers, form=config.ngcf_form,
+                    precision=getattr(config, "precision", "fp32"))
 
     def parameters(self, config, s):
         d = s.d
@@ -183,7 +211,9 @@ class NGCFSpec(ModelSpec):
 
     def layer_kernels(self, config, phase, layer, s):
         node, rows, gs, e, d, n = s.node, s.rows, s.graph_stream, s.e, s.d, s.n
-        out = [kernel_work("spmm", phase, layer, gs + rows, node, 2 * e * d, "gather", F32 * d, rows)]
+        # bf16: each layer's input narrowed for its SpMM, which gathers bf16 rows and writes float32
+        out = [s.narrow(phase, layer)] if s.p != F32 else []
+        out.append(kernel_work("spmm", phase, layer, gs + rows, node, 2 * e * d, "gather", s.p * d, rows))
         if self.edge_messages(config):
             out.append(kernel_work("sddmm_mul", phase, layer, gs + node + rows, rows, e * d, "gather", F32 * d, rows))
             out.append(kernel_work("spmm_edge", phase, layer, gs + rows, node, 2 * e * d, "stream"))

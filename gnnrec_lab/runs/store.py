@@ -775,6 +775,7 @@ class Store:
                     "backend"):
             df[key] = [c.get(key) for c in cfgs]
         df["device_profile"] = [c.get("device_profile") for c in cfgs]   # services.projection's device
+        df["precision"] = [c.get("precision") or "fp32" for c in cfgs]   # runs stored before the field: fp32
         now = time.time()
         end = df["finished"].where(df["finished"].notna(),
                                    df["status"].map(lambda s: now if s == RunStatus.RUNNING else None))

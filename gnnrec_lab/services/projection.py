@@ -204,14 +204,16 @@ def step_time_projection(store, run_id, host, placement: Optional[dict] = None) 
 
 # What makes two runs' training steps the same work: a stored DRAM run with these equal measures
 # the step another configuration of that shape would take.
-SHAPE_KEYS = ("dataset", "model", "layers", "dim", "batch_size", "mode", "backend")
+SHAPE_KEYS = ("dataset", "model", "layers", "dim", "batch_size", "mode", "backend", "precision")
 # How many of the newest same-shape DRAM runs are compared.
 REFERENCE_CANDIDATES = 20
 
 
 def _same_shape(row: dict, config) -> bool:
     keys = SHAPE_KEYS + (("ngcf_form",) if getattr(config, "model", None) == "ngcf" else ())
-    return all(row.get(k) == getattr(config, k, None) for k in keys)
+    want = {k: getattr(config, k, None) for k in keys}
+    want["precision"] = want["precision"] or "fp32"   # a config from before the field: fp32
+    return all(row.get(k) == want[k] for k in keys)
 
 
 def dram_reference(store, config, host) -> Optional[dict]:

@@ -87,25 +87,34 @@ class Result:
     GBps: float
     antagonists: int = 0   # CPU-bound processes running beside the benchmark (see antagonists())
     load_avg: float = float("nan")  # 1-minute load average when the row was measured
+    precision: str = "fp32"  # the rows' storage: bf16 rows are read and written as bf16 (backend "native-bf16")
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def _input(rows: int, dim: int, g) -> torch.Tensor:
+def _input(rows: int, dim: int, g, dtype=torch.float32) -> torch.Tensor:
     """A random input allocated as the lab allocates its tables (kernels.buffers: huge pages when
-    32 MiB or more), the same tensor for every backend."""
-    t = buffers.empty((rows, dim))
+    32 MiB or more), the same tensor for every backend (bfloat16: the same values rounded)."""
+    t = buffers.empty((rows, dim), dtype)
     t.copy_(torch.randn(rows, dim, generator=g))
     return t.requires_grad_(True)
 
 
-def _run_kernel(kernel, adj, dim, table_rows, rng_seed):
-    """One forward + backward of ``kernel`` through the public API."""
+# Precisions `bench kernels --precision` times; bf16 rows exist for SpMM on the native backend (a
+# bf16 layer's product: bf16 rows gathered and written, float32 sums), reported as backend
+# BF16_BACKEND next to the float32 rows.
+BENCH_PRECISIONS = ("fp32", "bf16")
+BF16_KERNELS = ("spmm",)
+BF16_BACKEND = "native-bf16"
+
+
+def _run_kernel(kernel, adj, dim, table_rows, rng_seed, dtype=torch.float32):
+    """One forward + backward of ``kernel`` through the public API (``dtype`` bfloat16: SpMM on bf16 rows)."""
     g = torch.Generator().manual_seed(rng_seed)
     if kernel == "spmm":
-        x = _input(adj.n_cols, dim, g)
-        K.spmm(adj, x).backward(torch.ones(adj.n_rows, dim))
+        x = _input(adj.n_cols, dim, g, dtype)
+        K.spmm(adj, x).backward(torch.ones(adj.n_rows, dim, dtype=dtype))
     elif kernel.startswith("sddmm"):
         u = _input(adj.n_rows, dim, g)
         v = _input(adj.n_cols, dim, g)
@@ -142,13 +151,14 @@ def _pyg_spmm(adj, dim, repeats, bw):
 
 def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=None, kernels=KERNELS,
                      repeats: int = 5, host: dict | None = None, include_pyg: bool = True,
-                     progress=None, n_antagonists: int = 0) -> list[Result]:
+                     progress=None, n_antagonists: int = 0, precisions=("fp32",)) -> list[Result]:
     """Benchmark the kernels; returns one :class:`Result` per (graph, dim, kernel, phase, backend).
 
     ``host`` is the calibration providing ``triad_GBps`` (default: the cached host
     profile, measured quickly if missing). ``progress`` is called with a line per result.
     ``n_antagonists`` CPU-bound processes (:func:`antagonists`) run beside every timed kernel
-    of every backend alike; each result records the count and the load average.
+    of every backend alike; each result records the count and the load average. ``precisions``:
+    with ``"bf16"``, SpMM on bf16 rows is also timed on the native backend (rows ``native-bf16``).
     """
     for s in sizes:
         if s not in SIZES:
@@ -164,6 +174,11 @@ def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=Non
             raise UserError(f"--backends: got {b!r}, allowed: {', '.join(K.available_backends())}")
     if repeats < 1:
         raise UserError(f"--repeats: must be >= 1, got {repeats}")
+    for p in precisions:
+        if p not in BENCH_PRECISIONS:
+            raise UserError(f"--precision: got {p!r}, allowed: {', '.join(BENCH_PRECISIONS)}")
+    if "fp32" not in precisions and not set(kernels) & set(BF16_KERNELS):
+        raise UserError(f"--precision: bf16 rows exist for {', '.join(BF16_KERNELS)} only; add one to --kernels")
     host = host or host_profile(measure_if_missing=True, quick=True)
     bw = float(host["triad_GBps"]) * 1e9
     K.warmup(torch.float32)
@@ -176,11 +191,32 @@ def run_kernel_bench(sizes=("small", "medium"), dims=(16, 64, 256), backends=Non
             progress(format_result(res))
 
     with antagonists(n_antagonists):
-        _bench_sizes(sizes, dims, backends, kernels, repeats, bw, include_pyg, emit)
+        _bench_sizes(sizes, dims, backends, kernels, repeats, bw, include_pyg, emit, tuple(precisions))
     return out
 
 
-def _bench_sizes(sizes, dims, backends, kernels, repeats, bw, include_pyg, emit) -> None:
+def _time_kernel(kernel, adj, dim, table_rows, repeats, backend, dtype=torch.float32):
+    """``{(name, phase): [seconds]}`` and ``{(name, phase): ideal bytes}`` of ``repeats`` recorded
+    forward + backward calls of ``kernel`` (after one warm-up) on ``backend``."""
+    times: dict = {}
+    nbytes: dict = {}
+    with K.use_backend(backend):
+        for r in range(repeats + 1):
+            recorder = Recorder()
+            recorder.phase = "forward"
+            with use_recorder(recorder):
+                _run_kernel(kernel, adj, dim, table_rows, r, dtype)
+            if r == 0:
+                continue  # warm-up: caches per-matrix helpers, faults pages in
+            for k in recorder.records:
+                key = (k.name, k.phase)
+                times.setdefault(key, []).append(k.ns / 1e9)
+                nbytes[key] = k.bytes_read + k.bytes_written
+            gc.collect()
+    return times, nbytes
+
+
+def _bench_sizes(sizes, dims, backends, kernels, repeats, bw, include_pyg, emit, precisions=("fp32",)) -> None:
     for size in sizes:
         graph = power_law_graph(*SIZES[size])
         adj = graph.adj
@@ -189,24 +225,17 @@ def _bench_sizes(sizes, dims, backends, kernels, repeats, bw, include_pyg, emit)
             for kernel in kernels:
                 if kernel in ("sddmm_mul", "spmm_edge") and adj.nnz * dim * 4 > EDGE_TENSOR_LIMIT:
                     continue
-                for backend in backends:
-                    times: dict = {}
-                    nbytes: dict = {}
-                    with K.use_backend(backend):
-                        for r in range(repeats + 1):
-                            recorder = Recorder()
-                            recorder.phase = "forward"
-                            with use_recorder(recorder):
-                                _run_kernel(kernel, adj, dim, graph.n_nodes, r)
-                            if r == 0:
-                                continue  # warm-up: caches per-matrix helpers, faults pages in
-                            for k in recorder.records:
-                                key = (k.name, k.phase)
-                                times.setdefault(key, []).append(k.ns / 1e9)
-                                nbytes[key] = k.bytes_read + k.bytes_written
-                            gc.collect()
+                runs = [(b, torch.float32) for b in backends] if "fp32" in precisions else []
+                if "bf16" in precisions and kernel in BF16_KERNELS:
+                    runs.append(("native", torch.bfloat16))
+                for backend, dtype in runs:
+                    times, nbytes = _time_kernel(kernel, adj, dim, graph.n_nodes, repeats, backend, dtype)
+                    half = dtype == torch.bfloat16
                     for (name, phase), ts in times.items():
-                        emit(_result(name, phase, backend, dim, size, adj.nnz, ts, nbytes[(name, phase)], bw))
+                        res = _result(name, phase, BF16_BACKEND if half else backend, dim, size, adj.nnz, ts,
+                                      nbytes[(name, phase)], bw)
+                        res.precision = "bf16" if half else "fp32"
+                        emit(res)
             if "dgl" in backends and "spmm" in kernels:
                 emit(_result("spmm", "forward", "dgl-raw", dim, size, adj.nnz, _dgl_raw_spmm(adj, dim, repeats),
                              _spmm_bytes(adj, dim), bw))
@@ -303,12 +332,12 @@ def antagonists(n: int):
 
 
 def format_result(r: Result) -> str:
-    return (f"{r.graph:<7} {r.nnz:>10,d} {r.dim:>4d} {r.kernel:<12} {r.phase:<9} {r.backend:<7} "
+    return (f"{r.graph:<7} {r.nnz:>10,d} {r.dim:>4d} {r.kernel:<12} {r.phase:<9} {r.backend:<11} "
             f"{r.seconds * 1e3:>10.2f} {r.min_seconds * 1e3:>9.2f}..{r.max_seconds * 1e3:<9.2f} "
             f"{r.GBps:>7.2f} {r.pct_of_bound:>7.1f}% {r.load_avg:>5.1f}")
 
 
-HEADER = (f"{'graph':<7} {'nnz':>10} {'dim':>4} {'kernel':<12} {'phase':<9} {'backend':<7} "
+HEADER = (f"{'graph':<7} {'nnz':>10} {'dim':>4} {'kernel':<12} {'phase':<9} {'backend':<11} "
           f"{'median ms':>10} {'min..max ms':>20} {'GB/s':>7} {'% bound':>8} {'load':>5}")
 
 
@@ -355,6 +384,17 @@ def summary(results: list[Result]) -> list[str]:
             if o:
                 parts.append(f"{o.seconds / r.seconds:.2f}x faster than {other} (forward)")
         lines.append("; ".join(parts))
+        half = by.get((graph, dim, kernel, "forward", BF16_BACKEND))
+        if half:
+            hb = by.get((graph, dim, kernel, "backward", BF16_BACKEND))
+            words = [f"{graph} D={dim} {kernel} bf16 rows: forward {r.seconds / half.seconds:.2f}x the fp32 native "
+                     f"kernel (target >= 1.6x: {'met' if r.seconds >= 1.6 * half.seconds else 'NOT met'})"]
+            if hb and back:
+                words.append(f"backward {back.seconds / hb.seconds:.2f}x")
+            raw = by.get((graph, dim, kernel, "forward", "dgl-raw"))
+            if raw:
+                words.append(f"{raw.seconds / half.seconds:.2f}x DGL's copy_u_sum (fp32)")
+            lines.append("; ".join(words))
         d, raw = by.get((graph, dim, kernel, "forward", "dgl")), by.get((graph, dim, kernel, "forward", "dgl-raw"))
         if kernel == "spmm" and d and raw:
             lines.append(f"{graph} D={dim} spmm: dgl backend / DGL's own copy_u_sum = {d.seconds / raw.seconds:.2f}x "
