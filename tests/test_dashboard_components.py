@@ -636,7 +636,12 @@ def test_live_header_shows_mode_profile_and_modeled_step_time(store):
     page.monitor = mon
     st = mon.step_times()
     assert st.modeled_kernel_s == pytest.approx(mon.modeled["modeled_s"], rel=1e-12)
-    assert f"kernel time {mon.modeled['modeled_s'] * 1e3:.1f} ms ({st.ratio:.2f}x, modeled)" in texts(page.header())
+    from gnnrec_lab.memory.tiermodel import fmt_band, model_band
+    band = model_band(mon.modeled, step_s=st.step_s, kernel_s=st.kernel_s)   # the one band of every view
+    assert st.band == band.to_dict()
+    assert (f"kernel time {mon.modeled['modeled_s'] * 1e3:.1f} ms {fmt_band(band.kernel)} ({st.ratio:.2f}x, "
+            f"modeled)") in texts(page.header())
+    assert f"step {st.modeled_step_s * 1e3:.1f} ms {fmt_band(band.step)}" in texts(page.header())
     assert st.text() in texts(page.header())
 
 

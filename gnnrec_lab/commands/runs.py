@@ -234,8 +234,9 @@ def _show(store, run_id: int, as_json: bool) -> int:
     train = modeled_seconds(run.get("train_s"), st.ratio)
     band = st.the_band
     if train is not None:
-        print(f"  modeled    training {fmt_duration(train)} {fmt_band(band.step) if band else ''} on {st.device} (the "
-              f"{fmt_duration(run['train_s'])} measured here x {st.ratio:.2f})")
+        print(f"  modeled    training {fmt_duration(train)} on {st.device} (the "
+              f"{fmt_duration(run['train_s'])} measured here x {st.ratio:.2f})"
+              + (f", {fmt_band(band.step)} (the step's band)" if band else ""))
     if band is not None:
         print(f"  confidence {'LOW' if band.confidence == LOW else band.confidence} (modeled numbers)"
               + "".join(f"\n             {why}" for why in band.reasons))

@@ -144,15 +144,11 @@ def run_step_times(store, run_id, host: Optional[dict] = None) -> StepTimes:
     cfg = rec.config
     dev = mode_device(cfg.get("memory_mode") or "dram", cfg.get("device_profile"))
     modeled = rec.result.modeled or None
-    if dev is not None and (not modeled or not modeled.get("regimes")) and host is not None \
-            and totals is not None and len(totals):
+    if dev is not None and not modeled and host is not None and totals is not None and len(totals):
         try:
-            now = run_step_time(totals, host, cfg, footprint=predicted_footprint(fpf), steps=ksteps)
+            modeled = run_step_time(totals, host, cfg, footprint=predicted_footprint(fpf), steps=ksteps)
         except (UserError, ValueError, KeyError):   # no projection: the measured parts still show
-            now = None
-        # a projection stored before its traffic by regime was kept keeps its numbers; the band
-        # takes the regimes of the same kernels projected now
-        modeled = now if not modeled else (dict(modeled, regimes=now["regimes"]) if now else modeled)
+            modeled = None
     return step_times(float(steps["seconds"].sum()) if len(steps) else None, len(steps),
                       training_kernel_ns(totals), ksteps, modeled=modeled, device=dev)
 
@@ -190,9 +186,10 @@ def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
 def step_time_projection(store, run_id, host, placement: Optional[dict] = None) -> pd.DataFrame:
     """Step time (s) of a stored run measured here and projected onto each slower device profile.
 
-    A frame ``device, seconds, kind, chosen``: one MEASURED row (the run's own training-step
+    A frame ``device, seconds, kind, chosen, band, confidence``: one MEASURED row (the run's own training-step
     kernel time on this host's DRAM) and one MODELED row per non-DRAM device profile
-    (:func:`run_step_time`, the run's placement), ``chosen`` marking the device of the run's own
+    (:func:`run_step_time`, the run's placement, with its band: ``band`` +- fraction and
+    ``confidence``, :func:`~gnnrec_lab.memory.tiermodel.model_band`), ``chosen`` marking the device of the run's own
     memory mode. ``placement`` replaces the run's own (the Launch page projects the form's).
     The frame's ``attrs["placement_assumption"]`` names the placement in words.
     Raises UserError when the run has no kernel records or no profile projects.
@@ -215,11 +212,12 @@ def step_time_projection(store, run_id, host, placement: Optional[dict] = None) 
             reasons.append(f"{name}: {type(e).__name__}: {e}")
             continue
         measured = res["measured_s"]
-        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind=Provenance.MODELED, chosen=name == own))
+        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind=Provenance.MODELED, chosen=name == own,
+                         band=res["band"]["kernel"], confidence=res["band"]["confidence"]))
     if measured is None:
         raise UserError("; ".join(reasons) or "no projection")
     rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind=Provenance.MEASURED,
-                        chosen=own is None))
+                        chosen=own is None, band=None, confidence=None))
     out = pd.DataFrame(rows)
     out.attrs["placement_assumption"] = placement_assumption(placement if placement is not None
                                                              else StoredConfig.of(cfg).placement)
