@@ -1005,6 +1005,24 @@ def test_runs_show_says_the_times_are_measured_and_the_modeled_training_time(sto
     assert "modeled    training 0.2 s on cxl_type3_ddr5_x8 (the 0.1 s measured here x 3.00)" in out
 
 
+def test_runs_show_flags_a_calibration_under_load(store, capsys):
+    """Issue 33: a host calibration measured with the load above the cores is flagged by `runs show`
+    (the calibration every modeled number of a running run is projected with), and a projection
+    made with it is low confidence there, with the reason."""
+    from gnnrec_lab.commands.cli import main
+    from gnnrec_lab.kernels import native as nk
+    from gnnrec_lab.memory import calibrate
+    calibrate.save(dict(copy_GBps=13.8, triad_GBps=12.2, gather64_GBps=1.35, gather256_GBps=1.75, latency_ns=456.0,
+                        gemm_GFLOPs=35.7, kind="host", measured=True, measured_at="loaded day", cores_online=2,
+                        loadavg={"start": 4.0, "end": 3.0, "max": 4.0}, cpu=calibrate.cpu_model(),
+                        threads=nk.threads()))
+    mid = _modeled_run(store)          # running, no stored projection: projected now with that calibration
+    assert main(["runs", "show", str(mid)]) == 0
+    out = capsys.readouterr().out
+    assert "warning    host calibration of loaded day was measured under load 4.00 on 2 cores" in out
+    assert "confidence LOW" in out and "LOW CONFIDENCE: host calibration of loaded day" in out
+
+
 def test_live_validation_chart_draws_the_largest_k_with_its_legend_beside_and_whole_epochs(store):
     """Issue 35: ten metric lines under a legend covering them, and epoch ticks at 1.5."""
     from bokeh.models import AdaptiveTicker
