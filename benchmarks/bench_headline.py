@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from gnnrec_lab.distributed.lane import dgl_lane_python  # noqa: E402
 from gnnrec_lab.distributed.results import PHASES  # noqa: E402
+from gnnrec_lab.memory.tiermodel import fmt_band  # noqa: E402
 from gnnrec_lab.services.comparison import (  # noqa: E402
     LARGE_BATCH_RULE,
     TARGET_FRACTION,
@@ -630,9 +631,12 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
         for r in recs:
             d = dist_by_id.get(r["id"], {}) if r["engine"] == "distdgl" else {}
             split = " / ".join(_fmt(d.get(f"{k}_ms"), ".1f") for k in PHASES) if d else "-"
+            pm = (f" {fmt_band(r['band'])}" + (" LOW" if r.get("confidence") == "low" else "")
+                  if r["kind"] == Provenance.MODELED and r.get("band") == r.get("band") and r.get("band") is not None
+                  else "")      # a modeled row's band (tiermodel.model_band), beside each of its times
             rows.append([r["layers"], r["series"], r["batch_size"], _fmt(r["target"], ".4f"),
-                         _spread(r, "time_to_target_s", ".3g", "not reached"),
-                         _spread(r, "epoch_s", ".3g"),
+                         _spread(r, "time_to_target_s", ".3g", "not reached") + (pm if r["time_to_target_s"] else ""),
+                         _spread(r, "epoch_s", ".3g") + pm,
                          _spread(r, "test_recall@20", ".4f") if r["kind"] == Provenance.MEASURED else "(same run)",
                          split, _gb(d.get("link_tx_bytes")) if d else "-", _fmt(r["explosion_factor"], ".3f"),
                          r.get("runs") or r["id"]])
@@ -640,6 +644,8 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
                                          "test Recall@20",
                                          "DistDGL batch ms: " + " / ".join(SPLIT_WORDS[k] for k in PHASES),
                                          "bytes over the links", "explosion factor", "run"], rows), ""]
+        L += ["± on a modeled time: the held-out error of the regimes its modeled traffic falls in and the share "
+              "of the step outside the kernels, scaled 1:1 with them (docs/tier_model.md); LOW: low confidence.", ""]
         L += ["DistDGL's split is the median per mini-batch over every trainer's batches (measured); bytes over the "
               "links are the sum of what every machine's interface sent during the run (measured, interface "
               "counters); the explosion factor is the nodes a batch's sampled neighbourhood holds over the graph's "

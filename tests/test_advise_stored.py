@@ -93,9 +93,13 @@ def test_whatif_and_the_run_summary_name_their_placement(store, capsys):
                              modeled={"device": "cxl_type3_ddr5_x8", "modeled_s_per_step": 0.01,
                                       "measured_s_per_step": 0.005,
                                       "placement_assumption": "all tensor classes on the device"})
+    from gnnrec_lab.memory.tiermodel import fmt_band, model_band
     line = modeled_line(result)
+    band = model_band(result.modeled, step_s=0.02, kernel_s=0.005)   # the band every view prints
     assert line.startswith("cxl: step 20.0 ms, kernel time 5.0 ms (measured on this host's DRAM); modeled on "
-                           "cxl_type3_ddr5_x8: step 40.0 ms, kernel time 10.0 ms (2.00x, modeled)")
+                           f"cxl_type3_ddr5_x8: step 40.0 ms {fmt_band(band.step)}, kernel time 10.0 ms "
+                           f"{fmt_band(band.kernel)} (2.00x, modeled)")
+    assert band.confidence == "unvalidated" and "no traffic by regime" in line   # stored without its regimes
     assert line.endswith("placement: all tensor classes on the device")
 
 

@@ -647,7 +647,12 @@ def test_live_header_shows_mode_profile_and_modeled_step_time(store):
     page.monitor = mon
     st = mon.step_times()
     assert st.modeled_kernel_s == pytest.approx(mon.modeled["modeled_s"], rel=1e-12)
-    assert f"kernel time {mon.modeled['modeled_s'] * 1e3:.1f} ms ({st.ratio:.2f}x, modeled)" in texts(page.header())
+    from gnnrec_lab.memory.tiermodel import fmt_band, model_band
+    band = model_band(mon.modeled, step_s=st.step_s, kernel_s=st.kernel_s)   # the one band of every view
+    assert st.band == band.to_dict()
+    assert (f"kernel time {mon.modeled['modeled_s'] * 1e3:.1f} ms {fmt_band(band.kernel)} ({st.ratio:.2f}x, "
+            f"modeled)") in texts(page.header())
+    assert f"step {st.modeled_step_s * 1e3:.1f} ms {fmt_band(band.step)}" in texts(page.header())
     assert st.text() in texts(page.header())
 
 
@@ -1009,6 +1014,24 @@ def test_runs_show_says_the_times_are_measured_and_the_modeled_training_time(sto
     out = capsys.readouterr().out
     assert "time       modeled" not in out and "time       measured on this host (DRAM)" in out
     assert "modeled    training 0.2 s on cxl_type3_ddr5_x8 (the 0.1 s measured here x 3.00)" in out
+
+
+def test_runs_show_flags_a_calibration_under_load(store, capsys):
+    """Issue 33: a host calibration measured with the load above the cores is flagged by `runs show`
+    (the calibration every modeled number of a running run is projected with), and a projection
+    made with it is low confidence there, with the reason."""
+    from gnnrec_lab.commands.cli import main
+    from gnnrec_lab.kernels import native as nk
+    from gnnrec_lab.memory import calibrate
+    calibrate.save(dict(copy_GBps=13.8, triad_GBps=12.2, gather64_GBps=1.35, gather256_GBps=1.75, latency_ns=456.0,
+                        gemm_GFLOPs=35.7, kind="host", measured=True, measured_at="loaded day", cores_online=2,
+                        loadavg={"start": 4.0, "end": 3.0, "max": 4.0}, cpu=calibrate.cpu_model(),
+                        threads=nk.threads()))
+    mid = _modeled_run(store)          # running, no stored projection: projected now with that calibration
+    assert main(["runs", "show", str(mid)]) == 0
+    out = capsys.readouterr().out
+    assert "warning    host calibration of loaded day was measured under load 4.00 on 2 cores" in out
+    assert "confidence LOW" in out and "LOW CONFIDENCE: host calibration of loaded day" in out
 
 
 def test_live_validation_chart_draws_the_largest_k_with_its_legend_beside_and_whole_epochs(store):

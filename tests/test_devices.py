@@ -326,3 +326,90 @@ def test_a_profile_with_only_a_remote_1to1_factor_still_models_the_remote_mix(tm
     p = load_profiles([f])["old"]
     assert p.mixed_bw_GBps(0.5, remote=True) == pytest.approx(1.0, rel=1e-9)
     assert p.mix_shape() == (pytest.approx((1 / 4) / (0.5 / 10 + 0.5 / 5) - 1), 1.0)   # no shape point: q = 1
+
+
+# -- the band: each regime's held-out error, carried by every modeled number (issue 33) ----------
+def test_the_regimes_that_failed_validation_are_exactly_the_named_misses():
+    """regime_table groups the held-out points by regime; the regimes that fail are the ones the
+    known misses fall in (nothing moved between fitted and held out), each with its largest error
+    as a time error."""
+    from gnnrec_lab.memory.validation import regime_table, regimes_of_point, time_error
+    rows = validate()
+    table = regime_table(rows)
+    missed = [r for r in rows if r["held_out"] and not r["ok"]]
+    failed = {k for k, v in table.items() if not v["ok"]}
+    want = set()
+    for r in missed:
+        want |= set(regimes_of_point(dict(r["params"], device=r["device"], quantity=r["quantity"])))
+    assert failed == want and len(failed) == 3      # remote Optane mixes; remote DRAM's two row-size regimes
+    remote_mix = table[f"{OPTANE}: remote socket, mixed read+write, all access sizes"]
+    assert remote_mix["error"] == pytest.approx(0.696, abs=0.001) and len(remote_mix["points"]) == 2
+    # a latency modeled 15.8% low makes a time 18.8% short
+    pond = [r for r in missed if r["device"] == "remote_numa_ddr4"][0]
+    assert time_error(pond) == pytest.approx(1 / (1 - 0.158) - 1, abs=0.002)
+    assert all(p["held_out"] for v in table.values() for p in v["points"])   # held-out points only
+    local_mix = table[f"{OPTANE}: local socket, mixed read+write, all access sizes"]
+    assert local_mix["ok"] and local_mix["error"] < HELD_OUT_TARGET
+
+
+def test_a_remote_optane_mixed_run_is_low_confidence_in_whatif(recorded_dram_run, tmp_path, capsys):
+    """whatif --remote onto App Direct: most of the modeled traffic is remote read+write mixes, the
+    regime whose held-out points missed by +70%: low confidence, with the reason, in --json and the
+    table; the same run on the local socket is not low confidence and has a narrower band."""
+    from gnnrec_lab.memory.tiermodel import fmt_band, model_band
+    store, rid, host = recorded_dram_run
+    hp = tmp_path / "host.json"
+    hp.write_text(json.dumps(host))
+    out = {}
+    for remote in (True, False):
+        assert main(["whatif", str(rid), "--device", OPTANE, "--host-profile", str(hp), "--json"]
+                    + (["--remote"] if remote else [])) == 0
+        out[remote] = json.loads(capsys.readouterr().out)
+    far, near = out[True], out[False]
+    assert far["kernel_time"]["remote"] is True
+    band = far["kernel_time"]["band"]
+    assert band == json.loads(json.dumps(model_band(far["kernel_time"]).to_dict()))
+    assert band["confidence"] == "low" and far["step_times"]["confidence"] == "low"
+    assert "remote socket, mixed read+write" in band["reasons"][0] and "failed validation" in band["reasons"][0]
+    assert band["kernel"] > 0.5 * 0.696           # most of the time in the regime that missed by 70%
+    assert near["kernel_time"]["band"]["confidence"] != "low"
+    assert near["kernel_time"]["band"]["kernel"] < band["kernel"]
+    # per kernel: the rows carry their own band, weighed into the kernel time's
+    rows = far["kernel_time"]["kernels"]
+    total = sum(k["modeled_s"] for k in rows)
+    assert sum(k["modeled_s"] * k["band"] for k in rows) / total == pytest.approx(band["kernel"], rel=1e-6)
+    assert main(["whatif", str(rid), "--device", OPTANE, "--host-profile", str(hp), "--remote"]) == 0
+    text = capsys.readouterr().out
+    assert "LOW CONFIDENCE" in text and f" {fmt_band(band['kernel'])} " in text
+
+
+def test_a_calibration_under_load_or_far_below_the_best_triad_is_flagged(tmp_path, monkeypatch, capsys):
+    """A calibration measured with the load above the cores, or with a triad more than 25% below the
+    best stored one (26.5 against 44 GB/s), is flagged by calibrate, beside % bound, in the band of
+    every modeled number (low confidence) and by runs show."""
+    from gnnrec_lab.kernels import native as nk
+    from gnnrec_lab.memory import calibrate
+    from gnnrec_lab.memory.tiermodel import project_step
+    from gnnrec_lab.training.benchmarking import machine_line
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(tmp_path))
+    base = dict(HOST, cpu=calibrate.cpu_model(), threads=nk.threads(), cores_online=2)
+    good = dict(base, triad_GBps=44.0, measured_at="day 1", loadavg={"start": 0.3, "end": 0.4, "max": 0.4})
+    assert calibrate.calibration_flags(good, past=[]) == []
+    calibrate.save(good)
+    slow = dict(base, triad_GBps=26.5, measured_at="day 2", loadavg={"start": 0.5, "end": 0.6, "max": 0.6})
+    loaded = dict(base, triad_GBps=43.0, measured_at="day 3", loadavg={"start": 3.5, "end": 2.9, "max": 3.5})
+    assert calibrate.calibration_flags(slow) == [
+        "host calibration of day 2 measured triad 26.5 GB/s, 40% below the best stored one (44.0 GB/s)"]
+    assert calibrate.calibration_flags(loaded) == ["host calibration of day 3 was measured under load 3.50 on 2 cores"]
+    calibrate.save(loaded)
+    assert [h["triad_GBps"] for h in calibrate.history()] == [44.0, 43.0]
+    assert main(["calibrate", "--show"]) == 0
+    shown = capsys.readouterr().out
+    assert "warning: host calibration of day 3 was measured under load 3.50 on 2 cores" in shown
+    assert "best stored triad" in shown and "44.0 GB/s" in shown
+    assert "measured under load 3.50" in machine_line(loaded)             # what % bound divides by
+    recs = [KernelRecord("spmm", "forward", 0, s, 2_000_000, 4_000_000, 1_000_000, 0, "gather", 256, 3_000_000,
+                         "native") for s in range(2)]
+    band = project_step(recs, loaded, OPTANE)["band"]
+    assert band["confidence"] == "low" and "measured under load 3.50" in band["reasons"][-1]
+    assert project_step(recs, good, OPTANE)["band"]["confidence"] != "low"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from gnnrec_lab.config.run import TENSOR_CLASSES, RunConfig
 from gnnrec_lab.memory.profiles import load_profiles
-from gnnrec_lab.memory.tiermodel import MODE_DEVICES, run_step_time
+from gnnrec_lab.memory.tiermodel import MODE_DEVICES, fmt_band, run_step_time
 from gnnrec_lab.services.projection import stored_run_records, stored_run_step_time
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
@@ -171,7 +171,66 @@ def test_every_view_shows_the_one_step_and_kernel_time(recorded, capsys):
     body = pn.panel(page.body())
     text = "\n".join(str(o.object) for o in body.select(pn.pane.Markdown))
     assert line in text and f"device profile **{DEVICE}**" in text
-    assert f"{st.modeled_kernel_s * 1e3:.1f} ms kernel time per step (modeled)" in text
+    assert f"{st.modeled_kernel_s * 1e3:.1f} ms {fmt_band(st.band['kernel'])} kernel time per step (modeled)" in text
+
+
+def _same_band(a: dict, b: dict):
+    """Two bands (model_band's to_dict) with the same numbers, confidence and regimes."""
+    assert a["confidence"] == b["confidence"] and a["reasons"] == b["reasons"]
+    for k in ("kernel", "step", "outside_share"):
+        assert (a[k] is None) == (b[k] is None) and (a[k] is None or a[k] == pytest.approx(b[k], rel=1e-6)), k
+    assert [r["regime"] for r in a["regimes"]] == [r["regime"] for r in b["regimes"]]
+
+
+def test_every_view_shows_the_one_band(recorded, capsys):
+    """Issue 33: every modeled number carries the band of tiermodel.model_band, the one function: the
+    stored projection's band is the same in runs show (--json), runs (--json), whatif (--json), Live,
+    Compare and Breakdown (header, per-kernel line, tier chart)."""
+    from gnnrec_lab.commands.cli import main
+    from gnnrec_lab.dashboard.breakdown import BreakdownPage
+    from gnnrec_lab.dashboard.common import Lab
+    from gnnrec_lab.dashboard.compare import runs_table
+    from gnnrec_lab.dashboard.live import LiveMonitor
+    from gnnrec_lab.memory.tiermodel import model_band
+    from gnnrec_lab.services.projection import modeled_runs_frame, run_step_times, step_time_projection
+    store, rid, result, host = recorded
+    st = run_step_times(store, rid, host)
+    want = model_band(result.modeled, step_s=st.step_s, kernel_s=st.kernel_s)
+    assert want is not None and st.band is not None
+    _same_band(st.band, want.to_dict())
+    assert want.regimes and sum(r["bytes_share"] for r in want.regimes) == pytest.approx(1.0)
+    assert 0 < want.outside_share < 1 and want.step > 0 and want.kernel > 0
+    assert f"step {st.modeled_step_s * 1e3:.1f} ms {fmt_band(want.step)}" in st.text()
+    assert f"kernel time {st.modeled_kernel_s * 1e3:.1f} ms {fmt_band(want.kernel)}" in st.text()
+    assert main(["runs", "show", str(rid), "--json"]) == 0
+    _same_band(json.loads(capsys.readouterr().out)["step_times"]["band"], want.to_dict())
+    assert main(["runs", "show", str(rid)]) == 0
+    out = capsys.readouterr().out
+    assert f"confidence {want.confidence}" in out or "confidence LOW" in out
+    assert all(r["regime"] in out for r in want.regimes)
+    assert main(["runs", "--json"]) == 0
+    row = {r["id"]: r for r in json.loads(capsys.readouterr().out)}[rid]
+    assert row["modeled_step_band"] == pytest.approx(want.step) and row["modeled_kernel_band"] == pytest.approx(
+        want.kernel) and row["confidence"] == want.confidence
+    assert main(["runs"]) == 0
+    cells = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(f"{rid} ")][0]
+    assert f"{st.modeled_step_s * 1e3:.1f} ms {fmt_band(want.step)}" in cells
+    assert main(["whatif", str(rid), "--device", result.modeled["device"], "--json"]) == 0
+    w = json.loads(capsys.readouterr().out)
+    _same_band(w["step_times"]["band"], want.to_dict())
+    _same_band(w["kernel_time"]["band"], model_band(result.modeled).to_dict())
+    assert all("band" in k for k in w["kernels"]) and all("band" in k for k in w["kernel_time"]["kernels"])
+    lab = Lab(store=store, runner=StatusRunner(store))
+    _same_band(LiveMonitor(lab=lab, run_id=rid).step_times().band, want.to_dict())
+    cmp = runs_table(modeled_runs_frame(store)).loc[rid]
+    assert cmp["band"] == f"step {fmt_band(want.step)} / kernel {fmt_band(want.kernel)}"
+    assert cmp["confidence"] == want.confidence
+    df = step_time_projection(store, rid, host)
+    assert df.loc[df["chosen"], "band"].iloc[0] == pytest.approx(want.kernel, rel=1e-6)
+    text = "\n".join(str(o.object) for o in pn.panel(BreakdownPage(lab, run_id=rid).body()).select(pn.pane.Markdown))
+    assert st.text() in text and f"{fmt_band(want.kernel)} kernel time per step (modeled)" in text
+    top = max(result.modeled["kernels"], key=lambda k: k["modeled_s"])
+    assert f"{top['name']} {top['phase']} {top['modeled_s'] * 1e3:.1f} ms {fmt_band(top['band'])}" in text
 
 
 def test_a_run_in_a_tier_mode_is_never_modeled_faster_than_dram(recorded):

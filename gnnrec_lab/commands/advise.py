@@ -14,6 +14,7 @@ from gnnrec_lab.commands.common import add_field_argument, bounded
 from gnnrec_lab.config.bounds import MAX_DRAM_GIB, number
 from gnnrec_lab.config.run import RunConfig, mf_layers
 from gnnrec_lab.memory.footprint import check_counts
+from gnnrec_lab.memory.tiermodel import LOW, fmt_band
 from gnnrec_lab.runs.store import Store
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.formatting import fmt_ms
@@ -101,10 +102,14 @@ def run(args) -> int:
     print("memory modes (kernel time per step modeled from the DRAM kernel time and the tier model; App Direct, "
           "CXL and remote NUMA keep the advised split in DRAM, 'all on device' puts every tensor class on the "
           "device, as whatif and the Launch page do):")
-    print(f"  {'mode':<20} {'device':<30} {'kernel s':>10} {'vs dram':>8} {'all on device':>14}  placement / note")
+    print(f"  {'mode':<20} {'device':<30} {'kernel s':>16} {'vs dram':>8} {'all on device':>14}  placement / note")
+    low = []
     for mode, r in a["modes"].items():
         t = r.get("modeled_kernel_s")
-        ts = f"{t:.4f}" if t else "-"
+        band = r.get("band")
+        ts = (f"{t:.4f}" + (f" {fmt_band(band['kernel'])}" if band else "")) if t else "-"
+        if band and band["confidence"] == LOW:
+            low.append(f"{mode}: low confidence: {'; '.join(band['reasons'])}")
         rr = f"{r['ratio_to_dram']:.2f}x" if r.get("ratio_to_dram") else "-"
         aod = f"{r['all_on_device_ratio']:.2f}x" if r.get("all_on_device_ratio") else "-"
         if "keep_in_dram" in r:
@@ -115,8 +120,12 @@ def run(args) -> int:
             how = r.get("note", "")
         if mode == "dram" and not r.get("fits"):
             how = r.get("note", "")
-        print(f"  {mode:<20} {r['device']:<30} {ts:>10} {rr:>8} {aod:>14}  {how}  "
+        print(f"  {mode:<20} {r['device']:<30} {ts:>16} {rr:>8} {aod:>14}  {how}  "
               f"[{r['kind']}; placement: {r['placement_assumption']}]")
+    print("  ± on a modeled kernel time: the held-out error of the regimes its modeled traffic falls in "
+          "(docs/tier_model.md)")
+    for line in low:
+        print(f"  {line}")
     if a["recommended_mode"]:
         print(f"recommended (modeled): {a['recommended_mode']}: {a['recommended_reason']}")
     return 0

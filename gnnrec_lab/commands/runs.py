@@ -8,7 +8,8 @@ import time
 
 from gnnrec_lab.commands.common import bounded, run_id
 from gnnrec_lab.config.bounds import MAX_SECONDS, number
-from gnnrec_lab.memory.tiermodel import mode_label, modeled_seconds
+from gnnrec_lab.memory.calibrate import calibration_flags
+from gnnrec_lab.memory.tiermodel import LOW, fmt_band, mode_label, modeled_seconds
 from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.runs.runner import Runner, recover_dead
 from gnnrec_lab.runs.store import Store, describe_store_error
@@ -28,7 +29,9 @@ TABLE = (  # (header, column in services.projection.modeled_runs_frame)
     # step is the wall step, the kernel time its kernels' share (tiermodel.step_times)
     ("step (measured)", "step_s"), ("step (modeled)", "modeled_step_s"),
     ("kernel time (measured)", "kernel_s"), ("kernel time (modeled)", "modeled_kernel_s"),
-    ("train (measured)", "train_s"), ("train (modeled)", "modeled_train_s"), ("duration", "duration_s"),
+    ("train (measured)", "train_s"), ("train (modeled)", "modeled_train_s"),
+    # how far to trust the modeled columns (tiermodel.model_band): their +- sits in their cells
+    ("confidence (modeled)", "confidence"), ("duration", "duration_s"),
     ("best valid R@20", "best_valid_recall@20"),
     ("test R@20", "test_recall@20"), ("load", "load_max"),
 )
@@ -119,6 +122,22 @@ def _table_cell(v, col: str) -> str:
     return str(v)
 
 
+# modeled cells and the band (services.projection.with_modeled's columns) that goes beside each
+_BANDS = {"modeled_step_s": "modeled_step_band", "modeled_train_s": "modeled_step_band",
+          "modeled_kernel_s": "modeled_kernel_band"}
+
+
+def _banded(row: dict, col: str) -> str:
+    """A cell of the run list, a modeled one with its ``±`` (tiermodel.fmt_band)."""
+    cell = _table_cell(row[col], col)
+    band = row.get(_BANDS.get(col, ""))
+    if cell != "-" and band is not None and band == band:
+        cell += " " + fmt_band(float(band))
+    if col == "confidence" and row[col] == LOW:
+        cell = "LOW"
+    return cell
+
+
 def _load_cell(row: dict) -> str:
     """The list's load column (:func:`~gnnrec_lab.util.proc.load_cell`)."""
     return load_cell(row.get("load_max"), row.get("cpus"), row.get("overloaded"), OVERLOADED_MARK)
@@ -163,8 +182,12 @@ def _list(store, args) -> int:
         print(f"no runs{' with status ' + args.status if args.status else ''} in {store.path}")
         return 0
     recs = df.to_dict(orient="records")
-    rows = [[_load_cell(r) if col == "load_max" else _table_cell(r[col], col) for _, col in TABLE] for r in recs]
+    rows = [[_load_cell(r) if col == "load_max" else _banded(r, col) for _, col in TABLE] for r in recs]
     print(_table(rows, [h for h, _ in TABLE]))
+    if any(r.get("confidence") is not None for r in recs):
+        print("± on a modeled cell: the held-out error of the regimes its modeled traffic falls in "
+              "(`runs show ID` says which); low confidence: most of it in a regime that failed validation, "
+              "or a flagged host calibration")
     if any(r.get("overloaded") for r in recs):
         print(f"{OVERLOADED_MARK} load average (1 min) above the core count during the run: its measured times "
               f"include waiting for other work")
@@ -209,9 +232,22 @@ def _show(store, run_id: int, as_json: bool) -> int:
     if st.placement_assumption:
         print(f"  modeled    placement: {st.placement_assumption}")
     train = modeled_seconds(run.get("train_s"), st.ratio)
+    band = st.the_band
     if train is not None:
         print(f"  modeled    training {fmt_duration(train)} on {st.device} (the "
-              f"{fmt_duration(run['train_s'])} measured here x {st.ratio:.2f})")
+              f"{fmt_duration(run['train_s'])} measured here x {st.ratio:.2f})"
+              + (f", {fmt_band(band.step)} (the step's band)" if band else ""))
+    if band is not None:
+        print(f"  confidence {'LOW' if band.confidence == LOW else band.confidence} (modeled numbers)"
+              + "".join(f"\n             {why}" for why in band.reasons))
+        for r in band.regimes:
+            seen = (f"held-out error up to {r['error']:.1%} over {r['held_out_points']} point(s)"
+                    + ("" if r["ok"] else ", FAILED validation") if r["held_out_points"]
+                    else f"no held-out point (band {r['error']:.0%}, the target)")
+            print(f"  regime     {r['bytes_share']:>4.0%} of device bytes  {r['regime']}: {seen}")
+    host, _ = host_calibration()
+    for why in calibration_flags(host) if host else []:
+        print(f"  warning    {why}: modeled numbers projected with it are low confidence")
     if cfg.get("placement"):
         print(f"  placement  {cfg['placement']}")
     print(f"  created    {ts(run['created'])}")

@@ -72,7 +72,7 @@ def _records(args):
 
 def run(args) -> int:
     from gnnrec_lab.memory.calibrate import load_host_profile
-    from gnnrec_lab.memory.tiermodel import project, run_step_time, run_threads
+    from gnnrec_lab.memory.tiermodel import fmt_band, project, run_step_time, run_threads
     placement = {}
     for item in args.placement:
         cls, _, where = item.partition("=")
@@ -104,10 +104,11 @@ def run(args) -> int:
     if hit is not None:
         title += f" (modeled DRAM-cache hit rate {hit:.3f})"
     print(title)
-    print(f"{'kernel':<16} {'phase':<11} {'measured s':>12} {'modeled s':>12} {'ratio':>7}  kind")
+    print(f"{'kernel':<16} {'phase':<11} {'measured s':>12} {'modeled s':>12} {'band':>6} {'ratio':>7}  kind")
     for r in table.itertuples():
         ratio = "" if r.ratio is None or (isinstance(r.ratio, float) and math.isnan(r.ratio)) else f"{r.ratio:.2f}x"
-        print(f"{r.name:<16} {r.phase:<11} {r.measured_s:>12.6f} {r.modeled_s:>12.6f} {ratio:>7}  modeled")
+        print(f"{r.name:<16} {r.phase:<11} {r.measured_s:>12.6f} {r.modeled_s:>12.6f} {fmt_band(r.band):>6} "
+              f"{ratio:>7}  modeled")
     print(f"per step ({step['steps']} steps): {times.text()}; placement: {step['placement_assumption']}")
     return 0
 

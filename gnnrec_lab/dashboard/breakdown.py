@@ -40,7 +40,7 @@ from gnnrec_lab.dashboard.common import (
 from gnnrec_lab.memory.analysis import ROOFLINE_NOTE, breakdown, roofline_points
 from gnnrec_lab.memory.calibrate import host_profile, load
 from gnnrec_lab.memory.profiles import get_profile, misses_in_flight
-from gnnrec_lab.memory.tiermodel import mode_device
+from gnnrec_lab.memory.tiermodel import LOW, fmt_band, mode_device
 from gnnrec_lab.memory.validation import device_curves
 from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.services.projection import host_calibration, run_modeled_step, run_step_times, tier_projection
@@ -278,11 +278,17 @@ class BreakdownPage(pn.viewable.Viewer):
         step, why = run_modeled_step(self.lab.store, run_id)
         if step is None:
             return not_available("Kernel time by phase on the run's device (memory tier model)", why)
+        band = step["band"]
+        top = sorted(step["kernels"], key=lambda k: -k["modeled_s"])[:8]
+        per = ", ".join(f"{k['name']} {k['phase']} {fmt_ms(k['modeled_s'])} {fmt_band(k.get('band'))}" for k in top)
+        low = f" **LOW CONFIDENCE**: {'; '.join(band['reasons'])}." if band["confidence"] == LOW else ""
         return pn.Column(pn.pane.Markdown(
             f"{MODELED_NOTE} Below, the step's kernels modeled on **{step['device']}** ({step['memory_mode']}): "
-            f"**{fmt_ms(step['modeled_s'])} kernel time per step (modeled)**, {step['ratio']:.2f}x the "
+            f"**{fmt_ms(step['modeled_s'])} {fmt_band(band['kernel'])} kernel time per step (modeled)**, "
+            f"{step['ratio']:.2f}x the "
             f"{fmt_ms(step['measured_s'])} measured on DRAM; the measured chart above is the same step on DRAM. "
-            f"Placement: {step.get('placement_assumption', '?')}."),
+            f"Placement: {step.get('placement_assumption', '?')}. Per kernel (modeled, ± the held-out error of "
+            f"its regimes): {per}.{low}", css_classes=["breakdown-modeled-kernels"]),
             hv_pane(self.modeled_kernel_bars(step)), sizing_mode="stretch_width")
 
     def _roofline_section(self, kernels: pd.DataFrame):
@@ -327,7 +333,10 @@ class BreakdownPage(pn.viewable.Viewer):
         note = f"{MODELED_NOTE} Placement: {df.attrs.get('placement_assumption', '?')}."
         if not chosen.empty and chosen["kind"].iloc[0] == Provenance.MODELED:
             note += (f" This run's memory mode uses **{chosen['device'].iloc[0]}**: "
-                     f"{fmt_ms(chosen['seconds'].iloc[0])} kernel time per step (modeled).")
+                     f"{fmt_ms(chosen['seconds'].iloc[0])} {fmt_band(chosen['band'].iloc[0])} kernel time per step "
+                     f"(modeled).")
+        note += (" Each modeled bar carries ± the held-out error of the regimes its traffic falls in "
+                 "(LOW: low confidence).")
         return pn.Column(pn.pane.Markdown(note),
                          hv_pane(modeled_bars(df, "device", "seconds", "kernel s per step")),
                          sizing_mode="stretch_width")

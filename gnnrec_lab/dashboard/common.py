@@ -175,11 +175,18 @@ def hatch_hook(kind=None, column: str = "hatch"):
 def modeled_bars(df: pd.DataFrame, x: str, y: str, ylabel: str):
     """Bars of ``y`` by ``x`` with measured solid and modeled hatched, and a kind label on each bar.
 
-    ``df`` needs a ``kind`` column (a :class:`~gnnrec_lab.util.provenance.Provenance`).
+    ``df`` needs a ``kind`` column (a :class:`~gnnrec_lab.util.provenance.Provenance`); an optional
+    ``band`` column (+- fraction, :func:`~gnnrec_lab.memory.tiermodel.model_band`) goes beside the
+    kind of each modeled bar, and ``confidence`` ``low`` says so there.
     """
     import holoviews as hv
+
+    from gnnrec_lab.memory.tiermodel import LOW, fmt_band
     df = df.copy()
-    df["label"] = [f"{k}" for k in df["kind"]]
+    bands = df["band"] if "band" in df else [None] * len(df)
+    conf = df["confidence"] if "confidence" in df else [None] * len(df)
+    df["label"] = [f"{k}" + (f" {fmt_band(b)}" if b is not None and b == b else "") + (" LOW" if c == LOW else "")
+                   for k, b, c in zip(df["kind"], bands, conf)]
     df["color"] = [bar_style(k)["color"] for k in df["kind"]]        # one colour: hatching marks the modeled bars
     df["hatch"] = [bar_style(k)["hatch_pattern"] for k in df["kind"]]
     top = float(df[y].max()) if len(df) else 1.0

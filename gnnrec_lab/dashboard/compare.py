@@ -36,7 +36,7 @@ from gnnrec_lab.dashboard.common import (
     safe_call,
     status_css,
 )
-from gnnrec_lab.memory.tiermodel import MODE_DEVICES, modeled_seconds
+from gnnrec_lab.memory.tiermodel import MODE_DEVICES, fmt_band, modeled_seconds
 from gnnrec_lab.runs.store import TEST_METRICS
 from gnnrec_lab.services.comparison import best_by_depth, full_vs_distributed
 from gnnrec_lab.services.projection import host_calibration
@@ -51,7 +51,7 @@ from gnnrec_lab.util.status import RunStatus
 # The memory mode and the times come first: they are what runs are compared by, and they stay on
 # screen where the table is wider than the page.
 TABLE_COLUMNS = ["id", "name", "status", "memory_mode", "step_ms", "modeled_step_ms", "kernel_ms", "modeled_kernel_ms",
-                 "train_s", "modeled_train_s",
+                 "train_s", "modeled_train_s", "band", "confidence",
                  "dataset", "model", "layers", "dim", "batch_size", "device",
                  "startup_s", "jit_s", "duration_s", "best_valid_recall@20",
                  *[f"test_{m}" for m in TEST_METRICS], "last_step", "load", "created"]
@@ -64,6 +64,7 @@ TABLE_TITLES.update({"id": "Run", "status": "Status", "device": "Device (modeled
                      "step_ms": "Step ms (measured)", "modeled_step_ms": "Step ms (modeled)",
                      "kernel_ms": "Kernel time ms (measured)", "modeled_kernel_ms": "Kernel time ms (modeled)",
                      "train_s": "Training s (measured)", "modeled_train_s": "Training s (modeled)",
+                     "band": "± (modeled step, training / kernel time)", "confidence": "Confidence (modeled)",
                      "startup_s": "Start-up (s)", "jit_s": "JIT compile (s)",
                      "duration_s": "Duration (s)", "best_valid_recall@20": "Best valid Recall@20",
                      "last_step": "Last step", "created": "Created (UTC)",
@@ -85,6 +86,9 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
     for key in ("step", "modeled_step", "kernel", "modeled_kernel"):   # services.projection's step_times
         if f"{key}_s" in df.columns:   # rounded as every sentence prints them (fmt_ms)
             df[f"{key}_ms"] = [v if v != v else ms_value(v) for v in df[f"{key}_s"].astype(float)]
+    if "modeled_step_band" in df.columns:   # tiermodel.model_band, as `gnnrec-lab runs` shows it
+        df["band"] = [None if s != s or s is None else f"step {fmt_band(s)} / kernel {fmt_band(k)}"
+                      for s, k in zip(df["modeled_step_band"], df["modeled_kernel_band"])]
     if "load_max" in df.columns:   # the machine's load during the run, marked where it exceeded the cores
         df["load"] = [load_cell(m, c, o, OVERLOADED_LABEL) for m, c, o in
                       zip(df["load_max"], df.get("cpus", [None] * len(df)), df.get("overloaded", [None] * len(df)))]
@@ -116,12 +120,15 @@ def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
         if val is not None:
             out.append((rid, val))
     es = pd.DataFrame(out, columns=["id", "epoch_s"])
-    keep = [c for c in ("model", "dataset", "layers", "dim", "batch_size", "memory_mode", "modeled_ratio")
-            if c in fin.columns]
+    keep = [c for c in ("model", "dataset", "layers", "dim", "batch_size", "memory_mode", "modeled_ratio",
+                        "modeled_step_band", "confidence") if c in fin.columns]
     es = es.merge(fin[["id"] + keep], on="id", how="left")
     ratio = es["modeled_ratio"] if "modeled_ratio" in es else pd.Series(float("nan"), index=es.index)
     es["modeled_epoch_s"] = pd.Series([modeled_seconds(e, r) for e, r in zip(es["epoch_s"], ratio)],
                                       index=es.index, dtype=float)
+    # an epoch is scaled as the step is: its band is the step's (tiermodel.model_band)
+    es["modeled_epoch_band"] = (es["modeled_step_band"].astype(float) if "modeled_step_band" in es
+                                else pd.Series(float("nan"), index=es.index))
     es["group"] = [f"{m or 'dram'} · {d}" for m, d in zip(es.get("memory_mode", pd.Series("dram", index=es.index)),
                                                           es.get("dataset", pd.Series("?", index=es.index)))]
     return es
@@ -147,6 +154,10 @@ def epoch_scatter(es: pd.DataFrame, x: str, title: str, logx: bool = False):
         if not mod.empty:
             layers.append(hv.Scatter(mod.assign(epoch_s=mod["modeled_epoch_s"]), x, vdims,
                                      label=f"{g} (modeled)").opts(marker="triangle", color=color, **opts))
+            if "modeled_epoch_band" in mod:   # the modeled epoch's +- (tiermodel.model_band) as error bars
+                eb = mod.assign(epoch_s=mod["modeled_epoch_s"],
+                                yerr=mod["modeled_epoch_s"] * mod["modeled_epoch_band"].fillna(0.0))
+                layers.append(hv.ErrorBars(eb, x, ["epoch_s", "yerr"], label=f"{g} (modeled)").opts(color=color))
     values = sorted({int(v) for v in es[x].dropna()}) if x in es else []
     return hv.Overlay(layers).opts(title=title, ylabel="epoch time, s", xlabel=x.replace("_", " "),
                                    responsive=True, height=300, legend_position="right",

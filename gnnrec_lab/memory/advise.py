@@ -185,7 +185,7 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
                 row["note"] = f"needs {need / GiB:.2f} GiB, DRAM has {dram_gb:g} GiB: will not fit"
         elif placed == "cache":
             st = project_step(recs, host, dev, footprint=need, dram_cache_bytes=dram_bytes, threads=th)
-            row.update(modeled_kernel_s=st["modeled_s"], hit_rate=st["hit_rate"], fits=True,
+            row.update(modeled_kernel_s=st["modeled_s"], hit_rate=st["hit_rate"], fits=True, band=st["band"],
                        placement={c: "memory_mode" for c in TENSOR_CLASSES},
                        placement_assumption=f"{ALL_ON_DEVICE} (DRAM caches Optane)",
                        note=f"DRAM ({dram_gb:g} GiB) caches Optane; modeled hit rate {st['hit_rate']:.3f}")
@@ -199,6 +199,10 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
                        all_on_device_kernel_s=project_step(recs, host, dev, threads=th)["modeled_s"])
             if recommended.get("note"):
                 row["note"] = recommended["note"]
+            if recommended["modeled_kernel_s"] is not None:   # the band of the advised split (model_band)
+                row["band"] = project_step(recs, host, dev, placement=row["placement"], threads=th)["band"]
+        if row.get("band"):
+            row["confidence"] = row["band"]["confidence"]
         t = row.get("modeled_kernel_s")
         row["ratio_to_dram"] = t / base_s if t and base_s else None
         if row.get("all_on_device_kernel_s") and base_s:

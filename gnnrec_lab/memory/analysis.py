@@ -72,11 +72,18 @@ def breakdown(records_or_df, host: Optional[dict] = None) -> pd.DataFrame:
     g["GBps"] = g["bytes"] / secs / 1e9
     g["GFLOPs"] = g["flops"] / secs / 1e9
     g["intensity"] = g["flops"] / g["bytes"].where(g["bytes"] > 0)
+    if host is None:
+        from gnnrec_lab.memory.calibrate import load
+        host = load()
     bw, peak = _ceilings(host)
     g["bound_seconds"] = pd.concat([g["bytes"] / bw, g["flops"] / peak], axis=1).max(axis=1, skipna=False)
     g["pct_of_bound"] = 100.0 * g["bound_seconds"] / secs
     g = g.sort_values("seconds", ascending=False, kind="stable").reset_index(drop=True)
-    return g[list(BREAKDOWN_COLUMNS)]
+    out = g[list(BREAKDOWN_COLUMNS)]
+    from gnnrec_lab.memory.calibrate import calibration_flags
+    # why the calibration every % bound divides by may be off (format_breakdown prints them)
+    out.attrs["calibration_flags"] = calibration_flags(host) if host else []
+    return out
 
 
 # What "% bound" and the roofline mean, shown wherever either is (CLI tables, the Breakdown page).
@@ -108,6 +115,8 @@ def format_breakdown(df: pd.DataFrame) -> str:
                      f" {_number_or_dash(r.intensity, '7.2f')} {_number_or_dash(r.pct_of_bound, '7.1f')}%")
     lines.append(f"{'total':<14} {'':<10} {int(df['calls'].sum()):>6d} {df['seconds'].sum():>9.4f}")
     lines.append("time: measured; " + BOUND_NOTE)
+    for why in df.attrs.get("calibration_flags") or []:
+        lines.append(f"warning: {why}: every % bound above is relative to it")
     return "\n".join(lines)
 
 

@@ -93,6 +93,7 @@ def measure(quick: bool = False) -> dict:
     from gnnrec_lab.kernels import native as nk
     reps = 5 if quick else 20
     th = nk.threads()
+    load0 = os.getloadavg()[0]
     jit0 = time.perf_counter()
     _compile_all()
     jit = time.perf_counter() - jit0
@@ -147,7 +148,10 @@ def measure(quick: bool = False) -> dict:
     spread["gemm_GFLOPs"] = _rate(2.0 * k ** 3, _repeat(lambda: torch.mm(x, w, out=out), 3 if quick else 10))
 
     prof = {key: spread[key]["best"] for key in spread}
+    load1 = os.getloadavg()[0]
     prof.update({
+        # the 1-min load average before and after measuring (the higher is what calibration_flags checks)
+        "loadavg": {"start": float(load0), "end": float(load1), "max": float(max(load0, load1))},
         "threads": th, "torch_threads": int(torch.get_num_threads()), "cpu": cpu_model(),
         "cores_online": os.cpu_count(),
         "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -178,7 +182,76 @@ def save(profile: dict, path: "Path | None" = None) -> Path:
     if (inspect(path)[1] or "").startswith(DAMAGED):
         os.replace(path, path.with_name(path.name + ".damaged"))
     write_atomic(path, json.dumps(profile, indent=2, sort_keys=True))
+    _remember(profile, path.with_name(HISTORY))
     return path
+
+
+# ----------------------------------------------------------------------
+# How far a calibration can be trusted: the load it was measured under, against the best stored one
+# ----------------------------------------------------------------------
+HISTORY = "calibration_history.jsonl"   # one line per saved calibration, beside calibration.json
+#: A calibration whose triad is more than this far below the best stored one (same CPU and threads)
+#: is flagged: the machine was busier, and every ceiling and ratio taken from it is off by as much.
+TRIAD_DROP = 0.25
+
+
+def _remember(profile: dict, path: Path) -> None:
+    """Append the numbers :func:`calibration_flags` compares to the calibration history."""
+    keep = {k: profile.get(k) for k in ("measured_at", "cpu", "threads", "triad_GBps", "quick", "cores_online")}
+    keep["loadavg"] = (profile.get("loadavg") or {}).get("max")
+    keep["triad_spread"] = (profile.get("spread") or {}).get("triad_GBps")
+    try:
+        with open(path, "a") as fh:
+            fh.write(json.dumps(keep, sort_keys=True) + "\n")
+    except OSError:
+        pass    # a read-only home keeps the calibration, not its history
+
+
+def history(path: "Path | None" = None) -> list:
+    """The stored calibrations' history (:data:`HISTORY`; damaged lines skipped), oldest first."""
+    path = Path(path) if path else calibration_path().with_name(HISTORY)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and isinstance(d.get("triad_GBps"), (int, float)):
+            out.append(d)
+    return out
+
+
+def best_triad(prof: dict, past: "list | None" = None) -> "float | None":
+    """The best STREAM triad (GB/s) of the stored calibrations of ``prof``'s CPU and thread count."""
+    past = history() if past is None else past
+    same = [float(h["triad_GBps"]) for h in past if h.get("cpu") == prof.get("cpu")
+            and h.get("threads") == prof.get("threads")]
+    return max(same) if same else None
+
+
+def calibration_flags(prof: dict, past: "list | None" = None) -> list:
+    """Why a host calibration (measured) may be off, one sentence each; empty when nothing is known
+    against it: measured with the 1-min load average above the cores (its rates include waiting for
+    other work), or a triad more than :data:`TRIAD_DROP` below the best stored calibration of this
+    CPU (:func:`best_triad`). Shown by ``calibrate``, beside ``% bound`` and in every modeled
+    number's band (:func:`~gnnrec_lab.memory.tiermodel.model_band`)."""
+    if not isinstance(prof, dict):
+        return []
+    out = []
+    load = (prof.get("loadavg") or {}).get("max") if isinstance(prof.get("loadavg"), dict) else prof.get("loadavg")
+    cores = prof.get("cores_online")
+    if isinstance(load, (int, float)) and isinstance(cores, int) and cores > 0 and load > cores:
+        out.append(f"host calibration of {prof.get('measured_at')} was measured under load {load:.2f} on "
+                   f"{cores} cores")
+    best, triad = best_triad(prof, past), prof.get("triad_GBps")
+    if best and isinstance(triad, (int, float)) and triad < (1 - TRIAD_DROP) * best:
+        out.append(f"host calibration of {prof.get('measured_at')} measured triad {triad:.1f} GB/s, "
+                   f"{1 - triad / best:.0%} below the best stored one ({best:.1f} GB/s)")
+    return out
 
 
 def load(path: "Path | None" = None) -> "dict | None":
@@ -262,6 +335,15 @@ def format_profile(prof: dict) -> str:
         s = sp.get(key)
         extra = f"   (best {s['best']:.1f} / median {s['median']:.1f} / worst {s['worst']:.1f})" if s else ""
         lines.append(f"  {label:<28} {prof[key]:>9.1f} {unit:<8}{extra}")
+    load = prof.get("loadavg") if isinstance(prof.get("loadavg"), dict) else None
+    if load:
+        lines.append(f"  {'1-min load average':<28} {load['start']:>9.2f} at the start, {load['end']:.2f} at the end "
+                     f"({prof.get('cores_online')} cores)")
+    best = best_triad(prof)
+    if best:
+        lines.append(f"  {'best stored triad':<28} {best:>9.1f} GB/s     (this CPU and thread count)")
+    for why in calibration_flags(prof):
+        lines.append(f"  warning: {why}: every % bound and modeled number taken from it is flagged")
     return "\n".join(lines)
 
 

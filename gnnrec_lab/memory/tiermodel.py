@@ -32,6 +32,7 @@ from typing import Optional
 import pandas as pd
 
 from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
+from gnnrec_lab.memory.calibrate import calibration_flags
 from gnnrec_lab.memory.profiles import DeviceProfile, get_profile, host_device, misses_in_flight
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.formatting import fmt_ms
@@ -224,7 +225,7 @@ class Projection:
         on_dev = _placement_on_device(None if self.device.is_memory_mode else placement)
         h = self.cache_hit(on_dev)
         out = []
-        for ns, c, pattern, host_by_cls, dev_by_cls, rd_by_cls, wr_by_cls in self.terms:
+        for ns, c, pattern, host_by_cls, dev_by_cls, rd_by_cls, wr_by_cls, _ in self.terms:
             if pattern == "compute" and c == 0:
                 f = 1.0      # compute-bound by declaration and no GEMM rate to weigh it: unchanged
             else:
@@ -236,6 +237,42 @@ class Projection:
                 denom = max(m_host, c)
                 f = max(m_dev, c) / denom if denom > 0 else 1.0
             out.append(ns * f)
+        return out
+
+    def regime_traffic(self, placement: Optional[dict] = None) -> list:
+        """Per group, the regimes (:func:`~gnnrec_lab.memory.validation.regime_key`) its modeled
+        device traffic falls in: ``{regime: [bytes, modeled ns]}``, the ns being the part of the
+        group's modeled time (:meth:`modeled_ns`) its device memory term in that regime accounts for
+        (none when the group is compute-bound, or for the accesses a page cache serves). A group
+        that reads and writes on a device with a measured mix is in the device's mixed regime (its
+        interference term applies); otherwise each component is in its op's sequential or row-size
+        regime. The band of every modeled number (:func:`model_band`) weighs each regime's held-out
+        error by this."""
+        from gnnrec_lab.memory.validation import access_of, regime_key
+        on_dev = _placement_on_device(None if self.device.is_memory_mode else placement)
+        h = self.cache_hit(on_dev)
+        out = []
+        for (_ns, c, pattern, host_by, dev_by, rd_by, wr_by, comps), mod in zip(self.terms,
+                                                                              self.modeled_ns(placement)):
+            traffic: dict = {}
+            if pattern == "compute" and c == 0:
+                out.append(traffic)
+                continue
+            mix = self.mix(rd_by, wr_by, on_dev)
+            m_dev = sum((h * v + (1 - h) * dev_by[k] * mix) if on_dev(k) else v for k, v in host_by.items())
+            share = mod / m_dev if m_dev > 0 and m_dev >= c else 0.0    # modeled ns per unit of m_dev
+            for comp, row_bytes, cls, nbytes, dev_ns in comps:
+                if not on_dev(cls):
+                    continue
+                if mix > 1.0:
+                    reg = regime_key(self.device.name, self.remote, "mixed read+write", "all access sizes")
+                else:
+                    op = "write" if comp.endswith("write") else "read"
+                    reg = regime_key(self.device.name, self.remote, op, access_of(comp, row_bytes))
+                t = traffic.setdefault(reg, [0.0, 0.0])
+                t[0] += (1 - h) * nbytes
+                t[1] += (1 - h) * dev_ns * mix * share
+            out.append(traffic)
         return out
 
 
@@ -283,7 +320,7 @@ def prepare(records, host, device, footprint=None, *, baseline: Optional[str] = 
     for r in g.itertuples(index=False):
         parts = split_bytes(r.bytes_read, r.bytes_written, r.random_bytes, r.pattern)
         owners = attribute(r.name, r.phase, r.layer, r.pattern)
-        host_by, dev_by, rd_by, wr_by = {}, {}, {}, {}
+        host_by, dev_by, rd_by, wr_by, comps = {}, {}, {}, {}, []
         for comp, nbytes in parts.items():
             if nbytes <= 0:
                 continue
@@ -295,7 +332,8 @@ def prepare(records, host, device, footprint=None, *, baseline: Optional[str] = 
                 host_by[cls] = host_by.get(cls, 0.0) + frac * h_ns
                 dev_by[cls] = dev_by.get(cls, 0.0) + frac * h_ns * ratio
                 moved[cls] = moved.get(cls, 0.0) + frac * nbytes
-        terms.append((r.ns, r.flops * gemm_ns_per_flop, r.pattern, host_by, dev_by, rd_by, wr_by))
+                comps.append((comp, int(r.row_bytes), cls, frac * nbytes, frac * h_ns * ratio))
+        terms.append((r.ns, r.flops * gemm_ns_per_flop, r.pattern, host_by, dev_by, rd_by, wr_by, comps))
     pr = Projection(g, terms, dev, base, threads, hit, remote=remote, mlp=mlp)
     pr.footprint = footprint if isinstance(footprint, dict) or footprint is None else float(footprint)
     return pr
@@ -323,8 +361,11 @@ def project(records, host, device, placement: Optional[dict] = None, footprint=N
                  dram_cache_bytes=dram_cache_bytes, extra_paths=extra_paths)
     g = pr.groups.copy()
     g["modeled_ns"] = pr.modeled_ns(placement)
+    traffic = pr.regime_traffic(placement)
+    # per group: the modeled ns its regimes account for, each weighed by its regime's error
+    g["band_ns"] = [sum(ns * regime_band(reg) for reg, (_, ns) in t.items()) for t in traffic]
     by = list(by)
-    out = g.groupby(by, dropna=False, sort=False)[list(_NUM) + ["modeled_ns"]].sum().reset_index()
+    out = g.groupby(by, dropna=False, sort=False)[list(_NUM) + ["modeled_ns", "band_ns"]].sum().reset_index()
     out["measured_s"] = out["ns"] / 1e9
     out["modeled_s"] = out["modeled_ns"] / 1e9
     out["ratio"] = (out["modeled_s"] / out["measured_s"]).where(out["measured_s"] > 0)
@@ -333,11 +374,20 @@ def project(records, host, device, placement: Optional[dict] = None, footprint=N
     if pr.device.kind == "file":      # the page cache's share, for this placement
         hit = pr.cache_hit(_placement_on_device(placement))
     out["hit_rate"] = hit if hit is not None else float("nan")
+    # +- fraction of each row's modeled time: its regimes' held-out errors (model_band's rule)
+    out["band"] = (out["band_ns"] / out["modeled_ns"]).where(out["modeled_ns"] > 0, 0.0)
     out["kind"] = Provenance.MODELED
-    out = out.drop(columns=["ns", "modeled_ns"])
+    out = out.drop(columns=["ns", "modeled_ns", "band_ns"])
+    total: dict = {}
+    for t in traffic:
+        for reg, (nbytes, ns) in t.items():
+            acc = total.setdefault(reg, [0.0, 0.0])
+            acc[0] += nbytes
+            acc[1] += ns
     out.attrs.update({"kind": Provenance.MODELED, "device": pr.device.name, "baseline": pr.base.name,
                       "threads": pr.threads, "hit_rate": hit, "measured_column": "measured_s",
-                      "modeled_column": "modeled_s"})
+                      "modeled_column": "modeled_s", "remote": bool(pr.remote),
+                      "regimes": {reg: {"bytes": b, "modeled_s": ns / 1e9} for reg, (b, ns) in total.items()}})
     return out.sort_values("measured_s", ascending=False, ignore_index=True)
 
 
@@ -359,13 +409,19 @@ def project_step(records, host, device, placement=None, footprint=None, *, steps
     per = kern.groupby("phase", sort=False)[["measured_s", "modeled_s"]].sum().reset_index()
     meas = float(kern["measured_s"].sum()) / steps
     mod = float(kern["modeled_s"].sum()) / steps
-    return {"device": kern.attrs["device"], "steps": steps, "measured_s": meas, "modeled_s": mod,
-            "ratio": mod / meas if meas > 0 else float("nan"),
-            "phases_modeled_s": {r.phase: r.modeled_s / steps for r in per.itertuples()},
-            "phases_measured_s": {r.phase: r.measured_s / steps for r in per.itertuples()},
-            "kernels": [{"name": r.name, "phase": r.phase, "measured_s": r.measured_s / steps,
-                         "modeled_s": r.modeled_s / steps} for r in kern.itertuples()],
-            "hit_rate": kern.attrs["hit_rate"], "kind": Provenance.MODELED, "measured_kind": Provenance.MEASURED}
+    out = {"device": kern.attrs["device"], "steps": steps, "measured_s": meas, "modeled_s": mod,
+           "ratio": mod / meas if meas > 0 else float("nan"),
+           "phases_modeled_s": {r.phase: r.modeled_s / steps for r in per.itertuples()},
+           "phases_measured_s": {r.phase: r.measured_s / steps for r in per.itertuples()},
+           "kernels": [{"name": r.name, "phase": r.phase, "measured_s": r.measured_s / steps,
+                        "modeled_s": r.modeled_s / steps, "band": float(r.band)} for r in kern.itertuples()],
+           "hit_rate": kern.attrs["hit_rate"], "kind": Provenance.MODELED, "measured_kind": Provenance.MEASURED,
+           "remote": kern.attrs["remote"],
+           "regimes": {reg: {"bytes": v["bytes"] / steps, "modeled_s": v["modeled_s"] / steps}
+                       for reg, v in kern.attrs["regimes"].items()}}
+    out["calibration_flags"] = calibration_flags(host) if isinstance(host, dict) else []
+    out["band"] = model_band(out).to_dict()
+    return out
 
 
 # ----------------------------------------------------------------------
@@ -487,6 +543,9 @@ class RunProjection:
     host_calibrated_at: Optional[str] = None
     kernels: list = part(Provenance.MODELED, default_factory=list)
     placement_assumption: Optional[str] = None
+    regimes: dict = part(Provenance.MODELED, default_factory=dict)   # model_band's input
+    calibration_flags: list = None
+    band: Optional[dict] = part(Provenance.MODELED, default=None)     # the kernel time's (model_band)
 
     @classmethod
     def of_run(cls, records, host, config, *, footprint=None, steps: Optional[int] = None) -> "RunProjection":
@@ -496,7 +555,8 @@ class RunProjection:
                    modeled_s_per_step=st["modeled_s"], ratio=st["ratio"], steps=st["steps"],
                    hit_rate=st["hit_rate"], host_calibrated_at=host.get("measured_at"),
                    kernels=[dict(k, kind=Provenance.MODELED) for k in st["kernels"]],
-                   placement_assumption=st["placement_assumption"])
+                   placement_assumption=st["placement_assumption"], regimes=st.get("regimes") or {},
+                   calibration_flags=list(st.get("calibration_flags") or []), band=st.get("band"))
 
     def to_dict(self) -> dict:
         return {"device": self.device, "kind": Provenance.MODELED, "kinds": parts(self),
@@ -504,7 +564,8 @@ class RunProjection:
                 "measured_s_per_step": self.measured_s_per_step, "modeled_s_per_step": self.modeled_s_per_step,
                 "ratio": self.ratio, "steps": self.steps, "hit_rate": self.hit_rate,
                 "host_calibrated_at": self.host_calibrated_at, "kernels": self.kernels,
-                "placement_assumption": self.placement_assumption}
+                "placement_assumption": self.placement_assumption, "regimes": self.regimes,
+                "calibration_flags": list(self.calibration_flags or []), "band": self.band}
 
 
 def modeled_ratio(modeled: Optional[dict]) -> Optional[float]:
@@ -542,6 +603,149 @@ def training_kernel_ns(records) -> float:
     return float(df.loc[df["phase"].isin(TRAIN_PHASES), "ns"].astype(float).sum())
 
 
+# ----------------------------------------------------------------------
+# How far to trust a modeled number: the held-out error of the regimes its traffic falls in
+# ----------------------------------------------------------------------
+#: A run is marked low confidence when at least this share of its modeled device traffic (bytes)
+#: falls in regimes that failed validation (a held-out point outside the 15% target).
+LOW_CONFIDENCE_SHARE = 0.5
+VALIDATED, UNVALIDATED, LOW = "validated", "unvalidated", "low"
+
+
+def regime_band(regime: str) -> float:
+    """The +- fraction of a modeled time spent in ``regime``: the largest time error its held-out
+    points show (:func:`~gnnrec_lab.memory.validation.regime_table`), or the 15% validation target
+    where no held-out point tests it."""
+    from gnnrec_lab.memory.validation import UNVALIDATED_BAND, regime_errors
+    reg = regime_errors().get(regime)
+    return UNVALIDATED_BAND if reg is None else float(reg["error"])
+
+
+def fmt_band(frac: Optional[float]) -> str:
+    """``+-12%`` (the sign as the one character every view prints); empty without a band."""
+    if frac is None or frac != frac:
+        return ""
+    return f"±{frac * 100:.0f}%" if frac >= 0.005 else f"±{frac * 100:.1f}%"
+
+
+@dataclass(frozen=True)
+class Band:
+    """How far to trust a run's modeled numbers (:func:`model_band`): ``kernel`` (+- fraction of the
+    modeled kernel time and of each kernel, from its regimes), ``step`` (+- fraction of the modeled
+    step, epoch and training time: the kernels' band over their share of the step plus the part
+    outside the kernels, scaled 1:1 with them, whose band is the gap between scaled and not),
+    ``outside_share`` (measured share of the step outside the kernels; None when unknown),
+    ``regimes`` (the regimes its modeled device traffic falls in, by bytes), ``confidence``
+    (``validated``, ``unvalidated`` or ``low``) and ``reasons`` (why, in words)."""
+
+    kernel: float
+    step: float
+    outside_share: Optional[float] = None
+    regimes: tuple = ()
+    confidence: str = VALIDATED
+    reasons: tuple = ()
+
+    def range(self, value: Optional[float], of: str = "step") -> Optional[tuple]:
+        """``(low, high)`` of a modeled ``value`` (``of`` "step" for a step, epoch or training time,
+        "kernel" for a kernel time)."""
+        if value is None or value != value:
+            return None
+        f = self.kernel if of == "kernel" else self.step
+        return (value * (1 - f), value * (1 + f))
+
+    def words(self) -> str:
+        """The clause every view prints after a run's modeled numbers."""
+        out = "±: held-out error of its traffic's regimes"
+        if self.outside_share is not None:
+            out += (f", and for the step its {self.outside_share:.0%} outside the kernels, scaled 1:1 with them "
+                    f"(not modeled)")
+        if self.confidence == LOW:
+            out += "; LOW CONFIDENCE: " + "; ".join(self.reasons)
+        elif self.confidence == UNVALIDATED:
+            out += "; unvalidated: " + "; ".join(self.reasons)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"kernel": self.kernel, "step": self.step, "outside_share": self.outside_share,
+                "regimes": [dict(r) for r in self.regimes], "confidence": self.confidence,
+                "reasons": list(self.reasons), "kind": Provenance.MODELED}
+
+
+def model_band(modeled: Optional[dict], *, step_s: Optional[float] = None,
+               kernel_s: Optional[float] = None) -> Optional[Band]:
+    """**The** band of a run's modeled numbers, the one function every view formats: ``modeled`` is
+    a projection (:func:`run_step_time`'s dict or a stored ``result.modeled``) with its
+    ``regimes`` (bytes and modeled seconds per regime, :meth:`Projection.regime_traffic`) and
+    ``calibration_flags``; ``step_s`` / ``kernel_s`` the measured step and kernel time (the part of
+    the step outside the kernels joins the step's band). None without a projection.
+
+    Kernel band = sum over regimes of (modeled seconds in it x its error, :func:`regime_band`) over
+    the modeled kernel time. Confidence is ``low`` when at least :data:`LOW_CONFIDENCE_SHARE` of the
+    device bytes is in regimes that failed validation, or the host calibration it used is flagged
+    (:func:`~gnnrec_lab.memory.calibrate.calibration_flags`); ``unvalidated`` when that share of the
+    bytes is in regimes no held-out point tests (band: the 15% target) or the projection carries no
+    regimes (stored before they were kept: the device's widest held-out error); else ``validated``."""
+    from gnnrec_lab.memory.validation import HELD_OUT_TARGET, regime_errors
+    if not modeled:
+        return None
+    ratio = _num(modeled.get("ratio"))
+    mod = _num(modeled.get("modeled_s_per_step", modeled.get("modeled_s")))
+    if ratio is None:
+        meas = _num(modeled.get("measured_s_per_step", modeled.get("measured_s")))
+        ratio = mod / meas if mod is not None and meas else None
+    errors = regime_errors()
+    regs = modeled.get("regimes")
+    reasons, confidence = [], VALIDATED
+    rows = []
+    if isinstance(regs, dict) and regs:
+        total_b = sum(float(v.get("bytes") or 0) for v in regs.values()) or 1.0
+        band_s = 0.0
+        failed_b = untested_b = 0.0
+        for reg, v in sorted(regs.items(), key=lambda kv: -float(kv[1].get("bytes") or 0)):
+            e = errors.get(reg)
+            err = regime_band(reg)
+            band_s += float(v.get("modeled_s") or 0) * err
+            b = float(v.get("bytes") or 0)
+            if e is None:
+                untested_b += b
+            elif not e["ok"]:
+                failed_b += b
+            rows.append({"regime": reg, "bytes_share": b / total_b, "error": err,
+                         "held_out_points": 0 if e is None else len(e["points"]),
+                         "ok": None if e is None else bool(e["ok"])})
+        kernel = band_s / mod if mod else 0.0
+        if failed_b / total_b >= LOW_CONFIDENCE_SHARE:
+            confidence = LOW
+            bad = [r for r in rows if r["ok"] is False]
+            reasons.append(f"{failed_b / total_b:.0%} of its modeled device traffic is in "
+                           + ", ".join(f"{r['regime']} (held-out points missed by up to {r['error']:.0%})"
+                                       for r in bad) + ", which failed validation")
+        elif untested_b / total_b >= LOW_CONFIDENCE_SHARE:
+            confidence = UNVALIDATED
+            reasons.append(f"{untested_b / total_b:.0%} of its modeled device traffic is in regimes no held-out "
+                           f"point tests (band: the {HELD_OUT_TARGET:.0%} target, not an error seen)")
+    else:
+        dev = modeled.get("device")
+        seen = [e["error"] for e in errors.values() if e["device"] == dev and ": local socket" in e["regime"]]
+        kernel = max(seen) if seen else HELD_OUT_TARGET
+        confidence = UNVALIDATED
+        reasons.append(f"the projection carries no traffic by regime; band: the widest held-out error of {dev}"
+                       if seen else f"no held-out point tests {dev}; band: the {HELD_OUT_TARGET:.0%} target")
+    flags = [f for f in (modeled.get("calibration_flags") or []) if isinstance(f, str)]
+    if flags:
+        confidence = LOW
+        reasons.extend(flags)
+    outside = None
+    step = kernel
+    st, ks = _num(step_s), _num(kernel_s)
+    if st and ks is not None and st > 0:
+        outside = min(1.0, max(0.0, 1.0 - ks / st))
+        gap = abs(1.0 - 1.0 / ratio) if ratio else 0.0     # scaled by the ratio vs. not scaled at all
+        step = (1 - outside) * kernel + outside * gap
+    return Band(kernel=float(kernel), step=float(step), outside_share=outside, regimes=tuple(rows),
+                confidence=confidence, reasons=tuple(reasons))
+
+
 @dataclass(frozen=True)
 class StepTimes:
     """A run's step time and kernel time, as every view shows them (:func:`step_times`).
@@ -565,12 +769,26 @@ class StepTimes:
     modeled_step_s: Optional[float] = part(Provenance.MODELED, default=None)
     modeled_kernel_s: Optional[float] = part(Provenance.MODELED, default=None)
     placement_assumption: Optional[str] = None
+    band: Optional[dict] = part(Provenance.MODELED, default=None)     # model_band's to_dict
+    confidence: Optional[str] = None
+
+    @property
+    def the_band(self) -> Optional[Band]:
+        """``band`` as a :class:`Band`."""
+        if not self.band:
+            return None
+        b = dict(self.band)
+        b.pop("kind", None)
+        return Band(kernel=b["kernel"], step=b["step"], outside_share=b.get("outside_share"),
+                    regimes=tuple(b.get("regimes") or ()), confidence=b.get("confidence", VALIDATED),
+                    reasons=tuple(b.get("reasons") or ()))
 
     def to_dict(self) -> dict:
         return {"step_s": self.step_s, "kernel_s": self.kernel_s, "steps": self.steps,
                 "kernel_steps": self.kernel_steps, "device": self.device, "ratio": self.ratio,
                 "modeled_step_s": self.modeled_step_s, "modeled_kernel_s": self.modeled_kernel_s,
-                "placement_assumption": self.placement_assumption, "kinds": parts(self)}
+                "placement_assumption": self.placement_assumption, "band": self.band,
+                "confidence": self.confidence, "kinds": parts(self)}
 
     def text(self) -> str:
         """The one sentence every view prints: ``step 11.3 ms, kernel time 9.9 ms (measured on this
@@ -578,8 +796,13 @@ class StepTimes:
         ms = lambda v: "–" if v is None else fmt_ms(v)  # noqa: E731
         out = f"step {ms(self.step_s)}, kernel time {ms(self.kernel_s)} (measured on this host's DRAM)"
         if self.device is not None and self.ratio is not None:
-            out += (f"; modeled on {self.device}: step {ms(self.modeled_step_s)}, kernel time "
-                    f"{ms(self.modeled_kernel_s)} ({self.ratio:.2f}x, modeled)")
+            b = self.the_band
+            sb = f" {fmt_band(b.step)}" if b and self.modeled_step_s is not None else ""
+            kb = f" {fmt_band(b.kernel)}" if b and self.modeled_kernel_s is not None else ""
+            out += (f"; modeled on {self.device}: step {ms(self.modeled_step_s)}{sb}, kernel time "
+                    f"{ms(self.modeled_kernel_s)}{kb} ({self.ratio:.2f}x, modeled)")
+            if b:
+                out += f"; {b.words()}"
         return out
 
 
@@ -605,9 +828,11 @@ def step_times(step_seconds: Optional[float], steps: Optional[int], kernel_ns: O
         where = modeled.get("placement_assumption")
     if device is None:
         ratio = None
+    band = model_band(dict(modeled, ratio=ratio), step_s=step_s, kernel_s=kernel_s) if ratio is not None else None
     return StepTimes(step_s=step_s, kernel_s=kernel_s, steps=n, kernel_steps=kn, device=device, ratio=ratio,
                      modeled_step_s=modeled_seconds(step_s, ratio), modeled_kernel_s=modeled_seconds(kernel_s, ratio),
-                     placement_assumption=where)
+                     placement_assumption=where, band=None if band is None else band.to_dict(),
+                     confidence=None if band is None else band.confidence)
 
 
 def modeled_seconds(measured_s: Optional[float], ratio: Optional[float]) -> Optional[float]:

@@ -172,3 +172,88 @@ def device_curves(p: DeviceProfile, mlp: Optional[float] = None) -> dict:
         out["curves_of"] = q.name
         out["dram_cache_bytes"] = p.dram_cache_bytes
     return out
+
+
+# ----------------------------------------------------------------------
+# Regimes: what the held-out points say about each kind of access a run's modeled traffic makes
+# ----------------------------------------------------------------------
+#: Random rows up to this width are "small rows", wider ones "large rows" (one Optane XPLine is 256 B:
+#: the fitted 256 B points leave the narrower rows to be interpolated, the held-out points test that).
+SMALL_ROW_BYTES = 128
+SEQUENTIAL = "sequential"
+SMALL_ROWS = f"random rows <= {SMALL_ROW_BYTES} B"
+LARGE_ROWS = f"random rows > {SMALL_ROW_BYTES} B"
+ALL_SIZES = "all access sizes"
+#: The band of a regime no held-out point tests: the validation target, not an error seen.
+UNVALIDATED_BAND = HELD_OUT_TARGET
+# quantities whose error is in a bandwidth (a time goes as 1 + error) rather than a latency
+_BANDWIDTH = ("read_GBps", "write_GBps", "random_read_GBps", "random_write_GBps", "mixed_GBps")
+
+
+def access_of(component: str, row_bytes: int) -> str:
+    """The access-size part of a regime for a tier-model component (``stream_*`` / ``random_*``)."""
+    if component.startswith("stream"):
+        return SEQUENTIAL
+    return SMALL_ROWS if (row_bytes or 64) <= SMALL_ROW_BYTES else LARGE_ROWS
+
+
+def regime_key(device: str, remote: bool, op: str, access: str) -> str:
+    """How a regime is named everywhere: ``optane_pmem100_appdirect_6x: remote socket, mixed
+    read+write, all access sizes``."""
+    return f"{device}: {'remote' if remote else 'local'} socket, {op}, {access}"
+
+
+def regimes_of_point(point: dict) -> list[str]:
+    """The regimes (:func:`regime_key`) a published point tests: a sequential bandwidth its op's
+    sequential regime, a random-row one its op's row-size regime, a mix the device's mixed regime, a
+    latency the random-row regimes (the rows' latency floor and cost follow the latency)."""
+    dev, q, remote = point["device"], point["quantity"], bool(point.get("remote"))
+    if q in ("read_GBps", "write_GBps"):
+        return [regime_key(dev, remote, q.split("_")[0], SEQUENTIAL)]
+    if q in ("random_read_GBps", "random_write_GBps"):
+        op = "read" if q == "random_read_GBps" else "write"
+        return [regime_key(dev, remote, op, access_of("random", int(point.get("row_bytes") or 64)))]
+    if q == "mixed_GBps":
+        return [regime_key(dev, remote, "mixed read+write", ALL_SIZES)]
+    op = "write" if q == "write_latency_ns" else "read"
+    return [regime_key(dev, remote, op, SMALL_ROWS), regime_key(dev, remote, op, LARGE_ROWS)]
+
+
+def time_error(row: dict) -> float:
+    """A validated point's error as the error of a modeled **time** (true / modeled - 1): a
+    bandwidth modeled ``e`` too high makes the time ``e`` too short; a latency ``e`` too high, the
+    time ``1/(1+e) - 1``."""
+    e = float(row["error"])
+    return e if row["quantity"] in _BANDWIDTH else 1.0 / (1.0 + e) - 1.0
+
+
+def regime_table(rows: Optional[list] = None) -> dict:
+    """Per regime the held-out points of :func:`validate` (``rows``; default: the shipped profiles
+    and points): ``{regime: {"regime", "device", "points" (the held-out rows), "error" (the largest
+    time error seen, :func:`time_error`, as a positive fraction), "ok" (every point within
+    :data:`HELD_OUT_TARGET`), "sources"}}``. Fitted points are not in it: they are the model's inputs."""
+    rows = rows if rows is not None else validate()
+    out: dict = {}
+    for r in rows:
+        if not r["held_out"]:
+            continue
+        pt = dict(r["params"], device=r["device"], quantity=r["quantity"])
+        for key in regimes_of_point(pt):
+            reg = out.setdefault(key, {"regime": key, "device": r["device"], "points": [], "error": 0.0,
+                                       "ok": True, "sources": []})
+            reg["points"].append(r)
+            reg["error"] = max(reg["error"], abs(time_error(r)))
+            reg["ok"] = reg["ok"] and r["ok"]
+            if r["source"] not in reg["sources"]:
+                reg["sources"].append(r["source"])
+    return out
+
+
+_REGIMES: dict = {}
+
+
+def regime_errors() -> dict:
+    """:func:`regime_table` of the shipped profiles and points, computed once per process."""
+    if not _REGIMES:
+        _REGIMES.update(regime_table())
+    return _REGIMES

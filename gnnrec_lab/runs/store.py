@@ -754,7 +754,11 @@ class Store:
                    CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.modeled_s_per_step')
                    END AS modeled_s_per_step,
                    CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.measured_s_per_step')
-                   END AS measured_s_per_step
+                   END AS measured_s_per_step,
+                   CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.regimes')
+                   END AS modeled_regimes,
+                   CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.calibration_flags')
+                   END AS modeled_calibration_flags
                  FROM runs r""".replace("{test_metrics}", "\n".join(
             f"""                   (SELECT value FROM evals e WHERE e.run_id=r.id AND e.split='test'
                       AND lower(e.metric)='{m}' ORDER BY e.rowid DESC LIMIT 1) AS "test_{m}","""
@@ -789,7 +793,7 @@ class Store:
         # measured mean training step; the stored projection's per-step seconds go last, as they were
         # stored (services.projection.with_modeled models the run's durations from them)
         df["step_s"] = (df["train_s"].astype(float) / df["n_steps"].where(df["n_steps"] > 0)).astype(float)
-        for key in ("modeled_s_per_step", "measured_s_per_step"):
+        for key in ("modeled_s_per_step", "measured_s_per_step", "modeled_regimes", "modeled_calibration_flags"):
             df[key] = df.pop(key)
         for col in ("created", "started", "finished"):
             df[col] = pd.to_datetime(df[col], unit="s", utc=True)

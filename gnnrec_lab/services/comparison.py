@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
-from gnnrec_lab.memory.tiermodel import MODE_DEVICES, modeled_seconds
+from gnnrec_lab.memory.tiermodel import MODE_DEVICES, model_band, modeled_seconds
 from gnnrec_lab.runs.record import StoredResult, section
 from gnnrec_lab.services.projection import stored_run_step_time
 from gnnrec_lab.training.step import target_outcome
@@ -40,7 +40,7 @@ FULL_VS_DIST_COLUMNS = ["id", "engine", "series", "kind", "dataset", "model", "l
                         "cores_per_machine", "link_gbit", "target", "target_reached", "reference_run",
                         "time_to_target_s", "epoch_s", "train_s",
                         "best_valid_recall@20", "test_recall@20", "explosion_factor", "batch_ms", "device", "ratio",
-                        "placement_assumption"]
+                        "placement_assumption", "band", "confidence"]
 
 
 # --- the columns every view of the comparison shows: one row per run (comparison_frame), the common
@@ -206,7 +206,8 @@ def full_graph_modeled(store, run_id: int, host: dict, modes=OPTANE_MODES) -> di
     (:func:`gnnrec_lab.services.projection.stored_run_step_time`: its kernel records, the run's placement, else
     every tensor class on the device; Memory Mode's DRAM cache over its predicted footprint) with the
     run's own threads (:func:`~gnnrec_lab.memory.tiermodel.run_threads`, as every other view):
-    ``{mode: {"device", "ratio", "placement_assumption", "kind": MODELED}}``, or
+    ``{mode: {"device", "ratio", "placement_assumption", "band" (+- fraction of every modeled duration:
+    the step's, :func:`~gnnrec_lab.memory.tiermodel.model_band`), "confidence", "kind": MODELED}}``, or
     ``{mode: {"reason": ...}}`` where it cannot be projected. The ratio scales its measured durations
     (:func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`). Only finished runs are passed here
     (:func:`full_vs_distributed`): each projection is kept for the process's life."""
@@ -225,8 +226,13 @@ def full_graph_modeled(store, run_id: int, host: dict, modes=OPTANE_MODES) -> di
             out[mode] = {"reason": f"{type(e).__name__}: {e}"}
             continue
         ratio = st.get("ratio")
+        steps = store.steps_frame(run_id)
+        step_s = float(steps["seconds"].sum()) / len(steps) if len(steps) else None
+        # the durations are scaled as the step is: theirs is the step's band (tiermodel.model_band)
+        band = model_band(st, step_s=step_s, kernel_s=st.get("measured_s"))
         out[mode] = {"device": st["device"], "ratio": None if ratio != ratio else ratio,
-                     "placement_assumption": st.get("placement_assumption"), "kind": Provenance.MODELED}
+                     "placement_assumption": st.get("placement_assumption"), "kind": Provenance.MODELED,
+                     "band": band.step, "confidence": band.confidence}
         with _MODELED_LOCK:
             _MODELED_CACHE[key] = out[mode]
     return out
@@ -298,7 +304,8 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
                 continue
             q = m["ratio"]
             rows.append(dict(base, kind=Provenance.MODELED, device=m["device"], ratio=q,
-                             placement_assumption=m["placement_assumption"],
+                             placement_assumption=m["placement_assumption"], band=m["band"],
+                             confidence=m["confidence"],
                              series=engine_series("full", machines, cores, mode=mode),
                              **{k: modeled_seconds(base[k], q) for k in ("time_to_target_s", "epoch_s", "train_s")}))
     out = pd.DataFrame(rows, columns=FULL_VS_DIST_COLUMNS)

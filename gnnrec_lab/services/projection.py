@@ -48,7 +48,19 @@ def _or_reason(fn, *a, **kw) -> tuple:
 
 
 # The plain run table's columns with_modeled reads and replaces by the modeled ones.
-PROJECTION_INPUTS = ("device_profile", "modeled_s_per_step", "measured_s_per_step")
+PROJECTION_INPUTS = ("device_profile", "modeled_s_per_step", "measured_s_per_step", "modeled_regimes",
+                     "modeled_calibration_flags")
+
+
+def _json(v):
+    """A JSON text of the run table (json_extract's object or list), parsed; None where absent or damaged."""
+    if not isinstance(v, str):
+        return None
+    try:
+        import json
+        return json.loads(v)
+    except ValueError:
+        return None
 
 
 def _text(v) -> Optional[str]:
@@ -82,12 +94,15 @@ def with_modeled(runs: pd.DataFrame, kernels: Optional[pd.DataFrame] = None) -> 
     df.insert(df.columns.get_loc("backend") + 1, "device", device)
     kernels = kernels if kernels is not None else pd.DataFrame(columns=["kernel_ns", "kernel_steps"])
     times = []
-    for rid, train, n, dev, a, b in zip(df["id"], df["train_s"], df["n_steps"], device, df["modeled_s_per_step"],
-                                         df["measured_s_per_step"]):
+    regimes = df["modeled_regimes"] if "modeled_regimes" in df else [None] * len(df)
+    flags = df["modeled_calibration_flags"] if "modeled_calibration_flags" in df else [None] * len(df)
+    for rid, train, n, dev, a, b, reg, fl in zip(df["id"], df["train_s"], df["n_steps"], device,
+                                                 df["modeled_s_per_step"], df["measured_s_per_step"], regimes, flags):
         k = kernels.loc[rid] if rid in kernels.index else None
         times.append(step_times(train, n, None if k is None else k["kernel_ns"],
                                 None if k is None else k["kernel_steps"],
-                                modeled={"modeled_s_per_step": a, "measured_s_per_step": b}, device=dev))
+                                modeled={"modeled_s_per_step": a, "measured_s_per_step": b, "device": dev,
+                                         "regimes": _json(reg), "calibration_flags": _json(fl)}, device=dev))
     col = lambda f: pd.Series([f(t) for t in times], index=df.index, dtype=float)  # noqa: E731
     at = df.columns.get_loc("step_s")
     df.insert(at, "modeled_kernel_s", col(lambda t: t.modeled_kernel_s))
@@ -97,7 +112,12 @@ def with_modeled(runs: pd.DataFrame, kernels: Optional[pd.DataFrame] = None) -> 
     df["modeled_step_s"] = col(lambda t: t.modeled_step_s)
     df["modeled_train_s"] = pd.Series([modeled_seconds(tr, t.ratio) for t, tr in zip(times, df["train_s"])],
                                       index=df.index, dtype=float)
-    return df.drop(columns=list(PROJECTION_INPUTS))
+    # how far to trust them (tiermodel.model_band): +- fraction of the modeled step / training time and
+    # of the modeled kernel time, and the confidence (None for a DRAM run)
+    df["modeled_step_band"] = col(lambda t: t.band["step"] if t.band else None)
+    df["modeled_kernel_band"] = col(lambda t: t.band["kernel"] if t.band else None)
+    df["confidence"] = pd.Series([t.confidence for t in times], index=df.index, dtype=object)
+    return df.drop(columns=[c for c in PROJECTION_INPUTS if c in df])
 
 
 def modeled_runs_frame(store, status: Optional[RunStatus] = None) -> pd.DataFrame:
@@ -166,9 +186,10 @@ def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
 def step_time_projection(store, run_id, host, placement: Optional[dict] = None) -> pd.DataFrame:
     """Step time (s) of a stored run measured here and projected onto each slower device profile.
 
-    A frame ``device, seconds, kind, chosen``: one MEASURED row (the run's own training-step
+    A frame ``device, seconds, kind, chosen, band, confidence``: one MEASURED row (the run's own training-step
     kernel time on this host's DRAM) and one MODELED row per non-DRAM device profile
-    (:func:`run_step_time`, the run's placement), ``chosen`` marking the device of the run's own
+    (:func:`run_step_time`, the run's placement, with its band: ``band`` +- fraction and
+    ``confidence``, :func:`~gnnrec_lab.memory.tiermodel.model_band`), ``chosen`` marking the device of the run's own
     memory mode. ``placement`` replaces the run's own (the Launch page projects the form's).
     The frame's ``attrs["placement_assumption"]`` names the placement in words.
     Raises UserError when the run has no kernel records or no profile projects.
@@ -191,11 +212,12 @@ def step_time_projection(store, run_id, host, placement: Optional[dict] = None) 
             reasons.append(f"{name}: {type(e).__name__}: {e}")
             continue
         measured = res["measured_s"]
-        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind=Provenance.MODELED, chosen=name == own))
+        rows.append(dict(device=name, seconds=float(res["modeled_s"]), kind=Provenance.MODELED, chosen=name == own,
+                         band=res["band"]["kernel"], confidence=res["band"]["confidence"]))
     if measured is None:
         raise UserError("; ".join(reasons) or "no projection")
     rows.insert(0, dict(device="this host (DRAM)", seconds=float(measured), kind=Provenance.MEASURED,
-                        chosen=own is None))
+                        chosen=own is None, band=None, confidence=None))
     out = pd.DataFrame(rows)
     out.attrs["placement_assumption"] = placement_assumption(placement if placement is not None
                                                              else StoredConfig.of(cfg).placement)

@@ -358,8 +358,15 @@ def runtime_summary() -> str:
 
 
 def machine_line(host: dict) -> str:
+    """The header line naming the machine and the triad every ``% bound`` divides by; a flagged
+    calibration (:func:`~gnnrec_lab.memory.calibrate.calibration_flags`: measured under load, or its
+    triad far below the best stored one) says so, since every ``% bound`` is off by as much."""
+    from gnnrec_lab.memory.calibrate import calibration_flags
+    flags = calibration_flags(host)
+    warn = "".join(f"\nwarning: {why}: every % bound below is relative to it" for why in flags)
     return (f"machine: {platform.node()} {host.get('cpu', '?')}, {runtime_summary()}; "
-            f"bound = ideal bytes / triad {host['triad_GBps']:.2f} GB/s (measured {host.get('measured_at', '?')})")
+            f"bound = ideal bytes / triad {host['triad_GBps']:.2f} GB/s (measured {host.get('measured_at', '?')})"
+            f"{warn}")
 
 
 def summary(results: list[Result]) -> list[str]:
