@@ -243,6 +243,10 @@ def test_live_breakdown_compare_and_runs_json_read_one_step_and_kernel_time(tmp_
     assert want[dram].step_s > want[dram].kernel_s > 0
     lines = {rid: st.text() for rid, st in want.items()}
     assert "modeled on optane_pmem100_appdirect_6x: step" in lines[appd] and "modeled" not in lines[dram]
+    # issue 33: the modeled run's times carry their band (tiermodel.model_band) in every view; a DRAM run none
+    band = want[appd].band
+    assert band and band["step"] > 0 and band["kernel"] > 0 and want[dram].band is None
+    assert f"±{band['step'] * 100:.0f}%" in lines[appd] and "±" not in lines[dram]
     # runs --json, as a script reads it
     env = dict(os.environ, GNNREC_LAB_HOME=str(tmp_path / "home"))
     out = subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", "runs", "--json"], env=env,
@@ -252,6 +256,8 @@ def test_live_breakdown_compare_and_runs_json_read_one_step_and_kernel_time(tmp_
         for key in ("step_s", "kernel_s", "modeled_step_s", "modeled_kernel_s"):
             got, exp = rows[rid][key], getattr(st, key)
             assert (got is None and exp is None) or got == pytest.approx(exp, rel=1e-12), (rid, key, got, exp)
+    assert rows[appd]["modeled_step_band"] == pytest.approx(band["step"], rel=1e-12)
+    assert rows[appd]["modeled_kernel_band"] == pytest.approx(band["kernel"], rel=1e-12)
     proc, url = serve(tmp_path)
     try:
         page, _ = open_page(browser, url)
