@@ -67,7 +67,8 @@ def test_run_result_and_projection_label_each_part():
                     "modeled": "modeled"}
     d = RunProjection("cxl", "cxl", 1.0, 2.0).to_dict()
     assert d["kind"] == "modeled" and d["kinds"] == {"measured_s_per_step": "measured",
-                                                     "modeled_s_per_step": "modeled", "kernels": "modeled"}
+                                                     "modeled_s_per_step": "modeled", "kernels": "modeled",
+                                                     "regimes": "modeled", "band": "modeled"}
     assert json.loads(json.dumps(d))["kinds"] == d["kinds"]
 
 

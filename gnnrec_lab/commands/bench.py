@@ -28,6 +28,7 @@ def _csv(kind):
         if not items:
             raise argparse.ArgumentTypeError("empty list")
         return items
+    parse.words = True      # a list of names (checked against their allowed values by the command), not numbers
     return parse
 
 

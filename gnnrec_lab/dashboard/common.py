@@ -21,7 +21,7 @@ import param
 
 from gnnrec_lab.dashboard.security import launch_policy
 from gnnrec_lab.memory.preflight import footprint_error
-from gnnrec_lab.memory.tiermodel import mode_device
+from gnnrec_lab.memory.tiermodel import LOW, fmt_band, mode_device
 from gnnrec_lab.runs.runner import Runner
 from gnnrec_lab.runs.store import Store
 from gnnrec_lab.util.errors import UserError
@@ -181,7 +181,6 @@ def modeled_bars(df: pd.DataFrame, x: str, y: str, ylabel: str):
     """
     import holoviews as hv
 
-    from gnnrec_lab.memory.tiermodel import LOW, fmt_band
     df = df.copy()
     bands = df["band"] if "band" in df else [None] * len(df)
     conf = df["confidence"] if "confidence" in df else [None] * len(df)

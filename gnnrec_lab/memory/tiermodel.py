@@ -32,8 +32,8 @@ from typing import Optional
 import pandas as pd
 
 from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
-from gnnrec_lab.memory.calibrate import calibration_flags
 from gnnrec_lab.memory.profiles import DeviceProfile, get_profile, host_device, misses_in_flight
+from gnnrec_lab.memory.validation import HELD_OUT_TARGET, UNVALIDATED_BAND, access_of, regime_errors, regime_key
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.formatting import fmt_ms
 from gnnrec_lab.util.provenance import Provenance, part, parts
@@ -248,7 +248,6 @@ class Projection:
         interference term applies); otherwise each component is in its op's sequential or row-size
         regime. The band of every modeled number (:func:`model_band`) weighs each regime's held-out
         error by this."""
-        from gnnrec_lab.memory.validation import access_of, regime_key
         on_dev = _placement_on_device(None if self.device.is_memory_mode else placement)
         h = self.cache_hit(on_dev)
         out = []
@@ -419,6 +418,7 @@ def project_step(records, host, device, placement=None, footprint=None, *, steps
            "remote": kern.attrs["remote"],
            "regimes": {reg: {"bytes": v["bytes"] / steps, "modeled_s": v["modeled_s"] / steps}
                        for reg, v in kern.attrs["regimes"].items()}}
+    from gnnrec_lab.memory.calibrate import calibration_flags  # numba: the tier model itself stays light
     out["calibration_flags"] = calibration_flags(host) if isinstance(host, dict) else []
     out["band"] = model_band(out).to_dict()
     return out
@@ -616,7 +616,6 @@ def regime_band(regime: str) -> float:
     """The +- fraction of a modeled time spent in ``regime``: the largest time error its held-out
     points show (:func:`~gnnrec_lab.memory.validation.regime_table`), or the 15% validation target
     where no held-out point tests it."""
-    from gnnrec_lab.memory.validation import UNVALIDATED_BAND, regime_errors
     reg = regime_errors().get(regime)
     return UNVALIDATED_BAND if reg is None else float(reg["error"])
 
@@ -685,7 +684,6 @@ def model_band(modeled: Optional[dict], *, step_s: Optional[float] = None,
     (:func:`~gnnrec_lab.memory.calibrate.calibration_flags`); ``unvalidated`` when that share of the
     bytes is in regimes no held-out point tests (band: the 15% target) or the projection carries no
     regimes (stored before they were kept: the device's widest held-out error); else ``validated``."""
-    from gnnrec_lab.memory.validation import HELD_OUT_TARGET, regime_errors
     if not modeled:
         return None
     ratio = _num(modeled.get("ratio"))

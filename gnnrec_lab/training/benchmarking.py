@@ -37,7 +37,7 @@ from gnnrec_lab.kernels import available_backends, buffers
 from gnnrec_lab.kernels.backends import DglBackend
 from gnnrec_lab.kernels.costs import spmm as spmm_cost
 from gnnrec_lab.kernels.registry import backend as backend_object
-from gnnrec_lab.memory.calibrate import host_profile
+from gnnrec_lab.memory.calibrate import calibration_flags, host_profile
 from gnnrec_lab.models.lightgcn import LightGCN
 from gnnrec_lab.models.loss import bpr_loss_rows
 from gnnrec_lab.models.optim import build_optimizer
@@ -361,7 +361,6 @@ def machine_line(host: dict) -> str:
     """The header line naming the machine and the triad every ``% bound`` divides by; a flagged
     calibration (:func:`~gnnrec_lab.memory.calibrate.calibration_flags`: measured under load, or its
     triad far below the best stored one) says so, since every ``% bound`` is off by as much."""
-    from gnnrec_lab.memory.calibrate import calibration_flags
     flags = calibration_flags(host)
     warn = "".join(f"\nwarning: {why}: every % bound below is relative to it" for why in flags)
     return (f"machine: {platform.node()} {host.get('cpu', '?')}, {runtime_summary()}; "
