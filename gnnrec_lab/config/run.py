@@ -311,9 +311,12 @@ class RunConfig:
 
     def __post_init__(self):
         # built once, here: ints and tuples normalised (numpy ints, lists; topk ascending, once each),
-        # the cache size stripped, the placement copied; floats are kept as given
+        # the cache size stripped, the placement copied; floats are kept as given, and an int given for
+        # a float field becomes the float the checks read (2**53 + 1 for lr was kept as an int, whose
+        # second check read another number)
         for name, value in check(self._parameter_constraints, self._values()).items():
-            if value is not getattr(self, name) and not isinstance(value, float):
+            given = getattr(self, name)
+            if value is not given and not (isinstance(value, float) and isinstance(given, float)):
                 object.__setattr__(self, name, value)
 
     def _values(self) -> dict:
