@@ -419,7 +419,7 @@ def figure(best, path: Path, title: str) -> None:
     for ax, col, label in ((axes[0], "time_to_target_s", "time to target, s"), (axes[1], "epoch_s", "epoch time, s")):
         for i, s in enumerate(series):
             g = best[best["series"] == s].set_index("layers")
-            ys = [g[col].get(d, float("nan")) for d in depths]
+            ys = [float("nan") if g[col].get(d) is None else float(g[col].get(d)) for d in depths]
             modeled = rows[s]["kind"] == Provenance.MODELED
             ax.bar([x + (i - (len(series) - 1) / 2) * w for x in range(len(depths))], ys, w,
                    color=ENGINE_COLORS.get(series_key(rows[s]), "#7f7f7f"), hatch="//" if modeled else None,

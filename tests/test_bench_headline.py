@@ -158,3 +158,14 @@ def test_seeds_give_each_cell_a_median_with_its_range_the_three_targets_and_curv
     assert "/2 reached" in by_depth and "(" in by_depth                        # median (range), k/2 reached
     assert (img.parent / "h_curves.png").stat().st_size > 1000 and "h_curves.png" in md
     assert "| full graph | 1 | 1024 | - | 7 |" in md                              # every run, with its seed
+
+
+def test_the_figure_draws_a_cell_that_never_reached_the_target_as_no_bar(tmp_path):
+    """A DistDGL cell whose seeds never reached the target (median NaN, once None) broke the figure."""
+    import pandas as pd
+    best = pd.DataFrame([{"series": "full graph, 1 machine x 1 core (measured)", "kind": "measured", "engine": "full",
+                          "layers": 1, "time_to_target_s": 2.0, "epoch_s": 1.0},
+                         {"series": "DistDGL, 2 machines x 1 core, 10 Gbit/s (measured)", "kind": "measured",
+                          "engine": "distdgl", "layers": 1, "time_to_target_s": None, "epoch_s": 3.0}])
+    _bench().figure(best, tmp_path / "f.png", "t")
+    assert (tmp_path / "f.png").stat().st_size > 1000

@@ -329,9 +329,9 @@ def _median_seed(g: pd.DataFrame, by: str) -> dict:
         v = pd.to_numeric(g[c], errors="coerce").dropna()
         row[f"{c}_min"], row[f"{c}_max"] = (float(v.min()), float(v.max())) if len(v) else (None, None)
         if c != by:
-            row[c] = float(v.median()) if len(v) else None
+            row[c] = float(v.median()) if len(v) else float("nan")
     med = float(np.median(order["_k"].to_numpy(dtype=float)))   # inf: most seeds did not reach it
-    row[by] = None if not np.isfinite(med) else float(med)
+    row[by] = float("nan") if not np.isfinite(med) else float(med)   # NaN: not reached (as a run's row)
     row["seeds"] = int(len(g))
     row["reached"] = int(g[by].notna().sum())
     row["runs"] = ",".join(str(int(i)) for i in sorted(g["id"]))
