@@ -55,7 +55,7 @@ class ProtocolSessions:
         import threading
         self.url, self.watch = url, watch
         self.changes: list = []
-        self.errors: list = []
+        self._ready: dict = {}       # session index -> its document has arrived
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="protocol-sessions", daemon=True)
         self.thread.start()
@@ -74,8 +74,6 @@ class ProtocolSessions:
         if not self._ready.get(i):
             raise SystemExit(f"protocol session {i} got no document in {timeout:.0f} s")
         return i
-
-    _ready: dict = {}
 
     async def _session(self, i: int) -> None:
         import json

@@ -318,6 +318,17 @@ def fraction_rows(best, cells_by_fraction: dict) -> list:
     return rows
 
 
+def dist_over_full(g, col: str):
+    """DistDGL's ``col`` over the full graph's in ``g`` (one depth's cells: the first of each engine),
+    or None where either is missing, not finite or not positive."""
+    f, d = g[g["engine"] == "full"], g[g["engine"] == "distdgl"]
+    if not (len(f) and len(d)):
+        return None
+    a, b = f[col].iloc[0], d[col].iloc[0]
+    ok = all(x is not None and math.isfinite(x) and x > 0 for x in (a, b))
+    return b / a if ok else None
+
+
 def factor_rows(best, cell) -> list:
     """What DistDGL's time to target over the full graph's is made of, per depth (the 95% target,
     medians over seeds): its epoch time over the full graph's x its epochs to target over the full
@@ -327,21 +338,15 @@ def factor_rows(best, cell) -> list:
     matched = {}
     if cell is not None and len(cell):
         c = seed_cells(cell[cell["kind"] == "measured"])
-        for depth, g in c.groupby("layers"):
-            f, d = g[g["engine"] == "full"], g[g["engine"] == "distdgl"]
-            if len(f) and len(d) and f["epoch_s"].iloc[0] and d["epoch_s"].iloc[0]:
-                matched[depth] = d["epoch_s"].iloc[0] / f["epoch_s"].iloc[0]
+        matched = {depth: dist_over_full(g, "epoch_s") for depth, g in c.groupby("layers")}
     rows = []
     for depth, g in m.groupby("layers", sort=True):
         f, d = g[g["engine"] == "full"], g[g["engine"] == "distdgl"]
         if not (len(f) and len(d)):
             continue
-        f, d = f.iloc[0], d.iloc[0]
-        t_f, t_d, e_f, e_d = f["time_to_target_s"], d["time_to_target_s"], f["epoch_s"], d["epoch_s"]
-        ok = all(x is not None and math.isfinite(x) and x > 0 for x in (t_f, t_d, e_f, e_d))
-        epoch = e_d / e_f if e_f and e_d else None
-        rows.append([depth, f["batch_size"], d["batch_size"], _x(t_d / t_f if ok else None), _x(epoch),
-                     _x((t_d / e_d) / (t_f / e_f) if ok else None), _x(matched.get(depth))])
+        time_ratio, epoch = dist_over_full(g, "time_to_target_s"), dist_over_full(g, "epoch_s")
+        rows.append([depth, f["batch_size"].iloc[0], d["batch_size"].iloc[0], _x(time_ratio), _x(epoch),
+                     _x(time_ratio / epoch if time_ratio and epoch else None), _x(matched.get(depth))])
     return rows
 
 
@@ -560,19 +565,12 @@ def matched_rows(cell) -> list:
     m = seed_cells(cell[cell["kind"] == "measured"]).sort_values(["layers", "engine"], ascending=[True, False])
     rows = []
     for depth, g in m.groupby("layers", sort=True):
-        full = g[g["engine"] != "distdgl"]
-        dist = g[g["engine"] == "distdgl"]
-
-        def ratio(col, full=full, dist=dist):
-            if not (len(full) and len(dist)):
-                return "-"
-            f, d = full[col].iloc[0], dist[col].iloc[0]
-            return "-" if f is None or d is None or not (f > 0 and d > 0) else f"{d / f:.2f}x"
         for r in g.to_dict("records"):
             rows.append([depth, "DistDGL" if r["engine"] == "distdgl" else "full graph", r["batch_size"],
                          _fmt(r["target"], ".4f"), _spread(r, "time_to_target_s", ".3g", "not reached"),
                          _spread(r, "epoch_s", ".3g"), _spread(r, "test_recall@20", ".4f"), r["runs"]])
-        rows.append([depth, "DistDGL / full graph", "", "", ratio("time_to_target_s"), ratio("epoch_s"), "", ""])
+        rows.append([depth, "DistDGL / full graph", "", "", _x(dist_over_full(g, "time_to_target_s")),
+                     _x(dist_over_full(g, "epoch_s")), "", ""])
     return rows
 
 

@@ -726,7 +726,7 @@ class LivePage(pn.viewable.Viewer):
         data = m.kernels.data
         has = bool(len(data))
         redraw_due = time.monotonic() - self._kernel_drawn_at >= REDRAW_EVERY_S
-        steps = m.shared("kernel steps", lambda: data["step"].nunique())
+        steps = m.kernel_steps        # the steps with kernel rows so far (the feed counts them as they arrive)
         if len(data) != self._kernel_rows and (steps <= MAX_CHART_STEPS or redraw_due or not m.active):
             cols = m.shared("kernel columns", lambda: kernel_columns(data))
             if self._kernel_cols is not None and set(cols) == set(self._kernel_cols):
