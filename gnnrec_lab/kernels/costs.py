@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from gnnrec_lab.kernels import native as nk
 from gnnrec_lab.kernels.backends import _aux
+from gnnrec_lab.util.proc import llc_bytes
 
 INDPTR_BYTES = 8
 PERM_BYTES = 4  # the native edge permutation is int32 below 2**31 entries
@@ -68,23 +69,6 @@ def spmm(adj, dim: int, elem: int, extra_read: int = 0, extra_written: int = 0, 
 # The share of the last-level cache the cache-aware model lets gathered rows occupy (the rest holds
 # the output rows, the index streams and the other thread's panel).
 CACHE_SHARE = 0.5
-
-
-def llc_bytes() -> int:
-    """This host's last-level cache (the largest cache sysfs lists for cpu0); 32 MiB if unknown."""
-    import glob
-    best = 0
-    for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
-        try:
-            with open(f"{d}/size") as fh:
-                txt = fh.read().strip()
-        except OSError:
-            continue
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(txt[-1:].upper(), 1)
-        digits = txt[:-1] if txt[-1:].isalpha() else txt
-        if digits.isdigit():
-            best = max(best, int(digits) * mult)
-    return best or (32 << 20)
 
 
 def spmm_cached(adj, dim: int, elem: int, extra_read: int = 0, extra_written: int = 0,

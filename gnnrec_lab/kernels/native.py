@@ -37,6 +37,8 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from gnnrec_lab.util.proc import llc_bytes
+
 JIT = dict(parallel=True, cache=True, fastmath=False, nogil=True)
 # Software prefetch distance (entries ahead) for gathered rows: the row loops are latency-bound
 # (a few misses in flight per core); prefetching 32 entries ahead halves an L3-resident SpMM
@@ -371,10 +373,21 @@ def _finish_row(out, tmp, r, D, alpha, row_scale, acc, init, addend, beta, one):
                 _acc_set(out, tmp, r, d, _acc_get(out, tmp, r, d) + beta * _ld(addend, r, d))
 
 
-# Column blocking: x slices of about this size stay in a 32 MiB last-level cache together
-# with the output and index streams (measured on a 200k-node / 5M-nnz graph, D=64: 4 blocks
-# of 12 MiB 55 ms, 8 of 6 MiB 57 ms, 16 of 3 MiB 71 ms, unblocked 100 ms).
-COL_BLOCK_BYTES = 12 << 20
+# Column blocking: an x slice of 3/8 of the last-level cache stays there together with the
+# output and index streams (measured with a 32 MiB L3 on a 200k-node / 5M-nnz graph, D=64: 4 blocks
+# of 12 MiB 55 ms, 8 of 6 MiB 57 ms, 16 of 3 MiB 71 ms, unblocked 100 ms). The slice scales with
+# the cache this host reports: with a 480 MiB L3 the same graph's 51 MiB x fits whole, and blocking
+# it in 12 MiB slices cost time (forward 36.7 ms blocked vs 25.8 ms unblocked, 2026-12-04).
+COL_BLOCK_SHARE = 3 / 8
+MIN_COL_BLOCK_BYTES = 12 << 20
+
+
+def col_block_bytes(cache_bytes: int) -> int:
+    """The column block's x slice for a last-level cache of ``cache_bytes``."""
+    return max(MIN_COL_BLOCK_BYTES, int(COL_BLOCK_SHARE * cache_bytes))
+
+
+COL_BLOCK_BYTES = col_block_bytes(llc_bytes())
 MAX_COL_BLOCKS = 8  # beyond this the per-block row positions (8 B per row per block) cost more than they save
 
 
@@ -410,7 +423,9 @@ def col_blocks(indptr, indices, n_cols: int, nb: int, n_chunks: int):
 # Above this table size (where column blocks stop, see col_block_count) a symmetric bipartite
 # matrix is multiplied side by side (spmm_sides): the random accesses then fall in the smaller
 # side's table only.
-SIDES_MIN_BYTES = MAX_COL_BLOCKS * COL_BLOCK_BYTES
+# (a fixed size, not scaled with the cache: on a 480 MiB-L3 VM synth-xl ran faster side by side,
+# community order 16.67 vs 20.96 s per step, docs/scale.md)
+SIDES_MIN_BYTES = MAX_COL_BLOCKS * MIN_COL_BLOCK_BYTES
 # spmm_sides prefetches two rows per entry (gathered and scattered), so it looks half as far ahead
 # (synth-xl, community order, plain product: 8 ahead 1.28 s, 16: 1.43, 32: 1.40, none: 1.49)
 SIDES_PREFETCH_AHEAD = 8

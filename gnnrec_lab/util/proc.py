@@ -7,6 +7,7 @@ does not mistake it for the run's worker. :func:`host_info` describes the proces
 """
 from __future__ import annotations
 
+import glob
 import os
 import platform
 import socket
@@ -149,3 +150,19 @@ def load_warning(summary: Optional[dict]) -> str:
         return ""
     return (f"load average {summary['max_load1']:.1f} exceeded the {summary['cpus']} cores during this run: "
             f"its measured times (and the modeled times projected from them) include waiting for other work")
+
+
+def llc_bytes() -> int:
+    """This host's last-level cache (the largest cache sysfs lists for cpu0); 32 MiB if unknown."""
+    best = 0
+    for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            with open(f"{d}/size") as fh:
+                txt = fh.read().strip()
+        except OSError:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(txt[-1:].upper(), 1)
+        digits = txt[:-1] if txt[-1:].isalpha() else txt
+        if digits.isdigit():
+            best = max(best, int(digits) * mult)
+    return best or (32 << 20)
