@@ -38,31 +38,44 @@ from gnnrec_lab.graph.sampling import bpr_batches
 from gnnrec_lab.training.evaluate import rank_metrics
 
 
-def run_pyg(ds, cfg: RunConfig, init: str = "normal"):
+def pyg_lightgcn(g: BipartiteGraph, cfg: RunConfig, init: str = "normal", fused_adam: bool = False):
+    """PyG's LightGCN on its fastest CPU path (``normalize=False`` on the pre-normalised
+    ``torch.sparse_csr`` adjacency), its Adam, and ``step(users, pos, neg)``: one BPR step
+    (item ids without the user offset), the loss PyG's ``recommendation_loss`` computes."""
     from torch_geometric.nn.models import LightGCN
     torch.manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
-    g = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
     adj = g.adj.to_torch_sparse()
     model = LightGCN(g.n_nodes, cfg.dim, cfg.layers, normalize=False)
     if init == "normal":  # the LightGCN protocol (and gnnrec-lab): N(0, 0.1); PyG's default is Xavier
         torch.nn.init.normal_(model.embedding.weight, std=0.1)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, **({"fused": True} if fused_adam else {}))
+
+    def step(u, p, n):
+        u, p, n = (torch.from_numpy(a) for a in (u, p, n))
+        p, n = p + g.n_users, n + g.n_users
+        emb = model.get_embedding(adj)
+        pos = (emb[u] * emb[p]).sum(-1)
+        neg = (emb[u] * emb[n]).sum(-1)
+        loss = model.recommendation_loss(pos, neg, node_id=torch.cat([u, p, n]), lambda_reg=cfg.l2)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return model, adj, step
+
+
+def run_pyg(ds, cfg: RunConfig, init: str = "normal"):
+    rng = np.random.default_rng(cfg.seed)
+    g = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
+    model, adj, step = pyg_lightgcn(g, cfg, init)
     steps = -(-len(ds.train) // cfg.batch_size)
     best, best_epoch, bad, best_state, epoch_s = -1.0, 0, 0, None, []
     for epoch in range(1, cfg.epochs + 1):
         batches = bpr_batches(g, cfg.batch_size, rng)
         t0 = time.perf_counter()
         for _ in range(steps):
-            u, p, n = (torch.from_numpy(a) for a in next(batches))
-            p, n = p + ds.n_users, n + ds.n_users
-            emb = model.get_embedding(adj)
-            pos = (emb[u] * emb[p]).sum(-1)
-            neg = (emb[u] * emb[n]).sum(-1)
-            loss = model.recommendation_loss(pos, neg, node_id=torch.cat([u, p, n]), lambda_reg=cfg.l2)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            step(*next(batches))
         epoch_s.append(time.perf_counter() - t0)
         with torch.no_grad():
             emb = model.get_embedding(adj)
