@@ -41,7 +41,7 @@ $(DGL_VENV)/.installed: pyproject.toml
 dgl: $(DGL_VENV)/.installed
 
 # The DGL lane's tests: the kernel agreement and gradchecks (test_kernels runs every backend that
-# imports, dgl among them there), the dgl backend's own tests and the DistDGL ones.
+# imports, dgl among them there), the dgl backend's own tests, the DistDGL ones and the DGL peer of bench_epoch_peers.
 DGL_TESTS  ?= tests/test_kernels.py tests/test_dgl.py tests/test_distributed.py tests/test_bench_epoch_peers.py
 test-dgl: $(DGL_VENV)/.installed
 	DGLBACKEND=pytorch $(DGL_PY) -m pytest -q -ra $(DGL_TESTS) $(PYTEST_ARGS)

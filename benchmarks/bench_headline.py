@@ -81,6 +81,13 @@ def _ints(text: str) -> list[int]:
     return out
 
 
+def _precisions(text: str) -> list[str]:
+    vals = [x.strip() for x in text.split(",") if x.strip()]
+    if "fp32" not in vals or not set(vals) <= {"fp32", "bf16"}:
+        raise argparse.ArgumentTypeError(f"fp32, or fp32,bf16, got {text!r}")
+    return vals
+
+
 def _links(text: str) -> list[float]:
     try:
         out = [float(x) for x in text.split(",") if x.strip()]
@@ -122,6 +129,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--matched-batch", type=int, default=16384,
                    help="the matched cell: both sides at this batch size with lr fixed (no rule, no warm-up) at every "
                         "depth (default 16384; 0: not run)")
+    p.add_argument("--precision", type=_precisions, default=["fp32", "bf16"],
+                   help="the full graph's row storage, comma-separated: fp32 and bf16 (default both): each bf16 cell "
+                        "is the full-graph cell again on bf16 rows, measured here and modeled on Optane beside it; "
+                        "the target stays the fp32 runs'")
     p.add_argument("--seeds", type=_ints, default=[DEFAULT_SEED],
                    help=f"seeds of every cell (default {DEFAULT_SEED}); each cell shows the median over them and the "
                         "range")
@@ -206,17 +217,20 @@ def _rule_args(rule: dict) -> list:
 NO_RULE = {"lr_rule": "none"}
 
 
-def _variant(matched: bool, seed: int) -> str:
-    return " ".join(x for x in ("matched" if matched else "", "" if seed == DEFAULT_SEED else f"s{seed}") if x)
+def _variant(matched: bool, seed: int, precision: str = "fp32") -> str:
+    return " ".join(x for x in ("matched" if matched else "", "" if precision == "fp32" else precision,
+                                "" if seed == DEFAULT_SEED else f"s{seed}") if x)
 
 
-def _settings(a, engine: str, depth: int, batch: int, matched: bool = False, seed: int = DEFAULT_SEED) -> dict:
+def _settings(a, engine: str, depth: int, batch: int, matched: bool = False, seed: int = DEFAULT_SEED,
+              precision: str = "fp32") -> dict:
     """The config values a run reused by ``--resume`` must share with the one asked for."""
     rule = NO_RULE if matched else None
     want = headline_settings(engine, dataset=a.dataset, model=a.model, layers=depth, dim=a.dim, batch_size=batch,
                              epochs=a.epochs, lr=a.lr, target_recall=a.target, eval_users=a.eval_users,
                              max_steps_per_epoch=a.max_steps_per_epoch, cores=a.cores, fanout=a.fanout,
-                             dist_rule=(rule or dist_rule(a)) if engine == "distdgl" else None, full_rule=rule)
+                             dist_rule=(rule or dist_rule(a)) if engine == "distdgl" else None, full_rule=rule,
+                             precision=precision)
     return dict(want, seed=seed)
 
 
@@ -230,16 +244,18 @@ def _run_or_reuse(a, name: str, want: dict, engine: str, machines: tuple, python
     return _cli(python, args, timeout)
 
 
-def full_run(a, depth: int, batch: int, matched: bool = False, seed: int = DEFAULT_SEED) -> dict:
+def full_run(a, depth: int, batch: int, matched: bool = False, seed: int = DEFAULT_SEED,
+             precision: str = "fp32") -> dict:
     rule = NO_RULE if matched else LARGE_BATCH_RULE
-    name = headline_name("full", a.model, depth, batch, variant=_variant(matched, seed))
+    name = headline_name("full", a.model, depth, batch, variant=_variant(matched, seed, precision))
     args = ["run", "--dataset", a.dataset, "--model", a.model, "--layers", depth, "--dim", a.dim,
             "--batch-size", batch, "--epochs", a.epochs, "--lr", a.lr, *_rule_args(rule), "--patience", 0,
             "--target-recall", a.target, "--eval-users", a.eval_users, "--cores", a.cores, "--no-progress",
-            "--seed", seed, "--name", name]
+            "--seed", seed, "--name", name, "--precision", precision]
     if a.max_steps_per_epoch:
         args += ["--max-steps-per-epoch", a.max_steps_per_epoch]
-    return _run_or_reuse(a, name, _settings(a, "full", depth, batch, matched, seed), "full", (1, a.cores, None),
+    return _run_or_reuse(a, name, _settings(a, "full", depth, batch, matched, seed, precision), "full",
+                         (1, a.cores, None),
                          sys.executable, args, a.timeout)
 
 
@@ -318,10 +334,16 @@ def fraction_rows(best, cells_by_fraction: dict) -> list:
     return rows
 
 
+def _full_fp32(g):
+    """The float32 full-graph rows of ``g`` (a bf16 cell is a variant shown beside them, not the full graph)."""
+    fp32 = g["precision"].fillna("fp32") == "fp32" if "precision" in g else True
+    return g[(g["engine"] == "full") & fp32]
+
+
 def dist_over_full(g, col: str):
-    """DistDGL's ``col`` over the full graph's in ``g`` (one depth's cells: the first of each engine),
-    or None where either is missing, not finite or not positive."""
-    f, d = g[g["engine"] == "full"], g[g["engine"] == "distdgl"]
+    """DistDGL's ``col`` over the full graph's in ``g`` (one depth's cells: the first of each engine,
+    float32 rows), or None where either is missing, not finite or not positive."""
+    f, d = _full_fp32(g), g[g["engine"] == "distdgl"]
     if not (len(f) and len(d)):
         return None
     a, b = f[col].iloc[0], d[col].iloc[0]
@@ -341,12 +363,44 @@ def factor_rows(best, cell) -> list:
         matched = {depth: dist_over_full(g, "epoch_s") for depth, g in c.groupby("layers")}
     rows = []
     for depth, g in m.groupby("layers", sort=True):
-        f, d = g[g["engine"] == "full"], g[g["engine"] == "distdgl"]
+        f, d = _full_fp32(g), g[g["engine"] == "distdgl"]
         if not (len(f) and len(d)):
             continue
         time_ratio, epoch = dist_over_full(g, "time_to_target_s"), dist_over_full(g, "epoch_s")
         rows.append([depth, f["batch_size"].iloc[0], d["batch_size"].iloc[0], _x(time_ratio), _x(epoch),
                      _x(time_ratio / epoch if time_ratio and epoch else None), _x(matched.get(depth))])
+    return rows
+
+
+def _band_text(r: dict) -> str:
+    """A modeled row's band (tiermodel.model_band) as it follows each of its times, LOW at low
+    confidence; "" for a measured row."""
+    from gnnrec_lab.util.provenance import Provenance
+    if r["kind"] != Provenance.MODELED or r.get("band") is None or r.get("band") != r.get("band"):
+        return ""
+    return f" {fmt_band(r['band'])}" + (" LOW" if r.get("confidence") == "low" else "")
+
+
+def precision_rows(best) -> list:
+    """Half the bytes: per depth and device (this host's DRAM, measured; each Optane mode, modeled
+    with its band), the full graph's epoch time on fp32 rows and on bf16 rows (each its best cell)
+    and fp32 / bf16."""
+    full = best[best["engine"] == "full"]
+    if "precision" not in full or not (full["precision"] == "bf16").any():
+        return []
+    rows = []
+    full = full.assign(_m=full["kind"] != "measured").sort_values(["layers", "_m", "device"])
+    for (depth, device), g in full.groupby(["layers", "device"], sort=False):
+        by = {p: r for p, r in zip(g["precision"].fillna("fp32"), g.to_dict("records"))}
+        f, h = by.get("fp32"), by.get("bf16")
+        if f is None or h is None:
+            continue
+        modeled = f["kind"] != "measured"
+        rows.append([depth, device + (" (modeled)" if modeled else " (measured)"), f["batch_size"],
+                     _spread(f, "epoch_s", ".3g") + _band_text(f), h["batch_size"],
+                     _spread(h, "epoch_s", ".3g") + _band_text(h),
+                     _x(f["epoch_s"] / h["epoch_s"] if f["epoch_s"] and h["epoch_s"] else None),
+                     _fmt(h.get("test_recall@20"), ".4f") if not modeled else "(same run)"])
     return rows
 
 
@@ -464,15 +518,16 @@ def main(argv=None) -> int:
     runs, tried, failures, matched = [], [], [], []
     dist_results: dict = {}
     for depth, seed in [(d, sd) for d in a.depths for sd in a.seeds]:
-        for b in a.full_batches:
+        for b, prec in [(b, p) for p in a.precision for b in a.full_batches]:
+            side = "full graph" + ("" if prec == "fp32" else f" {prec}")
             try:
-                r = full_run(a, depth, b, seed=seed)
+                r = full_run(a, depth, b, seed=seed, precision=prec)
                 runs.append(r["run_id"])
-                tried.append(("full graph", depth, b, "-", seed, r["run_id"], r.get("time_to_target_s"),
+                tried.append((side, depth, b, "-", seed, r["run_id"], r.get("time_to_target_s"),
                               r.get("epoch_seconds")))
-                _say(f"full L{depth} b{b} seed {seed}: run {r['run_id']}, to target {r.get('time_to_target_s')}")
+                _say(f"{side} L{depth} b{b} seed {seed}: run {r['run_id']}, to target {r.get('time_to_target_s')}")
             except (RuntimeError, subprocess.TimeoutExpired) as e:
-                failures.append(f"full graph, {depth} layers, batch {b}, seed {seed}: {e}")
+                failures.append(f"{side}, {depth} layers, batch {b}, seed {seed}: {e}")
                 _say(failures[-1])
         if a.matched_batch > 0:
             sides = ["full graph"] + (["DistDGL"] if why_not is None else [])
@@ -613,7 +668,9 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
           "Memory Mode (DRAM caching its predicted footprint): the tier model's modeled/measured step-time ratio "
           "for that run times its measured time (`gnnrec_lab.services.comparison.full_vs_distributed`; "
           f"host calibration "
-          f"{host.get('measured_at', '?')}). Everything else is measured here.", ""]
+          f"{host.get('measured_at', '?')})"
+          + ("; the bf16 full-graph runs alike, from their own records" if "bf16" in a.precision else "")
+          + ". Everything else is measured here.", ""]
     if why_not is not None:
         L += [f"**DistDGL was not run** ({why_not}): the full-graph side only.", ""]
     if failures:
@@ -629,9 +686,7 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
         for r in recs:
             d = dist_by_id.get(r["id"], {}) if r["engine"] == "distdgl" else {}
             split = " / ".join(_fmt(d.get(f"{k}_ms"), ".1f") for k in PHASES) if d else "-"
-            pm = (f" {fmt_band(r['band'])}" + (" LOW" if r.get("confidence") == "low" else "")
-                  if r["kind"] == Provenance.MODELED and r.get("band") == r.get("band") and r.get("band") is not None
-                  else "")      # a modeled row's band (tiermodel.model_band), beside each of its times
+            pm = _band_text(r)      # a modeled row's band, beside each of its times
             rows.append([r["layers"], r["series"], r["batch_size"], _fmt(r["target"], ".4f"),
                          _spread(r, "time_to_target_s", ".3g", "not reached") + (pm if r["time_to_target_s"] else ""),
                          _spread(r, "epoch_s", ".3g") + pm,
@@ -685,6 +740,15 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
             except ValueError:
                 crel = str(cimg)
             L += [f"![validation Recall@20 against training seconds, both engines]({crel})", ""]
+    rows = precision_rows(best) if len(best) else []
+    if rows:
+        L += ["## Half the bytes: the full graph on bf16 rows", "",
+              "The full graph again with `--precision bf16` (rows stored in 16 bits, sums and master weights in "
+              "float32), each precision at its own best batch size: epoch time measured on this host's DRAM and "
+              "**modeled** on each Optane mode from the bf16 run's own kernel records (their bytes are the bf16 "
+              "rows'), ± its band. The bf16 runs are timed to the float32 runs' target.", "",
+              _table(["layers", "device", "fp32 batch", "fp32 epoch s", "bf16 batch", "bf16 epoch s", "fp32 / bf16",
+                      "bf16 test Recall@20"], rows), ""]
     rows = matched_rows(cell)
     if rows:
         L += [f"## The matched cell (both sides at batch {a.matched_batch}, lr {a.lr:g} fixed: no rule, no warm-up)",

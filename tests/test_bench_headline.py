@@ -29,6 +29,7 @@ def home(tmp_path, monkeypatch):
     (["--depths", "0"], "--depths"), (["--depths", "one"], "--depths"), (["--links", "-1"], "--links"),
     (["--links", "nan"], "--links"), (["--epochs", "0"], "--epochs"), (["--link", "-2"], "--link"),
     (["--full-batches", ""], "--full-batches"), (["--matched-batch", "-1"], "--matched-batch"),
+    (["--precision", "bf16"], "--precision"), (["--precision", "fp32,fp8"], "--precision"),
 ])
 def test_bad_options_exit_2_naming_the_option(argv, words, capsys):
     with pytest.raises(SystemExit) as e:
@@ -65,6 +66,10 @@ def test_full_graph_side_on_synth_tiny_writes_the_page_and_figure(home):
     assert rc == 0, md
     _check_page(md, img)
     assert "DistDGL was not run" in md and "Link sweep" not in md
+    # the bf16 cell (issue 34, item 4): measured and modeled on both Optane modes, set against fp32
+    half = md[md.index("## Half the bytes"):]
+    assert "full graph bf16 on Optane App Direct (modeled)" in md and "full graph bf16 on Optane Memory Mode" in md
+    assert half.count("(modeled) | 1024 |") == 2 and "this host (DRAM) (measured) | 1024 |" in half
     # the matched cell: the full graph at the matched batch with lr fixed, its own table
     assert "## The matched cell (both sides at batch 512, lr 0.005 fixed" in md
     from gnnrec_lab.runs.store import Store
@@ -81,13 +86,15 @@ def test_resume_reuses_finished_runs_with_the_same_settings_and_trains_the_other
     common = ["--quick", "--full-only", "--depths", "1", "--out", str(out), "--img", str(img)]
     assert bench.main(common + ["--resume"]) == 0           # nothing stored yet: trains (tuned and matched)
     first = Store().run_ids()
-    assert len(first) == 2
+    assert len(first) == 3                                  # fp32, bf16 and the matched cell
     assert bench.main(common + ["--resume"]) == 0           # the same settings: reused
     assert Store().run_ids() == first and all(f"| {r} |" in out.read_text() for r in first)
     assert bench.main(common + ["--resume", "--epochs", "1"]) == 0   # other settings: trained anew
-    assert len(Store().run_ids()) == 4
+    assert len(Store().run_ids()) == 6
     assert bench.main(common + ["--resume", "--matched-batch", "0"]) == 0   # no matched cell: nothing new
-    assert len(Store().run_ids()) == 4 and "matched cell" not in out.read_text()
+    assert len(Store().run_ids()) == 6 and "matched cell" not in out.read_text()
+    assert bench.main(common + ["--resume", "--precision", "fp32"]) == 0   # fp32 alone: no bf16 cell
+    assert len(Store().run_ids()) == 6 and "Half the bytes" not in out.read_text()
 
 
 @pytest.mark.slow
@@ -145,7 +152,7 @@ def test_seeds_give_each_cell_a_median_with_its_range_the_three_targets_and_curv
     90 / 95 / 98% of the best validation Recall@20 and the validation curves of every seed."""
     out, img = home / "h.md", home / "img" / "h.png"
     rc = _bench().main(["--quick", "--full-only", "--depths", "1", "--seeds", "2020,7", "--matched-batch", "0",
-                        "--out", str(out), "--img", str(img)])
+                        "--precision", "fp32", "--out", str(out), "--img", str(img)])
     md = out.read_text()
     assert rc == 0, md
     from gnnrec_lab.runs.store import Store

@@ -42,9 +42,10 @@ class _Runner:
         return self.store.status(run_id)
 
 
-def full_run(store, layers, batch_size=512, ttt=5.0, epochs=(2.0, 4.0), cores=1, steps=4, threads=None):
+def full_run(store, layers, batch_size=512, ttt=5.0, epochs=(2.0, 4.0), cores=1, steps=4, threads=None,
+             precision="fp32", best=0.3):
     cfg = RunConfig(dataset="synth-tiny", layers=layers, dim=16, batch_size=batch_size, epochs=2, cores=cores,
-                    threads=threads, target_recall=0.05)
+                    threads=threads, target_recall=0.05, precision=precision)
     rid = store.add_run(cfg, status="running")
     store.record_start(rid, {"host": {"affinity": [0], "torch_threads": 1, "cpus": 2},
                              "footprint_predicted": {"graph": 2_000_000, "embeddings": 500_000}})
@@ -52,8 +53,8 @@ def full_run(store, layers, batch_size=512, ttt=5.0, epochs=(2.0, 4.0), cores=1,
     for s in range(1, steps + 1):
         store.add_step(rid, s, 1, 1.0 / s, 0.01, fake_records(s, layers, 16, rng))
     store.record_result(rid, {"config": cfg.to_dict(), "epoch_seconds": list(epochs), "train_seconds": sum(epochs),
-                              "best_valid": {"recall@20": 0.3}, "test": {"recall@20": 0.28},
-                              "time_to_target_s": ttt, "history": _history(ttt, 0.3)})
+                              "best_valid": {"recall@20": best}, "test": {"recall@20": 0.28},
+                              "time_to_target_s": ttt, "history": _history(ttt, best)})
     store.set_status(rid, "finished")
     return rid
 
@@ -217,3 +218,26 @@ def test_time_to_target_is_to_one_target_per_depth_from_the_full_graph_runs(stor
     assert not df.loc[missed, "target_reached"] and np.isnan(df.loc[missed, "time_to_target_s"])
     own = full_vs_distributed(store, target_fraction=None).set_index("id")   # each run's own target
     assert own.loc[missed, "time_to_target_s"] == pytest.approx(9.0)
+
+
+def test_a_bf16_full_graph_run_is_its_own_series_and_never_sets_the_target(store, host):
+    """The headline's bf16 rows (issue 34, item 4): a ``--precision bf16`` full-graph run is a series of
+    its own, measured and modeled on each Optane mode, named and coloured apart from the float32 full
+    graph, and timed to the float32 runs' target even where it ends higher."""
+    from gnnrec_lab.dashboard.compare import ENGINE_COLORS, series_key, series_tag
+    f = full_run(store, 2, ttt=5.0, best=0.3)
+    h = full_run(store, 2, ttt=4.0, best=0.4, precision="bf16")
+    df = full_vs_distributed(store, host=host)
+    assert df["target"].tolist() == pytest.approx([0.95 * 0.3] * len(df)) and set(df["reference_run"]) == {f}
+    mine = df[df["id"] == h].set_index("series")
+    assert set(mine.index) == {engine_series("full", 1, 1, precision="bf16")} | {
+        engine_series("full", 1, 1, mode=m, precision="bf16") for m in OPTANE_MODES}
+    assert "full graph bf16, 1 machine x 1 core (measured)" in mine.index
+    assert "full graph bf16 on Optane App Direct (modeled)" in mine.index
+    assert (mine["precision"] == "bf16").all() and (df[df["id"] == f]["precision"] == "fp32").all()
+    keys = {series_key(r) for r in df.to_dict("records")}
+    assert {"full", "full_bf16", "optane_app_direct_bf16", "optane_memory_mode_bf16"} <= keys <= set(ENGINE_COLORS)
+    tags = {series_tag(r) for r in df[df["id"] == h].to_dict("records")}
+    assert tags == {"full bf16 1x1", "App Direct bf16 1x1", "Memory Mode bf16 1x1"}
+    best = best_by_depth(df)
+    assert len(best) == 2 * (1 + len(OPTANE_MODES))            # fp32 and bf16 kept apart, each with its modes

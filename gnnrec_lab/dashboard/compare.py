@@ -288,14 +288,18 @@ FULL_VS_DIST_NOTE = ("One machine is C cores and its memory: the full graph runs
 
 # One colour per engine and Optane mode on every view of the comparison (the notebook's and
 # bench_headline's figures too); hatching, not colour, marks the modeled ones.
-ENGINE_COLORS = {"full": "#1f77b4", "optane_app_direct": "#2ca02c", "optane_memory_mode": "#9467bd",
-                 "distdgl": "#ff7f0e"}
+ENGINE_COLORS = {"full": "#1f77b4", "full_bf16": "#aec7e8", "optane_app_direct": "#2ca02c",
+                 "optane_app_direct_bf16": "#98df8a", "optane_memory_mode": "#9467bd",
+                 "optane_memory_mode_bf16": "#c5b0d5", "distdgl": "#ff7f0e"}
 _MODE_OF_DEVICE = {v: k for k, v in MODE_DEVICES.items()}
 
 
 def series_key(row) -> str:
-    """Which of :data:`ENGINE_COLORS` a comparison row is: its Optane mode when modeled, else its engine."""
-    return _MODE_OF_DEVICE.get(row["device"], row["device"]) if row["kind"] == Provenance.MODELED else row["engine"]
+    """Which of :data:`ENGINE_COLORS` a comparison row is: its Optane mode when modeled, else its engine;
+    ``_bf16`` after it for a full-graph run on bf16 rows."""
+    key = _MODE_OF_DEVICE.get(row["device"], row["device"]) if row["kind"] == Provenance.MODELED else row["engine"]
+    precision = row.get("precision")
+    return f"{key}_{precision}" if isinstance(precision, str) and precision != "fp32" else key
 
 
 def series_tag(row) -> str:
@@ -303,11 +307,13 @@ def series_tag(row) -> str:
     short = {"full": "full", "optane_app_direct": "App Direct", "optane_memory_mode": "Memory Mode",
              "distdgl": "DistDGL"}
     key = series_key(row)
+    half = key.endswith("_bf16")
+    key = key.removesuffix("_bf16")
     mc = f" {int(row['machines'] or 1)}x{int(row['cores_per_machine'])}" \
         if row["cores_per_machine"] == row["cores_per_machine"] and row["cores_per_machine"] else ""
     link = row.get("link_gbit")
     link = "" if link is None or link != link else (" unshaped" if not link else f" {link:g}G")
-    return f"{short.get(key, key)}{mc}{link if key == 'distdgl' else ''}"
+    return f"{short.get(key, key)}{' bf16' if half else ''}{mc}{link if key == 'distdgl' else ''}"
 
 
 def depth_bars(frame: pd.DataFrame, y: str, ylabel: str, title: str):

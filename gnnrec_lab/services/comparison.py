@@ -36,7 +36,8 @@ from gnnrec_lab.util.status import RunStatus
 # The papers' single machine is an Optane one: the full-graph side of the comparison also shows each
 # run's times modeled on these memory modes' devices (tiermodel.MODE_DEVICES; modeled, hatched).
 OPTANE_MODES = ("optane_app_direct", "optane_memory_mode")
-FULL_VS_DIST_COLUMNS = ["id", "engine", "series", "kind", "dataset", "model", "layers", "batch_size", "machines",
+FULL_VS_DIST_COLUMNS = ["id", "engine", "series", "kind", "dataset", "model", "layers", "batch_size", "precision",
+                        "machines",
                         "cores_per_machine", "link_gbit", "target", "target_reached", "reference_run",
                         "time_to_target_s", "epoch_s", "train_s",
                         "best_valid_recall@20", "test_recall@20", "explosion_factor", "batch_ms", "device", "ratio",
@@ -99,6 +100,7 @@ def comparison_row(result: dict, run_id=None) -> dict:
     batch = section(dist, "batch_seconds_median").get("total")
     return {"id": run_id, "engine": engine, "dataset": cfg.get("dataset"), "model": cfg.get("model"),
             "layers": cfg.get("layers"), "batch_size": cfg.get("batch_size"),
+            "precision": cfg.get("precision") or "fp32",
             "epoch_s": float(np.mean(ep)) if ep else None, "time_to_target_s": r.time_to_target_s,
             "best_valid_recall@20": r.best_valid.get("recall@20"),
             "test_recall@20": r.test.get("recall@20"),
@@ -117,7 +119,9 @@ def common_targets(results: list, fraction: float = TARGET_FRACTION, fields=REFE
     ``fields`` (:data:`REFERENCE_FIELDS`; the headline comparison, where each engine keeps its own
     best batch size, leaves ``batch_size`` out: :data:`DEPTH_FIELDS`), and whether and when the
     run's evaluations reached it (:func:`gnnrec_lab.training.loop.target_outcome` over its history: training
-    seconds, evaluation excluded, on both engines). ``{}`` where no such full-graph run is among them."""
+    seconds, evaluation excluded, on both engines). ``{}`` where no such full-graph run is among them.
+    Only float32 runs set the target: a reduced-precision run (``--precision bf16``) is timed to the
+    float32 runs' target, so adding one never moves the bar the others are timed to."""
     results = [(rid, StoredResult.from_dict(res)) for rid, res in results]
 
     def key(res):
@@ -125,7 +129,8 @@ def common_targets(results: list, fraction: float = TARGET_FRACTION, fields=REFE
     best: dict = {}
     for rid, res in results:
         v = res.best_valid.get("recall@20")
-        if engine_of(res) in engines and v is not None and np.isfinite(v) and v > best.get(key(res), (None, -1))[1]:
+        if (engine_of(res) in engines and (res.config.get("precision") or "fp32") == "fp32" and v is not None
+                and np.isfinite(v) and v > best.get(key(res), (None, -1))[1]):
             best[key(res)] = (rid, float(v))
     out = []
     for _, res in results:
@@ -184,15 +189,18 @@ def machine_of(engine: str, cfg: dict, info: dict, result: dict) -> tuple:
     return dist.get("partitions") or len(ms) or None, cores, cluster.get("link_gbit")
 
 
-def engine_series(engine: str, machines, cores, link_gbit=None, mode: Optional[str] = None) -> str:
+def engine_series(engine: str, machines, cores, link_gbit=None, mode: Optional[str] = None,
+                  precision: Optional[str] = None) -> str:
     """How a bar series of the comparison is named on every view: the engine, the machines it ran on
     and, for a modeled one, the memory mode (e.g. ``full graph, 1 machine x 1 core (measured)``,
-    ``full graph on Optane App Direct (modeled)``, ``DistDGL, 2 machines x 1 core, 10 Gbit/s (measured)``)."""
+    ``full graph on Optane App Direct (modeled)``, ``DistDGL, 2 machines x 1 core, 10 Gbit/s (measured)``);
+    a full graph of ``precision`` other than fp32 says it (``full graph bf16 on Optane App Direct (modeled)``)."""
+    full = "full graph" + (f" {precision}" if precision and precision != "fp32" else "")
     if mode is not None:
-        return f"full graph on {MEMORY_MODE_TABLE[mode].words if mode in MEMORY_MODE_TABLE else mode} (modeled)"
+        return f"{full} on {MEMORY_MODE_TABLE[mode].words if mode in MEMORY_MODE_TABLE else mode} (modeled)"
     where = _plural(machines or 1, "machine") + (f" x {_plural(cores, 'core')}" if cores else "")
     if engine != "distdgl":
-        return f"full graph, {where} (measured)"
+        return f"{full}, {where} (measured)"
     link = "" if link_gbit is None else (", unshaped links" if not link_gbit else f", {link_gbit:g} Gbit/s")
     return f"DistDGL, {where}{link} (measured)"
 
@@ -294,7 +302,7 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
         base = {k: row.get(k) for k in FULL_VS_DIST_COLUMNS if k in row}
         base.update(machines=machines, cores_per_machine=cores, link_gbit=link, train_s=res.train_seconds,
                     kind=Provenance.MEASURED, device="this host (DRAM)", ratio=None, placement_assumption=None,
-                    series=engine_series(row["engine"], machines, cores, link))
+                    series=engine_series(row["engine"], machines, cores, link, precision=row["precision"]))
         rows.append(base)
         if row["engine"] != "full" or host is None:
             continue
@@ -306,7 +314,7 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
             rows.append(dict(base, kind=Provenance.MODELED, device=m["device"], ratio=q,
                              placement_assumption=m["placement_assumption"], band=m["band"],
                              confidence=m["confidence"],
-                             series=engine_series("full", machines, cores, mode=mode),
+                             series=engine_series("full", machines, cores, mode=mode, precision=row["precision"]),
                              **{k: modeled_seconds(base[k], q) for k in ("time_to_target_s", "epoch_s", "train_s")}))
     out = pd.DataFrame(rows, columns=FULL_VS_DIST_COLUMNS)
     out.attrs["reasons"] = reasons
@@ -386,17 +394,21 @@ def headline_settings(engine: str, *, dataset: str, model: str, layers: int, dim
                       epochs: int, lr: float, target_recall: float, eval_users: int,
                       max_steps_per_epoch: Optional[int] = None, cores: Optional[int] = None,
                       fanout: Optional[int] = None, dist_rule: Optional[dict] = None,
-                      full_rule: Optional[dict] = None) -> dict:
+                      full_rule: Optional[dict] = None, precision: str = "fp32") -> dict:
     """The config values a stored headline run must share with the one asked for to be reused: the
     training settings, plus the large-batch rule and ``cores`` (full graph) or sampled mode, fan-outs
     and ``dist_rule`` (DistDGL: its learning-rate fields; None takes a run of either rule); ``full_rule``:
-    the full graph's learning-rate fields when not the large-batch rule."""
+    the full graph's learning-rate fields when not the large-batch rule; ``precision``: the full graph's rows."""
     want = {"dataset": dataset, "model": model, "layers": layers, "dim": dim, "batch_size": batch_size,
             "epochs": epochs, "lr": lr, "target_recall": target_recall, "eval_users": eval_users,
             "max_steps_per_epoch": max_steps_per_epoch}
     if engine == "distdgl":
         return dict(want, mode="sampled", fanouts=[fanout] * layers, **(dist_rule or {}))
-    return dict(want, cores=cores, **(LARGE_BATCH_RULE if full_rule is None else full_rule))
+    return dict(want, cores=cores, precision=precision, **(LARGE_BATCH_RULE if full_rule is None else full_rule))
+
+
+# what a config stored before its field existed ran with
+_STORED_DEFAULTS = {"precision": "fp32"}
 
 
 def finished_run(store, name: str, want: dict, engine: str, machines: tuple) -> Optional[dict]:
@@ -408,7 +420,7 @@ def finished_run(store, name: str, want: dict, engine: str, machines: tuple) -> 
         run = store.run_record(rid)
         res = run.result
         cfg = run.config or res.config
-        if not res.raw or not all(_same(cfg.get(k), v) for k, v in want.items()):
+        if not res.raw or not all(_same(cfg.get(k, _STORED_DEFAULTS.get(k)), v) for k, v in want.items()):
             continue
         if all(_same(got, asked) for got, asked in zip(machine_of(engine, cfg, run.info, res), machines)):
             return dict(res.raw, run_id=rid, reused=True)
