@@ -389,14 +389,18 @@ def precision_rows(best) -> list:
     if "precision" not in full or not (full["precision"] == "bf16").any():
         return []
     rows = []
-    full = full.assign(_m=full["kind"] != "measured").sort_values(["layers", "_m", "device"])
-    for (depth, device), g in full.groupby(["layers", "device"], sort=False):
+    from gnnrec_lab.dashboard.compare import series_key
+    words = {"full": "this host's DRAM (measured)", "optane_app_direct": "Optane App Direct (modeled)",
+             "optane_memory_mode": "Optane Memory Mode (modeled)"}
+    where = [words.get(k, k) for k in (series_key(r).removesuffix("_bf16") for r in full.to_dict("records"))]
+    full = full.assign(_where=where, _m=full["kind"] != "measured").sort_values(["layers", "_m", "_where"])
+    for (depth, device), g in full.groupby(["layers", "_where"], sort=False):
         by = {p: r for p, r in zip(g["precision"].fillna("fp32"), g.to_dict("records"))}
         f, h = by.get("fp32"), by.get("bf16")
         if f is None or h is None:
             continue
         modeled = f["kind"] != "measured"
-        rows.append([depth, device + (" (modeled)" if modeled else " (measured)"), f["batch_size"],
+        rows.append([depth, device, f["batch_size"],
                      _spread(f, "epoch_s", ".3g") + _band_text(f), h["batch_size"],
                      _spread(h, "epoch_s", ".3g") + _band_text(h),
                      _x(f["epoch_s"] / h["epoch_s"] if f["epoch_s"] and h["epoch_s"] else None),

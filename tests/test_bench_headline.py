@@ -69,7 +69,7 @@ def test_full_graph_side_on_synth_tiny_writes_the_page_and_figure(home):
     # the bf16 cell (issue 34, item 4): measured and modeled on both Optane modes, set against fp32
     half = md[md.index("## Half the bytes"):]
     assert "full graph bf16 on Optane App Direct (modeled)" in md and "full graph bf16 on Optane Memory Mode" in md
-    assert half.count("(modeled) | 1024 |") == 2 and "this host (DRAM) (measured) | 1024 |" in half
+    assert half.count("(modeled) | 1024 |") == 2 and "this host's DRAM (measured) | 1024 |" in half
     # the matched cell: the full graph at the matched batch with lr fixed, its own table
     assert "## The matched cell (both sides at batch 512, lr 0.005 fixed" in md
     from gnnrec_lab.runs.store import Store
