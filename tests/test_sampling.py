@@ -72,6 +72,53 @@ def test_bpr_batches_deterministic_and_cover_the_epoch(graph):
     assert not any((u, n) in train for u, n in zip(users.tolist(), neg.tolist()))
 
 
+def test_user_sampler_weighs_every_user_the_same_and_draws_only_train_pairs():
+    # user 0 owns 60 of the 80 train interactions, users 1..20 one each: the interaction order gives
+    # user 0 three quarters of every epoch, the LightGCN authors' sampler 1/21 of it
+    pairs = [[0, k] for k in range(60)] + [[u, 60 + u] for u in range(1, 21)]
+    g = BipartiteGraph(np.array(pairs, np.int32), 21, 200)
+    train = set(map(tuple, pairs))
+    share = {}
+    for sampler in ("interactions", "users"):
+        rng = np.random.default_rng(3)
+        users = []
+        for _ in range(200):
+            epoch = list(bpr_batches(g, 32, rng, sampler=sampler))
+            assert sum(len(b[0]) for b in epoch) == 80        # an epoch is as many triples as interactions
+            for u, p, n in epoch:
+                assert u.dtype == p.dtype == n.dtype == np.int64
+                assert all((a, b) in train for a, b in zip(u.tolist(), p.tolist()))
+                assert not any((a, b) in train for a, b in zip(u.tolist(), n.tolist()))
+                users.append(u)
+        users = np.concatenate(users)
+        share[sampler] = (users == 0).mean()
+        if sampler == "users":
+            counts = np.bincount(users, minlength=21)
+            assert counts.min() > 0.8 * counts.mean() and counts.max() < 1.2 * counts.mean()
+            pos0 = np.concatenate([p[u == 0] for u, p, _ in bpr_batches(g, 80, np.random.default_rng(5),
+                                                                           sampler="users")] or [[]])
+            assert set(pos0.tolist()) <= set(range(60))
+    assert share["interactions"] == pytest.approx(60 / 80)
+    assert share["users"] == pytest.approx(1 / 21, abs=0.01)
+
+
+def test_user_sampler_is_seeded_skips_users_without_train_items_and_names_bad_samplers(graph):
+    a = list(bpr_batches(graph, 128, np.random.default_rng(7), sampler="users"))
+    b = list(bpr_batches(graph, 128, np.random.default_rng(7), sampler="users"))
+    assert len(a) == -(-graph.n_train // 128)
+    for x, y in zip(a, b):
+        for p, q in zip(x, y):
+            np.testing.assert_array_equal(p, q)
+    capped = list(bpr_batches(graph, 128, np.random.default_rng(7), sampler="users", max_batches=2))
+    assert [len(x[0]) for x in capped] == [128, 128]
+    g = BipartiteGraph(np.array([[0, 0], [2, 1]], np.int32), 3, 5)     # user 1 has no train item
+    rng = np.random.default_rng(0)
+    users = np.concatenate([x[0] for _ in range(50) for x in bpr_batches(g, 1000, rng, sampler="users")])
+    assert set(users.tolist()) == {0, 2}
+    with pytest.raises(UserError, match="sampler must be one of interactions, users, got 'edges'"):
+        next(bpr_batches(graph, 128, np.random.default_rng(0), sampler="edges"))
+
+
 def test_bpr_batches_rejects_bad_batch_size(graph):
     with pytest.raises(UserError, match="batch_size"):
         next(bpr_batches(graph, 0, np.random.default_rng(0)))

@@ -68,7 +68,8 @@ def register(sub):
     p.add_argument("--epochs", type=field_type("epochs"), default=1,
                    help="passes over the training interactions, counted from 1 as in `gnnrec-lab run` "
                         "(default: %(default)s)")
-    for name in ("lr", *LR_FIELDS, "l2", "seed", "eval_every", "eval_users", "target_recall", "max_steps_per_epoch"):
+    for name in ("lr", *LR_FIELDS, "l2", "seed", "eval_every", "eval_users", "target_recall", "max_steps_per_epoch",
+                 "sampler"):
         add_field_argument(p, name)
     p.add_argument("--target-of", type=_spec_type("target_of"), default=None, metavar="RUN_ID",
                    help="set the target to --target-fraction of the best validation Recall@20 of finished "
@@ -146,7 +147,7 @@ def spec_of(args, home) -> DistSpec:
                     lr=args.lr, **{k: getattr(args, k) for k in LR_FIELDS}, l2=args.l2, seed=args.seed,
                     eval_every=args.eval_every, eval_users=args.eval_users,
                     target_recall=args.target_recall, max_steps_per_epoch=args.max_steps_per_epoch,
-                    patience=args.patience, data_dir=None, home=str(home),
+                    sampler=args.sampler, patience=args.patience, data_dir=None, home=str(home),
                     ip_config=args.ip_config or "",
                     isolate=not args.shared_shm, cluster=args.cluster, cores_per_machine=args.cores_per_machine,
                     link_gbit=args.link_gbit, timeout_s=args.timeout)

@@ -43,6 +43,12 @@ MODES = ("full", "sampled")
 # with its own valid.txt trains on train + valid with no validation and reports the last model's
 # test, as the LightGCN authors did
 PROTOCOLS = ("lab", "paper")
+# How an epoch's BPR triples are drawn (gnnrec_lab.graph.sampling.bpr_batches): "interactions" visits
+# every training interaction once, in a seeded random order (RecBole, NGCF); "users" draws as many
+# triples with their user uniformly at random and a uniformly random train item of that user as the
+# positive, the LightGCN authors' UniformSample_original (every user weighs the same, as the per-user
+# Recall@20 does)
+SAMPLERS = ("interactions", "users")
 # Embedding-cache replacement policies, the one list every view shows in this order
 # (gnnrec_lab.cache.policies implements each; the simulator runs them all). none: no cache, every
 # row read from and written back to the slow tier every batch; belady: the offline optimum (it needs
@@ -224,6 +230,7 @@ RUN_CONSTRAINTS: dict[str, list] = {
     "eval_every": [Interval(integer, lo=1, hi=MAXIMA["eval_every"])],
     "patience": [Interval(integer, lo=0, hi=MAXIMA["patience"])],
     "target_recall": [None, Interval(number, lo=0, hi=1, lo_open=True)],
+    "sampler": [Options(SAMPLERS)],
     "protocol": [Options(PROTOCOLS), Rule(_paper_has_no_validation, dict(protocol="paper", target_recall=0.1))],
     "eval_users": [None, Interval(integer, lo=1, hi=MAXIMA["eval_users"])],
     "max_steps_per_epoch": [None, Interval(integer, lo=1, hi=MAXIMA["max_steps_per_epoch"])],
@@ -293,6 +300,7 @@ class RunConfig:
                                      # (outlasts LightGCN's epoch 23-45 plateau on ML-100K: train.EarlyStopping)
     target_recall: Optional[float] = None   # time-to-accuracy target on validation Recall@20
     protocol: str = "lab"            # what trains and what validates (PROTOCOLS)
+    sampler: str = "interactions"    # how an epoch's BPR triples are drawn (SAMPLERS)
     eval_users: Optional[int] = None        # evaluate a seeded sample of users (None = all)
     max_steps_per_epoch: Optional[int] = None  # cap for quick runs and tests
     cache_policy: str = "none"       # sampled mode: DRAM cache in front of a slow-tier embedding table
@@ -457,6 +465,10 @@ FIELD_DOCS: dict[str, FieldDoc] = {
                                                 f"dataset with its own valid.txt, e.g. gowalla) trains on train + "
                                                 f"valid, validates nothing and reports the last model's test, as "
                                                 f"the LightGCN authors did"),
+    "sampler": FieldDoc("BPR sampler", f"one of {_choices(SAMPLERS)}: interactions visits every training "
+                                       f"interaction once per epoch in a random order; users draws as many "
+                                       f"triples, each user uniformly at random with one of its train items, "
+                                       f"as the LightGCN authors' code does"),
     "eval_users": FieldDoc("Evaluated users", "number of users evaluated, a seeded random sample (quicker, "
                                               "noisier metrics)", unset="all users"),
     "max_steps_per_epoch": FieldDoc("Step cap per epoch (optimizer steps)", "most steps an epoch takes, for quick "

@@ -57,7 +57,7 @@ class DistDGLStep(Step):
         def cycle():
             from gnnrec_lab.graph.sampling import bpr_batches
             while True:
-                yield from bpr_batches(self.local, self.per_batch, rng)
+                yield from bpr_batches(self.local, self.per_batch, rng, sampler=self.spec.sampler)
         return cycle()
 
     def step(self, run, batches, lr):

@@ -21,6 +21,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import numba
 import numpy as np
 
+from gnnrec_lab.config.run import SAMPLERS
 from gnnrec_lab.graph.bipartite import CSR, BipartiteGraph
 from gnnrec_lab.util.errors import UserError
 
@@ -84,12 +85,28 @@ def train_pairs(graph: BipartiteGraph) -> tuple[np.ndarray, np.ndarray]:
     return ui.row_ids().astype(np.int64), ui.indices.astype(np.int64)
 
 
+def user_uniform_pairs(graph: BipartiteGraph, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (user, positive item) pairs: each user uniformly at random among the users with a train
+    item, each positive uniformly at random among that user's train items (int64 arrays)."""
+    ui = graph.user_items
+    indptr = np.asarray(ui.indptr, dtype=np.int64)
+    deg = np.diff(indptr)
+    active = np.flatnonzero(deg > 0)
+    if active.size == 0:
+        raise UserError("no user has a training interaction: nothing to sample")
+    users = active[rng.integers(0, active.size, size=int(n))]
+    offset = (rng.random(int(n)) * deg[users]).astype(np.int64)
+    return users, np.asarray(ui.indices, dtype=np.int64)[indptr[users] + np.minimum(offset, deg[users] - 1)]
+
+
 def bpr_batches(graph: BipartiteGraph, batch_size: int, rng: np.random.Generator,
-                drop_last: bool = False, max_batches: Optional[int] = None
+                drop_last: bool = False, max_batches: Optional[int] = None, sampler: str = "interactions"
                 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """One epoch of BPR triples ``(users, pos_items, neg_items)``, int64 arrays of ``batch_size``.
 
-    The order is a seeded permutation of the training interactions; negatives
+    An epoch is as many triples as there are training interactions. With ``sampler="interactions"``
+    (the default) they are a seeded permutation of the training interactions; with ``"users"``
+    (:data:`SAMPLERS`, :func:`user_uniform_pairs`) each draws its user uniformly. Negatives
     for the epoch are drawn up front (one vectorised call), so a batch
     costs a slice. Item ids are 0..n_items-1 (no user offset). The last batch
     is shorter unless ``drop_last``. ``max_batches`` caps the epoch (a run's
@@ -100,14 +117,19 @@ def bpr_batches(graph: BipartiteGraph, batch_size: int, rng: np.random.Generator
     if int(batch_size) < 1:
         raise UserError(f"batch_size must be a positive integer, got {batch_size}")
     batch_size = int(batch_size)
-    users, items = train_pairs(graph)
-    perm = rng.permutation(users.shape[0])
-    n = users.shape[0]
+    if sampler not in SAMPLERS:
+        raise UserError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    n = int(graph.user_items.indices.shape[0])
     stop = (n // batch_size) * batch_size if drop_last else n
     if max_batches is not None:
         stop = min(stop, int(max_batches) * batch_size)
-    users, items = users[perm[:stop]], items[perm[:stop]]
-    del perm  # this generator lives for the whole epoch: do not keep 8 B per interaction for it
+    if sampler == "users":
+        users, items = user_uniform_pairs(graph, stop, rng)
+    else:
+        users, items = train_pairs(graph)
+        perm = rng.permutation(n)
+        users, items = users[perm[:stop]], items[perm[:stop]]
+        del perm  # this generator lives for the whole epoch: do not keep 8 B per interaction for it
     negs = sample_negatives(graph.user_items, users, rng)
     for s in range(0, stop, batch_size):
         e = min(s + batch_size, stop)

@@ -256,7 +256,7 @@ class FullStep(Step):
         # one generator per epoch (seeded (seed, epoch); the sampled mode's sampler does the same);
         # the epoch's BPR arrays (24 B per interaction) go with it before evaluation
         return bpr_batches(run.graph, run.config.batch_size, np.random.default_rng((run.config.seed, epoch)),
-                           max_batches=run.steps_per_epoch)
+                           max_batches=run.steps_per_epoch, sampler=run.config.sampler)
 
     def step(self, run, batches, lr):
         return _full_step(run, batches)
@@ -765,7 +765,8 @@ def _sampled_batches(graph, config, steps: int):
     def gen():
         for epoch in range(1, config.epochs + 1):
             rng = np.random.default_rng((config.seed, epoch))
-            for users, pos, neg in bpr_batches(graph, config.batch_size, rng, max_batches=steps):
+            for users, pos, neg in bpr_batches(graph, config.batch_size, rng, max_batches=steps,
+                                                 sampler=config.sampler):
                 sub = sample_subgraph(graph, batch_nodes(graph, users, pos, neg), fanouts, rng)
                 yield (torch.from_numpy(users), torch.from_numpy(pos), torch.from_numpy(neg)), sub
     # the oracle's future is what the sampler has produced ahead: let it run up to `lookahead` batches
