@@ -66,6 +66,18 @@ def test_a_stop_agreed_at_a_step_ends_the_run_there_as_cancelled():
     assert [k for k, _ in rep.events].count(RunStatus.CANCELLED) == 1
 
 
+def test_the_runs_sampler_draws_its_batches():
+    from gnnrec_lab.graph.sampling import bpr_batches
+    runs = {s: _prepare(RunConfig(**TINY | dict(sampler=s)), None, False) for s in ("interactions", "users")}
+    first = {s: next(iter(FullStep().batches(run, 1))) for s, run in runs.items()}
+    for s, run in runs.items():
+        want = next(bpr_batches(run.graph, 512, np.random.default_rng((run.config.seed, 1)),
+                                max_batches=run.steps_per_epoch, sampler=s))
+        for got, exp in zip(first[s], want):
+            np.testing.assert_array_equal(got, exp)
+    assert not np.array_equal(first["users"][0], first["interactions"][0])
+
+
 def test_evaluations_every_epoch_with_training_time_only():
     r, rep = _loop(FullStep(), target_recall=1.0)
     assert [h["epoch"] for h in r.history] == [1, 2, 3]
