@@ -532,12 +532,12 @@ def test_a_real_full_disk_and_read_only_mount(small_mount, monkeypatch, capsys):
     assert failed["status"] == "failed" and f"no space left on {home} (" in failed["error"], failed["error"]
     # no reserve left and the disk full again: a dead run stays running, and `runs` says why
     s = Store(home)
+    s.release_reserve()     # (opening made one again where it fitted): the disk fills with none left
     with contextlib.suppress(sqlite3.OperationalError):
-        dead2 = s.add_run(RunConfig(dataset="ml-100k"), status="running")
-        s.set_fields(dead2, pid=2**22 + 12346)
+        dead2 = s.add_run(RunConfig(dataset="ml-100k"), status="running", pid=2**22 + 12346)
         for i in range(200_000):
             s.add_step(dead2, i, 0, 0.5, 0.01, [rec("spmm", i, 100, 0)])
-    s.release_reserve()
+    assert s.get_run(dead2)["status"] == "running"
     s.close()
     rc, out, err = _cli(["runs"], capsys)
     assert rc == 0 and f"{rid} " in out and "disk is full" in err and "Traceback" not in err, err
@@ -836,3 +836,34 @@ def test_files_beside_the_store_are_written_whole_or_not_at_all(tmp_path):
         write_atomic(target, None)
     assert target.read_text() == '{"old": 1}'
     assert write_atomic(target, '{"new": 2}').read_text() == '{"new": 2}'
+
+
+def test_creator_killed_mid_creation_leaves_no_store_the_next_open_calls_damaged(tmp_path):
+    """A process SIGKILLed while it creates the store (here: after SQLite opened the file, before
+    it wrote a page) leaves no lab.sqlite, so the next open makes a new store and sweeps the dead
+    creator's file; a 0-byte lab.sqlite would be reported damaged (the crash bench found it)."""
+    code = ("import os, signal, gnnrec_lab.runs.store as m\n"
+            "m._retry_busy = lambda con, sql: os.kill(os.getpid(), signal.SIGKILL)\n"
+            f"m.Store({str(tmp_path)!r})\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True)
+    assert p.returncode == -9, p.stderr.decode()
+    assert not (tmp_path / "lab.sqlite").exists()
+    assert list(tmp_path.glob(".lab.sqlite.*.new*")), "the creator was killed before it made its file"
+    s = Store(tmp_path)
+    rid = s.add_run(RunConfig())
+    assert s.get_run(rid) is not None
+    assert not list(tmp_path.glob(".lab.sqlite.*.new*"))   # the dead creator's file is gone
+    s.close()
+
+
+def test_concurrent_creators_share_one_store(tmp_path):
+    """Two processes creating the same store at once: both end up on one file, runs of both in it."""
+    code = ("import sys, gnnrec_lab.runs.store as m\n"
+            "from gnnrec_lab.config.run import RunConfig\n"
+            f"s = m.Store({str(tmp_path)!r}); print(s.add_run(RunConfig()))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for _ in range(3)]
+    ids = sorted(int(p.communicate()[0]) for p in procs)
+    assert all(p.returncode == 0 for p in procs)
+    s = Store(tmp_path)
+    assert sorted(r for r in ids if s.get_run(r) is not None) == ids and len(set(ids)) == 3
+    assert not list(tmp_path.glob(".lab.sqlite.*.new*"))

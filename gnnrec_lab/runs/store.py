@@ -31,7 +31,7 @@ from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.training.reporting import Reporter
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.home import lab_home
-from gnnrec_lab.util.proc import load_summary, proc_start_ticks
+from gnnrec_lab.util.proc import load_summary, pid_alive, proc_start_ticks
 from gnnrec_lab.util.provenance import Provenance, parts
 from gnnrec_lab.util.recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS, store_key, sum_records
 from gnnrec_lab.util.status import RunStatus
@@ -287,7 +287,8 @@ def time_parts(started, end, info: Optional[dict], train_s) -> dict:
     return {"duration_s": duration, "startup_s": startup, "jit_s": jit, "train_s": train, "other_s": other}
 
 
-# a store another process is creating is 0 bytes for a moment; wait this long before calling it damaged (s)
+# a store an older gnnrec-lab (or one on a file system without hard links) is creating is 0 bytes for a
+# moment; wait this long before calling it damaged (s)
 EMPTY_GRACE_S = 1.0
 
 
@@ -331,6 +332,48 @@ def check_store_file(path: Path) -> bool:
     return True
 
 
+NEW_STORE_SUFFIX = ".new"
+
+
+def _sweep_unfinished_stores(path: Path) -> None:
+    """Delete stores that creators killed before they were put in place (``.lab.sqlite.<pid>.new``
+    whose pid is gone): they never held a run."""
+    for tmp in path.parent.glob(f".{path.name}.*{NEW_STORE_SUFFIX}*"):
+        pid = tmp.name[len(path.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def create_store_file(path: Path) -> None:
+    """Make a new, migrated store at ``path`` atomically: a process killed at any moment leaves
+    either no ``lab.sqlite`` or a complete one, never the 0-byte file SQLite opens first (which the
+    next open must call damaged: it cannot tell it from a truncated store).
+
+    The store is built under a private name next to ``path`` and linked into place; the link fails
+    when another process put its store there first, and then that one is used. A file system without
+    hard links gets the store made in place (the kill window is back there)."""
+    _sweep_unfinished_stores(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}{NEW_STORE_SUFFIX}")
+    try:
+        con = connect(tmp, create=True)
+        try:
+            migrate(con)
+        finally:
+            con.close()      # the last connection: SQLite checkpoints and deletes the WAL
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass             # another process made the store meanwhile: theirs is the store
+        except OSError:      # no hard links here: make it in place
+            con = connect(path, create=True)
+            con.close()
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+
+
 class Store:
     """The run store. Safe to share across threads (one connection per thread).
 
@@ -350,9 +393,10 @@ class Store:
         # fixed name under home: workers find the same file from GNNREC_LAB_HOME alone
         self.path = self.home / "lab.sqlite"
         self._local = threading.local()
-        create = check_store_file(self.path)
         try:
-            self._local.con = connect(self.path, create=create)
+            if check_store_file(self.path):
+                create_store_file(self.path)
+            self._local.con = connect(self.path, create=False)
             self.schema_version = migrate(self._local.con)
         except (sqlite3.DatabaseError, OSError) as e:
             self.close()
