@@ -176,3 +176,46 @@ def test_the_figure_draws_a_cell_that_never_reached_the_target_as_no_bar(tmp_pat
                           "engine": "distdgl", "layers": 1, "time_to_target_s": None, "epoch_s": 3.0}])
     _bench().figure(best, tmp_path / "f.png", "t")
     assert (tmp_path / "f.png").stat().st_size > 1000
+
+
+def _cells(rows):
+    import pandas as pd
+    base = {"kind": "measured", "seeds": 1}
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+FULL = "full graph, 1 machine x 1 core (measured)"
+DIST = "DistDGL, 2 machines x 1 core, 10 Gbit/s (measured)"
+
+
+def test_where_distdgl_wins_is_computed_from_the_cells_and_says_so_where_it_wins_nowhere():
+    """The page's 'where DistDGL wins' lines come from the runs: fewer epochs to target, a higher test
+    Recall@20, a share of the best reached sooner or only by DistDGL; a line saying it wins nowhere else."""
+    b = _bench()
+    best = _cells([
+        {"series": FULL, "engine": "full", "layers": 1, "batch_size": 65536, "time_to_target_s": 2.0, "epoch_s": 1.0,
+         "test_recall@20": 0.12},
+        {"series": DIST, "engine": "distdgl", "layers": 1, "batch_size": 65536, "time_to_target_s": 6.0,
+         "epoch_s": 4.0, "test_recall@20": 0.13},
+        {"series": FULL, "engine": "full", "layers": 2, "batch_size": 65536, "time_to_target_s": 2.0, "epoch_s": 1.0,
+         "test_recall@20": 0.14},
+        {"series": DIST, "engine": "distdgl", "layers": 2, "batch_size": 16384, "time_to_target_s": 20.0,
+         "epoch_s": 5.0, "test_recall@20": 0.13}])
+    at98 = best.assign(time_to_target_s=[float("nan"), 9.0, 3.0, 30.0])
+    lines = b.distdgl_wins(best, {0.95: best, 0.98: at98})
+    text = "\n".join(lines)
+    assert "1 layer(s): DistDGL needs 0.75x the full graph's epochs" in text
+    assert "1 layer(s): DistDGL's test Recall@20 is higher, 0.1300 vs 0.1200" in text
+    assert "1 layer(s): DistDGL reaches 98% of the best in 9 s, the full graph never does." in text
+    assert "2 layer(s)" not in text                                  # behind on every count at 2 layers
+    behind = best[best["layers"] == 2]
+    assert b.distdgl_wins(behind, {0.95: behind}) == [
+        "- In these runs DistDGL is ahead on no depth: not on time or epochs to any of the targets, "
+        "nor on test Recall@20."]
+
+
+def test_the_bias_lines_name_the_cores_and_the_link_of_the_run():
+    a = _bench().parse_args(["--partitions", "2", "--cores", "1", "--link", "25", "--epochs", "12"])
+    text = "\n".join(_bench().bias_lines(a))
+    assert "2 machines x 1 core(s) = 2 cores to the full graph's 1" in text and "25 Gbit/s" in text
+    assert "within 12 epochs" in text and "modeled" in text
