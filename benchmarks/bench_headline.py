@@ -387,7 +387,8 @@ def bias_lines(a) -> list:
         "- **For the full graph:** the graph fits in this host's DRAM, which is the case the full graph is "
         "best at; the rows that put its tables on Optane are **modeled** (tier model), not measured.",
         "- **Either way:** one learning-rate rule (sqrt of the batch over 2048, half a pass of warm-up) and the "
-        "same batch sizes on both sides; the rule was tuned on the full graph (docs/measurements.md, 'Large batches') and is given to DistDGL as is, not retuned for it; evaluation is excluded from both "
+        "same batch sizes on both sides; the rule was tuned on the full graph (docs/measurements.md, 'Large "
+        "batches') and is given to DistDGL as is, not retuned for it; evaluation is excluded from both "
         "sides' training time; the target is relative to the best either engine reached within "
         f"{a.epochs} epochs, not to the converged accuracy.",
     ]
