@@ -718,10 +718,12 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
           f"--link-gbit {a.link:g}` (each machine a network namespace on its own cores, a tbf-shaped link)",
           f"- {MODEL_WORDS[a.model]}, dim {a.dim}, {a.epochs} epochs"
           + (f" of at most {a.max_steps_per_epoch} steps" if a.max_steps_per_epoch else "")
-          + f", validation Recall@20 on a seeded sample of {a.eval_users:,} users each epoch (the same users on "
-          f"both engines, evaluation time excluded from training time); the target at each depth is "
-          f"{TARGET_FRACTION:.0%} of the best validation Recall@20 at that depth over the runs of both engines "
-          f"(column 'target'; each run's own --target-recall {a.target:g} only where no run is at that depth)",
+          + f", validation Recall@20 each epoch and test Recall@20 at the end on a seeded sample of {a.eval_users:,} "
+          f"users (the same users on both engines; each seed draws its own sample, a large part of the spread of "
+          f"test Recall@20 over seeds; evaluation time excluded from training time); the target at each depth is "
+          f"{TARGET_FRACTION:.0%} of the best validation Recall@20 at that depth and seed over the runs of both "
+          f"engines (column 'target': the median over seeds; each run's own --target-recall {a.target:g} only "
+          f"where no run is at that depth)",
           f"- batch sizes tried: full graph {', '.join(map(str, a.full_batches))} with the large-batch rule (Adam, lr "
           f"{a.lr:g} x sqrt(batch / 2048), warm-up half a pass); DistDGL {', '.join(map(str, a.dist_batches))} "
           f"(global, fan-out {a.fanout} per layer, "

@@ -241,3 +241,22 @@ def test_a_bf16_full_graph_run_is_its_own_series_and_never_sets_the_target(store
     assert tags == {"full bf16 1x1", "App Direct bf16 1x1", "Memory Mode bf16 1x1"}
     best = best_by_depth(df)
     assert len(best) == 2 * (1 + len(OPTANE_MODES))            # fp32 and bf16 kept apart, each with its modes
+
+
+def test_a_cell_shows_the_median_of_its_seeds_targets_the_same_at_every_cell_of_a_depth():
+    """Each seed has its own target (a share of that seed's best at the depth). A cell showed the
+    target of its median-time run, so two cells of one depth printed different targets (real
+    Gowalla, 3 layers: 0.1438 beside 0.1306); it is the median of the seeds' targets, with the range."""
+    import pandas as pd
+
+    from gnnrec_lab.services.comparison import seed_cells
+    targets = {2020: 0.10, 2021: 0.12, 2022: 0.14}
+    base = {"dataset": "gowalla", "model": "lightgcn", "layers": 3, "epoch_s": 1.0}
+    rows = [dict(base, id=i, series="full", batch_size=16384, seed=s, target=targets[s], time_to_target_s=t)
+            for i, (s, t) in enumerate([(2020, 5.0), (2021, 9.0), (2022, 2.0)])]
+    rows += [dict(base, id=10 + i, series="distdgl", batch_size=65536, seed=s, target=targets[s], time_to_target_s=t)
+             for i, (s, t) in enumerate([(2020, None), (2021, 7.0), (2022, None)])]
+    cells = seed_cells(pd.DataFrame(rows)).set_index("series")
+    assert cells.loc["full", "target"] == pytest.approx(0.12) and cells.loc["distdgl", "target"] == pytest.approx(0.12)
+    assert (cells.loc["full", "target_min"], cells.loc["full", "target_max"]) == (0.10, 0.14)
+    assert cells.loc["full", "time_to_target_s"] == 5.0                   # the time is still the median run's

@@ -321,7 +321,9 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
     return out
 
 
-SEED_COLUMNS = ("time_to_target_s", "epoch_s", "train_s", "best_valid_recall@20", "test_recall@20")
+#: the columns a cell shows as medians over its seeds; ``target`` too: each seed has its own (a share of
+#: that seed's best at the depth), so the cell's run's target differed between cells of one depth
+SEED_COLUMNS = ("time_to_target_s", "epoch_s", "train_s", "best_valid_recall@20", "test_recall@20", "target")
 
 
 def _median_seed(g: pd.DataFrame, by: str) -> dict:
