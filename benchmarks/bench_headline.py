@@ -10,7 +10,7 @@ time to target, then least epoch time): the full-graph side tries ``--full-batch
 large-batch rule (Adam, lr scaled by sqrt(batch / 2048), warm-up of half a pass: docs/measurements.md, "Large
 batches"); DistDGL tries ``--dist-batches`` with fan-out ``--fanout`` per layer and, by default, the same rule
 applied to its SparseAdam and dense Adam each step (``--dist-rule large``; ``--dist-rule none`` keeps ``--lr``
-fixed, as docs/headline.md of 2026-12-02 was measured: ``--dist-rule none --dist-batches 16384``). The
+fixed, as docs/headline_synth.md of 2026-12-02 was measured: ``--dist-rule none --dist-batches 16384``). The
 full-graph side also shows the same run's times **modeled** on Optane App Direct and Memory Mode (the tier
 model, ``gnnrec_lab.services.comparison.full_vs_distributed``, the numbers the Compare page and notebook 06
 show). A link sweep repeats DistDGL at ``--sweep-depth`` over ``--links`` (Gbit/s; 0 = unshaped). The matched
@@ -30,7 +30,9 @@ Every run goes through the CLI in a subprocess and is recorded in the run store
 (``$GNNREC_LAB_HOME``), so the Compare page shows the same runs afterwards.
 
 Usage:
-  python benchmarks/bench_headline.py                 # synth-gowalla, depths 1-4: docs/headline.md (about 2 h)
+  python benchmarks/bench_headline.py                 # synth-gowalla, depths 1-4 (several hours; writes docs/headline.md)
+  python benchmarks/bench_headline.py --dataset gowalla --depths 1,2,3 --epochs 12 --seeds 2020,2021,2022 \
+      --precision fp32 --links 10                     # docs/headline.md as it stands: real Gowalla (about 95 min)
   python benchmarks/bench_headline.py --quick         # synth-tiny, depths 1-2, a few minutes
   python benchmarks/bench_headline.py --quick --full-only --out /tmp/h.md --img /tmp/h.png
   python benchmarks/bench_headline.py --resume        # after an interruption: finished runs are reused
@@ -486,7 +488,9 @@ def curves(store, best, path: Path, title: str) -> bool:
     fig, axes = plt.subplots(1, len(depths), figsize=(4.2 * len(depths), 3.6), squeeze=False)
     drawn = False
     for ax, depth in zip(axes[0], depths):
+        batches = []     # each series' batch size differs by depth: the panel's title says it, not the legend
         for r in m[m["layers"] == depth].to_dict("records"):
+            batches.append(f"{'DistDGL' if r['engine'] == 'distdgl' else 'full graph'} b{r['batch_size']}")
             color = ENGINE_COLORS.get(series_key(r), "#7f7f7f")
             for i, rid in enumerate(str(r.get("runs") or r["id"]).split(",")):
                 hist = store.run_record(int(rid)).result.history
@@ -494,13 +498,15 @@ def curves(store, best, path: Path, title: str) -> bool:
                 if pts:
                     xs, ys = zip(*pts)
                     ax.plot(xs, ys, color=color, alpha=0.85, lw=1.2,
-                            label=f"{r['series']}, batch {r['batch_size']}" if i == 0 else None)
+                            label=r["series"] if i == 0 else None)
                     drawn = True
         t = m[m["layers"] == depth]["target"].dropna()
         if len(t):
-            ax.axhline(float(t.iloc[0]), color="#444", lw=0.8, ls="--", label="target (95% of the best)")
+            ax.axhline(float(t.iloc[0]), color="#444", lw=0.8, ls="--",
+                       label="target (95% of the best; median over seeds)")
         ax.set_xscale("log")
-        ax.set_title(f"{depth} layer{'s' if depth != 1 else ''}", fontsize=9)
+        ax.set_title(f"{depth} layer{'s' if depth != 1 else ''} ({', '.join(sorted(batches, reverse=True))})",
+                     fontsize=9)
         ax.set_xlabel("training s (measured, log)")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("validation Recall@20")

@@ -47,7 +47,7 @@ def test_quick_sets_small_defaults_and_keeps_what_is_given():
     # both sides try the same batch sizes, DistDGL with the full graph's learning-rate rule
     assert full.full_batches == full.dist_batches == [16384, 65536] and full.dist_rule == "large"
     assert _bench().dist_rule(full) == {"lr_rule": "sqrt", "ref_batch_size": 2048, "warmup_epochs": 0.5}
-    old = _bench().parse_args(["--dist-rule", "none", "--dist-batches", "16384"])   # docs/headline.md's protocol
+    old = _bench().parse_args(["--dist-rule", "none", "--dist-batches", "16384"])   # docs/headline_synth.md's protocol
     assert _bench().dist_rule(old) == {"lr_rule": "none"} and old.dist_batches == [16384]
 
 
