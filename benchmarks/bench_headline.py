@@ -30,7 +30,7 @@ Every run goes through the CLI in a subprocess and is recorded in the run store
 (``$GNNREC_LAB_HOME``), so the Compare page shows the same runs afterwards.
 
 Usage:
-  python benchmarks/bench_headline.py                 # synth-gowalla, depths 1-4 (several hours; writes docs/headline.md)
+  python benchmarks/bench_headline.py                 # synth-gowalla, depths 1-4 (hours; writes docs/headline.md)
   python benchmarks/bench_headline.py --dataset gowalla --depths 1,2,3 --epochs 12 --seeds 2020,2021,2022 \
       --precision fp32 --links 10                     # docs/headline.md as it stands: real Gowalla (about 95 min)
   python benchmarks/bench_headline.py --quick         # synth-tiny, depths 1-2, a few minutes
