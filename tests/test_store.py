@@ -511,6 +511,19 @@ def small_mount(tmpfs):
     return tmpfs("400k")
 
 
+def _fill(path) -> None:
+    """Write ``path`` until its filesystem has no byte left (the step rows' sizes vary with their
+    timings, so a store that filled the disk can leave a few blocks free)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for chunk in (65536, 4096, 512, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * chunk)
+    finally:
+        os.close(fd)
+
+
 def test_a_real_full_disk_and_read_only_mount(small_mount, monkeypatch, capsys):
     """On a real full filesystem a write names the full disk and `runs` still lists; remounted
     read-only, opening the store says read-only (not damaged, no advice to recover)."""
@@ -539,6 +552,7 @@ def test_a_real_full_disk_and_read_only_mount(small_mount, monkeypatch, capsys):
             s.add_step(dead2, i, 0, 0.5, 0.01, [rec("spmm", i, 100, 0)])
     assert s.get_run(dead2)["status"] == "running"
     s.close()
+    _fill(small_mount / "filler")   # the bytes the failed insert left free would take the status update
     rc, out, err = _cli(["runs"], capsys)
     assert rc == 0 and f"{rid} " in out and "disk is full" in err and "Traceback" not in err, err
     # the same files seen through a read-only bind mount (the store's open files keep the first busy)
