@@ -318,6 +318,12 @@ def _spread(row: dict, col: str, spec: str, dash: str = "-") -> str:
 FRACTIONS = (0.90, 0.95, 0.98)   # the targets of the time-to-target table, of the best over both engines
 
 
+def _same_cell(cells, r: dict):
+    """The rows of ``cells`` (seed cells at another target) of the same series, depth and batch size as ``r``."""
+    return cells[(cells["series"] == r["series"]) & (cells["layers"] == r["layers"])
+                 & (cells["batch_size"] == r["batch_size"])]
+
+
 def fraction_rows(best, cells_by_fraction: dict) -> list:
     """Per depth and measured series (its best cell at the 95% target): the median time over seeds to
     each of :data:`FRACTIONS` of the best validation Recall@20 at that depth (both engines), with the
@@ -328,8 +334,7 @@ def fraction_rows(best, cells_by_fraction: dict) -> list:
         out = [r["layers"], r["series"], r["batch_size"]]
         for f in FRACTIONS:
             c = cells_by_fraction.get(f)
-            hit = None if c is None or c.empty else c[(c["series"] == r["series"]) & (c["layers"] == r["layers"])
-                                                      & (c["batch_size"] == r["batch_size"])]
+            hit = None if c is None or c.empty else _same_cell(c, r)
             out.append("-" if hit is None or hit.empty else _spread(hit.iloc[0].to_dict(), "time_to_target_s",
                                                                      ".3g", "not reached"))
         rows.append(out)
@@ -422,7 +427,7 @@ def distdgl_wins(best, by_fraction: dict) -> list:
                 continue
             pick = {}
             for side, r in (("full", fr), ("distdgl", dr)):
-                hit = c[(c["series"] == r["series"]) & (c["layers"] == depth) & (c["batch_size"] == r["batch_size"])]
+                hit = _same_cell(c, r)
                 t = hit["time_to_target_s"].iloc[0] if len(hit) else None
                 pick[side] = t if t is not None and math.isfinite(t) else None
             if pick["distdgl"] is not None and (pick["full"] is None or pick["distdgl"] < pick["full"]):
