@@ -308,6 +308,56 @@ def test_layer_mean_records_one_spmm_per_layer_and_direction_with_the_mean_bytes
     assert (b.bytes_read, b.bytes_written) == (plain + 128, 128)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("K", [1, 2, 3])
+def test_layer_mean_at_rows_is_the_whole_result_read_at_them(backend, K):
+    """``rows=``: the last layer only at the batch's rows, the backward's first product only from
+    their gradient; the result and the gradient equal the whole propagation's read at the rows
+    (rows repeated in the batch counted once, in id order)."""
+    adj = _bipartite(40, 30, 300, seed=K)
+    x = torch.randn(adj.n_cols, 6, dtype=torch.float64, requires_grad=True)
+    ids = (torch.tensor([3, 3, 17, 0]), torch.tensor([45, 60, 45, 41]))
+    rows = kernels.batch_rows(adj.n_rows, *ids)
+    assert rows[0].tolist() == [0, 3, 17, 41, 45, 60]
+    assert rows[1][rows[0]].tolist() == list(range(6)) and int((rows[1] >= 0).sum()) == 6
+    with kernels.use_backend(backend):
+        rec = Recorder()
+        with use_recorder(rec):
+            got = kernels.layer_mean([adj] * K, x, 1 / (K + 1), rows=rows)
+        whole = kernels.layer_mean([adj] * K, x, 1 / (K + 1))
+        assert got.shape == (6, 6)
+        assert torch.allclose(got, whole[rows[0]], rtol=1e-13, atol=1e-13)
+        w = torch.randn_like(got)
+        (gx,) = torch.autograd.grad((got * w).sum(), x)
+        (rx,) = torch.autograd.grad((whole[rows[0]] * w).sum(), x)
+        assert torch.allclose(gx, rx, rtol=1e-12, atol=1e-13)
+        assert torch.autograd.gradcheck(lambda t: kernels.layer_mean([adj] * K, t, 1 / (K + 1), rows=rows), (x,))
+    last = [r for r in rec.records if r.name == "spmm"][-1]
+    rows_nnz = int(sum(adj.indptr[r + 1] - adj.indptr[r] for r in rows[0].tolist()))
+    assert last.layer == K - 1 and last.flops == 2 * rows_nnz * 6 < 2 * adj.nnz * 6 / 2
+
+
+def test_layer_mean_at_rows_in_bf16_agrees_with_the_whole_bf16_result_and_gathers_only_when_it_pays():
+    adj = _bipartite(40, 30, 400)
+    x = torch.randn(adj.n_cols, 16, requires_grad=True)
+    rows = kernels.batch_rows(adj.n_rows, torch.tensor([1, 5, 9]), torch.tensor([50, 44]))
+    whole = kernels.layer_mean([adj] * 3, x, 0.25, "bf16")
+    got = kernels.layer_mean([adj] * 3, x, 0.25, "bf16", rows=rows)
+    assert got.dtype == torch.float32 and torch.equal(got, whole[rows[0]])  # same sums, same order
+    w = torch.randn_like(got)
+    (gx,) = torch.autograd.grad((got * w).sum(), x)
+    (rx,) = torch.autograd.grad((whole[rows[0]] * w).sum(), x)
+    assert gx.dtype == torch.float32 and float((gx - rx).norm() / rx.norm()) < 3 * 2.0 ** -8
+    # rows over ROWS_MAX_SHARE of the table: the whole result, then a recorded gather
+    many = kernels.batch_rows(adj.n_rows, torch.arange(adj.n_rows - 5))
+    rec = Recorder()
+    with use_recorder(rec):
+        out = kernels.layer_mean([adj] * 3, x, 0.25, "bf16", rows=many)
+    assert torch.equal(out, whole[many[0]])
+    assert [r.name for r in rec.records][-1] == "gather"
+    assert [r.flops for r in rec.records if r.name == "spmm"] == [2 * adj.nnz * 16] * 3
+
+
 def test_layer_mean_rejects_blocks_that_do_not_chain():
     blocks = _block_pair()
     with pytest.raises(ValueError, match="cannot follow"):

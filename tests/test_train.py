@@ -407,6 +407,28 @@ def test_training_in_locality_order_matches_the_unreordered_run(monkeypatch):
             assert getattr(b, part)[k] == pytest.approx(v, abs=1e-3), (part, k)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_training_at_the_batch_rows_matches_the_whole_propagation(monkeypatch, precision):
+    """A small batch (its rows under ROWS_MAX_SHARE of the nodes) propagates LightGCN's last layer
+    at its rows only: the same losses, validation history and test metrics as the whole
+    propagation, up to float summation order, and a cheaper last layer in the records."""
+    from gnnrec_lab import kernels
+    cfg = RunConfig(**TINY | {"batch_size": 64, "epochs": 2, "max_steps_per_epoch": 6, "precision": precision})
+    at_rows = run(cfg)
+    monkeypatch.setattr(kernels.fused, "ROWS_MAX_SHARE", 0.0)
+    whole = run(cfg)
+
+    def forward_flops(r):  # of the 2 layers, the last at the rows' entries only
+        return sum(k["flops"] for k in r.kernels if k["name"] == "spmm" and k["phase"] == "forward")
+    assert 0 < forward_flops(at_rows) < 0.75 * forward_flops(whole)
+    assert len(at_rows.history) == len(whole.history) > 0
+    for ha, hb in zip(at_rows.history, whole.history):
+        for k, v in ha.items():
+            assert hb[k] == pytest.approx(v, rel=1e-4, abs=1e-4) or k == "elapsed_s", k
+    for k, v in whole.test.items():
+        assert at_rows.test[k] == pytest.approx(v, abs=1e-3), k
+
+
 def test_run_given_a_dataset_name_instead_of_a_dataset_says_what_it_expects():
     with pytest.raises(UserError, match=r"dataset: expected a gnnrec_lab.data.Dataset .*got str 'ml-100k'"):
         run(RunConfig(**TINY), dataset="ml-100k")

@@ -13,6 +13,7 @@ Public API::
     rows = kernels.gather(table, idx)             # table[idx]
     z = kernels.gemm(x, w); a = kernels.elementwise("leaky_relu", F.leaky_relu, z)
     h = kernels.layer_mean([adj] * K, x, 1/(K+1)) # LightGCN: mean of x, Wx, ..., W^K x (one autograd node)
+    h = kernels.layer_mean([adj] * K, x, 1/(K+1), rows=kernels.batch_rows(n, users, items))  # at those rows
     l = kernels.bpr_loss(out, u, p, n)            # mean BPR over row triples, gradient in the same pass
     r = kernels.sq_norm_rows(e0, idx, coef)       # coef/2 * sum ||e0[idx]||^2 (the L2 term), likewise
     loss, bpr = kernels.bpr_l2_loss(out, e0, u, p, n, coef, item_offset=n_users)  # both, one autograd node
@@ -42,7 +43,7 @@ MALLOC_TUNED = tune_malloc()   # glibc's thresholds, before numpy and torch allo
 # (recording), sparse, fused (layer mean and loss terms), dense, compile (warm-up, numba's cache).
 from gnnrec_lab.kernels.compile import TRAINING_KERNELS, uncached_kernels, warmup  # noqa: E402
 from gnnrec_lab.kernels.dense import elementwise, gemm, lincomb  # noqa: E402
-from gnnrec_lab.kernels.fused import bpr_l2_loss, bpr_loss, layer_mean, sq_norm_rows  # noqa: E402
+from gnnrec_lab.kernels.fused import batch_rows, bpr_l2_loss, bpr_loss, layer_mean, sq_norm_rows  # noqa: E402
 from gnnrec_lab.kernels.registry import (  # noqa: E402
     available_backends,
     dgl_importable,
@@ -53,7 +54,8 @@ from gnnrec_lab.kernels.registry import (  # noqa: E402
 from gnnrec_lab.kernels.spans import Span  # noqa: E402
 from gnnrec_lab.kernels.sparse import SDDMM_OPS, gather, sddmm, spmm, spmm_edge  # noqa: E402
 
-__all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "layer_mean", "sddmm", "lincomb",
+__all__ = ["available_backends", "set_backend", "get_backend", "use_backend", "spmm", "layer_mean", "batch_rows",
+           "sddmm", "lincomb",
            "bpr_loss", "sq_norm_rows", "bpr_l2_loss",
            "spmm_edge", "gather", "gemm", "elementwise", "warmup", "Span", "SDDMM_OPS",
            "TRAINING_KERNELS", "uncached_kernels", "dgl_importable"]

@@ -76,6 +76,25 @@ class Backend:
             out[:addend.shape[0]].add_(addend, alpha=beta)
         return out
 
+    def spmm_rows(self, adj, x, rows, base, gamma, beta):
+        """``gamma * base[rows] + beta * (W x)[rows]``: the product read at a subset of its rows, added to
+        the running layer mean's rows (see :func:`gnnrec_lab.kernels.native.spmm_rows`). This generic
+        form computes the whole product; the native backend only the rows' entries."""
+        idx = rows.long()
+        return gamma * base[idx] + beta * self.spmm(adj, x)[idx].to(base.dtype)
+
+    def spmm_masked(self, adj, g, rows, slot, alpha, addend, beta, out_dtype=None):
+        """``alpha * W (S^T g) + beta * S^T addend``, ``S`` selecting ``rows`` (``slot[rows[i]] = i``, -1
+        elsewhere): the product of a gradient that is non-zero at ``rows`` only (see
+        :func:`gnnrec_lab.kernels.native.spmm_masked`). This generic form scatters ``g`` into a dense
+        table first; the native backend gathers only the selected rows."""
+        idx = rows.long()
+        full = torch.zeros((adj.n_cols, g.shape[1]), dtype=g.dtype)
+        full[idx] = g
+        out = self.spmm(adj, full).to(addend.dtype).mul_(alpha)
+        out[idx] += beta * addend
+        return out if out_dtype is None else out.to(out_dtype)
+
     def narrow(self, x):
         """``x`` rounded to bfloat16 (torch's conversion: to nearest, ties to even)."""
         return x.detach().to(torch.bfloat16)
@@ -153,6 +172,27 @@ class NativeBackend(Backend):
         else:
             pos, b2 = self._blocked(adj, xn.shape[1] * xn.itemsize)
         self._call(nk.spmm, adj.indptr, pos, adj.indices, vals, None, rs, cs, xn, on, b2, *tail)
+        return out
+
+    def spmm_rows(self, adj, x, rows, base, gamma, beta):
+        """As :meth:`Backend.spmm_rows`; only the rows' entries are read (:func:`native.spmm_rows`)."""
+        xn = _np(x)
+        f = _acc_type(xn)
+        vals, rs, cs = self._weights(adj, np.dtype(f))
+        out = buffers.empty((rows.shape[0], xn.shape[1]), base.dtype)
+        self._call(nk.spmm_rows, adj.indptr, adj.indices, vals, rs, cs, xn, _np(rows), _np(base), f(gamma), f(beta),
+                   out.numpy())
+        return out
+
+    def spmm_masked(self, adj, g, rows, slot, alpha, addend, beta, out_dtype=None):
+        """As :meth:`Backend.spmm_masked`; only the selected rows of ``g`` are gathered
+        (:func:`native.spmm_masked`). ``g`` and ``out_dtype`` may be bfloat16."""
+        gn = _np(g)
+        f = _acc_type(gn)
+        vals, rs, cs = self._weights(adj, np.dtype(f))
+        out = buffers.empty((adj.n_rows, gn.shape[1]), g.dtype if out_dtype is None else out_dtype)
+        self._call(nk.spmm_masked, adj.indptr, adj.indices, vals, rs, cs, gn, _np(slot), f(alpha), _np(addend), f(beta),
+                   _np(out), self._bounds(adj))
         return out
 
     def narrow(self, x):

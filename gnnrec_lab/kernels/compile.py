@@ -7,7 +7,7 @@ import torch
 
 from gnnrec_lab.graph.bipartite import CSR, BipartiteGraph
 from gnnrec_lab.kernels import native, topk
-from gnnrec_lab.kernels.fused import bpr_l2_loss, layer_mean, sq_norm_rows
+from gnnrec_lab.kernels.fused import batch_rows, bpr_l2_loss, layer_mean, sq_norm_rows
 from gnnrec_lab.kernels.registry import use_backend
 from gnnrec_lab.kernels.sparse import gather, sddmm, spmm, spmm_edge
 from gnnrec_lab.util.recorder import Recorder, get_recorder, use_recorder
@@ -32,11 +32,17 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
             z = spmm_edge(adj, m)
             r = gather(x, torch.tensor([0, 1, 1]))
             h = layer_mean([adj, adj], x, 1 / 3)  # the fused SpMM's accumulate / addend forms
+            at = batch_rows(adj.n_rows, np.array([0, 3]))  # read at half the rows: spmm_rows, spmm_masked
+            hr = layer_mean([adj, adj], x, 1 / 3, rows=at)
             i0, i1 = torch.tensor([0]), torch.tensor([1])
             lt = bpr_l2_loss(h, u, i0, i1, i0, 0.1)[0] + sq_norm_rows(u, i1, 0.1)
+            # the full-graph step's loss on those rows: int32 slots into them, the L2 left to their backward
+            j0, j1 = torch.tensor([0], dtype=torch.int32), torch.tensor([1], dtype=torch.int32)
+            lt = lt + bpr_l2_loss(hr, x, i0, i1, i0, 0.1, out_rows=(j0, j1, j0))[0]
             (y.sum() + s.sum() + z.sum() + r.sum() + h.sum() + lt).backward()
             if dtype == torch.float32:  # precision bf16: bf16 rows in, bf16 or float32 rows out
-                (spmm(adj, x, precision="bf16").sum() + layer_mean([adj, adj], x, 1 / 3, "bf16").sum()).backward()
+                (spmm(adj, x, precision="bf16").sum() + layer_mean([adj, adj], x, 1 / 3, "bf16").sum()
+                 + layer_mean([adj, adj], x, 1 / 3, "bf16", rows=at).sum()).backward()
         # a non-symmetric matrix with per-edge values exercises the other specialisations
         a = CSR(np.array([0, 1, 2], dtype=np.int64), np.array([1, 0], dtype=np.int32), 2, 3,
                 values=np.ones(2, dtype=np.float32))
@@ -60,8 +66,9 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
 # The numba kernels a training run compiles (warmup() covers them); calibration's micro-kernels
 # (kernels.microbench) and the graph's reordering (graph.reorder) are not among them.
 TRAINING_KERNELS = {name: getattr(native, name) for name in (
-    "spmm", "edge_aggregate", "edge_broadcast", "sddmm_dot", "sddmm_mul", "bpr_rows", "sq_norm_rows", "gather_rows",
-    "permute_values", "scatter_add_rows", "bf16_narrow")} | {"rank_block": topk.rank_block}
+    "spmm", "spmm_rows", "spmm_masked", "edge_aggregate", "edge_broadcast", "sddmm_dot", "sddmm_mul", "bpr_rows",
+    "sq_norm_rows", "gather_rows", "permute_values", "scatter_add_rows", "bf16_narrow")} | {
+    "rank_block": topk.rank_block}
 
 
 def uncached_kernels() -> list:

@@ -66,6 +66,26 @@ def spmm(adj, dim: int, elem: int, extra_read: int = 0, extra_written: int = 0, 
                        gathered)
 
 
+def spmm_rows(adj, rows_nnz: int, n_rows: int, dim: int, elem: int, acc_elem: int = 4) -> dict:
+    """:func:`spmm` at ``n_rows`` of its rows holding ``rows_nnz`` entries (the last layer at the
+    batch's rows): their row pointers, indices and weights, one gathered x row per entry, and the
+    running mean's rows read and the result's written (``acc_elem`` bytes per element)."""
+    gathered = rows_nnz * dim * elem
+    wb = weight_bytes(adj) * rows_nnz // max(adj.nnz, 1)
+    read = 2 * INDPTR_BYTES * n_rows + adj.index_bytes * rows_nnz + wb + gathered + n_rows * dim * acc_elem
+    return kernel_cost(read, n_rows * dim * acc_elem, 2 * rows_nnz * dim, "gather", dim * elem, gathered)
+
+
+def spmm_masked(adj, hit_nnz: int, n_sel: int, dim: int, elem: int, out_elem: int, addend_elem: int = 4) -> dict:
+    """:func:`spmm` of a table non-zero at ``n_sel`` rows only: every index is read (and its slot
+    looked up, 4 B), only the ``hit_nnz`` entries that reach a selected row gather one; the
+    selected rows' addend is read once; every output row is written."""
+    gathered = hit_nnz * dim * elem
+    read = (INDPTR_BYTES * (adj.n_rows + 1) + (adj.index_bytes + 4) * adj.nnz + weight_bytes(adj) + gathered
+            + n_sel * dim * addend_elem)
+    return kernel_cost(read, adj.n_rows * dim * out_elem, 2 * hit_nnz * dim, "gather", dim * elem, gathered)
+
+
 # The share of the last-level cache the cache-aware model lets gathered rows occupy (the rest holds
 # the output rows, the index streams and the other thread's panel).
 CACHE_SHARE = 0.5

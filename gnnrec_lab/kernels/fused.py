@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
 import torch
 
 from gnnrec_lab.kernels import buffers, costs
 from gnnrec_lab.kernels.registry import backend as _backend
 from gnnrec_lab.kernels.registry import get_backend
 from gnnrec_lab.kernels.spans import Span, _apply, _check_features, _check_precision, _elem, _forward_span, _narrow
+from gnnrec_lab.kernels.sparse import gather
 
 
 # -- LightGCN's layer mean ------------------------------------------------------
@@ -91,6 +93,90 @@ class _LayerMean(torch.autograd.Function):
         return h, None, None, None, None
 
 
+class _LayerMeanRows(torch.autograd.Function):
+    """:class:`_LayerMean` of one square matrix ``A`` applied ``K`` times, read at ``rows`` only:
+    ``w * sum_k x_k[rows]``, a ``(len(rows), D)`` result (full-graph training, where the loss reads
+    the batch's rows only). Layers 1 .. K-1 are whole (the next layer gathers from every row of
+    theirs); the last is computed at ``rows`` (``spmm_rows``: the rows' entries only). The
+    gradient of the result is non-zero at ``rows`` only, so the backward's first product gathers
+    just those rows (``spmm_masked``) before the whole-table Horner steps of :class:`_LayerMean`
+    (which add the gradient back at ``rows``, scattered once into a zero table: ``scatter_add``).
+    Each product is recorded as ``spmm`` with the bytes it moves; ``half`` as in :class:`_LayerMean`."""
+
+    @staticmethod
+    def forward(ctx, x, adj, K, rows, slot, weight, bname, half=False):
+        span = _forward_span()
+        be = _backend(bname)
+        ctx.x_ref, ctx.deferred_l2 = weakref.ref(x), None
+        ctx.adj, ctx.K, ctx.rows, ctx.slot, ctx.weight, ctx.bname, ctx.half = adj, K, rows, slot, weight, bname, half
+        n, D, f, m = adj.n_rows, x.shape[1], _elem(x), rows.shape[0]
+        cur = _narrow(span, be, bname, x, 0) if half else x
+        fr, dt = _elem(cur), cur.dtype
+        acc = buffers.empty((n, D), x.dtype) if K > 1 else None
+        for k in range(K - 1):
+            cur = span.run("spmm", k, None, bname,
+                           lambda: costs.spmm(adj, D, fr, extra_read=n * D * f, extra_written=n * D * f),
+                           be.spmm_fused, adj, cur, 1.0, acc, x if k == 0 else None, None, weight, dt)
+        base, gamma = (acc, 1.0) if acc is not None else (x, weight)
+        ctx.rows_nnz = rows_nnz = int((adj.indptr[rows.numpy() + 1] - adj.indptr[rows.numpy()]).sum())
+        return span.run("spmm", K - 1, None, bname, lambda: costs.spmm_rows(adj, rows_nnz, m, D, fr, f),
+                        be.spmm_rows, adj, cur, rows, base, gamma, weight)
+
+    @staticmethod
+    def backward(ctx, g):
+        span = Span()
+        be, w, adj, K, rows = _backend(ctx.bname), ctx.weight, ctx.adj, ctx.K, ctx.rows
+        g = g.contiguous()
+        adj_t = adj.transpose()
+        m, D, f = g.shape[0], g.shape[1], _elem(g)
+        gh = _narrow(span, be, ctx.bname, g, K - 1, "backward") if ctx.half else g
+        fr = _elem(gh)
+        dt = g.dtype if K == 1 or not ctx.half else gh.dtype
+        h = span.run("spmm", K - 1, "backward", ctx.bname,
+                     lambda: costs.spmm_masked(adj_t, ctx.rows_nnz, m, D, fr, dt.itemsize, f),
+                     be.spmm_masked, adj_t, gh, rows, ctx.slot, w, g, w, dt)
+        if K > 1:
+            g_full = span.run("scatter_add", K - 1, "backward", ctx.bname,
+                              lambda: costs.kernel_cost(m * D * f, adj.n_rows * D * f, 0, "stream"),
+                              _rows_into_zeros, g, rows, adj.n_rows)
+            for k in range(K - 2, -1, -1):
+                dt = g.dtype if k == 0 else h.dtype
+                h = span.run("spmm", k, "backward", ctx.bname,
+                             lambda dt=dt: costs.spmm(adj_t, D, fr, extra_read=adj.n_rows * D * f,
+                                                      out_elem=dt.itemsize),
+                             be.spmm_fused, adj_t, h, 1.0, None, None, g_full, w, dt)
+        deferred, ctx.deferred_l2 = ctx.deferred_l2, None
+        if deferred is not None:
+            _RowsLoss.l2_grad_into(span, h, *deferred)
+        return h, None, None, None, None, None, None, None
+
+
+def _rows_into_zeros(g: torch.Tensor, rows: torch.Tensor, n: int) -> torch.Tensor:
+    """A zero ``(n, D)`` table with ``g``'s rows at ``rows`` (distinct)."""
+    out = buffers.zeros((n, g.shape[1]), g.dtype)
+    out.index_copy_(0, rows.long(), g)
+    return out
+
+
+def batch_rows(n: int, *ids) -> tuple:
+    """``(rows, slot)`` for the node ids in ``ids`` (int tensors or arrays, repeats allowed): the
+    distinct ids in order (int64 tensor) and ``slot`` (int32, ``n`` long) with ``slot[rows[i]] = i``
+    and -1 elsewhere: what :func:`layer_mean` reads at (``rows=``) and the map from node ids to
+    rows of its result. One pass over a mark table of ``n``, no sort."""
+    mark = np.zeros(n, dtype=np.bool_)
+    for t in ids:
+        mark[np.asarray(t)] = True
+    rows = np.flatnonzero(mark)
+    slot = np.full(n, -1, dtype=np.int32)
+    slot[rows] = np.arange(rows.shape[0], dtype=np.int32)
+    return torch.from_numpy(rows), torch.from_numpy(slot)
+
+
+# Read at rows (layer_mean's rows=) when they are at most this share of the table's; above it the
+# whole last layer is about as cheap and the result is gathered from it.
+ROWS_MAX_SHARE = 0.5
+
+
 # Tables up to this size are gathered through column blocks (see native.col_block_count); above
 # it a CSR with a locality order is propagated in that order instead.
 LOCALITY_MIN_BYTES = 96 << 20
@@ -116,13 +202,19 @@ def _permute_rows(span, be, bname, t: torch.Tensor, idx: torch.Tensor, phase=Non
                     be.gather, t, idx)
 
 
-def layer_mean(blocks, x: torch.Tensor, weight: float, precision: str = "fp32") -> torch.Tensor:
+def layer_mean(blocks, x: torch.Tensor, weight: float, precision: str = "fp32", rows=None) -> torch.Tensor:
     """LightGCN's propagation: ``weight * sum_{k=0..K} x_k[:n]`` where ``x_0 = x`` and
     ``x_k = blocks[K-k] @ x_{k-1}`` (``blocks[-1]`` applied first; each block's rows are a
     prefix of its columns, ``n = blocks[0].n_rows``). Pass the full adjacency K times
     for full-graph training. Differentiable wrt ``x``; each layer's SpMM (forward and
     backward) is recorded as ``spmm``. ``precision="bf16"`` (float32 ``x``, native backend): the
-    layers are stored in bf16, sums and the result in float32 (see :class:`_LayerMean`)."""
+    layers are stored in bf16, sums and the result in float32 (see :class:`_LayerMean`).
+
+    ``rows`` (the ``(rows, slot)`` of :func:`batch_rows`): only those rows of the result, in that
+    order. With one square matrix applied K times and rows at most :data:`ROWS_MAX_SHARE` of it
+    (and no locality order in play), the last layer is computed at those rows only and the
+    backward's first product gathers only their gradient (:class:`_LayerMeanRows`); otherwise
+    the whole result is computed and its rows gathered (recorded ``gather``)."""
     if not blocks:
         raise ValueError("layer_mean: needs at least one block (a model with 0 layers has no propagation)")
     _check_features(blocks[-1], "layer_mean x", x, blocks[-1].n_cols, "columns")
@@ -132,6 +224,14 @@ def layer_mean(blocks, x: torch.Tensor, weight: float, precision: str = "fp32") 
     if blocks[0].n_rows > x.shape[0]:
         raise ValueError(f"layer_mean: {blocks[0].n_rows} output rows but x has only {x.shape[0]}")
     half = _check_precision("layer_mean", precision, x, get_backend())
+    if rows is not None:
+        idx, slot = rows
+        a = blocks[0]
+        if (all(b is a for b in blocks) and a.n_rows == a.n_cols == x.shape[0]
+                and idx.shape[0] <= ROWS_MAX_SHARE * a.n_rows and _locality(blocks, x) is None):
+            return _apply(_LayerMeanRows, x.contiguous(), a, len(blocks), idx, slot, float(weight), get_backend(), half)
+        return gather(_apply(_LayerMean, x.contiguous(), blocks, float(weight), get_backend(), half), idx,
+                      layer=len(blocks))
     return _apply(_LayerMean, x.contiguous(), blocks, float(weight), get_backend(), half)
 
 
@@ -149,15 +249,16 @@ class _RowsLoss(torch.autograd.Function):
     the second not differentiable."""
 
     @staticmethod
-    def forward(ctx, out, table, u, p, n, off, coef, layers, bname):
+    def forward(ctx, out, table, u, p, n, off, coef, layers, bname, oidx=None):
         span = _forward_span()
         shared = out is not None and out is table
         # out = layer_mean(.., table): its backward adds the L2 gradient (see _LayerMean)
         lm = out.grad_fn if out is not None else None
-        ctx.lm = lm if (table is not None and coef and table.requires_grad and isinstance(lm, _LayerMean._backward_cls)
+        ctx.lm = lm if (table is not None and coef and table.requires_grad
+                        and isinstance(lm, (_LayerMean._backward_cls, _LayerMeanRows._backward_cls))
                         and lm.x_ref() is table) else None
         ctx.args = (None if out is None else out.detach(), None if table is None or not coef else table.detach(),
-                    u, p, n, off, coef, layers, bname, shared, ctx.lm is not None)
+                    u, p, n, off, coef, layers, bname, shared, ctx.lm is not None, oidx)
         total, bpr, ctx.grads = _RowsLoss.run(span, *ctx.args)
         ctx.mark_non_differentiable(bpr)
         return total, bpr
@@ -173,9 +274,10 @@ class _RowsLoss(torch.autograd.Function):
                  _backend(bname).sq_norm_rows, table, (u, p, n), coef, off, g)
 
     @staticmethod
-    def run(span, out, table, u, p, n, off, coef, layers, bname, shared, deferred, phase=None):
+    def run(span, out, table, u, p, n, off, coef, layers, bname, shared, deferred, oidx, phase=None):
         """``(total, bpr part)`` as 0-d tensors and the gradients ``(d/d out, d/d table)``; with
-        ``deferred`` the L2 term's value only (its gradient is left to the layer mean's backward)."""
+        ``deferred`` the L2 term's value only (its gradient is left to the layer mean's backward).
+        ``oidx``: the triples' rows in ``out`` (no offset) when they are not those of ``table``."""
         be = _backend(bname)
         ref = out if out is not None else table
         total, bpr = torch.zeros((), dtype=ref.dtype), torch.zeros((), dtype=ref.dtype)
@@ -183,9 +285,10 @@ class _RowsLoss(torch.autograd.Function):
         g_out = g_tab = None
         if out is not None:
             nt, D, f = out.shape[0], out.shape[1], _elem(out)
+            ou, op, on, ooff = (u, p, n, off) if oidx is None else (*oidx, 0)
             vn[1][()], g_out = span.run("bpr_loss", layers[0], phase, bname,
                                     lambda: costs.bpr_rows(u.shape[0], nt, D, f, u.element_size()),
-                                    be.bpr_rows, out, u, p, n, off)
+                                    be.bpr_rows, out, ou, op, on, ooff)
         if table is not None:
             nt, D, f = table.shape[0], table.shape[1], _elem(table)
             m = u.shape[0] + p.shape[0] + n.shape[0]
@@ -202,7 +305,7 @@ class _RowsLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g, _g_bpr):
         span = Span()
-        out, table, u, p, n, off, coef, layers, bname, _, _ = ctx.args
+        out, table, u, p, n, off, coef, layers, bname, _, _, _ = ctx.args
         # hand the gradients over without keeping a reference (autograd may then adopt them as
         # .grad without a copy); a second backward through a retained graph recomputes them
         grads, ctx.grads = ctx.grads, None
@@ -221,7 +324,7 @@ class _RowsLoss(torch.autograd.Function):
                     t.mul_(scale)
         span.run("bpr_loss" if out is not None else "l2_reg", layers[0] if out is not None else layers[1],
                  "backward", bname, lambda: costs.kernel_cost(nb, nb, nb // elem, "stream"), hand_over)
-        return (*grads, None, None, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None, None, None)
 
 
 def _check_rows(what: str, table: torch.Tensor, *idx: torch.Tensor) -> None:
@@ -235,15 +338,20 @@ def _check_rows(what: str, table: torch.Tensor, *idx: torch.Tensor) -> None:
 
 
 def bpr_l2_loss(out: torch.Tensor, table: torch.Tensor, u_rows, p_rows, n_rows, coef: float, *,
-                item_offset: int = 0, layers=(-1, 0)):
+                item_offset: int = 0, layers=(-1, 0), out_rows=None):
     """BPR on ``out`` plus ``coef/2 * sum ||table[j]||^2`` over the batch's rows of ``table`` (the
     LightGCN objective's L2 on the layer-0 embeddings) as one autograd node: users are rows
     ``u_rows``, items ``p_rows + item_offset`` / ``n_rows + item_offset`` of both tables. Returns
-    ``(loss, bpr part)`` (the second detached). Records ``bpr_loss`` and ``l2_reg``."""
+    ``(loss, bpr part)`` (the second detached). Records ``bpr_loss`` and ``l2_reg``.
+    ``out_rows``: ``(u, p, n)`` rows of ``out`` when it holds other rows than ``table`` (the
+    result of :func:`layer_mean` read at the batch's rows), no offset added."""
     _check_rows("bpr_l2_loss", out, u_rows, p_rows, n_rows)
     _check_rows("bpr_l2_loss", table)
+    if out_rows is not None:
+        _check_rows("bpr_l2_loss", out, *out_rows)
+        out_rows = tuple(t.contiguous() for t in out_rows)
     return _apply(_RowsLoss, out, table, u_rows.contiguous(), p_rows.contiguous(), n_rows.contiguous(),
-                  int(item_offset), float(coef), tuple(layers), get_backend())
+                  int(item_offset), float(coef), tuple(layers), get_backend(), out_rows)
 
 
 def bpr_loss(out: torch.Tensor, u_rows, p_rows, n_rows, *, layer: int = -1) -> torch.Tensor:

@@ -349,6 +349,91 @@ def spmm(indptr, pos, indices, values, eperm, row_scale, col_scale, x, out, boun
     return out
 
 
+@njit(**JIT)
+def spmm_rows(indptr, indices, values, row_scale, col_scale, x, rows, base, gamma, beta, out):
+    """``out[i] = gamma * base[r] + beta * row_scale[r] * sum_e w_e x[c_e]`` for ``r = rows[i]``: the product
+    at a subset of its rows, added to the running layer mean's rows (LightGCN's last layer, which
+    the loss reads only at the batch's rows). ``x`` may hold bf16 bits (uint16, widened on load);
+    the sums, ``base`` and ``out`` are float32 (or ``x``'s float type). Entries four at a time
+    and in CSR order, as in :func:`spmm`, so a row's sum is the unblocked product's bit for bit."""
+    D = x.shape[1]
+    one = _acc_dtype(out)(1)
+    for i in prange(rows.shape[0]):
+        r = rows[i]
+        tmp = np.zeros(D, dtype=out.dtype)
+        e = indptr[r]
+        end = indptr[r + 1]
+        lim = end - PREFETCH_AHEAD
+        while e + 4 <= end:
+            for k in range(4):
+                if e + k < lim:
+                    _prefetch_row(x, indices[e + k + PREFETCH_AHEAD])
+            c0 = indices[e]
+            c1 = indices[e + 1]
+            c2 = indices[e + 2]
+            c3 = indices[e + 3]
+            w0 = _edge_weight(values, None, col_scale, e, c0, one)
+            w1 = _edge_weight(values, None, col_scale, e + 1, c1, one)
+            w2 = _edge_weight(values, None, col_scale, e + 2, c2, one)
+            w3 = _edge_weight(values, None, col_scale, e + 3, c3, one)
+            for d in range(D):
+                tmp[d] = tmp[d] + ((w0 * _ld(x, c0, d) + w1 * _ld(x, c1, d))
+                                   + (w2 * _ld(x, c2, d) + w3 * _ld(x, c3, d)))
+            e += 4
+        while e < end:
+            c = indices[e]
+            w = _edge_weight(values, None, col_scale, e, c, one)
+            for d in range(D):
+                tmp[d] = tmp[d] + w * _ld(x, c, d)
+            e += 1
+        s = one
+        if row_scale is not None:
+            s = row_scale[r]
+        for d in range(D):
+            out[i, d] = gamma * base[r, d] + beta * (tmp[d] * s)
+    return out
+
+
+@njit(**JIT)
+def spmm_masked(indptr, indices, values, row_scale, col_scale, g, slot, alpha, addend, beta, out, bounds):
+    """``out[r] = alpha * row_scale[r] * sum_{e: slot[c_e] >= 0} w_e g[slot[c_e]]``, plus
+    ``beta * addend[slot[r]]`` where ``slot[r] >= 0``: the product ``W (S^T g)`` with ``g`` holding
+    only the rows ``S`` selects (``slot[node]`` its row in ``g``, -1 elsewhere), without the zero
+    rows of ``S^T g`` ever being gathered (the backward of :func:`spmm_rows`, where the gradient is
+    non-zero at the batch's rows only). ``g`` and ``out`` may hold bf16 bits; sums float32;
+    ``addend`` float. ``bounds``: nnz-balanced row chunks, as in :func:`spmm`."""
+    D = g.shape[1]
+    one = _acc_dtype(out)(1)
+    taken = np.zeros(1, dtype=np.int64)
+    n_ch = bounds.shape[0] - 1
+    for _w in prange(n_ch):
+        tmp = _scratch(out, D)
+        ch = _next_chunk(taken, 0)
+        while ch < n_ch:
+            for r in range(bounds[ch], bounds[ch + 1]):
+                for d in range(D):
+                    _acc_set(out, tmp, r, d, 0)
+                for e in range(indptr[r], indptr[r + 1]):
+                    c = indices[e]
+                    j = slot[c]
+                    if j >= 0:
+                        w = _edge_weight(values, None, col_scale, e, c, one)
+                        for d in range(D):
+                            _acc_set(out, tmp, r, d, _acc_get(out, tmp, r, d) + w * _ld(g, j, d))
+                s = alpha
+                if row_scale is not None:
+                    s = s * row_scale[r]
+                j = slot[r]
+                for d in range(D):
+                    v = _acc_get(out, tmp, r, d) * s
+                    if j >= 0:
+                        v = v + beta * addend[j, d]
+                    _acc_set(out, tmp, r, d, v)
+                _row_store(out, r, tmp)
+            ch = _next_chunk(taken, 0)
+    return out
+
+
 @njit(inline="always")
 def _finish_row(out, tmp, r, D, alpha, row_scale, acc, init, addend, beta, one):
     """Row ``r``'s last touches on its sum (see :func:`_acc_get`): the scale, then the fused

@@ -42,9 +42,15 @@ class LightGCN(nn.Module):
     def layer0(self) -> torch.Tensor:
         return self.embedding
 
-    def propagate(self, adj) -> torch.Tensor:
-        """Final representations of all nodes (full graph)."""
-        return self.propagate_blocks([adj] * self.layers, self.embedding)
+    def propagate(self, adj, rows=None) -> torch.Tensor:
+        """Final representations of all nodes (full graph); with ``rows`` (``(rows, slot)`` from
+        :func:`gnnrec_lab.kernels.batch_rows`) those rows only, in that order: the last layer is
+        then propagated at those rows alone (see :func:`gnnrec_lab.kernels.layer_mean`)."""
+        if rows is not None and self.layers:
+            return kernels.layer_mean([adj] * self.layers, self.embedding, 1.0 / (self.layers + 1), self.precision,
+                                      rows=rows)
+        out = self.propagate_blocks([adj] * self.layers, self.embedding)
+        return out if rows is None else kernels.gather(out, rows[0])
 
     def propagate_blocks(self, blocks, x: torch.Tensor) -> torch.Tensor:
         """Propagate through ``blocks`` (a sampled sub-graph's, or the full ``adj`` per layer).

@@ -6,13 +6,18 @@ import torch
 from gnnrec_lab import kernels
 
 
-def bpr_loss(model, out: torch.Tensor, users, pos, neg, l2: float):
+def bpr_loss(model, out: torch.Tensor, users, pos, neg, l2: float, rows=None):
     """BPR loss with L2 on the batch's layer-0 embeddings (LightGCN's protocol).
 
-    ``users`` are user ids, ``pos``/``neg`` item ids (0-based among items).
+    ``users`` are user ids, ``pos``/``neg`` item ids (0-based among items). ``rows``: the
+    ``(rows, slot)`` that ``out`` was propagated at (``model.propagate(adj, rows=rows)``), so the
+    triples' rows in ``out`` are their nodes' slots; None: ``out`` holds every node.
     Returns ``(loss, bpr_part)``; the L2 term is ``l2 * 0.5 * ||e0||^2 / batch``.
     """
-    return bpr_loss_rows(out, model.layer0, users, pos, neg, l2, item_offset=model.n_users)
+    off = model.n_users
+    out_rows = None if rows is None else (rows[1][users], rows[1][pos + off], rows[1][neg + off])
+    return kernels.bpr_l2_loss(out, model.layer0, users, pos, neg, l2 / users.shape[0], item_offset=off,
+                               layers=(-1, 0), out_rows=out_rows)
 
 
 def bpr_loss_rows(out: torch.Tensor, e0: torch.Tensor, u_rows, p_rows, n_rows, l2: float, item_offset: int = 0):

@@ -497,16 +497,29 @@ def _full_step(run, batches):
     recorder, model, opt = run.recorder, run.model, run.opt
     with recorder.in_phase("sampling"), recorder.timed("bpr_sample", pattern="gather", backend="numpy"):
         users, pos, neg = (torch.from_numpy(a) for a in next(batches))
+        rows = _batch_rows(run, users, pos, neg)
     with recorder.in_phase("forward"):
-        out = model.propagate(run.graph.adj)
+        out = model.propagate(run.graph.adj) if rows is None else model.propagate(run.graph.adj, rows=rows)
     with recorder.in_phase("loss"):
-        loss, _ = bpr_loss(model, out, users, pos, neg, run.config.l2)
+        loss, _ = bpr_loss(model, out, users, pos, neg, run.config.l2, rows=rows)
     with recorder.in_phase("backward"):
         opt.zero_grad(set_to_none=True)
         loss.backward()
     with recorder.in_phase("optimizer"):
         opt.step()
     return loss
+
+
+def _batch_rows(run, users, pos, neg):
+    """The batch's distinct rows (``kernels.batch_rows``) when the model's result can be read at them
+    (LightGCN: the last layer then propagated at those rows only) and they are at most
+    ``ROWS_MAX_SHARE`` of the nodes (a large batch touches most rows: the whole layer is as cheap);
+    else None."""
+    if not model_spec(run.config.model).layer_mean:
+        return None
+    n_users, n = run.model.n_users, run.graph.n_nodes
+    rows = kernels.batch_rows(n, users.numpy(), pos.numpy() + n_users, neg.numpy() + n_users)
+    return rows if rows[0].shape[0] <= kernels.fused.ROWS_MAX_SHARE * n else None
 
 
 def _sampled_step(run, batches, lr: float, cover):

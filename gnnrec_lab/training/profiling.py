@@ -36,14 +36,14 @@ from gnnrec_lab.training.reporting import Reporter
 
 # recorded kernel name -> the Function class that records it; other names (lincomb's and
 # elementwise's caller-chosen names) may match any Function class not listed here
-KERNEL_CLASSES = {"spmm": ("_SpMM", "_LayerMean"), "sddmm_dot": ("_SDDMM",), "sddmm_mul": ("_SDDMM",),
-                  "spmm_edge": ("_SpMMEdge",), "gather": ("_Gather",), "scatter_add": ("_Gather",),
-                  "gemm": ("_GEMM",), "bpr_loss": ("_RowsLoss",), "l2_reg": ("_RowsLoss", "_LayerMean"),
-                  "permute": ("_LayerMean",)}
-# Functions whose one call records several kernels: _LayerMean records one spmm per layer
-# (forward layers ascending, backward descending, then the L2 gradient a loss left to it),
+KERNEL_CLASSES = {"spmm": ("_SpMM", "_LayerMean", "_LayerMeanRows"), "sddmm_dot": ("_SDDMM",),
+                  "sddmm_mul": ("_SDDMM",), "spmm_edge": ("_SpMMEdge",), "gather": ("_Gather",),
+                  "scatter_add": ("_Gather", "_LayerMeanRows"), "gemm": ("_GEMM",), "bpr_loss": ("_RowsLoss",),
+                  "l2_reg": ("_RowsLoss", "_LayerMean", "_LayerMeanRows"), "permute": ("_LayerMean",)}
+# Functions whose one call records several kernels: _LayerMean (and _LayerMeanRows) records one spmm
+# per layer (forward layers ascending, backward descending, then the L2 gradient a loss left to it),
 # _RowsLoss bpr_loss then l2_reg; the event's time is shared among them
-MULTI_RECORD_CLASSES = {"_LayerMean", "_RowsLoss"}
+MULTI_RECORD_CLASSES = {"_LayerMean", "_LayerMeanRows", "_RowsLoss"}
 # records of timed blocks that are not autograd Functions (no profiler event of their own)
 PLAIN_BLOCKS = {"bpr_sample", "sample_wait", "sample_subgraph", "row_fetch", "row_writeback",
                 "sparse_adam"}
