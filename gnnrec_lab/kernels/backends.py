@@ -83,17 +83,17 @@ class Backend:
         idx = rows.long()
         return gamma * base[idx] + beta * self.spmm(adj, x)[idx].to(base.dtype)
 
-    def spmm_masked(self, adj, g, rows, slot, alpha, addend, beta, out_dtype=None):
-        """``alpha * W (S^T g) + beta * S^T addend``, ``S`` selecting ``rows`` (``slot[rows[i]] = i``, -1
-        elsewhere): the product of a gradient that is non-zero at ``rows`` only (see
-        :func:`gnnrec_lab.kernels.native.spmm_masked`). This generic form scatters ``g`` into a dense
-        table first; the native backend gathers only the selected rows."""
+    def spmm_scatter_rows(self, adj, g, rows, alpha, addend, beta):
+        """``alpha * W^T (S^T g) + beta * S^T addend`` for a square ``W``, ``S`` selecting ``rows``
+        (``g``'s row i is node ``rows[i]``): the transposed product of a gradient non-zero at
+        ``rows`` only (see :func:`gnnrec_lab.kernels.native.spmm_scatter_rows`). This generic form
+        scatters ``g`` into a dense table first; the native backend reads only the rows' entries."""
         idx = rows.long()
-        full = torch.zeros((adj.n_cols, g.shape[1]), dtype=g.dtype)
-        full[idx] = g
-        out = self.spmm(adj, full).to(addend.dtype).mul_(alpha)
+        full = torch.zeros((adj.n_rows, g.shape[1]), dtype=addend.dtype)
+        full[idx] = g.to(addend.dtype)
+        out = self.spmm(adj.transpose(), full).mul_(alpha)
         out[idx] += beta * addend
-        return out if out_dtype is None else out.to(out_dtype)
+        return out
 
     def narrow(self, x):
         """``x`` rounded to bfloat16 (torch's conversion: to nearest, ties to even)."""
@@ -180,19 +180,26 @@ class NativeBackend(Backend):
         f = _acc_type(xn)
         vals, rs, cs = self._weights(adj, np.dtype(f))
         out = buffers.empty((rows.shape[0], xn.shape[1]), base.dtype)
-        self._call(nk.spmm_rows, adj.indptr, adj.indices, vals, rs, cs, xn, _np(rows), _np(base), f(gamma), f(beta),
-                   out.numpy())
+        rn = _np(rows)
+        bounds = nk.rows_chunks(adj.indptr, rn, nk.threads())
+        self._call(nk.spmm_rows, adj.indptr, adj.indices, vals, rs, cs, xn, rn, _np(base), f(gamma), f(beta),
+                   out.numpy(), bounds)
         return out
 
-    def spmm_masked(self, adj, g, rows, slot, alpha, addend, beta, out_dtype=None):
-        """As :meth:`Backend.spmm_masked`; only the selected rows of ``g`` are gathered
-        (:func:`native.spmm_masked`). ``g`` and ``out_dtype`` may be bfloat16."""
+    def spmm_scatter_rows(self, adj, g, rows, alpha, addend, beta):
+        """As :meth:`Backend.spmm_scatter_rows`; a scatter from the rows' entries of ``adj``, each thread
+        owning a range of output rows (:func:`native.spmm_scatter_rows`). ``g`` may be bfloat16; the
+        result has ``addend``'s float dtype."""
         gn = _np(g)
         f = _acc_type(gn)
         vals, rs, cs = self._weights(adj, np.dtype(f))
-        out = buffers.empty((adj.n_rows, gn.shape[1]), g.dtype if out_dtype is None else out_dtype)
-        self._call(nk.spmm_masked, adj.indptr, adj.indices, vals, rs, cs, gn, _np(slot), f(alpha), _np(addend), f(beta),
-                   _np(out), self._bounds(adj))
+        out = buffers.empty((adj.n_cols, gn.shape[1]), addend.dtype)
+        aux, th = _aux(adj), nk.threads()
+        parts = aux.get(("parts", th))
+        if parts is None:
+            parts = aux[("parts", th)] = nk.row_chunks(adj.indptr, th)
+        self._call(nk.spmm_scatter_rows, adj.indptr, adj.indices, vals, rs, cs, gn, _np(rows), f(alpha),
+                   _np(addend), f(beta), out.numpy(), parts)
         return out
 
     def narrow(self, x):

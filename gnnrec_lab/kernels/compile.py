@@ -32,7 +32,7 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
             z = spmm_edge(adj, m)
             r = gather(x, torch.tensor([0, 1, 1]))
             h = layer_mean([adj, adj], x, 1 / 3)  # the fused SpMM's accumulate / addend forms
-            at = batch_rows(adj.n_rows, np.array([0, 3]))  # read at half the rows: spmm_rows, spmm_masked
+            at = batch_rows(adj.n_rows, np.array([0, 3]))  # read at half the rows: spmm_rows, spmm_scatter_rows
             hr = layer_mean([adj, adj], x, 1 / 3, rows=at)
             i0, i1 = torch.tensor([0]), torch.tensor([1])
             lt = bpr_l2_loss(h, u, i0, i1, i0, 0.1)[0] + sq_norm_rows(u, i1, 0.1)
@@ -66,7 +66,7 @@ def warmup(dtype: torch.dtype = torch.float32) -> float:
 # The numba kernels a training run compiles (warmup() covers them); calibration's micro-kernels
 # (kernels.microbench) and the graph's reordering (graph.reorder) are not among them.
 TRAINING_KERNELS = {name: getattr(native, name) for name in (
-    "spmm", "spmm_rows", "spmm_masked", "edge_aggregate", "edge_broadcast", "sddmm_dot", "sddmm_mul", "bpr_rows",
+    "spmm", "spmm_rows", "spmm_scatter_rows", "edge_aggregate", "edge_broadcast", "sddmm_dot", "sddmm_mul", "bpr_rows",
     "sq_norm_rows", "gather_rows", "permute_values", "scatter_add_rows", "bf16_narrow")} | {
     "rank_block": topk.rank_block}
 

@@ -76,14 +76,16 @@ def spmm_rows(adj, rows_nnz: int, n_rows: int, dim: int, elem: int, acc_elem: in
     return kernel_cost(read, n_rows * dim * acc_elem, 2 * rows_nnz * dim, "gather", dim * elem, gathered)
 
 
-def spmm_masked(adj, hit_nnz: int, n_sel: int, dim: int, elem: int, out_elem: int, addend_elem: int = 4) -> dict:
-    """:func:`spmm` of a table non-zero at ``n_sel`` rows only: every index is read (and its slot
-    looked up, 4 B), only the ``hit_nnz`` entries that reach a selected row gather one; the
-    selected rows' addend is read once; every output row is written."""
-    gathered = hit_nnz * dim * elem
-    read = (INDPTR_BYTES * (adj.n_rows + 1) + (adj.index_bytes + 4) * adj.nnz + weight_bytes(adj) + gathered
-            + n_sel * dim * addend_elem)
-    return kernel_cost(read, adj.n_rows * dim * out_elem, 2 * hit_nnz * dim, "gather", dim * elem, gathered)
+def spmm_scatter_rows(adj, rows_nnz: int, n_sel: int, dim: int, elem: int, out_elem: int = 4) -> dict:
+    """The transposed product of a table non-zero at ``n_sel`` rows only, as a scatter from their
+    ``rows_nnz`` entries: their row pointers, indices and weights, the selected rows read once
+    (``elem`` bytes per element) with their addend (``out_elem``), one output row updated per entry
+    (read and written, the random traffic) and every output row zeroed first."""
+    row = dim * out_elem
+    scattered = rows_nnz * row
+    wb = weight_bytes(adj) * rows_nnz // max(adj.nnz, 1)
+    read = 2 * INDPTR_BYTES * n_sel + adj.index_bytes * rows_nnz + wb + n_sel * dim * (elem + out_elem) + scattered
+    return kernel_cost(read, adj.n_cols * row + scattered, 2 * rows_nnz * dim, "gather", row, scattered)
 
 
 # The share of the last-level cache the cache-aware model lets gathered rows occupy (the rest holds

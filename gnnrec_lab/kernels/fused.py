@@ -98,17 +98,18 @@ class _LayerMeanRows(torch.autograd.Function):
     ``w * sum_k x_k[rows]``, a ``(len(rows), D)`` result (full-graph training, where the loss reads
     the batch's rows only). Layers 1 .. K-1 are whole (the next layer gathers from every row of
     theirs); the last is computed at ``rows`` (``spmm_rows``: the rows' entries only). The
-    gradient of the result is non-zero at ``rows`` only, so the backward's first product gathers
-    just those rows (``spmm_masked``) before the whole-table Horner steps of :class:`_LayerMean`
-    (which add the gradient back at ``rows``, scattered once into a zero table: ``scatter_add``).
-    Each product is recorded as ``spmm`` with the bytes it moves; ``half`` as in :class:`_LayerMean`."""
+    gradient of the result is non-zero at ``rows`` only, so the backward's first product is a
+    scatter from those rows' entries (``spmm_scatter_rows``) before the whole-table Horner steps
+    of :class:`_LayerMean`, each adding the gradient back at ``rows`` (bf16: through a dense copy
+    of it, recorded ``scatter_add``, so the sum is rounded once). Each product is recorded as
+    ``spmm`` with the bytes it moves; ``half`` as in :class:`_LayerMean`."""
 
     @staticmethod
-    def forward(ctx, x, adj, K, rows, slot, weight, bname, half=False):
+    def forward(ctx, x, adj, K, rows, weight, bname, half=False):
         span = _forward_span()
         be = _backend(bname)
         ctx.x_ref, ctx.deferred_l2 = weakref.ref(x), None
-        ctx.adj, ctx.K, ctx.rows, ctx.slot, ctx.weight, ctx.bname, ctx.half = adj, K, rows, slot, weight, bname, half
+        ctx.adj, ctx.K, ctx.rows, ctx.weight, ctx.bname, ctx.half = adj, K, rows, weight, bname, half
         n, D, f, m = adj.n_rows, x.shape[1], _elem(x), rows.shape[0]
         cur = _narrow(span, be, bname, x, 0) if half else x
         fr, dt = _elem(cur), cur.dtype
@@ -125,30 +126,43 @@ class _LayerMeanRows(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         span = Span()
-        be, w, adj, K, rows = _backend(ctx.bname), ctx.weight, ctx.adj, ctx.K, ctx.rows
+        be, w, adj, K, rows, bname = _backend(ctx.bname), ctx.weight, ctx.adj, ctx.K, ctx.rows, ctx.bname
         g = g.contiguous()
         adj_t = adj.transpose()
-        m, D, f = g.shape[0], g.shape[1], _elem(g)
-        gh = _narrow(span, be, ctx.bname, g, K - 1, "backward") if ctx.half else g
+        n, m, D, f = adj.n_rows, g.shape[0], g.shape[1], _elem(g)
+        gh = _narrow(span, be, bname, g, K - 1, "backward") if ctx.half else g
         fr = _elem(gh)
-        dt = g.dtype if K == 1 or not ctx.half else gh.dtype
-        h = span.run("spmm", K - 1, "backward", ctx.bname,
-                     lambda: costs.spmm_masked(adj_t, ctx.rows_nnz, m, D, fr, dt.itemsize, f),
-                     be.spmm_masked, adj_t, gh, rows, ctx.slot, w, g, w, dt)
-        if K > 1:
-            g_full = span.run("scatter_add", K - 1, "backward", ctx.bname,
-                              lambda: costs.kernel_cost(m * D * f, adj.n_rows * D * f, 0, "stream"),
-                              _rows_into_zeros, g, rows, adj.n_rows)
-            for k in range(K - 2, -1, -1):
+        # the last layer's transposed product from the rows' gradient alone, float32 (then narrowed
+        # for the bf16 layers below it, as the whole product's output would be)
+        h = span.run("spmm", K - 1, "backward", bname,
+                     lambda: costs.spmm_scatter_rows(adj, ctx.rows_nnz, m, D, fr, f),
+                     be.spmm_scatter_rows, adj, gh, rows, w, g, w)
+        if K > 1 and ctx.half:
+            h = _narrow(span, be, bname, h, K - 1, "backward")
+            g_full = span.run("scatter_add", K - 1, "backward", bname,
+                              lambda: costs.kernel_cost(m * D * f, n * D * f, 0, "stream"),
+                              _rows_into_zeros, g, rows, n)
+        for k in range(K - 2, -1, -1):
+            if ctx.half:  # bf16 layers: the gradient's rows added before each row is rounded
                 dt = g.dtype if k == 0 else h.dtype
-                h = span.run("spmm", k, "backward", ctx.bname,
-                             lambda dt=dt: costs.spmm(adj_t, D, fr, extra_read=adj.n_rows * D * f,
-                                                      out_elem=dt.itemsize),
+                h = span.run("spmm", k, "backward", bname,
+                             lambda dt=dt: costs.spmm(adj_t, D, fr, extra_read=n * D * f, out_elem=dt.itemsize),
                              be.spmm_fused, adj_t, h, 1.0, None, None, g_full, w, dt)
+            else:         # float32: the product, then the rows' gradient added at the rows only
+                h = span.run("spmm", k, "backward", bname,
+                             lambda: costs.spmm(adj_t, D, f, extra_read=m * D * f + m * 8, extra_written=m * D * f),
+                             _spmm_add_rows, be, adj_t, h, rows, g, w)
         deferred, ctx.deferred_l2 = ctx.deferred_l2, None
         if deferred is not None:
             _RowsLoss.l2_grad_into(span, h, *deferred)
-        return h, None, None, None, None, None, None, None
+        return h, None, None, None, None, None, None
+
+
+def _spmm_add_rows(be, adj, h: torch.Tensor, rows: torch.Tensor, g: torch.Tensor, beta: float) -> torch.Tensor:
+    """``W h`` with ``beta * g[i]`` added at row ``rows[i]`` (after the row's sum, as the fused addend is)."""
+    out = be.spmm_fused(adj, h)
+    out.index_add_(0, rows, g, alpha=beta)
+    return out
 
 
 def _rows_into_zeros(g: torch.Tensor, rows: torch.Tensor, n: int) -> torch.Tensor:
@@ -225,11 +239,11 @@ def layer_mean(blocks, x: torch.Tensor, weight: float, precision: str = "fp32", 
         raise ValueError(f"layer_mean: {blocks[0].n_rows} output rows but x has only {x.shape[0]}")
     half = _check_precision("layer_mean", precision, x, get_backend())
     if rows is not None:
-        idx, slot = rows
+        idx = rows[0]
         a = blocks[0]
         if (all(b is a for b in blocks) and a.n_rows == a.n_cols == x.shape[0]
                 and idx.shape[0] <= ROWS_MAX_SHARE * a.n_rows and _locality(blocks, x) is None):
-            return _apply(_LayerMeanRows, x.contiguous(), a, len(blocks), idx, slot, float(weight), get_backend(), half)
+            return _apply(_LayerMeanRows, x.contiguous(), a, len(blocks), idx, float(weight), get_backend(), half)
         return gather(_apply(_LayerMean, x.contiguous(), blocks, float(weight), get_backend(), half), idx,
                       layer=len(blocks))
     return _apply(_LayerMean, x.contiguous(), blocks, float(weight), get_backend(), half)

@@ -350,87 +350,102 @@ def spmm(indptr, pos, indices, values, eperm, row_scale, col_scale, x, out, boun
 
 
 @njit(**JIT)
-def spmm_rows(indptr, indices, values, row_scale, col_scale, x, rows, base, gamma, beta, out):
+def spmm_rows(indptr, indices, values, row_scale, col_scale, x, rows, base, gamma, beta, out, bounds):
     """``out[i] = gamma * base[r] + beta * row_scale[r] * sum_e w_e x[c_e]`` for ``r = rows[i]``: the product
     at a subset of its rows, added to the running layer mean's rows (LightGCN's last layer, which
     the loss reads only at the batch's rows). ``x`` may hold bf16 bits (uint16, widened on load);
     the sums, ``base`` and ``out`` are float32 (or ``x``'s float type). Entries four at a time
-    and in CSR order, as in :func:`spmm`, so a row's sum is the unblocked product's bit for bit."""
+    and in CSR order, as in :func:`spmm`, so a row's sum is the unblocked product's bit for bit.
+    ``bounds``: chunks of ``rows`` balanced by their entries (:func:`rows_chunks`), taken by the
+    threads as they finish (popular items' rows are long)."""
     D = x.shape[1]
-    one = _acc_dtype(out)(1)
-    for i in prange(rows.shape[0]):
-        r = rows[i]
-        tmp = np.zeros(D, dtype=out.dtype)
-        e = indptr[r]
-        end = indptr[r + 1]
-        lim = end - PREFETCH_AHEAD
-        while e + 4 <= end:
-            for k in range(4):
-                if e + k < lim:
-                    _prefetch_row(x, indices[e + k + PREFETCH_AHEAD])
-            c0 = indices[e]
-            c1 = indices[e + 1]
-            c2 = indices[e + 2]
-            c3 = indices[e + 3]
-            w0 = _edge_weight(values, None, col_scale, e, c0, one)
-            w1 = _edge_weight(values, None, col_scale, e + 1, c1, one)
-            w2 = _edge_weight(values, None, col_scale, e + 2, c2, one)
-            w3 = _edge_weight(values, None, col_scale, e + 3, c3, one)
-            for d in range(D):
-                tmp[d] = tmp[d] + ((w0 * _ld(x, c0, d) + w1 * _ld(x, c1, d))
-                                   + (w2 * _ld(x, c2, d) + w3 * _ld(x, c3, d)))
-            e += 4
-        while e < end:
-            c = indices[e]
-            w = _edge_weight(values, None, col_scale, e, c, one)
-            for d in range(D):
-                tmp[d] = tmp[d] + w * _ld(x, c, d)
-            e += 1
-        s = one
-        if row_scale is not None:
-            s = row_scale[r]
-        for d in range(D):
-            out[i, d] = gamma * base[r, d] + beta * (tmp[d] * s)
-    return out
-
-
-@njit(**JIT)
-def spmm_masked(indptr, indices, values, row_scale, col_scale, g, slot, alpha, addend, beta, out, bounds):
-    """``out[r] = alpha * row_scale[r] * sum_{e: slot[c_e] >= 0} w_e g[slot[c_e]]``, plus
-    ``beta * addend[slot[r]]`` where ``slot[r] >= 0``: the product ``W (S^T g)`` with ``g`` holding
-    only the rows ``S`` selects (``slot[node]`` its row in ``g``, -1 elsewhere), without the zero
-    rows of ``S^T g`` ever being gathered (the backward of :func:`spmm_rows`, where the gradient is
-    non-zero at the batch's rows only). ``g`` and ``out`` may hold bf16 bits; sums float32;
-    ``addend`` float. ``bounds``: nnz-balanced row chunks, as in :func:`spmm`."""
-    D = g.shape[1]
     one = _acc_dtype(out)(1)
     taken = np.zeros(1, dtype=np.int64)
     n_ch = bounds.shape[0] - 1
     for _w in prange(n_ch):
-        tmp = _scratch(out, D)
+        tmp = np.empty(D, dtype=out.dtype)
         ch = _next_chunk(taken, 0)
         while ch < n_ch:
-            for r in range(bounds[ch], bounds[ch + 1]):
+            for i in range(bounds[ch], bounds[ch + 1]):
+                r = rows[i]
                 for d in range(D):
-                    _acc_set(out, tmp, r, d, 0)
-                for e in range(indptr[r], indptr[r + 1]):
+                    tmp[d] = 0
+                e = indptr[r]
+                end = indptr[r + 1]
+                lim = end - PREFETCH_AHEAD
+                while e + 4 <= end:
+                    for k in range(4):
+                        if e + k < lim:
+                            _prefetch_row(x, indices[e + k + PREFETCH_AHEAD])
+                    c0 = indices[e]
+                    c1 = indices[e + 1]
+                    c2 = indices[e + 2]
+                    c3 = indices[e + 3]
+                    w0 = _edge_weight(values, None, col_scale, e, c0, one)
+                    w1 = _edge_weight(values, None, col_scale, e + 1, c1, one)
+                    w2 = _edge_weight(values, None, col_scale, e + 2, c2, one)
+                    w3 = _edge_weight(values, None, col_scale, e + 3, c3, one)
+                    for d in range(D):
+                        tmp[d] = tmp[d] + ((w0 * _ld(x, c0, d) + w1 * _ld(x, c1, d))
+                                           + (w2 * _ld(x, c2, d) + w3 * _ld(x, c3, d)))
+                    e += 4
+                while e < end:
                     c = indices[e]
-                    j = slot[c]
-                    if j >= 0:
-                        w = _edge_weight(values, None, col_scale, e, c, one)
-                        for d in range(D):
-                            _acc_set(out, tmp, r, d, _acc_get(out, tmp, r, d) + w * _ld(g, j, d))
-                s = alpha
+                    w = _edge_weight(values, None, col_scale, e, c, one)
+                    for d in range(D):
+                        tmp[d] = tmp[d] + w * _ld(x, c, d)
+                    e += 1
+                s = one
                 if row_scale is not None:
-                    s = s * row_scale[r]
-                j = slot[r]
+                    s = row_scale[r]
                 for d in range(D):
-                    v = _acc_get(out, tmp, r, d) * s
-                    if j >= 0:
-                        v = v + beta * addend[j, d]
-                    _acc_set(out, tmp, r, d, v)
-                _row_store(out, r, tmp)
+                    out[i, d] = gamma * base[r, d] + beta * (tmp[d] * s)
             ch = _next_chunk(taken, 0)
+    return out
+
+
+def rows_chunks(indptr, rows, threads: int) -> np.ndarray:
+    """Chunk bounds over ``rows`` (positions into it), :func:`work_chunk_count` chunks of about
+    equal entries of ``indptr`` each."""
+    deg = indptr[rows + 1] - indptr[rows]
+    cum = np.concatenate([[0], np.cumsum(deg)])
+    n_chunks = work_chunk_count(int(cum[-1]), threads)
+    b = np.searchsorted(cum, np.linspace(0, cum[-1], n_chunks + 1), side="left").astype(np.int64)
+    b[0], b[-1] = 0, rows.shape[0]
+    return np.unique(np.clip(b, 0, rows.shape[0]))
+
+
+@njit(**JIT)
+def spmm_scatter_rows(indptr, indices, values, row_scale, col_scale, g, rows, alpha, addend, beta, out, parts):
+    """``out = alpha * W^T (S^T g) + beta * S^T addend`` where ``S`` selects ``rows`` (``g``'s row i
+    belongs to node ``rows[i]``): the transposed product of a gradient that is non-zero at the
+    batch's rows only, as a scatter from those rows' entries of ``W`` (``out[c_e] += w_e g[i]``),
+    so its cost is their entries, not the matrix's (the backward of :func:`spmm_rows`). Thread
+    ``t`` owns the output rows ``parts[t] .. parts[t+1]``: it zeroes them and takes the entries
+    that land there (no two threads write a row). ``g`` may hold bf16 bits; ``out`` and
+    ``addend`` float."""
+    D = g.shape[1]
+    one = _acc_dtype(out)(1)
+    for t in prange(parts.shape[0] - 1):
+        lo = parts[t]
+        hi = parts[t + 1]
+        for r in range(lo, hi):
+            for d in range(D):
+                out[r, d] = 0
+        for i in range(rows.shape[0]):
+            r = rows[i]
+            rs = alpha
+            if row_scale is not None:
+                rs = rs * row_scale[r]
+            if lo <= r < hi:
+                for d in range(D):
+                    out[r, d] += beta * addend[i, d]
+            for e in range(indptr[r], indptr[r + 1]):
+                c = indices[e]
+                if lo <= c < hi:
+                    w = rs * _edge_weight(values, None, col_scale, e, c, one)
+                    for d in range(D):
+                        out[c, d] += w * _ld(g, i, d)
     return out
 
 
