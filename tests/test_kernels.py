@@ -390,6 +390,36 @@ def test_fused_bpr_and_l2_match_torch_reference_and_gradcheck(backend):
                                                i0, i1, torch.tensor([2])), torch.tensor(5400.0, dtype=torch.float64))
 
 
+def test_loss_kernels_give_the_same_bits_on_one_thread_and_on_several():
+    """bpr_rows and sq_norm_rows run their gradient rows on threads that each own a range of rows,
+    taking the triples in order: repeated rows (a user twice, pos == neg) get their terms in the
+    serial order, so 1 and 2 threads agree bit for bit, loss included."""
+    import numba
+    torch.manual_seed(3)
+    be, ref = kernels.registry.backend("native"), kernels.registry.backend("torch")
+    for rows, b in ((50, 300), (4000, 300)):  # the L2 term by row counts (many occurrences) or per occurrence
+        out = torch.randn(rows, 8)
+        u = torch.randint(0, 20, (b,))
+        p, n = torch.randint(0, 30, (b,)), torch.randint(0, 30, (b,))
+        n[:10] = p[:10]
+        got = {}
+        before = numba.get_num_threads()
+        try:
+            for th in (1, 2):
+                numba.set_num_threads(th)
+                loss, g = be.bpr_rows(out, u, p, n, 20)
+                val, g2 = be.sq_norm_rows(out, (u, p, n), 0.3, 20)
+                got[th] = (loss, g, val, g2)
+        finally:
+            numba.set_num_threads(before)
+        assert got[1][0] == got[2][0] and got[1][2] == got[2][2]
+        assert torch.equal(got[1][1], got[2][1]) and torch.equal(got[1][3], got[2][3])
+        ref_loss, ref_g = ref.bpr_rows(out, u, p, n, 20)
+        ref_val, ref_g2 = ref.sq_norm_rows(out, (u, p, n), 0.3, 20)
+        assert got[2][0] == pytest.approx(ref_loss, rel=1e-5) and torch.allclose(got[2][1], ref_g, atol=1e-6)
+        assert got[2][2] == pytest.approx(ref_val, rel=1e-5) and torch.allclose(got[2][3], ref_g2, atol=1e-5)
+
+
 def _bpr_l2_reference(out, table, u, p, n, coef, off):
     ou, op, on = out[u], out[p + off], out[n + off]
     tu, tp, tn = table[u], table[p + off], table[n + off]

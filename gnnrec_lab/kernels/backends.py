@@ -306,7 +306,8 @@ class NativeBackend(Backend):
 
     def bpr_rows(self, out, u, p, n, off=0):
         g = buffers.zeros(out.shape, out.dtype)
-        loss = self._call(nk.bpr_rows, _np(out), _np(u), _np(p), _np(n), int(off), g.numpy())
+        loss = self._call(nk.bpr_rows, _np(out), _np(u), _np(p), _np(n), int(off), g.numpy(),
+                          nk.row_parts(out.shape[0], nk.threads()))
         return loss, g
 
     def sq_norm_rows(self, table, rows, coef, off=0, g=None, grad=True):
@@ -317,7 +318,8 @@ class NativeBackend(Backend):
             g = buffers.zeros(table.shape, table.dtype)
         tn = _np(table)
         u, p, n = (_np(r) for r in rows)
-        val = self._call(nk.sq_norm_rows, tn, u, p, n, int(off), tn.dtype.type(coef), g.numpy() if grad else None)
+        val = self._call(nk.sq_norm_rows, tn, u, p, n, int(off), tn.dtype.type(coef), g.numpy() if grad else None,
+                         nk.row_parts(tn.shape[0], nk.threads()))
         return val, g
 
     def gather(self, table, idx):

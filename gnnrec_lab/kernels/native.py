@@ -741,61 +741,128 @@ def sddmm_mul(indptr, indices, u, v, out, bounds):
     return out
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz"})
-def bpr_rows(out, u, p, n, off, gout):
+@njit(parallel=True, cache=True, nogil=True, fastmath={"reassoc", "nsz"})
+def bpr_rows(out, u, p, n, off, gout, parts):
     """Mean BPR loss ``softplus(-(out[u].out[p+off] - out[u].out[n+off]))`` over the triples, and
-    its gradient added into ``gout`` (zeroed by the caller): one pass, each row read once per use.
-    ``off`` is added to the item indices (items follow the users in a node table).
+    its gradient added into ``gout`` (zeroed by the caller), each row read once per use. ``off``
+    is added to the item indices (items follow the users in a node table).
 
-    Serial: a batch is small next to the propagation, and its rows repeat (a scatter with
-    duplicates would need atomics). The dot is reassociated (vectorised); softplus and the
-    sigmoid are taken in float64 (torch's threshold: softplus(x) = x for x > 20)."""
+    Two parallel passes: the triples' scores and gradient scales (each triple on its own), then
+    the gradient rows, thread ``t`` owning the rows ``parts[t] .. parts[t+1]`` and taking the
+    triples in order (rows repeat in a batch: no two threads add into one row, and each row
+    receives its terms in the serial order). The loss is summed in triple order. The dot is
+    reassociated (vectorised); softplus and the sigmoid are taken in float64 (torch's
+    threshold: softplus(x) = x for x > 20)."""
     B = u.shape[0]
     D = out.shape[1]
     zero = np.zeros(1, dtype=out.dtype)[0]
-    total = 0.0
     inv = 1.0 / B
-    for i in range(B):
+    terms = np.empty(B, dtype=np.float64)
+    scale = np.empty(B, dtype=out.dtype)
+    for i in prange(B):
         a, b, c = u[i], p[i] + off, n[i] + off
         s = zero
         for d in range(D):
             s += out[a, d] * (out[b, d] - out[c, d])
         x = -float(s)
-        total += x if x > 20.0 else np.log1p(np.exp(x))
-        gs = out.dtype.type(-inv / (1.0 + np.exp(-x)))  # d loss / d s = -sigmoid(x) / B
-        for d in range(D):
-            ua = out[a, d]
-            gout[a, d] += gs * (out[b, d] - out[c, d])
-            gout[b, d] += gs * ua
-            gout[c, d] -= gs * ua
+        terms[i] = x if x > 20.0 else np.log1p(np.exp(x))
+        scale[i] = out.dtype.type(-inv / (1.0 + np.exp(-x)))  # d loss / d s = -sigmoid(x) / B
+    for t in prange(parts.shape[0] - 1):
+        lo = parts[t]
+        hi = parts[t + 1]
+        for i in range(B):
+            a, b, c = u[i], p[i] + off, n[i] + off
+            gs = scale[i]
+            if lo <= a < hi:
+                for d in range(D):
+                    gout[a, d] += gs * (out[b, d] - out[c, d])
+            if lo <= b < hi:
+                for d in range(D):
+                    gout[b, d] += gs * out[a, d]
+            if lo <= c < hi:
+                for d in range(D):
+                    gout[c, d] -= gs * out[a, d]
+    total = 0.0
+    for i in range(B):
+        total += terms[i]
     return total * inv
 
 
 @njit(inline="always")
-def _sq_norm_part(table, idx, off, coef, g):
+def _sq_norm_part(table, idx, off, coef, g, parts):
     D = table.shape[1]
     zero = np.zeros(1, dtype=table.dtype)[0]
-    total = 0.0
-    for i in range(idx.shape[0]):
+    m = idx.shape[0]
+    sq = np.empty(m, dtype=np.float64)
+    for i in prange(m):
         j = idx[i] + off
         s = zero
         for d in range(D):
             v = table[j, d]
             s += v * v
-            if g is not None:
-                g[j, d] += coef * v
-        total += float(s)
+        sq[i] = float(s)
+    if g is not None:
+        for t in prange(parts.shape[0] - 1):
+            lo = parts[t]
+            hi = parts[t + 1]
+            for i in range(m):
+                j = idx[i] + off
+                if lo <= j < hi:
+                    for d in range(D):
+                        g[j, d] += coef * table[j, d]
+    total = 0.0
+    for i in range(m):
+        total += sq[i]
     return total
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz"})
-def sq_norm_rows(table, u, p, n, off, coef, g):
+@njit(parallel=True, cache=True, nogil=True, fastmath={"reassoc", "nsz"})
+def sq_norm_rows(table, u, p, n, off, coef, g, parts):
     """``coef * 0.5 * sum ||table[j]||^2`` over the rows ``j`` in ``u``, ``p + off`` and ``n + off``
     (a BPR batch's user and item rows; pass empty ``p``/``n`` for one index list), and its gradient
-    ``coef * table[j]`` added into ``g`` per occurrence (``g`` None: the value only)."""
-    total = (_sq_norm_part(table, u, 0, coef, g) + _sq_norm_part(table, p, off, coef, g)
-             + _sq_norm_part(table, n, off, coef, g))
+    ``coef * table[j]`` added into ``g`` per occurrence (``g`` None: the value only).
+
+    Parallel. Few occurrences against the table's rows: as :func:`bpr_rows`, the squares each on
+    its own, the gradient by owned row ranges (``parts``), the sum in index order. Occurrences at
+    least a quarter of the rows (a large batch): each row once, in row order, with its count
+    ``k`` (``k * ||t||^2``, gradient ``k coef t``): a streaming pass instead of random ones."""
+    rows = table.shape[0]
+    m = u.shape[0] + p.shape[0] + n.shape[0]
+    if 4 * m < rows:
+        total = (_sq_norm_part(table, u, 0, coef, g, parts) + _sq_norm_part(table, p, off, coef, g, parts)
+                 + _sq_norm_part(table, n, off, coef, g, parts))
+        return 0.5 * float(coef) * total
+    D = table.shape[1]
+    zero = np.zeros(1, dtype=table.dtype)[0]
+    cnt = np.zeros(rows, dtype=np.int32)
+    for i in range(u.shape[0]):
+        cnt[u[i]] += 1
+    for i in range(p.shape[0]):
+        cnt[p[i] + off] += 1
+    for i in range(n.shape[0]):
+        cnt[n[i] + off] += 1
+    sq = np.zeros(rows, dtype=np.float64)
+    for j in prange(rows):
+        k = cnt[j]
+        if k:
+            s = zero
+            for d in range(D):
+                v = table[j, d]
+                s += v * v
+            sq[j] = k * float(s)
+            if g is not None:
+                c = coef * k
+                for d in range(D):
+                    g[j, d] += c * table[j, d]
+    total = 0.0
+    for j in range(rows):
+        total += sq[j]
     return 0.5 * float(coef) * total
+
+
+def row_parts(n_rows: int, threads: int) -> np.ndarray:
+    """``threads`` equal ranges of ``n_rows`` rows, as bounds (the row owners of :func:`bpr_rows`)."""
+    return np.linspace(0, n_rows, max(1, threads) + 1).astype(np.int64)
 
 
 @njit(**JIT)
