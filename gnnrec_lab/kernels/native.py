@@ -440,7 +440,12 @@ def spmm_scatter_rows(indptr, indices, values, row_scale, col_scale, g, rows, al
             if lo <= r < hi:
                 for d in range(D):
                     out[r, d] += beta * addend[i, d]
-            for e in range(indptr[r], indptr[r + 1]):
+            end = indptr[r + 1]
+            for e in range(indptr[r], end):
+                if e + PREFETCH_AHEAD < end:
+                    ca = indices[e + PREFETCH_AHEAD]
+                    if lo <= ca < hi:
+                        _prefetch_row(out, ca)
                 c = indices[e]
                 if lo <= c < hi:
                     w = rs * _edge_weight(values, None, col_scale, e, c, one)
@@ -741,6 +746,9 @@ def sddmm_mul(indptr, indices, u, v, out, bounds):
     return out
 
 
+BPR_PREFETCH_AHEAD = 8  # triples ahead whose rows bpr_rows prefetches
+
+
 @njit(parallel=True, cache=True, nogil=True, fastmath={"reassoc", "nsz"})
 def bpr_rows(out, u, p, n, off, gout, parts):
     """Mean BPR loss ``softplus(-(out[u].out[p+off] - out[u].out[n+off]))`` over the triples, and
@@ -760,6 +768,11 @@ def bpr_rows(out, u, p, n, off, gout, parts):
     terms = np.empty(B, dtype=np.float64)
     scale = np.empty(B, dtype=out.dtype)
     for i in prange(B):
+        if i + BPR_PREFETCH_AHEAD < B:  # the triples' rows are random: load those ahead while this one sums
+            k = i + BPR_PREFETCH_AHEAD
+            _prefetch_row(out, u[k])
+            _prefetch_row(out, p[k] + off)
+            _prefetch_row(out, n[k] + off)
         a, b, c = u[i], p[i] + off, n[i] + off
         s = zero
         for d in range(D):
@@ -771,6 +784,17 @@ def bpr_rows(out, u, p, n, off, gout, parts):
         lo = parts[t]
         hi = parts[t + 1]
         for i in range(B):
+            if i + BPR_PREFETCH_AHEAD < B:
+                k = i + BPR_PREFETCH_AHEAD
+                ka, kb, kc = u[k], p[k] + off, n[k] + off
+                if lo <= ka < hi:
+                    _prefetch_row(gout, ka)
+                    _prefetch_row(out, kb)
+                    _prefetch_row(out, kc)
+                if lo <= kb < hi or lo <= kc < hi:
+                    _prefetch_row(out, ka)
+                    _prefetch_row(gout, kb)
+                    _prefetch_row(gout, kc)
             a, b, c = u[i], p[i] + off, n[i] + off
             gs = scale[i]
             if lo <= a < hi:
