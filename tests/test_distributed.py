@@ -364,7 +364,11 @@ def test_emulated_cluster_stopped_half_way_leaves_nothing(sig, tmp_path):
                           "--dataset", "synth-tiny",
                           "--layers", "2", "--dim", "16", "--batch-size", "256", "--epochs", "50"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "GNNREC_LAB_HOME": str(home)})
+                         env={**os.environ, "GNNREC_LAB_HOME": str(home)},
+                         # as from a shell: a SIGINT ignored in this process (inherited across exec) would
+                         # leave the launcher deaf to Ctrl-C, and the run would train to its end
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    parent_sigint = signal.getsignal(signal.SIGINT)
     try:
         deadline = time.monotonic() + 300
         workdir = None
@@ -390,7 +394,8 @@ def test_emulated_cluster_stopped_half_way_leaves_nothing(sig, tmp_path):
             left = EmulatedCluster(2, 1, 1)
             left.created = sorted(_our_namespaces() - before_ns)
             left.teardown()
-    assert p.returncode == (130 if sig == signal.SIGINT else 128 + signal.SIGTERM), err[-3000:]
+    assert p.returncode == (130 if sig == signal.SIGINT else 128 + signal.SIGTERM), (
+        f"SIGINT in the test process: {parent_sigint}\n" + err[-3000:])
     assert "Traceback" not in err
     assert _our_namespaces() <= before_ns
     assert _procs_mentioning(str(workdir)) == []
