@@ -16,16 +16,17 @@ def bpr_loss(model, out: torch.Tensor, users, pos, neg, l2: float, rows=None):
     """
     off = model.n_users
     out_rows = None if rows is None else (rows[1][users], rows[1][pos + off], rows[1][neg + off])
-    return kernels.bpr_l2_loss(out, model.layer0, users, pos, neg, l2 / users.shape[0], item_offset=off,
-                               layers=(-1, 0), out_rows=out_rows)
+    return bpr_loss_rows(out, model.layer0, users, pos, neg, l2, item_offset=off, out_rows=out_rows)
 
 
-def bpr_loss_rows(out: torch.Tensor, e0: torch.Tensor, u_rows, p_rows, n_rows, l2: float, item_offset: int = 0):
+def bpr_loss_rows(out: torch.Tensor, e0: torch.Tensor, u_rows, p_rows, n_rows, l2: float, item_offset: int = 0,
+                  out_rows=None):
     """BPR + L2 given row indices into ``out`` (final) and ``e0`` (layer-0) tables; item rows
-    are ``p_rows + item_offset`` and ``n_rows + item_offset``.
+    are ``p_rows + item_offset`` and ``n_rows + item_offset`` (``out_rows``: the triples' own rows
+    of ``out``, no offset, when ``out`` holds other rows than ``e0``).
 
     One autograd node (:func:`gnnrec_lab.kernels.bpr_l2_loss`) whose two kernels each compute
     their term and its gradient in one pass over the batch's rows (``bpr_loss`` on ``out``,
     ``l2_reg`` on ``e0``): no gathered copies, no index concatenation, no scatter in backward."""
     return kernels.bpr_l2_loss(out, e0, u_rows, p_rows, n_rows, l2 / u_rows.shape[0], item_offset=item_offset,
-                               layers=(-1, 0))
+                               layers=(-1, 0), out_rows=out_rows)
