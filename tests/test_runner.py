@@ -386,7 +386,7 @@ def test_a_worker_gone_on_a_full_home_is_named_by_the_runner(store, monkeypatch)
     runner._finalize(rid, 1)
     assert store.get_run(rid)["error"] == "worker ended by exit status 1"   # room on the disk: no guess
     rid = store.add_run(RunConfig(name="y"), status="running")
-    monkeypatch.setattr(runner_mod, "FULL_BELOW_BYTES", 1 << 62)   # every disk reads as full
+    monkeypatch.setattr(runner_mod, "FULL_DISK_BYTES", 1 << 62)   # every disk reads as full
     runner._finalize(rid, 1)
     err = store.get_run(rid)["error"]
     assert err.startswith(f"worker ended by exit status 1: the disk is full, no space left on {store.home} (")

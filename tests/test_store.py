@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -552,9 +553,20 @@ def test_a_real_full_disk_and_read_only_mount(small_mount, monkeypatch, capsys):
             s.add_step(dead2, i, 0, 0.5, 0.01, [rec("spmm", i, 100, 0)])
     assert s.get_run(dead2)["status"] == "running"
     s.close()
-    _fill(small_mount / "filler")   # the bytes the failed insert left free would take the status update
+    # every connection closed (the store closes them all when dropped), so SQLite deleted its WAL and
+    # index: the free bytes are decided below, not by how much of a WAL a lingering connection keeps
+    assert not [p.name for p in home.iterdir() if p.name.startswith("lab.sqlite-")]
+    _fill(small_mount / "filler")
+    assert shutil.disk_usage(home).free == 0
+    # too full for SQLite's WAL index: `runs` opens the store read-only, lists, and says why the
+    # dead run still shows running
     rc, out, err = _cli(["runs"], capsys)
-    assert rc == 0 and f"{rid} " in out and "disk is full" in err and "Traceback" not in err, err
+    assert rc == 0 and f"{rid} " in out and f"{dead2} " in out and "Traceback" not in err, err
+    assert "disk is full" in err and "still shown as running" in err, err
+    with Store(home) as full:
+        assert full.get_run(dead2)["status"] == "running"
+        with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+            full.add_run(RunConfig(dataset="ml-100k"))
     # the same files seen through a read-only bind mount (the store's open files keep the first busy)
     ro = small_mount.parent / "ro"
     ro.mkdir()
@@ -563,8 +575,8 @@ def test_a_real_full_disk_and_read_only_mount(small_mount, monkeypatch, capsys):
     try:
         if subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True).returncode:
             pytest.skip("cannot remount read-only here")
-        # SQLite opens a WAL store read-only while its -shm file exists (here: the writer above still
-        # holds it), and refuses otherwise; either way a write or the refusal says read-only
+        # SQLite opens a WAL store read-only while its -shm file exists, and refuses otherwise (here:
+        # no connection is open, so there is none); either way a write or the refusal says read-only
         try:
             ro_store = Store(ro / "h")
         except UserError as e:
@@ -738,6 +750,60 @@ def test_a_home_that_is_a_file_and_a_store_that_is_a_directory_say_so(tmp_path, 
     with pytest.raises(UserError, match=r"run store .*lab.sqlite is a directory, not a SQLite file"):
         Store(tmp_path / "h")
     assert (tmp_path / "h" / "lab.sqlite").is_dir() and not any((tmp_path / "h" / "lab.sqlite").iterdir())
+
+
+# every command that creates or writes the home, as a user types it (none gets past the home's check)
+HOME_COMMANDS = {
+    "run": ["run", "--dataset", "synth-tiny", "--epochs", "1"],
+    "runs": ["runs"],
+    "sweep": ["sweep", "--dataset", "synth-tiny", "--epochs", "1", "--layers", "1,2"],
+    "calibrate": ["calibrate", "--quick"],
+    "calibrate --tier": ["calibrate", "--tier", "file:{tier}", "--quick"],
+    "dashboard": ["dashboard", "--port", "0"],
+}
+
+
+def _home_condition(kind, tmp_path, tmpfs):
+    """``(home, the phrase every command must say)`` for a home that is a file, a read-only
+    directory (a read-only mount: root ignores permission bits) or a directory on a full disk."""
+    if kind == "file":
+        home = tmp_path / "home-file"
+        home.write_text("x")
+        return home, f"GNNREC_LAB_HOME: {home} is a file, not a directory"
+    home = tmpfs("64k")
+    if kind == "read-only":
+        if subprocess.run(["mount", "-o", "remount,ro", str(home)], capture_output=True).returncode:
+            pytest.skip("cannot remount read-only here")
+        return home, f"{home} is read-only (no write permission, or a read-only mount)"
+    _fill(home / "filler")
+    return home, f"the disk is full: no space left on {home} ("
+
+
+@pytest.mark.parametrize("kind", ["file", "read-only", "full disk"])
+def test_every_command_that_makes_the_home_says_the_same_of_a_bad_one(kind, tmp_path, tmpfs, monkeypatch,
+                                                                       capsys):
+    """A file, a read-only directory or a full disk where the home is: each command that creates
+    it exits 2 with one line saying the same thing (not 'File exists'), before doing any work."""
+    home, phrase = _home_condition(kind, tmp_path, tmpfs)
+    monkeypatch.setenv("GNNREC_LAB_HOME", str(home))
+    said = {}
+    for name, argv in HOME_COMMANDS.items():
+        argv = [a.replace("{tier}", str(tmp_path)) for a in argv]
+        if name == "dashboard":   # a server that got past the check would serve: run it apart, with a timeout
+            res = subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", *argv], capture_output=True,
+                                 text=True, timeout=120, env=os.environ | {"GNNREC_LAB_HOME": str(home)})
+            rc, err = res.returncode, res.stderr.strip()
+        else:
+            rc, _, err = _cli(argv, capsys)
+            err = err.strip()
+        said[name] = (rc, err)
+    bad = {n: v for n, v in said.items()
+           if not (v[0] == 2 and phrase in v[1] and len(v[1].splitlines()) == 1 and "Traceback" not in v[1])}
+    assert not bad, f"expected {phrase!r} from each; got {bad}"
+    if kind == "file":
+        assert home.read_text() == "x"
+    else:
+        assert {p.name for p in home.iterdir()} <= {"filler", "lab.sqlite"}
 
 
 CREATOR = textwrap.dedent("""

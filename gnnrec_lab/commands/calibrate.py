@@ -30,11 +30,13 @@ def register(subparsers):
 
 def _tier(args) -> int:
     from gnnrec_lab.memory import calibrate
+    from gnnrec_lab.util.home import ensure_home
     kind, _, directory = args.tier.partition(":")
     if kind != "file" or not directory:
         raise UserError(f"--tier: expected file:DIR, got {args.tier!r}")
     if not args.tier_name.replace("_", "").replace("-", "").isalnum():
         raise UserError(f"--tier-name: letters, digits, '-' and '_' only, got {args.tier_name!r}")
+    ensure_home(write=True)   # before measuring: the profile goes there
     m = calibrate.measure_file_tier(directory, file_bytes=parse_size(args.tier_file_size, "--tier-file-size"),
                                     quick=args.quick)
     prof = calibrate.file_tier_profile(m, args.tier_name, parse_size(args.tier_cache, "--tier-cache")
@@ -63,10 +65,13 @@ def run(args) -> int:
     from gnnrec_lab.memory import calibrate
     if args.tier:
         return _tier(args)
+    from gnnrec_lab.util.home import ensure_home, refuse_a_file
     if args.show:
+        refuse_a_file()
         prof = calibrate.host_profile(measure_if_missing=False)
         path = calibrate.calibration_path()
     else:
+        ensure_home(write=True)   # before measuring for a minute: the calibration goes there
         prof = calibrate.measure(quick=args.quick)
         path = calibrate.save(prof)
     if args.json:

@@ -48,10 +48,11 @@ from gnnrec_lab.config.bounds import MAX_SECONDS, integer, number
 from gnnrec_lab.config.checks import Interval, Kind, Text, check
 from gnnrec_lab.config.run import RunConfig, expect_config
 from gnnrec_lab.memory.placement import numa_prefix
-from gnnrec_lab.runs.store import Store, no_space_left
+from gnnrec_lab.runs.store import FULL_DISK_BYTES, Store
 from gnnrec_lab.runs.worker import tail_lines
 from gnnrec_lab.util.cgroup import MemoryCgroup, check_limit, limit_reached, memory_limit_of, oom_verdict, write_limit
 from gnnrec_lab.util.errors import ConfigError, UserError
+from gnnrec_lab.util.home import no_space_left
 from gnnrec_lab.util.proc import pid_alive, proc_start_ticks
 from gnnrec_lab.util.status import RunStatus
 
@@ -115,18 +116,14 @@ def recover_dead(store: Store, exclude: Sequence[int] = ()) -> list[int]:
     return dead
 
 
-# a home with less free space than this, after a worker died without a word, is why it died
-FULL_BELOW_BYTES = 1 << 20
-
-
 def full_disk_note(home, tail: Optional[str]) -> str:
     """What a worker that ended without recording its end gets added to its error when the run
-    store's ``home`` is full (its stderr ``tail`` says so, or under :data:`FULL_BELOW_BYTES` is free
+    store's ``home`` is full (its stderr ``tail`` says so, or under :data:`FULL_DISK_BYTES` is free
     there); '' otherwise."""
     full = bool(tail) and ("no space left" in tail.lower() or "disk is full" in tail.lower())
     if not full:
         try:
-            full = shutil.disk_usage(home).free < FULL_BELOW_BYTES
+            full = shutil.disk_usage(home).free < FULL_DISK_BYTES
         except OSError:
             return ""
     return (f": the disk is full, {no_space_left(home)}, so the worker could not record its own end; what it "

@@ -22,6 +22,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -30,7 +31,7 @@ from gnnrec_lab.memory.footprint import Footprint
 from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.training.reporting import Reporter
 from gnnrec_lab.util.errors import UserError
-from gnnrec_lab.util.home import lab_home
+from gnnrec_lab.util.home import disk_full, ensure_home, is_full, is_read_only, lab_home, read_only
 from gnnrec_lab.util.proc import load_summary, pid_alive, proc_start_ticks
 from gnnrec_lab.util.provenance import Provenance, parts
 from gnnrec_lab.util.recorder import STORE_KEY, SUMMED_FIELDS, TOTAL_FIELDS, store_key, sum_records
@@ -144,6 +145,10 @@ def migrate(con: sqlite3.Connection, upto: Optional[int] = None) -> int:
     return version
 
 
+class _Connection(sqlite3.Connection):
+    """A store connection: a subclass only so that the store can hold weak references to them."""
+
+
 def connect(path: "str | os.PathLike", create: bool = True) -> sqlite3.Connection:
     """An autocommit connection with WAL, NORMAL sync and a long busy timeout.
 
@@ -155,12 +160,13 @@ def connect(path: "str | os.PathLike", create: bool = True) -> sqlite3.Connectio
                         f"then made there)")
     if create:
         con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                              check_same_thread=False)
+                              check_same_thread=False, factory=_Connection)
     else:
         from urllib.parse import quote
         try:
             con = sqlite3.connect(f"file:{quote(str(Path(path).resolve()))}?mode=rw", uri=True,
-                                  timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+                                  timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False,
+                                  factory=_Connection)
         except sqlite3.OperationalError as e:
             raise UserError(f"run store {path} cannot be opened ({e}); was it deleted or moved? "
                             f"Restore it (runs recorded in it are only there), or move "
@@ -212,48 +218,33 @@ def parse_json_field(text, run_id, field: str) -> tuple:
     return value, None
 
 
-def is_disk_full(e: BaseException) -> bool:
-    """Whether ``e`` says the disk is full: SQLite's "database or disk is full" or the OS's ENOSPC."""
-    import errno
-    return "disk is full" in str(e).lower() or getattr(e, "errno", None) == errno.ENOSPC
-
-
-def no_space_left(where) -> str:
-    """"no space left on DIR (N bytes free)": the one wording of a full disk, with what is free now."""
-    import shutil
-    try:
-        free = f"{shutil.disk_usage(where).free:,} bytes free"
-    except OSError:
-        free = "free space unknown"
-    return f"no space left on {where} ({free})"
+is_disk_full = is_full   # (the names the workers and the runner import)
 
 
 # A file of this size kept in the store's home, deleted when the disk fills so that a run's last
 # words (its result and final status) still fit; made again when a store opens with room for it.
 RESERVE_NAME = ".space-reserve"
 RESERVE_BYTES = 256 * 1024
+# a home with less free space than this is full (SQLite's WAL index alone takes 32 KiB)
+FULL_DISK_BYTES = 1 << 20
 
 
 def describe_store_error(e: BaseException, path) -> Optional[str]:
     """One line for a store failure that is not damage: a read-only file, directory or mount, or a
     full disk (None for anything else). SQLite says "attempt to write a readonly database" or "disk
-    is full"; the OS says EROFS/EACCES/ENOSPC."""
-    import errno
+    is full"; the OS says EROFS/EACCES/ENOSPC. The wording of the last two is the home's own
+    (:func:`gnnrec_lab.util.home.home_problem`), the same for every command."""
     path = Path(path)
     text = str(e).lower()
-    code = getattr(e, "errno", None)
     if is_disk_full(e):
-        return (f"run store {path}: the disk is full: {no_space_left(path.parent)}; free space on it, or set "
-                f"GNNREC_LAB_HOME to a directory on another disk (the store was kept as it is)")
+        return f"run store {path}: {disk_full(path.parent)} (the store was kept as it is)"
     if "database is locked" in text or "database is busy" in text:
         return (f"run store {path} is busy: another process held its lock for more than "
                 f"{BUSY_TIMEOUT_MS / 1000:.0f} s (the store was kept as it is); try again, or look for a "
                 f"process stuck writing to it (`fuser {path}`)")
-    if ("readonly" in text or "read-only" in text or code in (errno.EROFS, errno.EACCES, errno.EPERM)
-            or ("unable to open" in text and not os.access(path.parent, os.W_OK))):
+    if is_read_only(e) or ("unable to open" in text and not os.access(path.parent, os.W_OK)):
         where = path if path.exists() and not os.access(path, os.W_OK) else path.parent
-        return (f"run store {path}: {where} is read-only (no write permission, or a read-only mount); the "
-                f"store needs to write (its WAL and lock files); set GNNREC_LAB_HOME to a writable directory")
+        return f"run store {path}: {read_only(where)} (the store needs to write its WAL and lock files)"
     return None
 
 
@@ -383,40 +374,107 @@ class Store:
 
     def __init__(self, home: "str | os.PathLike | None" = None):
         self.home = lab_home(home)
-        if self.home.exists() and not self.home.is_dir():
-            raise UserError(f"GNNREC_LAB_HOME: {self.home} is a file, not a directory: point GNNREC_LAB_HOME at "
-                            f"a directory (the lab keeps its run store and calibration there)")
-        try:
-            self.home.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UserError(f"GNNREC_LAB_HOME: cannot create {self.home} ({e.strerror})") from None
+        ensure_home(self.home)
         # fixed name under home: workers find the same file from GNNREC_LAB_HOME alone
         self.path = self.home / "lab.sqlite"
         self._local = threading.local()
+        # every connection opened, closed with the store (a sqlite3 connection is in a reference
+        # cycle with its statement cache: dropped unclosed, it stays open until a garbage collection,
+        # keeping the WAL and its space for a time nobody chose)
+        self._cons = weakref.WeakSet()
+        self._cons_lock = threading.Lock()
+        self._no_writes: Optional[str] = None   # why every write fails at once (the read-only fallback)
         try:
             if check_store_file(self.path):
                 create_store_file(self.path)
-            self._local.con = connect(self.path, create=False)
+            self._local.con = self._open()
             self.schema_version = migrate(self._local.con)
         except (sqlite3.DatabaseError, OSError) as e:
             self.close()
-            # a read-only home or a full disk is not damage: say which, and do not advise recovery
-            raise UserError(describe_store_error(e, self.path) or str(_damaged(self.path, str(e)))) from None
+            if not self._open_read_only(e):
+                # a read-only home or a full disk is not damage: say which, and do not advise recovery
+                raise UserError(describe_store_error(e, self.path) or str(_damaged(self.path, str(e)))) from None
         self._keep_reserve()
 
+    def _open_read_only(self, e: BaseException) -> bool:
+        """On a read-only mount, or a disk too full for SQLite to make its WAL index (``-shm``:
+        "disk I/O error"), open the store read-only instead, so that runs are still listed; every
+        write then fails as the mount or the full disk makes it fail. Safe only when no other process
+        has the store open (else its ``-shm`` would hold its WAL index), so that its WAL was
+        checkpointed into the file. Whether it was opened so."""
+        import shutil
+        try:
+            st = os.statvfs(self.home)
+            full = shutil.disk_usage(self.home).free < FULL_DISK_BYTES
+        except OSError:
+            return False
+        shm = self.path.with_name(self.path.name + "-shm")
+        try:   # (the failed open may leave an empty one: no process has written it)
+            in_use = shm.stat().st_blocks > 0
+        except OSError:
+            in_use = False
+        if not self.path.exists() or in_use:
+            return False
+        if st.f_flag & os.ST_RDONLY:
+            self._no_writes, why = "attempt to write a readonly database", read_only(self.home)
+        elif full and (is_full(e) or "disk i/o error" in str(e).lower()):
+            self._no_writes, why = "database or disk is full", disk_full(self.home)
+        else:
+            return False
+        try:
+            self._local.con = self._open()
+            self.schema_version = migrate(self._local.con)   # (a store that needs a migration cannot be read so)
+        except sqlite3.DatabaseError:
+            self.close()
+            raise UserError(f"run store {self.path}: {why} (the store was kept as it is)") from None
+        return True
+
     # -- connections ------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        if self._no_writes is None:
+            con = connect(self.path, create=False)
+        else:   # read-only and unchanging: no lock, no WAL index (nobody else has the store open)
+            from urllib.parse import quote
+            con = sqlite3.connect(f"file:{quote(str(self.path.resolve()))}?mode=ro&immutable=1", uri=True,
+                                  isolation_level=None, check_same_thread=False, factory=_Connection)
+        with self._cons_lock:
+            self._cons.add(con)
+        return con
+
     def _con(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
         if con is None:
-            con = self._local.con = connect(self.path, create=False)
+            con = self._local.con = self._open()
         return con
 
     def close(self) -> None:
-        """Close this thread's connection (others close when their threads end)."""
+        """Close this thread's connection (another thread's closes with :meth:`close_all`, or when the
+        store is dropped)."""
         con = getattr(self._local, "con", None)
         if con is not None:
             con.close()
             self._local.con = None
+
+    def close_all(self) -> None:
+        """Close every connection of this store, on every thread (none of them may be in use)."""
+        with self._cons_lock:
+            cons = list(self._cons)
+            self._cons.clear()
+        for con in cons:
+            with contextlib.suppress(sqlite3.Error):
+                con.close()
+        self._local = threading.local()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close_all()
+
+    def __del__(self):
+        # no method of this store runs now (it would hold a reference): its connections are unused
+        with contextlib.suppress(Exception):
+            self.close_all()
 
     # -- the space reserve ---------------------------------------------------
     def _keep_reserve(self) -> None:
@@ -456,6 +514,8 @@ class Store:
     @contextlib.contextmanager
     def _write(self):
         """One short write transaction; taken IMMEDIATE so it never has to upgrade a read lock."""
+        if self._no_writes:
+            raise sqlite3.OperationalError(self._no_writes)
         con = self._con()
         con.execute("BEGIN IMMEDIATE")
         try:

@@ -35,9 +35,9 @@ import sys
 import traceback
 
 from gnnrec_lab.config.run import RunConfig
-from gnnrec_lab.runs.store import Store, is_disk_full, no_space_left
+from gnnrec_lab.runs.store import Store, is_disk_full
 from gnnrec_lab.util.errors import UserError
-from gnnrec_lab.util.home import lab_home
+from gnnrec_lab.util.home import lab_home, no_space_left
 from gnnrec_lab.util.proc import host_info, proc_start_ticks
 from gnnrec_lab.util.signals import EXIT_INTERRUPTED, Terminated, signal_cause
 from gnnrec_lab.util.status import RunStatus
