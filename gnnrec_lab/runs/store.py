@@ -218,9 +218,6 @@ def parse_json_field(text, run_id, field: str) -> tuple:
     return value, None
 
 
-is_disk_full = is_full   # (the names the workers and the runner import)
-
-
 # A file of this size kept in the store's home, deleted when the disk fills so that a run's last
 # words (its result and final status) still fit; made again when a store opens with room for it.
 RESERVE_NAME = ".space-reserve"
@@ -232,11 +229,12 @@ FULL_DISK_BYTES = 1 << 20
 def describe_store_error(e: BaseException, path) -> Optional[str]:
     """One line for a store failure that is not damage: a read-only file, directory or mount, or a
     full disk (None for anything else). SQLite says "attempt to write a readonly database" or "disk
-    is full"; the OS says EROFS/EACCES/ENOSPC. The wording of the last two is the home's own
-    (:func:`gnnrec_lab.util.home.home_problem`), the same for every command."""
+    is full"; the OS says EROFS/EACCES/ENOSPC. The last two are worded as the home's own
+    (:func:`gnnrec_lab.util.home.disk_full`, :func:`~gnnrec_lab.util.home.read_only`), the same for
+    every command."""
     path = Path(path)
     text = str(e).lower()
-    if is_disk_full(e):
+    if is_full(e):
         return f"run store {path}: {disk_full(path.parent)} (the store was kept as it is)"
     if "database is locked" in text or "database is busy" in text:
         return (f"run store {path} is busy: another process held its lock for more than "
@@ -402,12 +400,11 @@ class Store:
         write then fails as the mount or the full disk makes it fail. Safe only when no other process
         has the store open (else its ``-shm`` would hold its WAL index), so that its WAL was
         checkpointed into the file. Whether it was opened so."""
-        import shutil
         try:
             st = os.statvfs(self.home)
-            full = shutil.disk_usage(self.home).free < FULL_DISK_BYTES
         except OSError:
             return False
+        full = st.f_bavail * st.f_frsize < FULL_DISK_BYTES   # (what shutil.disk_usage calls free)
         shm = self.path.with_name(self.path.name + "-shm")
         try:   # (the failed open may leave an empty one: no process has written it)
             in_use = shm.stat().st_blocks > 0
@@ -506,7 +503,7 @@ class Store:
             with self._write() as con:
                 return body(con)
         except sqlite3.OperationalError as e:
-            if not is_disk_full(e) or not self.release_reserve():
+            if not is_full(e) or not self.release_reserve():
                 raise
         with self._write() as con:
             return body(con)

@@ -35,9 +35,9 @@ import sys
 import traceback
 
 from gnnrec_lab.config.run import RunConfig
-from gnnrec_lab.runs.store import Store, is_disk_full
+from gnnrec_lab.runs.store import Store
 from gnnrec_lab.util.errors import UserError
-from gnnrec_lab.util.home import lab_home, no_space_left
+from gnnrec_lab.util.home import is_full, lab_home, no_space_left
 from gnnrec_lab.util.proc import host_info, proc_start_ticks
 from gnnrec_lab.util.signals import EXIT_INTERRUPTED, Terminated, signal_cause
 from gnnrec_lab.util.status import RunStatus
@@ -113,7 +113,7 @@ def failure(exc: BaseException) -> tuple:
                 "cancelled: stopped at once by SIGTERM (outside the training loop, or a second one)", EXIT_OK)
     if isinstance(exc, UserError):
         return RunStatus.FAILED, str(exc), EXIT_FAILED
-    if is_disk_full(exc):
+    if is_full(exc):
         # where: the file the OS names, else the run store's home (SQLite names no file)
         where = os.path.dirname(os.path.abspath(exc.filename)) if getattr(exc, "filename", None) else lab_home()
         return (RunStatus.FAILED, f"failed: the disk is full: {no_space_left(where)} ({type(exc).__name__}: {exc}); "

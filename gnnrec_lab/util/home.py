@@ -1,9 +1,9 @@
 """Where the lab keeps its state: the run store, the host calibration, measured device profiles
 and (unless a run names its own data directory) the prepared datasets.
 
-Every command that creates or writes the home goes through :func:`ensure_home`, and every failure
-to write there is worded by :func:`home_problem`: a file where the home should be, a read-only
-directory or mount, and a full disk read the same whichever command met them."""
+Every command that creates or writes the home goes through :func:`ensure_home`; a file where the
+home should be (:func:`home_is_file`), a read-only directory or mount (:func:`read_only`) and a full
+disk (:func:`disk_full`) read the same whichever command met them."""
 from __future__ import annotations
 
 import contextlib
