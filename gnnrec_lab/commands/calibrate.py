@@ -9,6 +9,7 @@ import json
 
 from gnnrec_lab.util.cgroup import parse_size
 from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.home import ensure_home, refuse_a_file
 
 
 def register(subparsers):
@@ -30,7 +31,6 @@ def register(subparsers):
 
 def _tier(args) -> int:
     from gnnrec_lab.memory import calibrate
-    from gnnrec_lab.util.home import ensure_home
     kind, _, directory = args.tier.partition(":")
     if kind != "file" or not directory:
         raise UserError(f"--tier: expected file:DIR, got {args.tier!r}")
@@ -65,7 +65,6 @@ def run(args) -> int:
     from gnnrec_lab.memory import calibrate
     if args.tier:
         return _tier(args)
-    from gnnrec_lab.util.home import ensure_home, refuse_a_file
     if args.show:
         refuse_a_file()
         prof = calibrate.host_profile(measure_if_missing=False)

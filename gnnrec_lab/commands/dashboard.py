@@ -15,6 +15,7 @@ import socket
 
 from gnnrec_lab.commands.common import bounded
 from gnnrec_lab.config.bounds import integer
+from gnnrec_lab.runs.store import Store
 from gnnrec_lab.util.cgroup import cgroup_usable, parse_size
 from gnnrec_lab.util.errors import UserError
 
@@ -98,7 +99,6 @@ def make_server(args):
         raise UserError(f"--address: {address} serves other machines; add --allow-remote to do so "
                         f"(a login token is then required), or use the default 127.0.0.1")
     policy = launch_policy_from_args(args)
-    from gnnrec_lab.runs.store import Store
     Store().close()   # the home and its run store, opened as `run` opens them: a bad home fails now, not on a page
     try:
         import panel as pn
