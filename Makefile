@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 PORT       ?= 5006
 export GNNREC_LAB_DATA ?= $(CURDIR)/data
 
-.PHONY: lab test lint bench install venv data browser clean dgl test-dgl recbole bench-eval
+.PHONY: lab test test-fast lint bench install venv data browser clean dgl test-dgl recbole bench-eval
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -88,8 +88,17 @@ lab: data
 lint: install
 	$(VENV)/bin/ruff check .
 
+# The suite runs in TEST_JOBS processes (pytest-xdist), one test file per process at a time: a file's
+# tests share their module fixtures and run in their written order. TEST_JOBS=0 runs it in one process.
+TEST_JOBS  ?= 2
+PYTEST     := $(VENV)/bin/python -m pytest -q -ra -n $(TEST_JOBS) --dist loadfile
+
 test: install browser
-	$(VENV)/bin/python -m pytest -q -ra $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
+
+# The developer loop: everything but the tests marked slow, browser or notebook (pyproject.toml's markers)
+test-fast: install
+	$(PYTEST) -m "not slow and not browser and not notebook" $(PYTEST_ARGS)
 
 bench: install $(RECBOLE_VENV)/.installed
 	$(PY) benchmarks/run_all.py

@@ -24,6 +24,7 @@ def store(tmp_path, monkeypatch):
     s.close()
 
 
+@pytest.mark.slow
 def test_advise_uses_the_fastest_stored_dram_run_of_the_shape_and_names_it(store, capsys):
     from gnnrec_lab.memory.calibrate import host_profile
     from gnnrec_lab.memory.tiermodel import run_step_time

@@ -73,6 +73,7 @@ def test_antagonist_count_is_bounded(capsys):
         assert "--antagonist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_kernels_rows_and_header_say_how_many_antagonists_ran(capsys, monkeypatch):
     started = []
     real = bench.antagonists
@@ -93,6 +94,7 @@ def test_bench_kernels_rows_and_header_say_how_many_antagonists_ran(capsys, monk
     assert started == [1, 1]
 
 
+@pytest.mark.slow
 def test_bench_kernels_precision_bf16_times_spmm_on_bf16_rows_beside_fp32(capsys):
     args = ["bench", "kernels", "--sizes", "small", "--dims", "16", "--kernels", "spmm", "--backends", "native",
             "--repeats", "1", "--no-pyg", "--precision", "fp32,bf16"]

@@ -79,6 +79,7 @@ def test_full_graph_side_on_synth_tiny_writes_the_page_and_figure(home):
     assert store.run_record(store.run_ids(name="headline full L1 b1024")[0]).config["lr_rule"] == "sqrt"
 
 
+@pytest.mark.slow
 def test_resume_reuses_finished_runs_with_the_same_settings_and_trains_the_others(home):
     from gnnrec_lab.runs.store import Store
     bench = _bench()

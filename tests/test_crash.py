@@ -4,6 +4,8 @@ running and no finished run is lost."""
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -14,6 +16,7 @@ def _bench():
     return mod
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_loses_nothing(tmp_path):
     bench = _bench()
     r = bench.crash_trials(8, writers=("run", "detach"), seed=7, fresh_every=4, workdir=tmp_path, log=print)

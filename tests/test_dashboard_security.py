@@ -145,6 +145,7 @@ def test_dns_rebinding_host_is_refused(served):
     assert status == 403 and "is not this dashboard" in body
 
 
+@pytest.mark.slow
 def test_remote_address_needs_the_flag_and_then_a_token():
     with pytest.raises(UserError, match="--allow-remote"):
         make_server(dash_args(address="0.0.0.0"))

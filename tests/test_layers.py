@@ -12,6 +12,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from gnnrec_lab.util.layers import HEAVY, INIT_LAYERS, LAYERS, PACKAGE, layer_of
 
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
@@ -295,6 +297,7 @@ print(json.dumps(failures))
 """
 
 
+@pytest.mark.slow
 def test_every_module_imports_alone_in_a_fresh_interpreter():
     third_party = sorted(set().union(*TOP_EXTERNAL.values()))   # what the modules load at their top
     env = dict(os.environ, PYTHONPATH=str(ROOT.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))

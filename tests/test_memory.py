@@ -95,6 +95,7 @@ def test_peak_is_the_largest_phase_and_retention_stops_at_the_mmap_threshold():
     assert activations == (4 + (2 * L + 4)) * 4 * 60_000 * 64
 
 
+@pytest.mark.slow
 def test_runtime_baseline_is_measured_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     first = fpmod.runtime_baseline_bytes()

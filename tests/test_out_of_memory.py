@@ -95,6 +95,7 @@ REAL = dict(dataset="synth-small", model="mf", layers=0, dim=4096, epochs=1, max
 FILE_CLASSES = ("embeddings", "optimizer", "graph")
 
 
+@pytest.mark.slow
 def test_real_run_over_the_limit_ooms_in_dram_and_completes_file_backed(store, tmp_path, monkeypatch):
     cgroups_or_skip()
     monkeypatch.delenv("GNNREC_LAB_TRAIN_FN", raising=False)  # the real training function

@@ -164,6 +164,7 @@ def test_no_profiler_range_without_a_profiler():
     assert not profiler_active()
 
 
+@pytest.mark.slow
 def test_importing_the_lab_after_torch_warns_that_the_wait_policy_came_too_late():
     import os
     import subprocess

@@ -833,6 +833,7 @@ POLLER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_readers_of_a_store_being_created_see_all_of_it_or_wait(tmp_path):
     """Four processes create a fresh store while two poll it from the first moment: no reader sees
     a missing table, a locked database or damage (schema creation is one transaction; switching to

@@ -213,6 +213,7 @@ def test_cli_bad_input_one_line(home):
     assert r.returncode == 2 and "--batch-size" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_cli_real_tiny_sweep_summary_and_resume(home):
     env = {k: v for k, v in os.environ.items() if k not in ("GNNREC_LAB_TRAIN_FN",)}
     args = ["--dataset", "synth-tiny", "--dim", "8", "--epochs", "1", "--batch-size", "1024,2048", "--layers", "1",

@@ -260,6 +260,7 @@ def test_advise_labels_and_recommends(files, capsys):
     assert rows and all("modeled" in ln for ln in rows)
 
 
+@pytest.mark.slow
 def test_whatif_on_a_stored_run_uses_its_footprint_for_memory_mode(capsys):
     """A real tiny run persisted through the store, projected onto Optane Memory Mode."""
     import json as _json

@@ -130,6 +130,7 @@ def test_cli_bad_input_one_line_exit_2(args, needle):
     assert len(p.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_cli_json_run():
     p = _cli("run", "--dataset", "synth-tiny", "--layers", "1", "--dim", "8", "--epochs", "1",
              "--batch-size", "1024", "--json")
@@ -141,6 +142,7 @@ def test_cli_json_run():
     assert out["test"]["recall@20"] >= 0 and out["kernels"]
 
 
+@pytest.mark.slow
 def test_cli_run_off_a_terminal_prints_the_test_metrics_once_and_few_bar_fragments(tmp_path):
     """stderr to a pipe (a log file, CI): the bar redraws at most every few seconds, not once a
     step (each redraw there is a carriage-return fragment in the log), and the test metrics are
