@@ -71,18 +71,18 @@ CACHE_TRACE_BATCH = 1024
 MEMORY_MODES = tuple(MEMORY_MODE_TABLE)
 
 
-# Largest value each integer field accepts: far beyond any run this lab can hold, small enough
-# that a typo (``--dim 10**12``) is refused here instead of failing deep inside an allocation.
-MAXIMA = {"layers": 64, "dim": 65_536, "batch_size": 1 << 27, "epochs": 1_000_000, "ref_batch_size": 1 << 27,
-          "warmup_steps": 1 << 40, "eval_every": 1_000_000, "patience": 1_000_000, "eval_users": 1 << 31,
-          "max_steps_per_epoch": 1 << 40, "lookahead": 1_000_000, "threads": 1024, "fanouts": 1_000_000,
-          "topk": 100_000, "cache_size": 1 << 40, "cores": 4096}
+# Largest values shared by several options (each option's own largest value is in its Interval; MAXIMA
+# collects them): far beyond any run this lab can hold, small enough that a typo (``--dim 10**12``) is
+# refused at the door instead of failing deep inside an allocation.
+MAX_LAYERS = 64
+MAX_EPOCHS = 1_000_000
+CACHE_ROWS_MAX = 1 << 40
 MAX_SEED = 2**32 - 1     # numpy/numba seed range
 
 # The layers a graph model propagates over. Model mf has none (MF_LAYERS): mf_layers gives it 0 where
 # no layers were asked for, and the table's rule _layers_fit_model refuses any other count; the two
 # are the one place that knows it.
-LAYERS = Interval(integer, lo=1, hi=MAXIMA["layers"])
+LAYERS = Interval(integer, lo=1, hi=MAX_LAYERS)
 MF_LAYERS = 0
 
 
@@ -183,11 +183,11 @@ def _cache_size(param: str, value) -> str:
     """A row count or a share of rows, as its stripped text."""
     cs = str(value).strip()
     try:
-        ok = (0 < float(cs[:-1]) <= 100) if cs.endswith("%") else 0 < int(cs) <= MAXIMA["cache_size"]
+        ok = (0 < float(cs[:-1]) <= 100) if cs.endswith("%") else 0 < int(cs) <= CACHE_ROWS_MAX
     except ValueError:
         ok = False
     if not ok or isinstance(value, bool):
-        raise ConfigError(param, f"must be a row count from 1 to {MAXIMA['cache_size']:,} (e.g. 50000) "
+        raise ConfigError(param, f"must be a row count from 1 to {CACHE_ROWS_MAX:,} (e.g. 50000) "
                                  f"or a share of rows in (0, 100]% (e.g. 5%), got {value!r}")
     return cs
 
@@ -198,72 +198,59 @@ def _placement(param: str, value) -> dict:
     return dict(value)
 
 
-# What a RunConfig accepts, field -> constraints (gnnrec_lab.config.checks: a value meets one of the field's
-# alternatives, then every Rule holds). RunConfig checks with it when built, the CLI's --field flags
-# parse with the same entries (commands/common.py), and tests/test_checks.py breaks each one once.
-RUN_CONSTRAINTS: dict[str, list] = {
-    "dataset": [Text("a dataset name")],
-    "model": [Options(MODEL_GRAPHS)],     # read when checked: a model registered later counts
-    "ngcf_form": [Options(NGCF_FORMS)],
-    "layers": [LAYERS, Interval(integer, lo=MF_LAYERS, hi=MF_LAYERS),
-               Rule(_layers_fit_model, dict(model="mf", layers=2))],
-    "dim": [Interval(integer, lo=1, hi=MAXIMA["dim"])],
-    "batch_size": [Interval(integer, lo=1, hi=MAXIMA["batch_size"])],
-    "epochs": [Interval(integer, lo=1, hi=MAXIMA["epochs"])],
-    "lr": [Interval(number, lo=0, lo_open=True)],
-    "l2": [Interval(number, lo=0)],
-    "optimizer": [Options(OPTIMIZERS)],
-    "momentum": [Interval(number, lo=0, hi=1)],
-    "weight_decay": [Interval(number, lo=0)],
-    "lr_rule": [Options(LR_RULES)],
-    "ref_batch_size": [Interval(integer, lo=1, hi=MAXIMA["ref_batch_size"])],
-    "warmup_steps": [Interval(integer, lo=0, hi=MAXIMA["warmup_steps"])],
-    "warmup_epochs": [Interval(number, lo=0, hi=float(MAXIMA["epochs"]))],
-    "schedule": [Options(SCHEDULES)],
-    "seed": [Interval(integer, lo=0, hi=MAX_SEED)],
-    "backend": [Options(BACKENDS)],
-    "precision": [Options(PRECISIONS), Rule(_precision_fits, dict(precision="bf16", backend="torch"))],
-    "mode": [Options(MODES)],
-    "fanouts": [Interval(integers, lo=1, hi=MAXIMA["fanouts"], max_len=MAXIMA["layers"]),
-                Rule(_one_fanout_per_layer, dict(mode="sampled", layers=2, fanouts=(10,)))],
-    "topk": [Interval(integers, _ascending_unique, lo=1, hi=MAXIMA["topk"], max_len=MAXIMA["layers"])],
-    "eval_every": [Interval(integer, lo=1, hi=MAXIMA["eval_every"])],
-    "patience": [Interval(integer, lo=0, hi=MAXIMA["patience"])],
-    "target_recall": [None, Interval(number, lo=0, hi=1, lo_open=True)],
-    "protocol": [Options(PROTOCOLS), Rule(_paper_has_no_validation, dict(protocol="paper", target_recall=0.1))],
-    "sampler": [Options(SAMPLERS)],
-    "eval_users": [None, Interval(integer, lo=1, hi=MAXIMA["eval_users"])],
-    "max_steps_per_epoch": [None, Interval(integer, lo=1, hi=MAXIMA["max_steps_per_epoch"])],
-    "cache_policy": [Options(CACHE_POLICIES), Rule(_cache_needs_sampled, dict(cache_policy="lru", mode="full"))],
-    "cache_size": [Parsed(_cache_size, breaks=("0", "0%", "150%", "lots", 1 << 41, True))],
-    "lookahead": [Interval(integer, lo=1, hi=MAXIMA["lookahead"])],
-    "memory_mode": [Options(MEMORY_MODES)],
-    "placement": [Parsed(_placement, breaks=({"weights": "dram"}, {"embeddings": "ssd"}, "embeddings=dram"))],
-    "device_profile": [None, Text("a device profile name", strip=True)],
-    "threads": [None, Interval(integer, lo=1, hi=MAXIMA["threads"])],
-    "cores": [None, Interval(integer, lo=1, hi=MAXIMA["cores"]),
-              Rule(_threads_within_cores, dict(cores=1, threads=2))],
-    "data_dir": [None, Text("a directory path (or unset for the default)", strip=True, nul=False)],
-    "name": [None, Text("a label of at most 200 characters", empty=True, max_len=200)],
-}
+# -- one record per option ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Option:
+    """One RunConfig option, declared once: the metadata of its dataclass field (:func:`option`).
 
-# Every numeric field (the ones read by the bounded checkers of gnnrec_lab.config.bounds) and its constraints;
-# the CLI's --field flags parse with them (commands/common.py).
-NUMERIC_FIELDS: dict[str, list] = {n: cs for n, cs in RUN_CONSTRAINTS.items()
-                                   if any(isinstance(c, Interval) for c in cs)}
-# numeric fields whose None means "unset" (see FIELD_DOCS' unset words)
-OPTIONAL_FIELDS = tuple(n for n, cs in NUMERIC_FIELDS.items() if None in cs)
+    ``checks``: what it accepts (gnnrec_lab.config.checks: a value meets one of the alternatives, then
+    every Rule holds); ``label``: its name on a form, in words with units; ``help``: what it does and
+    what it accepts (a sentence fragment; :func:`field_help` appends the default); ``unset``: what an
+    empty value (None, an empty placement) means, shown instead of "None"; ``maximum``: its largest
+    value (an integer option's, read off its Interval unless given); ``widget``: how a form shows it
+    where its type and checks do not say ("datasets": a choice of the prepared datasets, "profiles": of
+    the device profiles; None: a selector for one of a list, else by type).
+    RUN_CONSTRAINTS, FIELD_DOCS, MAXIMA and the form's choices are views of these records."""
+
+    checks: tuple
+    label: str
+    help: str
+    unset: str = ""
+    maximum: Optional[int] = None
+    widget: Optional[str] = None
+
+    @property
+    def choices(self) -> Optional[tuple]:
+        """The values an option that takes one of a list allows (read now: a model registered later
+        counts), else None."""
+        return next((c.values for c in self.checks if isinstance(c, Options)), None)
 
 
-def check_field(name: str, value, text: bool = True, param: Optional[str] = None):
-    """``value`` for numeric RunConfig field ``name``, checked against its constraints (ConfigError
-    naming ``param``, the field by default, otherwise); ``text``: the value may be what a user typed."""
-    return check_value(param or name, NUMERIC_FIELDS[name], value, text=text)
+def _integer_maximum(checks) -> Optional[int]:
+    """The ``hi`` of the first integer (or integer list) Interval among ``checks``."""
+    return next((c.bounds["hi"] for c in checks if isinstance(c, Interval) and c.check in (integer, integers)
+                 and "hi" in c.bounds), None)
 
 
-def _checker(name: str):
-    """The bounds checker (integer, number or integers) that reads numeric field ``name``."""
-    return next(c.check for c in NUMERIC_FIELDS[name] if isinstance(c, Interval))
+def option(default, *checks, label: str, help: str, unset: str = "", maximum: Optional[int] = None,
+           widget: Optional[str] = None, factory=None):
+    """A RunConfig field declared with everything the lab knows of it (:class:`Option`): ``default``
+    (``factory`` makes it when the default is mutable), then its checks and words."""
+    o = Option(tuple(checks), label, help, unset, maximum if maximum is not None else _integer_maximum(checks),
+               widget)
+    if factory is not None:
+        return field(default_factory=factory, metadata={"option": o})
+    return field(default=default, metadata={"option": o})
+
+
+def _choices(values) -> str:
+    return ", ".join(values)
+
+
+# What a RunConfig accepts, field -> constraints: a view of the options, filled below RunConfig.
+# RunConfig checks with it when built, the CLI's --field flags parse with the same entries
+# (commands/common.py), and tests/test_checks.py breaks each one once.
+RUN_CONSTRAINTS: dict[str, list] = {}
 
 
 @dataclass(frozen=True)
@@ -272,48 +259,229 @@ class RunConfig:
     changed run is ``config.replace(field=value)``, checked again. All sizes in elements unless a
     name says bytes."""
 
-    dataset: str = "ml-100k"
-    model: str = "lightgcn"
-    ngcf_form: str = "edge"          # NGCF only: edge-wise (per-edge messages) or node-wise
-    layers: int = 3
-    dim: int = 64
-    batch_size: int = 2048
-    epochs: int = 200                # the reference protocol's cap (RecBole 1.2.1 runs, docs/accuracy.md)
-    lr: float = 1e-3
-    l2: float = 1e-4
-    optimizer: str = "adam"
-    momentum: float = 0.9            # SGD only
-    weight_decay: float = 0.0        # AdamW / LAMB decoupled decay
-    lr_rule: str = "none"            # scale lr with batch size relative to ref_batch_size
-    ref_batch_size: int = 2048
-    warmup_steps: int = 0
-    warmup_epochs: float = 0.0
-    schedule: str = "none"           # after warm-up
-    seed: int = 2020
-    backend: str = "native"
-    precision: str = "fp32"          # propagated rows: float32, or bfloat16 with float32 sums (PRECISIONS)
-    mode: str = "full"
-    fanouts: tuple = (10, 10, 10)    # sampled mode only
-    topk: tuple = (10, 20)
-    eval_every: int = 1              # epochs
-    patience: int = 30               # epochs without a new best valid Recall@20 before stopping; 0 = never
-                                     # (outlasts LightGCN's epoch 23-45 plateau on ML-100K: train.EarlyStopping)
-    target_recall: Optional[float] = None   # time-to-accuracy target on validation Recall@20
-    protocol: str = "lab"            # what trains and what validates (PROTOCOLS)
-    sampler: str = "interactions"    # how an epoch's BPR triples are drawn (SAMPLERS)
-    eval_users: Optional[int] = None        # evaluate a seeded sample of users (None = all)
-    max_steps_per_epoch: Optional[int] = None  # cap for quick runs and tests
-    cache_policy: str = "none"       # sampled mode: DRAM cache in front of a slow-tier embedding table
-    cache_size: str = "5%"           # rows ("50000") or share of rows ("5%")
-    lookahead: int = 200             # batches the oracle policy sees ahead
-    memory_mode: str = "dram"
-    placement: dict = field(default_factory=dict)   # tensor class -> "dram" | "file:DIR" | "numa:POLICY:NODES"
-    device_profile: Optional[str] = None            # tier-model target for modeled modes
-    threads: Optional[int] = None
-    # pin the training process to this many cores (gnnrec_lab.util.pinning): one "machine"
-    cores: Optional[int] = None
-    data_dir: Optional[str] = None
-    name: Optional[str] = None       # free-form label
+    dataset: str = option("ml-100k", Text("a dataset name"),
+        widget="datasets", label="Dataset",
+        help="interactions to train on: a built-in or prepared dataset name (see `gnnrec-lab "
+             "data list`) or a generated one, synth:users=N,items=N,interactions=N")
+    model: str = option("lightgcn", Options(MODEL_GRAPHS),
+        label="Model",
+        help=f"recommender to train, one of {_choices(MODELS)} (mf: matrix factorisation, "
+             f"embeddings without graph layers)")
+    # NGCF only: edge-wise (per-edge messages) or node-wise
+    ngcf_form: str = option("edge", Options(NGCF_FORMS),
+        label="NGCF form",
+        help=f"how NGCF computes its neighbour products, one of {_choices(NGCF_FORMS)}: "
+             f"edge keeps one message per edge (memory grows with the edges), node "
+             f"aggregates first (same result, no per-edge tensor); NGCF only")
+    layers: int = option(3,
+        LAYERS,
+        Interval(integer, lo=MF_LAYERS, hi=MF_LAYERS),
+        Rule(_layers_fit_model, dict(model="mf", layers=2)),
+        label="Propagation layers",
+        help="graph convolution layers, i.e. how many hops each embedding mixes "
+             "over, from 1 to 64 (model mf has none and is given 0)")
+    dim: int = option(64, Interval(integer, lo=1, hi=65_536),
+        label="Embedding dimension",
+        help="length of each user and item embedding vector (float32 values per row)")
+    batch_size: int = option(2048, Interval(integer, lo=1, hi=1 << 27),
+        label="Batch size (interactions per step)",
+        help="training triples (user, positive item, sampled negative item) per optimizer step")
+    # the reference protocol's cap (RecBole 1.2.1 runs, docs/accuracy.md)
+    epochs: int = option(200, Interval(integer, lo=1, hi=MAX_EPOCHS),
+        label="Maximum epochs",
+        help="passes over the training interactions before the run stops; early "
+             "stopping (patience) may end it sooner")
+    lr: float = option(1e-3, Interval(number, lo=0, lo_open=True),
+        label="Learning rate",
+        help="the optimizer's base step size, before the batch-size rule, warm-up and "
+             "schedule apply")
+    l2: float = option(1e-4, Interval(number, lo=0),
+        label="L2 regularisation weight",
+        help="weight of the L2 penalty on the batch's input (layer-0) embeddings "
+             "in the BPR loss; 0 turns it off")
+    optimizer: str = option("adam", Options(OPTIMIZERS),
+        label="Optimizer",
+        help=f"parameter update rule, one of {_choices(OPTIMIZERS)}")
+    # SGD only
+    momentum: float = option(0.9, Interval(number, lo=0, hi=1),
+        label="SGD momentum",
+        help="share of the previous update SGD carries into the next, from 0 "
+             "to 1; used by optimizer sgd only")
+    # AdamW / LAMB decoupled decay
+    weight_decay: float = option(0.0, Interval(number, lo=0),
+        label="Decoupled weight decay",
+        help="weight decay applied apart from the gradient by adamw "
+             "and lamb (the others ignore it); 0 turns it off")
+    # scale lr with batch size relative to ref_batch_size
+    lr_rule: str = option("none", Options(LR_RULES),
+        label="Learning-rate scaling rule",
+        help=f"how the learning rate follows the batch size relative to "
+             f"the reference batch size, one of {_choices(LR_RULES)}: "
+             f"linear multiplies it by batch / reference, sqrt by the "
+             f"square root of that")
+    ref_batch_size: int = option(2048, Interval(integer, lo=1, hi=1 << 27),
+        label="Reference batch size (interactions per step)",
+        help="batch size at which the learning rate is used as given by the scaling rule")
+    warmup_steps: int = option(0, Interval(integer, lo=0, hi=1 << 40),
+        label="Warm-up (optimizer steps)",
+        help="steps over which the learning rate rises linearly to its "
+             "full value; the longer of this and warm-up epochs applies")
+    warmup_epochs: float = option(0.0, Interval(number, lo=0, hi=float(MAX_EPOCHS)),
+        label="Warm-up (epochs)",
+        help="warm-up length in epochs, fractions allowed (0.5 = half an "
+             "epoch); the longer of this and warm-up steps applies")
+    # after warm-up
+    schedule: str = option("none", Options(SCHEDULES),
+        label="Learning-rate schedule",
+        help=f"decay after warm-up, one of {_choices(SCHEDULES)}: cosine "
+             f"falls to 0 at the last step, step divides by 10 at 50% and "
+             f"at 75% of the steps")
+    seed: int = option(2020, Interval(integer, lo=0, hi=MAX_SEED),
+        label="Random seed",
+        help=f"seed of initialisation, negative sampling, batch order and the evaluated "
+             f"users, an integer from 0 to {MAX_SEED}")
+    backend: str = option("native", Options(BACKENDS),
+        label="Kernel backend",
+        help=f"implementation of the sparse kernels (SpMM, SDDMM), one of "
+             f"{_choices(BACKENDS)}: native is this project's numba kernels, torch "
+             f"uses torch.sparse, dgl uses DGL's (needs DGL installed)")
+    # propagated rows: float32, or bfloat16 with float32 sums (PRECISIONS)
+    precision: str = option("fp32", Options(PRECISIONS), Rule(_precision_fits, dict(precision="bf16", backend="torch")),
+        label="Propagation precision",
+        help=f"how propagated rows are stored, one of {_choices(PRECISIONS)}: "
+             f"bf16 stores the propagation's input, its layers and the "
+             f"gradients it propagates in 16 bits (half the bytes each SpMM "
+             f"reads), sums in float32, the embeddings and the optimizer in "
+             f"float32; native backend and graph models only")
+    mode: str = option("full", Options(MODES),
+        label="Training mode",
+        help=f"one of {_choices(MODES)}: full propagates over the whole graph every "
+             f"step, sampled over a sub-graph sampled around each batch with the fan-outs")
+    # sampled mode only
+    fanouts: tuple = option((10, 10, 10),
+        Interval(integers, lo=1, hi=1_000_000, max_len=MAX_LAYERS),
+        Rule(_one_fanout_per_layer, dict(mode="sampled", layers=2, fanouts=(10,))),
+        label="Fan-outs per layer (neighbours)",
+        help="neighbours sampled per node at each layer, first hop "
+             "first, comma-separated, one per layer; sampled mode only")
+    topk: tuple = option((10, 20), Interval(integers, _ascending_unique, lo=1, hi=100_000, max_len=MAX_LAYERS),
+        label="Top-K cut-offs",
+        help="list lengths K at which Recall, MRR, NDCG, Hit and Precision@K are reported, "
+             "comma-separated")
+    # epochs
+    eval_every: int = option(1, Interval(integer, lo=1, hi=1_000_000),
+        label="Evaluate every (epochs)",
+        help="epochs between validation evaluations; the last epoch is "
+             "always evaluated")
+    # epochs without a new best valid Recall@20 before stopping; 0 = never (outlasts LightGCN's epoch
+    # 23-45 plateau on ML-100K: train.EarlyStopping)
+    patience: int = option(30, Interval(integer, lo=0, hi=1_000_000),
+        label="Early-stopping patience (epochs)",
+        help="epochs without a new best validation Recall@20 "
+             "before the run stops; 0 never stops early")
+    # time-to-accuracy target on validation Recall@20
+    target_recall: Optional[float] = option(None, None, Interval(number, lo=0, hi=1, lo_open=True),
+        label="Target validation Recall@20",
+        help="value in (0, 1] whose first crossing is recorded as "
+             "the time to accuracy (the run goes on)",
+        unset="no target")
+    # what trains and what validates (PROTOCOLS)
+    protocol: str = option("lab",
+        Options(PROTOCOLS),
+        Rule(_paper_has_no_validation, dict(protocol="paper", target_recall=0.1)),
+        label="Evaluation protocol",
+        help=f"one of {_choices(PROTOCOLS)}: lab trains on train, picks the "
+             f"best epoch and stops early on valid, reports test; paper (a "
+             f"dataset with its own valid.txt, e.g. gowalla) trains on train + "
+             f"valid, validates nothing and reports the last model's test, as "
+             f"the LightGCN authors did")
+    # how an epoch's BPR triples are drawn (SAMPLERS)
+    sampler: str = option("interactions", Options(SAMPLERS),
+        label="BPR sampler",
+        help=f"one of {_choices(SAMPLERS)}: interactions visits every training "
+             f"interaction once per epoch in a random order; users draws as many "
+             f"triples, each user uniformly at random with one of its train items, "
+             f"as the LightGCN authors' code does")
+    # evaluate a seeded sample of users (None = all)
+    eval_users: Optional[int] = option(None, None, Interval(integer, lo=1, hi=1 << 31),
+        label="Evaluated users",
+        help="number of users evaluated, a seeded random sample (quicker, "
+             "noisier metrics)",
+        unset="all users")
+    # cap for quick runs and tests
+    max_steps_per_epoch: Optional[int] = option(None, None, Interval(integer, lo=1, hi=1 << 40),
+        label="Step cap per epoch (optimizer steps)",
+        help="most steps an epoch takes, for quick "
+             "runs and tests",
+        unset="no cap")
+    # sampled mode: DRAM cache in front of a slow-tier embedding table
+    cache_policy: str = option("none",
+        Options(CACHE_POLICIES),
+        Rule(_cache_needs_sampled, dict(cache_policy="lru", mode="full")),
+        label="Embedding cache policy",
+        help=f"sampled mode only, one of {_choices(CACHE_POLICIES)}: none "
+             f"keeps the embedding table in DRAM, stream puts it on the "
+             f"slow tier without a cache, the others put a DRAM cache of "
+             f"cache-size rows in front of the slow tier")
+    # rows ("50000") or share of rows ("5%")
+    cache_size: str = option("5%", Parsed(_cache_size, breaks=("0", "0%", "150%", "lots", 1 << 41, True)),
+        label="Cache size (rows or % of rows)", maximum=CACHE_ROWS_MAX,
+        help="capacity of the DRAM embedding cache: a row count "
+             "(50000) or a share of the table's rows (5%)")
+    # batches the oracle policy sees ahead
+    lookahead: int = option(200, Interval(integer, lo=1, hi=1_000_000),
+        label="Oracle look-ahead (batches)",
+        help="upcoming batches the oracle cache policy sees when it "
+             "chooses what to evict")
+    memory_mode: str = option("dram", Options(MEMORY_MODES),
+        label="Memory mode",
+        help=f"memory the run's step time is for, one of {_choices(MEMORY_MODES)}: "
+             f"dram is measured on this host; for the others the kernels run on "
+             f"this host's DRAM and the tier model projects their step time onto "
+             f"the mode's device profile (modeled)")
+    # tensor class -> "dram" | "file:DIR" | "numa:POLICY:NODES"
+    placement: dict = option({},
+        Parsed(_placement, breaks=({"weights": "dram"}, {"embeddings": "ssd"}, "embeddings=dram")),
+        label="Placement per tensor class", factory=dict,
+        help=f"where tensor classes live, CLASS=PLACE pairs "
+             f"comma-separated (e.g. embeddings=file:/mnt/pmem,"
+             f"optimizer=numa:membind:1); classes: "
+             f"{_choices(TENSOR_CLASSES)}; places: dram, file:DIR, "
+             f"numa:POLICY:NODES",
+        unset="every class in DRAM")
+    # tier-model target for modeled modes
+    device_profile: Optional[str] = option(None, None, Text("a device profile name", strip=True),
+        widget="profiles", label="Device profile (modeled)",
+        help="device the tier model projects a non-DRAM memory mode "
+             "onto: a profile name from gnnrec_lab/memory/devices.yaml "
+             "or $GNNREC_LAB_DEVICES (e.g. cxl_type3_ddr5_x8)",
+        unset="the memory mode's own profile")
+    #  pin the training process to this many cores (gnnrec_lab.util.pinning): one "machine"
+    threads: Optional[int] = option(None, None, Interval(integer, lo=1, hi=1024),
+        label="Compute threads",
+        help="threads for torch and the numba kernels",
+        unset="all cores, one left to the slow tier's I/O when a cache is used")
+    cores: Optional[int] = option(None,
+        None,
+        Interval(integer, lo=1, hi=4096),
+        Rule(_threads_within_cores, dict(cores=1, threads=2)),
+        label="Pinned cores",
+        help="pin the training process to this many cores of its own, the first ones "
+             "it may run on (its affinity mask), and run that many compute threads: "
+             "one machine of C cores, as DistDGL's --cores-per-machine C; refused "
+             "when the process may run on fewer",
+        unset="not pinned")
+    data_dir: Optional[str] = option(None,
+        None,
+        Text("a directory path (or unset for the default)", strip=True, nul=False),
+        label="Data directory",
+        help="directory where datasets are prepared and loaded from",
+        unset="$GNNREC_LAB_DATA, else the checkout's data/, else $GNNREC_LAB_HOME/data")
+    # free-form label
+    name: Optional[str] = option(None, None, Text("a label of at most 200 characters", empty=True, max_len=200),
+        label="Run name",
+        help="free-form label stored with the run, up to 200 characters",
+        unset="none")
 
     _parameter_constraints: ClassVar[dict] = RUN_CONSTRAINTS
 
@@ -383,127 +551,32 @@ def expect_config(config, where: str) -> None:
 
 
 # ----------------------------------------------------------------------
-# How each field reads to a person: the one source of the words the CLI's --help and the
-# dashboard's forms show (tests/test_config.py checks every field has them).
-@dataclass(frozen=True)
-class FieldDoc:
-    """``label``: the field's name on a form, in words with units. ``help``: what it does and what it
-    accepts (a sentence fragment; the default is appended by :func:`field_help`). ``unset``: what an
-    empty value (None, an empty placement) means, shown as the default instead of "None"."""
+# The views of the options the rest of the lab reads.
+OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for f in dataclasses.fields(RunConfig)}
+RUN_CONSTRAINTS.update({name: list(o.checks) for name, o in OPTIONS.items()})
+# How each field reads to a person (label, help, unset): the one source of the words the CLI's --help
+# and the dashboard's forms show (tests/test_config.py checks every field has them).
+FIELD_DOCS: dict[str, Option] = OPTIONS
+# Largest value of each integer option (and of cache_size's rows)
+MAXIMA: dict[str, int] = {name: o.maximum for name, o in OPTIONS.items() if o.maximum is not None}
 
-    label: str
-    help: str
-    unset: str = ""
+# Every numeric field (the ones read by the bounded checkers of gnnrec_lab.config.bounds) and its constraints;
+# the CLI's --field flags parse with them (commands/common.py).
+NUMERIC_FIELDS: dict[str, list] = {n: cs for n, cs in RUN_CONSTRAINTS.items()
+                                   if any(isinstance(c, Interval) for c in cs)}
+# numeric fields whose None means "unset" (see FIELD_DOCS' unset words)
+OPTIONAL_FIELDS = tuple(n for n, cs in NUMERIC_FIELDS.items() if None in cs)
 
 
-def _choices(values) -> str:
-    return ", ".join(values)
+def check_field(name: str, value, text: bool = True, param: Optional[str] = None):
+    """``value`` for numeric RunConfig field ``name``, checked against its constraints (ConfigError
+    naming ``param``, the field by default, otherwise); ``text``: the value may be what a user typed."""
+    return check_value(param or name, NUMERIC_FIELDS[name], value, text=text)
 
 
-FIELD_DOCS: dict[str, FieldDoc] = {
-    "dataset": FieldDoc("Dataset", "interactions to train on: a built-in or prepared dataset name (see `gnnrec-lab "
-                                   "data list`) or a generated one, synth:users=N,items=N,interactions=N"),
-    "model": FieldDoc("Model", f"recommender to train, one of {_choices(MODELS)} (mf: matrix factorisation, "
-                               f"embeddings without graph layers)"),
-    "ngcf_form": FieldDoc("NGCF form", f"how NGCF computes its neighbour products, one of {_choices(NGCF_FORMS)}: "
-                                       f"edge keeps one message per edge (memory grows with the edges), node "
-                                       f"aggregates first (same result, no per-edge tensor); NGCF only"),
-    "layers": FieldDoc("Propagation layers", "graph convolution layers, i.e. how many hops each embedding mixes "
-                                             "over, from 1 to 64 (model mf has none and is given 0)"),
-    "dim": FieldDoc("Embedding dimension", "length of each user and item embedding vector (float32 values per row)"),
-    "batch_size": FieldDoc("Batch size (interactions per step)",
-                           "training triples (user, positive item, sampled negative item) per optimizer step"),
-    "epochs": FieldDoc("Maximum epochs", "passes over the training interactions before the run stops; early "
-                                         "stopping (patience) may end it sooner"),
-    "lr": FieldDoc("Learning rate", "the optimizer's base step size, before the batch-size rule, warm-up and "
-                                    "schedule apply"),
-    "l2": FieldDoc("L2 regularisation weight", "weight of the L2 penalty on the batch's input (layer-0) embeddings "
-                                               "in the BPR loss; 0 turns it off"),
-    "optimizer": FieldDoc("Optimizer", f"parameter update rule, one of {_choices(OPTIMIZERS)}"),
-    "momentum": FieldDoc("SGD momentum", "share of the previous update SGD carries into the next, from 0 "
-                                         "to 1; used by optimizer sgd only"),
-    "weight_decay": FieldDoc("Decoupled weight decay", "weight decay applied apart from the gradient by adamw "
-                                                       "and lamb (the others ignore it); 0 turns it off"),
-    "lr_rule": FieldDoc("Learning-rate scaling rule", f"how the learning rate follows the batch size relative to "
-                                                      f"the reference batch size, one of {_choices(LR_RULES)}: "
-                                                      f"linear multiplies it by batch / reference, sqrt by the "
-                                                      f"square root of that"),
-    "ref_batch_size": FieldDoc("Reference batch size (interactions per step)",
-                               "batch size at which the learning rate is used as given by the scaling rule"),
-    "warmup_steps": FieldDoc("Warm-up (optimizer steps)", "steps over which the learning rate rises linearly to its "
-                                                          "full value; the longer of this and warm-up epochs applies"),
-    "warmup_epochs": FieldDoc("Warm-up (epochs)", "warm-up length in epochs, fractions allowed (0.5 = half an "
-                                                  "epoch); the longer of this and warm-up steps applies"),
-    "schedule": FieldDoc("Learning-rate schedule", f"decay after warm-up, one of {_choices(SCHEDULES)}: cosine "
-                                                   f"falls to 0 at the last step, step divides by 10 at 50% and "
-                                                   f"at 75% of the steps"),
-    "seed": FieldDoc("Random seed", f"seed of initialisation, negative sampling, batch order and the evaluated "
-                                    f"users, an integer from 0 to {MAX_SEED}"),
-    "backend": FieldDoc("Kernel backend", f"implementation of the sparse kernels (SpMM, SDDMM), one of "
-                                          f"{_choices(BACKENDS)}: native is this project's numba kernels, torch "
-                                          f"uses torch.sparse, dgl uses DGL's (needs DGL installed)"),
-    "precision": FieldDoc("Propagation precision", f"how propagated rows are stored, one of {_choices(PRECISIONS)}: "
-                                                   f"bf16 stores the propagation's input, its layers and the "
-                                                   f"gradients it propagates in 16 bits (half the bytes each SpMM "
-                                                   f"reads), sums in float32, the embeddings and the optimizer in "
-                                                   f"float32; native backend and graph models only"),
-    "mode": FieldDoc("Training mode", f"one of {_choices(MODES)}: full propagates over the whole graph every "
-                                      f"step, sampled over a sub-graph sampled around each batch with the fan-outs"),
-    "fanouts": FieldDoc("Fan-outs per layer (neighbours)", "neighbours sampled per node at each layer, first hop "
-                                                           "first, comma-separated, one per layer; sampled mode only"),
-    "topk": FieldDoc("Top-K cut-offs", "list lengths K at which Recall, MRR, NDCG, Hit and Precision@K are reported, "
-                                                "comma-separated"),
-    "eval_every": FieldDoc("Evaluate every (epochs)", "epochs between validation evaluations; the last epoch is "
-                                                      "always evaluated"),
-    "patience": FieldDoc("Early-stopping patience (epochs)", "epochs without a new best validation Recall@20 "
-                                                             "before the run stops; 0 never stops early"),
-    "target_recall": FieldDoc("Target validation Recall@20", "value in (0, 1] whose first crossing is recorded as "
-                                                             "the time to accuracy (the run goes on)",
-                              unset="no target"),
-    "protocol": FieldDoc("Evaluation protocol", f"one of {_choices(PROTOCOLS)}: lab trains on train, picks the "
-                                                f"best epoch and stops early on valid, reports test; paper (a "
-                                                f"dataset with its own valid.txt, e.g. gowalla) trains on train + "
-                                                f"valid, validates nothing and reports the last model's test, as "
-                                                f"the LightGCN authors did"),
-    "sampler": FieldDoc("BPR sampler", f"one of {_choices(SAMPLERS)}: interactions visits every training "
-                                       f"interaction once per epoch in a random order; users draws as many "
-                                       f"triples, each user uniformly at random with one of its train items, "
-                                       f"as the LightGCN authors' code does"),
-    "eval_users": FieldDoc("Evaluated users", "number of users evaluated, a seeded random sample (quicker, "
-                                              "noisier metrics)", unset="all users"),
-    "max_steps_per_epoch": FieldDoc("Step cap per epoch (optimizer steps)", "most steps an epoch takes, for quick "
-                                                                            "runs and tests", unset="no cap"),
-    "cache_policy": FieldDoc("Embedding cache policy", f"sampled mode only, one of {_choices(CACHE_POLICIES)}: none "
-                                                       f"keeps the embedding table in DRAM, stream puts it on the "
-                                                       f"slow tier without a cache, the others put a DRAM cache of "
-                                                       f"cache-size rows in front of the slow tier"),
-    "cache_size": FieldDoc("Cache size (rows or % of rows)", "capacity of the DRAM embedding cache: a row count "
-                                                             "(50000) or a share of the table's rows (5%)"),
-    "lookahead": FieldDoc("Oracle look-ahead (batches)", "upcoming batches the oracle cache policy sees when it "
-                                                         "chooses what to evict"),
-    "memory_mode": FieldDoc("Memory mode", f"memory the run's step time is for, one of {_choices(MEMORY_MODES)}: "
-                                           f"dram is measured on this host; for the others the kernels run on "
-                                           f"this host's DRAM and the tier model projects their step time onto "
-                                           f"the mode's device profile (modeled)"),
-    "placement": FieldDoc("Placement per tensor class", f"where tensor classes live, CLASS=PLACE pairs "
-                                                        f"comma-separated (e.g. embeddings=file:/mnt/pmem,"
-                                                        f"optimizer=numa:membind:1); classes: "
-                                                        f"{_choices(TENSOR_CLASSES)}; places: dram, file:DIR, "
-                                                        f"numa:POLICY:NODES", unset="every class in DRAM"),
-    "device_profile": FieldDoc("Device profile (modeled)", "device the tier model projects a non-DRAM memory mode "
-                                                           "onto: a profile name from gnnrec_lab/memory/devices.yaml "
-                                                           "or $GNNREC_LAB_DEVICES (e.g. cxl_type3_ddr5_x8)",
-                               unset="the memory mode's own profile"),
-    "threads": FieldDoc("Compute threads", "threads for torch and the numba kernels",
-                        unset="all cores, one left to the slow tier's I/O when a cache is used"),
-    "cores": FieldDoc("Pinned cores", "pin the training process to this many cores of its own, the first ones "
-                                      "it may run on (its affinity mask), and run that many compute threads: "
-                                      "one machine of C cores, as DistDGL's --cores-per-machine C; refused "
-                                      "when the process may run on fewer", unset="not pinned"),
-    "data_dir": FieldDoc("Data directory", "directory where datasets are prepared and loaded from",
-                         unset="$GNNREC_LAB_DATA, else the checkout's data/, else $GNNREC_LAB_HOME/data"),
-    "name": FieldDoc("Run name", "free-form label stored with the run, up to 200 characters", unset="none"),
-}
+def _checker(name: str):
+    """The bounds checker (integer, number or integers) that reads numeric field ``name``."""
+    return next(c.check for c in NUMERIC_FIELDS[name] if isinstance(c, Interval))
 
 
 def field_label(name: str) -> str:

@@ -24,16 +24,8 @@ import panel as pn
 import param
 
 from gnnrec_lab.config.run import (
-    BACKENDS,
-    CACHE_POLICIES,
     FIELD_DOCS,
-    LR_RULES,
-    MEMORY_MODES,
-    MODELS,
-    MODES,
-    NGCF_FORMS,
-    OPTIMIZERS,
-    PRECISIONS,
+    OPTIONS,
     TENSOR_CLASSES,
     RunConfig,
     field_help,
@@ -120,10 +112,8 @@ def tensor_class_label(cls: str) -> str:
     return cls.replace("_", " ").capitalize()
 
 
-# The choices of the form's fields that take one of a list (the config's own lists).
-FORM_CHOICES = {"model": MODELS, "ngcf_form": NGCF_FORMS, "lr_rule": LR_RULES, "optimizer": OPTIMIZERS,
-                "memory_mode": MEMORY_MODES, "backend": BACKENDS, "precision": PRECISIONS, "mode": MODES,
-                "cache_policy": CACHE_POLICIES}
+# The choices of the form's fields that take one of a list (their options' own lists).
+FORM_CHOICES = {k: OPTIONS[k].choices for k in FORM_FIELDS if OPTIONS[k].choices is not None}
 # Where the form starts from another value than RunConfig's: a first run from the page stays short.
 FORM_DEFAULTS = {"epochs": 5}
 
@@ -312,16 +302,14 @@ class LaunchPage(pn.viewable.Viewer):
         params.setdefault("form", LaunchForm())
         super().__init__(lab=lab, **params)
         names, self._datasets_reason = dataset_names()
-        if names:
-            if self.form.dataset not in names:
-                self.form.dataset = names[0]
-            ds = pn.widgets.Select.from_param(self.form.param.dataset, options=names, **widget_words("dataset"))
-        else:
-            ds = pn.widgets.TextInput.from_param(self.form.param.dataset, **widget_words("dataset"))
-        self.widgets = {"dataset": ds}
-        for k in FORM_FIELDS[1:]:
+        self.widgets = {}
+        for k in FORM_FIELDS:
             p = self.form.param[k]
-            if k == "device_profile":
+            if OPTIONS[k].widget == "datasets" and names:
+                if getattr(self.form, k) not in names:
+                    setattr(self.form, k, names[0])
+                w = pn.widgets.Select.from_param(p, options=names, **widget_words(k))
+            elif OPTIONS[k].widget == "profiles":
                 w = pn.widgets.Select.from_param(
                     p, options={"the memory mode's default": "", **{n: n for n in profile_names()}}, **widget_words(k))
             elif isinstance(p, param.Selector):
