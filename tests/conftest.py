@@ -11,7 +11,16 @@ os.environ.setdefault("GNNREC_LAB_DATA", str(_ROOT / "data"))
 if "GNNREC_LAB_HOME" not in os.environ or os.environ.get("GNNREC_LAB_TEST_KEEP_HOME") != "1":
     os.environ["GNNREC_LAB_HOME"] = tempfile.mkdtemp(prefix="gnnrec-lab-test-home-")
 
+import signal  # noqa: E402
+
 import pytest  # noqa: E402
+
+# A suite started as a background job ('cmd &' in a script, nohup) runs with SIGINT ignored, and an
+# ignored signal stays ignored across exec: every `gnnrec-lab run` a test starts and then interrupts
+# would train to its end. The tests send SIGINT as a terminal's Ctrl-C would, so the suite takes it
+# back to Python's default here, in the controller and in each xdist worker, before any child starts.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # the package's process settings before any test module imports torch (the OpenMP wait policy)
 import gnnrec_lab.util.runtime  # noqa: E402,F401

@@ -195,3 +195,23 @@ def test_an_ignored_signal_stays_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def test_a_child_of_the_suite_takes_sigint_as_a_terminal_would():
+    """conftest.py takes back a SIGINT the suite inherited ignored: a child it starts gets Python's
+    KeyboardInterrupt handler, so the Ctrl-C tests above interrupt it."""
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    out = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT).__name__)"],
+                         capture_output=True, text=True, timeout=60).stdout
+    assert out.strip() == "default_int_handler", out
+
+
+@pytest.mark.slow
+def test_a_suite_started_with_sigint_ignored_still_interrupts_its_runs():
+    """The suite started as a background job ('make test &': SIGINT ignored, inherited across exec)
+    runs the test above and it passes."""
+    test = f"{__file__}::test_a_child_of_the_suite_takes_sigint_as_a_terminal_would"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", test],
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
