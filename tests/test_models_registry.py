@@ -165,3 +165,30 @@ def test_advise_places_each_mode_as_its_declaration_says():
         where = set(row["placement"].values())
         assert where == {"dram": {"dram"}, "cache": {"memory_mode"}}.get(kind, where), name
         assert ("keep_in_dram" in row) == (kind == "split"), name
+
+
+def test_a_second_measured_memory_mode_is_measured_everywhere(monkeypatch):
+    """Views ask the table (memory_mode_of(...).measured), not the name "dram": a second measured
+    mode is measured in RunConfig, the tier model, the labels and the advice's recommendation."""
+    from gnnrec_lab.config.memory_modes import DEFAULT_MEMORY_MODE, MemoryMode, memory_mode_of
+    from gnnrec_lab.memory.advise import recommend
+    from gnnrec_lab.memory.tiermodel import mode_label
+    monkeypatch.setitem(MEMORY_MODE_TABLE, "hbm", MemoryMode("hbm", None, "dram", "HBM"))
+    assert memory_mode_of({"memory_mode": "hbm"}).measured and mode_device("hbm") is None
+    assert mode_label("hbm") == "hbm (measured)"
+    assert recommend({"hbm": {"fits": True, "modeled_kernel_s": 1.0}}, True)[1].startswith("fits in DRAM")
+    assert memory_mode_of(None) is DEFAULT_MEMORY_MODE and memory_mode_of(float("nan")) is DEFAULT_MEMORY_MODE
+    assert RunConfig().memory_mode == DEFAULT_MEMORY_MODE.name
+    with pytest.raises(ConfigError, match="memory_mode: got 'ssd'"):
+        memory_mode_of({"memory_mode": "ssd"})
+
+
+def test_no_view_compares_a_memory_mode_with_the_name_dram():
+    import pathlib
+    import re
+    pkg = pathlib.Path(config_run.__file__).resolve().parents[1]
+    pattern = re.compile(r"""\bmemory_mode\b[^\n]*["']dram["']|["']dram["'][^\n]*\bmemory_mode\b"""
+                         r"""|mode\s*[!=]=\s*["']dram["']""")
+    hits = [f"{p.relative_to(pkg)}:{i}" for p in pkg.rglob("*.py") if p.name != "memory_modes.py"
+            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not hits, hits

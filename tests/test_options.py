@@ -21,8 +21,9 @@ STORED = {"dataset": "ml-100k", "model": "ngcf", "ngcf_form": "node", "layers": 
           "lr_rule": "sqrt", "ref_batch_size": 1024, "warmup_steps": 3, "warmup_epochs": 0.5, "schedule": "cosine",
           "seed": 11, "backend": "native", "precision": "bf16", "mode": "sampled", "fanouts": [5, 4],
           "topk": [5, 20], "eval_every": 2, "patience": 4, "target_recall": 0.1, "protocol": "lab",
-          "sampler": "users", "eval_users": 100, "max_steps_per_epoch": 9, "cache_policy": "lru",
-          "cache_size": "10%", "lookahead": 50, "memory_mode": "optane_memory_mode", "placement": {"embeddings": "dram"},
+          "sampler": "users", "eval_users": 100, "max_steps_per_epoch": 9,
+          "cache_policy": "lru", "cache_size": "10%", "lookahead": 50,
+          "memory_mode": "optane_memory_mode", "placement": {"embeddings": "dram"},
           "device_profile": "cxl_type3_ddr5_x8", "threads": 2, "cores": 2, "data_dir": "/tmp/d", "name": "a run"}
 
 

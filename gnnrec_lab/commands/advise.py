@@ -12,6 +12,7 @@ import json
 
 from gnnrec_lab.commands.common import add_field_argument, bounded
 from gnnrec_lab.config.bounds import MAX_DRAM_GIB, number
+from gnnrec_lab.config.memory_modes import memory_mode_of
 from gnnrec_lab.config.run import RunConfig, mf_layers
 from gnnrec_lab.memory.footprint import check_counts
 from gnnrec_lab.memory.tiermodel import LOW, fmt_band
@@ -118,7 +119,7 @@ def run(args) -> int:
                 how += f" ({r['note']})"
         else:
             how = r.get("note", "")
-        if mode == "dram" and not r.get("fits"):
+        if memory_mode_of(mode).measured and not r.get("fits"):
             how = r.get("note", "")
         print(f"  {mode:<20} {r['device']:<30} {ts:>16} {rr:>8} {aod:>14}  {how}  "
               f"[{r['kind']}; placement: {r['placement_assumption']}]")

@@ -8,6 +8,7 @@ import time
 
 from gnnrec_lab.commands.common import bounded, run_id
 from gnnrec_lab.config.bounds import MAX_SECONDS, number
+from gnnrec_lab.config.memory_modes import memory_mode_of
 from gnnrec_lab.memory.calibrate import calibration_flags
 from gnnrec_lab.memory.tiermodel import LOW, fmt_band, mode_label, modeled_seconds
 from gnnrec_lab.runs.record import RunRecord
@@ -227,7 +228,7 @@ def _show(store, run_id: int, as_json: bool) -> int:
                                                  " (DRAM); modeled on the device: the 'modeled' lines"))
     print(f"  config     {cfg.get('dataset')} {cfg.get('model')} layers={cfg.get('layers')} dim={cfg.get('dim')} "
           f"batch={cfg.get('batch_size')}")
-    print(f"  memory     {mode_label(cfg.get('memory_mode') or 'dram', cfg.get('device_profile'))}")
+    print(f"  memory     {mode_label(memory_mode_of(cfg).name, cfg.get('device_profile'))}")
     print(f"  step       {st.text()}")
     if st.placement_assumption:
         print(f"  modeled    placement: {st.placement_assumption}")

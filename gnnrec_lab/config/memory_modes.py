@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from gnnrec_lab.util.errors import ConfigError
+
 # How the advice places a mode's tensor classes (gnnrec_lab.memory.advise):
 PLACEMENTS = {
     "dram": "every tensor class in DRAM",
@@ -37,7 +39,7 @@ class MemoryMode:
         return self.device is None
 
 
-# name -> mode, in the order every view lists them (dram first)
+# name -> mode, in the order every view lists them (the measured one, dram, first: the default)
 MEMORY_MODE_TABLE: dict[str, MemoryMode] = {m.name: m for m in (
     MemoryMode("dram", None, "dram", "DRAM"),
     MemoryMode("optane_memory_mode", "optane_pmem100_memory_mode", "cache", "Optane Memory Mode"),
@@ -45,3 +47,25 @@ MEMORY_MODE_TABLE: dict[str, MemoryMode] = {m.name: m for m in (
     MemoryMode("cxl", "cxl_type3_ddr5_x8", "split", "CXL memory"),
     MemoryMode("remote_numa", "remote_numa_ddr4", "split", "a remote NUMA node"),
 )}
+
+# the mode a run without one is in (RunConfig's default; a stored row with none, a DistDGL run's)
+DEFAULT_MEMORY_MODE: MemoryMode = next(iter(MEMORY_MODE_TABLE.values()))
+
+
+def memory_mode_of(config) -> MemoryMode:
+    """The :class:`MemoryMode` of ``config``: a RunConfig, a stored config or run row (a mapping with
+    ``memory_mode``) or a mode's name. No mode (None, empty, a missing column's NaN) is
+    :data:`DEFAULT_MEMORY_MODE`; a name the table does not hold is a ConfigError naming it. Every
+    view asks this (and the mode's ``measured``) instead of comparing names."""
+    if config is None or isinstance(config, str):
+        name = config
+    elif isinstance(config, dict):
+        name = config.get("memory_mode")
+    else:
+        name = getattr(config, "memory_mode", None)
+    if not isinstance(name, str) or not name:
+        return DEFAULT_MEMORY_MODE
+    try:
+        return MEMORY_MODE_TABLE[name]
+    except KeyError:
+        raise ConfigError("memory_mode", f"got {name!r}, allowed: {', '.join(MEMORY_MODE_TABLE)}") from None

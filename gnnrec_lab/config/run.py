@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Optional
 
 from gnnrec_lab.config.bounds import integer, integers, number
 from gnnrec_lab.config.checks import Interval, Options, Parsed, Rule, Text, check, check_value
-from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
+from gnnrec_lab.config.memory_modes import DEFAULT_MEMORY_MODE, MEMORY_MODE_TABLE, memory_mode_of
 from gnnrec_lab.config.places import TENSOR_CLASSES, parse_placement
 from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.files import write_atomic
@@ -433,7 +433,7 @@ class RunConfig:
         label="Oracle look-ahead (batches)",
         help="upcoming batches the oracle cache policy sees when it "
              "chooses what to evict")
-    memory_mode: str = option("dram", Options(MEMORY_MODES),
+    memory_mode: str = option(DEFAULT_MEMORY_MODE.name, Options(MEMORY_MODES),
         label="Memory mode",
         help=f"memory the run's step time is for, one of {_choices(MEMORY_MODES)}: "
              f"dram is measured on this host; for the others the kernels run on "
@@ -517,7 +517,7 @@ class RunConfig:
     @property
     def measured(self) -> bool:
         """Whether time in this run is measured on its memory mode (True for DRAM: config.memory_modes)."""
-        return MEMORY_MODE_TABLE[self.memory_mode].measured
+        return memory_mode_of(self).measured
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

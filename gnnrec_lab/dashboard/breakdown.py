@@ -21,6 +21,7 @@ import pandas as pd
 import panel as pn
 import param
 
+from gnnrec_lab.config.memory_modes import memory_mode_of
 from gnnrec_lab.dashboard.common import (
     BAR_COLOR,
     MODELED_NOTE,
@@ -82,9 +83,10 @@ def mode_header(run: dict) -> str:
     """What the Breakdown header says about time: measured here, and (modeled memory modes) which
     memory mode and device profile the modeled charts use."""
     cfg = RunRecord.of(run).config
-    mode = cfg.get("memory_mode") or "dram"
+    m = safe_call(memory_mode_of, cfg)[0]
+    mode = m.name if m is not None else cfg.get("memory_mode")
     dev = safe_call(mode_device, mode, cfg.get("device_profile"))[0]
-    if mode == "dram" or dev is None:
+    if (m is not None and m.measured) or dev is None:
         return f"memory mode **{mode}**: every time below is measured on this host, except the hatched modeled bars"
     return (f"memory mode **{mode}** → device profile **{dev}**: kernel times are measured on this host's "
             f"DRAM; the hatched charts are **modeled** on {dev}")
@@ -273,7 +275,8 @@ class BreakdownPage(pn.viewable.Viewer):
     def _modeled_kernel_section(self, run_id, run: dict):
         """Measured DRAM kernel x phase next to the same step modeled on the run's device."""
         cfg = RunRecord.of(run).config
-        if (cfg.get("memory_mode") or "dram") == "dram":
+        m = safe_call(memory_mode_of, cfg)[0]
+        if m is not None and m.measured:
             return pn.Spacer(height=0)
         step, why = run_modeled_step(self.lab.store, run_id)
         if step is None:
@@ -344,7 +347,7 @@ class BreakdownPage(pn.viewable.Viewer):
     def _device_section(self, run: dict):
         """The run's device profile as the model sees it (modeled curves; none for a DRAM run)."""
         cfg = RunRecord.of(run).config
-        dev = safe_call(mode_device, cfg.get("memory_mode") or "dram", cfg.get("device_profile"))[0]
+        dev = safe_call(mode_device, cfg.get("memory_mode"), cfg.get("device_profile"))[0]
         if dev is None:
             return pn.Spacer(height=0)
         prof, why = safe_call(get_profile, dev)

@@ -402,9 +402,9 @@ def run_label(row: dict) -> str:
     mode = get("memory_mode")
     if mode is not None:
         dev = get("device")
-        if dev is None and mode != "dram":
+        if dev is None:
             dev = safe_call(mode_device, mode, get("device_profile"))[0]
-        parts.append(str(mode) if mode == "dram" or dev is None else f"{mode}→{dev} (modeled)")
+        parts.append(str(mode) if dev is None else f"{mode}→{dev} (modeled)")
     if row.get("status"):
         parts.append(f"({row['status']})")
     if row.get("overloaded") is True:   # proc.load_summary: its times include waiting for other work

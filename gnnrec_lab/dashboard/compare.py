@@ -23,6 +23,7 @@ import pandas as pd
 import panel as pn
 import param
 
+from gnnrec_lab.config.memory_modes import memory_mode_of
 from gnnrec_lab.config.run import FIELD_DOCS, field_label
 from gnnrec_lab.dashboard.common import (
     OVERLOADED_LABEL,
@@ -129,8 +130,9 @@ def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
     # an epoch is scaled as the step is: its band is the step's (tiermodel.model_band)
     es["modeled_epoch_band"] = (es["modeled_step_band"].astype(float) if "modeled_step_band" in es
                                 else pd.Series(float("nan"), index=es.index))
-    es["group"] = [f"{m or 'dram'} · {d}" for m, d in zip(es.get("memory_mode", pd.Series("dram", index=es.index)),
-                                                          es.get("dataset", pd.Series("?", index=es.index)))]
+    es["group"] = [f"{memory_mode_of(m).name} · {d}"
+                   for m, d in zip(es.get("memory_mode", pd.Series(None, index=es.index, dtype=object)),
+                                   es.get("dataset", pd.Series("?", index=es.index)))]
     return es
 
 

@@ -40,6 +40,7 @@ import pandas as pd
 import panel as pn
 import param
 
+from gnnrec_lab.config.memory_modes import DEFAULT_MEMORY_MODE
 from gnnrec_lab.dashboard.common import PALETTE, Lab, kernel_color, not_available, run_selector, safe_call
 from gnnrec_lab.memory.tiermodel import dram_residency, mode_device, run_step_time, step_times, training_kernel_ns
 from gnnrec_lab.runs.record import RunRecord, StoredConfig
@@ -267,7 +268,7 @@ class RunFeed:
         self.last_step = 0
         self.status, self.error, self.total, self.elapsed_s, self.rss_bytes = "none", "", None, 0.0, None
         self.cfg, self.info, self.stored_modeled = {}, {}, None
-        self.memory_mode, self.device, self.compiling = "dram", None, False
+        self.memory_mode, self.device, self.compiling = DEFAULT_MEMORY_MODE.name, None, False
         self.timeline = pd.DataFrame({"step": [], "epoch": [], "seconds": [], "wall": []})
         self.loss = pd.DataFrame(LOSS_COLUMNS)
         self.kernels = pd.DataFrame(KERNEL_COLUMNS)
@@ -314,7 +315,7 @@ class RunFeed:
         rec = RunRecord.of(run)
         self.cfg, self.info = rec.config, rec.info
         self.stored_modeled = rec.result.modeled or None   # a finished run's projection, as stored
-        self.memory_mode = str(self.cfg.get("memory_mode") or "dram")
+        self.memory_mode = str(self.cfg.get("memory_mode") or DEFAULT_MEMORY_MODE.name)
         self.device = _mode_device(self.memory_mode, self.cfg.get("device_profile"))
         spe = self.info.get("steps_per_epoch")
         if spe and self.cfg.get("epochs"):
@@ -429,7 +430,7 @@ class LiveMonitor(param.Parameterized):
     rss_bytes = param.Integer(default=None, allow_None=True, doc="current RSS of the worker (bytes)")
     evals = param.DataFrame(default=None, allow_None=True)
     error = param.String(default="")
-    memory_mode = param.String(default="dram")
+    memory_mode = param.String(default=DEFAULT_MEMORY_MODE.name)
     device = param.String(default=None, allow_None=True, doc="device profile a modeled memory mode uses")
     modeled = param.Dict(default=None, allow_None=True,
                          doc="tiermodel.run_step_time over the steps so far (modeled memory modes)")

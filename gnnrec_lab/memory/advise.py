@@ -136,7 +136,7 @@ def recommend(modes: dict, fits_in_dram: bool) -> tuple:
         return None, "no memory mode fits"
     fastest = min(t for _, t in fitting)
     best = next(m for m, t in fitting if t <= fastest * (1 + TIE))
-    if best == "dram":
+    if MEMORY_MODE_TABLE[best].measured:
         return best, "fits in DRAM, and no memory mode is modeled faster than DRAM"
     others = ", ".join(f"{m} {t:.4g} s" for m, t in fitting if m != best)
     why = "does not fit in DRAM; " if not fits_in_dram else ""

@@ -31,7 +31,7 @@ from typing import Optional
 
 import pandas as pd
 
-from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE, memory_mode_of
 from gnnrec_lab.memory.profiles import DeviceProfile, get_profile, host_device, misses_in_flight
 from gnnrec_lab.memory.validation import HELD_OUT_TARGET, UNVALIDATED_BAND, access_of, regime_errors, regime_key
 from gnnrec_lab.util.errors import UserError
@@ -432,18 +432,18 @@ def project_step(records, host, device, placement=None, footprint=None, *, steps
 MODE_DEVICES = {name: m.device for name, m in MEMORY_MODE_TABLE.items() if not m.measured}
 
 
-def mode_device(memory_mode: str, device_profile: Optional[str] = None) -> Optional[str]:
-    """The device profile a run in ``memory_mode`` is modeled on (None for a measured mode, ``dram``)."""
-    if memory_mode is None or (memory_mode in MEMORY_MODE_TABLE and MEMORY_MODE_TABLE[memory_mode].measured):
-        return None
-    return device_profile or MODE_DEVICES[memory_mode]
+def mode_device(memory_mode: Optional[str], device_profile: Optional[str] = None) -> Optional[str]:
+    """The device profile a run in ``memory_mode`` is modeled on (None for a measured mode, ``dram``,
+    and for no mode: config.memory_modes.memory_mode_of)."""
+    mode = memory_mode_of(memory_mode)
+    return None if mode.measured else (device_profile or mode.device)
 
 
 def mode_label(memory_mode: str, device_profile: Optional[str] = None) -> str:
     """How a run's memory mode reads everywhere it is shown, e.g.
     ``optane_app_direct (modeled on optane_pmem100_appdirect_6x)`` or ``dram (measured)``."""
-    dev = mode_device(memory_mode, device_profile)
-    return f"{memory_mode} (measured)" if dev is None else f"{memory_mode} (modeled on {dev})"
+    dev, name = mode_device(memory_mode, device_profile), memory_mode_of(memory_mode).name
+    return f"{name} (measured)" if dev is None else f"{name} (modeled on {dev})"
 
 
 def _get(config, key, default=None):
@@ -486,7 +486,7 @@ def dram_residency(memory_mode: Optional[str], placement: Optional[dict] = None,
     on_file = sorted(c for c, where in placement.items() if str(where).startswith("file:"))
     here = "every tensor class" + (f" but {', '.join(on_file)} (on file)" if on_file else "")
     host = f"on this host (where it runs): {here} and {INTERPRETER}"
-    dev = mode_device(memory_mode or "dram", device_profile)
+    dev = mode_device(memory_mode, device_profile)
     if dev is None:
         return f"In DRAM {host}."
     keep = sorted(c for c, where in placement.items() if where == "dram")
@@ -514,7 +514,7 @@ def run_step_time(records, host, config, *, device: Optional[str] = None, placem
     Returns :func:`project_step`'s dict plus ``memory_mode``, ``device`` and
     ``placement_assumption`` (:func:`placement_assumption`, the words every view shows with it).
     """
-    mode = _get(config, "memory_mode", "dram")
+    mode = memory_mode_of(config).name
     dev = device or mode_device(mode, _get(config, "device_profile")) or "host"
     if placement is None:
         placement = dict(_get(config, "placement") or {}) or None

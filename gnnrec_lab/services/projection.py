@@ -20,6 +20,7 @@ from typing import Optional
 
 import pandas as pd
 
+from gnnrec_lab.config.memory_modes import memory_mode_of
 from gnnrec_lab.memory.calibrate import host_profile
 from gnnrec_lab.memory.profiles import load_profiles
 from gnnrec_lab.memory.tiermodel import (
@@ -142,7 +143,7 @@ def run_step_times(store, run_id, host: Optional[dict] = None) -> StepTimes:
         ksteps = store.kernel_step_count(run_id)
         fpf = store.footprint_frame(run_id) if host is not None else None
     cfg = rec.config
-    dev = mode_device(cfg.get("memory_mode") or "dram", cfg.get("device_profile"))
+    dev = mode_device(memory_mode_of(cfg).name, cfg.get("device_profile"))
     modeled = rec.result.modeled or None
     if dev is not None and not modeled and host is not None and totals is not None and len(totals):
         try:
@@ -197,7 +198,7 @@ def step_time_projection(store, run_id, host, placement: Optional[dict] = None) 
     records, steps, footprint, cfg = stored_run_records(store, run_id)
     if records is None or records.empty:
         raise UserError(f"run {run_id} has no kernel records")
-    own = mode_device(cfg.get("memory_mode", "dram"), cfg.get("device_profile"))
+    own = mode_device(memory_mode_of(cfg).name, cfg.get("device_profile"))
     profiles = load_profiles()
     if not profiles:
         raise UserError("no device profiles")
@@ -252,7 +253,7 @@ def dram_reference(store, config, host) -> Optional[dict]:
     runs = store.runs_frame(status=RunStatus.FINISHED)
     if runs.empty:
         return None
-    rows = [r for r in runs.to_dict("records") if r.get("memory_mode") == "dram" and _same_shape(r, config)]
+    rows = [r for r in runs.to_dict("records") if memory_mode_of(r).measured and _same_shape(r, config)]
     out = []
     for r in sorted(rows, key=lambda r: -int(r["id"]))[:REFERENCE_CANDIDATES]:
         placement = store.run_record(int(r["id"])).config.placement

@@ -36,6 +36,7 @@ import torch
 
 from gnnrec_lab import data, kernels
 from gnnrec_lab.cache.rows import make_row_store
+from gnnrec_lab.config.memory_modes import memory_mode_of
 from gnnrec_lab.config.run import RunConfig, expect_config
 from gnnrec_lab.graph.bipartite import BipartiteGraph
 from gnnrec_lab.graph.sampling import Prefetcher, batch_nodes, bpr_batches, sample_subgraph
@@ -728,7 +729,7 @@ def result_step_times(result):
     mode, its projection (``result.modeled``): the numbers the run store gives every view of it."""
     from gnnrec_lab.memory.tiermodel import mode_device, step_times, training_kernel_ns
     cfg = result.config
-    dev = mode_device(getattr(cfg, "memory_mode", "dram") or "dram", getattr(cfg, "device_profile", None))
+    dev = mode_device(memory_mode_of(cfg).name, getattr(cfg, "device_profile", None))
     return step_times(result.train_seconds, result.steps, training_kernel_ns(result.kernels), result.steps,
                       modeled=result.modeled or None, device=dev)
 
