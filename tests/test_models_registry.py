@@ -192,3 +192,31 @@ def test_no_view_compares_a_memory_mode_with_the_name_dram():
     hits = [f"{p.relative_to(pkg)}:{i}" for p in pkg.rglob("*.py") if p.name != "memory_modes.py"
             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not hits, hits
+
+
+def test_a_model_registered_at_run_time_is_offered_everywhere_with_its_own_options(toy, store, monkeypatch):
+    """The toy model (registered after every module was imported) is in --model's help, the Launch
+    form's choices and DistDGL's models; a field it declares its own (here NGCF's form, borrowed)
+    is shown on the form with it, offered by advise, and part of its shape for the DRAM reference."""
+    from gnnrec_lab.commands.cli import build_parser
+    from gnnrec_lab.dashboard.common import Lab
+    from gnnrec_lab.dashboard.launch import LaunchForm, LaunchPage
+    from gnnrec_lab.distributed.spec import MODELS as DIST_MODELS
+    from gnnrec_lab.services.projection import _same_shape
+    monkeypatch.setattr(toy, "options", ("ngcf_form",), raising=False)
+    monkeypatch.setattr(toy, "shape_keys", ("ngcf_form",), raising=False)
+    assert "toy" in config_run.FIELD_DOCS["model"].help
+    run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    assert "lightgcn, ngcf, mf, toy" in " ".join(run_help.split())
+    assert "toy" in LaunchForm().param["model"].objects and "toy" in DIST_MODELS
+    page = LaunchPage(Lab(store=store, runner=None))
+    page.form.model = "lightgcn"
+    assert not page.widgets["ngcf_form"].visible
+    page.form.model = "toy"
+    assert page.widgets["ngcf_form"].visible
+    advise_help = build_parser()._subparsers._group_actions[0].choices["advise"].format_help()
+    assert "--ngcf-form" in advise_help
+    cfg = RunConfig(model="toy", ngcf_form="node", layers=2)
+    row = dict(cfg.to_dict(), ngcf_form="edge")
+    assert not _same_shape(row, cfg) and _same_shape(cfg.to_dict(), cfg)
+    assert registry.shape_keys("toy") == ("ngcf_form",) and registry.shape_keys("nope") == ()

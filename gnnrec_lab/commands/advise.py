@@ -16,6 +16,7 @@ from gnnrec_lab.config.memory_modes import memory_mode_of
 from gnnrec_lab.config.run import RunConfig, mf_layers
 from gnnrec_lab.memory.footprint import check_counts
 from gnnrec_lab.memory.tiermodel import LOW, fmt_band
+from gnnrec_lab.models.registry import model_options
 from gnnrec_lab.runs.store import Store
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.formatting import fmt_ms
@@ -26,7 +27,8 @@ def register(subparsers):
                               description=__doc__.splitlines()[0])
     add_field_argument(p, "dataset", required=True)
     add_field_argument(p, "model")
-    add_field_argument(p, "ngcf_form")
+    for name in model_options():   # a model's own fields (NGCF's form)
+        add_field_argument(p, name)
     add_field_argument(p, "layers")
     add_field_argument(p, "dim")
     add_field_argument(p, "batch_size")
@@ -74,9 +76,9 @@ def run(args) -> int:
     from gnnrec_lab.memory.advise import GiB, advise
     from gnnrec_lab.memory.calibrate import load_host_profile
     layers = mf_layers(args.model, args.layers)
-    cfg = RunConfig(dataset=args.dataset, model=args.model, ngcf_form=args.ngcf_form, layers=layers,
-                    dim=args.dim, batch_size=args.batch_size, optimizer=args.optimizer,
-                    precision=args.precision)
+    cfg = RunConfig(dataset=args.dataset, model=args.model, layers=layers, dim=args.dim,
+                    batch_size=args.batch_size, optimizer=args.optimizer, precision=args.precision,
+                    **{name: getattr(args, name) for name in model_options()})
     counts = _counts(args)
     host = load_host_profile(args.host_profile)
     ref = None if args.ignore_runs else _reference(cfg, host)

@@ -214,10 +214,16 @@ class Option:
 
     checks: tuple
     label: str
-    help: str
+    words: str                      # the help's text; "{choices}" in it stands for the choices now
     unset: str = ""
     maximum: Optional[int] = None
     widget: Optional[str] = None
+
+    @property
+    def help(self) -> str:
+        """What it does and accepts, with the choices it allows now where its words name them."""
+        return self.words.replace("{choices}", _choices(self.choices or ())) if "{choices}" in self.words \
+            else self.words
 
     @property
     def choices(self) -> Optional[tuple]:
@@ -265,8 +271,8 @@ class RunConfig:
              "data list`) or a generated one, synth:users=N,items=N,interactions=N")
     model: str = option("lightgcn", Options(MODEL_GRAPHS),
         label="Model",
-        help=f"recommender to train, one of {_choices(MODELS)} (mf: matrix factorisation, "
-             f"embeddings without graph layers)")
+        help="recommender to train, one of {choices} (mf: matrix factorisation, "
+             "embeddings without graph layers)")
     # NGCF only: edge-wise (per-edge messages) or node-wise
     ngcf_form: str = option("edge", Options(NGCF_FORMS),
         label="NGCF form",

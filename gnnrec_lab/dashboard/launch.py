@@ -48,6 +48,7 @@ from gnnrec_lab.memory.placement import file_placed
 from gnnrec_lab.memory.preflight import memory_verdict
 from gnnrec_lab.memory.profiles import load_profiles
 from gnnrec_lab.memory.tiermodel import dram_residency, mode_device, mode_label
+from gnnrec_lab.models.registry import model_options, model_spec
 from gnnrec_lab.services.projection import dram_reference, host_calibration, tier_projection
 from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.formatting import fmt_bytes, fmt_ms
@@ -57,7 +58,7 @@ from gnnrec_lab.util.provenance import Provenance
 EXAMPLE_CONFIG = dict(dataset="ml-100k", model="lightgcn", layers=3, dim=64, batch_size=2048,
                       epochs=3, eval_users=500)
 # Form fields shown as widgets, in order; placement gets one text box per tensor class.
-FORM_FIELDS = ("dataset", "model", "ngcf_form", "layers", "dim", "batch_size", "epochs", "lr",
+FORM_FIELDS = ("dataset", "model", *model_options(), "layers", "dim", "batch_size", "epochs", "lr",
                "lr_rule", "optimizer", "memory_mode", "device_profile", "backend", "precision", "max_steps_per_epoch",
                "eval_users", "patience", "seed", "mode", "fanouts", "cache_policy", "cache_size", "cores")
 # The error pane at the Launch button, for what is not one field's mistake.
@@ -163,6 +164,13 @@ RunConfigFields = type("RunConfigFields", (param.Parameterized,),
 class LaunchForm(RunConfigFields):
     """The launch form's state: :data:`FORM_FIELDS` and the placement, each a parameter made from
     its RunConfig field (:func:`form_parameter`). ``config``/``error`` follow from the fields."""
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        # the choices as the options hold them now: a model registered after this module was imported
+        # is offered too
+        for k in FORM_CHOICES:
+            self.param[k].objects = list(OPTIONS[k].choices)
 
     def values(self) -> dict:
         """The form as RunConfig field values (ConfigError when the fan-outs box does not parse):
@@ -384,7 +392,8 @@ class LaunchPage(pn.viewable.Viewer):
         # fields that mean something only with another's value are shown with it
         sampled = self.form.mode == "sampled"
         modeled = mode_device(self.form.memory_mode) is not None
-        shown = {"ngcf_form": self.form.model == "ngcf", "device_profile": modeled, "fanouts": sampled,
+        own = safe_call(lambda: model_spec(self.form.model).options, default=())[0]
+        shown = {**{k: k in own for k in model_options()}, "device_profile": modeled, "fanouts": sampled,
                  "cache_policy": sampled, "cache_size": sampled and self.form.cache_policy not in ("none", "stream")}
         for k, visible in shown.items():
             self.widgets[k].visible = visible or self.errors[k].visible

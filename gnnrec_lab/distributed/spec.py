@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -22,10 +23,29 @@ from typing import Optional
 from gnnrec_lab.config.bounds import INT64_MAX, integer, integers, number
 from gnnrec_lab.config.checks import Interval, Kind, Options, Rule, Text, alternatives, check
 from gnnrec_lab.config.run import LAYERS, RUN_CONSTRAINTS, RunConfig, fanout_per_layer
+from gnnrec_lab.models.registry import graph_models
 from gnnrec_lab.util.errors import ConfigError
 from gnnrec_lab.util.files import write_atomic
 
-MODELS = ("lightgcn", "ngcf")     # the graph models a partitioned run trains (mf samples no neighbours)
+
+class _GraphModels(Mapping):
+    """The models a partitioned run trains: the declared ones that sample neighbours
+    (models.registry.graph_models; mf samples none), read when iterated or checked, so a model
+    registered later counts."""
+
+    def __getitem__(self, name):
+        if name in graph_models():
+            return True
+        raise KeyError(name)
+
+    def __iter__(self):
+        return iter(graph_models())
+
+    def __len__(self):
+        return len(graph_models())
+
+
+MODELS = _GraphModels()
 CLUSTERS = ("local", "emulated")
 MAX_PARTITIONS = 64               # simulated machines on one host
 

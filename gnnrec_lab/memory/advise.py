@@ -21,7 +21,7 @@ from gnnrec_lab.memory.footprint import F32, optimizer_states, total
 from gnnrec_lab.memory.footprint import footprint as predict_footprint
 from gnnrec_lab.memory.profiles import host_device
 from gnnrec_lab.memory.tiermodel import ALL_ON_DEVICE, TRAIN_PHASES, ns_per_byte, prepare, project_step, split_bytes
-from gnnrec_lab.models.registry import Shape, kernel_work, model_spec
+from gnnrec_lab.models.registry import Shape, kernel_work, model_spec, shape_keys
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.recorder import KernelRecord
 
@@ -212,7 +212,7 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
                            f"({', '.join(row['on_device']) or 'none'}) carry no modeled step traffic")
         modes[mode] = row
     best, reason = recommend(modes, need <= dram_bytes)
-    return {"config": {k: getattr(config, k) for k in ("dataset", "model", "ngcf_form", "layers", "dim",
+    return {"config": {k: getattr(config, k) for k in ("dataset", "model", *shape_keys(config.model), "layers", "dim",
                                                          "batch_size", "optimizer", "precision")},
             "counts": dict(counts), "dram_bytes": dram_bytes,
             "footprint": fp, "footprint_total": need, "footprint_kind": Provenance.MODELED,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from gnnrec_lab.config.run import PRECISION_BYTES, declare_model, undeclare_model
+from gnnrec_lab.config.run import PRECISION_BYTES, RunConfig, declare_model, undeclare_model
 from gnnrec_lab.util.errors import UserError
 
 F32 = 4   # bytes per float32
@@ -88,6 +88,12 @@ class ModelSpec(abc.ABC):
     # propagates with gnnrec_lab.kernels.layer_mean (the mean fused into each SpMM), which runs
     # in a cached locality order when the table is large
     layer_mean: bool = False
+    # RunConfig fields only this model reads: shown with it on the Launch form and offered by the
+    # commands that build a config by hand (advise); other models keep their defaults
+    options: tuple = ()
+    # fields besides the common shape (dataset, depth, width, batch...) that change this model's work:
+    # two stored runs measure the same step only when these are equal too (services.projection)
+    shape_keys: tuple = ()
 
     @abc.abstractmethod
     def build(self, config, n_users: int, n_items: int):
@@ -185,6 +191,8 @@ class NGCFSpec(ModelSpec):
     """NGCF, edge-wise (per-edge messages) or node-wise (``ngcf_form``)."""
 
     name = "ngcf"
+    options = ("ngcf_form",)
+    shape_keys = ("ngcf_form",)
 
     def build(self, config, n_users, n_items):
         from gnnrec_lab.models.ngcf import NGCF  # torch: loaded by training, not by the hooks
@@ -267,6 +275,12 @@ def register(spec: ModelSpec) -> ModelSpec:
     for flag in ("graph", "layer_mean"):
         if not isinstance(getattr(spec, flag), bool):
             raise ValueError(f"register: {spec.name}: {flag} must be True or False")
+    fields = set(RunConfig.__dataclass_fields__)
+    for attr in ("options", "shape_keys"):
+        unknown = [k for k in getattr(spec, attr) if k not in fields]
+        if not isinstance(getattr(spec, attr), tuple) or unknown:
+            raise ValueError(f"register: {spec.name}: {attr} must be a tuple of RunConfig fields, got "
+                             f"{getattr(spec, attr)!r}")
     if spec.name in MODEL_SPECS:
         raise ValueError(f"register: model {spec.name!r} is declared already")
     declare_model(spec.name, spec.graph)
@@ -286,6 +300,20 @@ def model_spec(name: str) -> ModelSpec:
         return MODEL_SPECS[name]
     except (KeyError, TypeError):
         raise UserError(f"model: unknown {name!r}; declared: {', '.join(MODEL_SPECS)}") from None
+
+
+def model_options() -> tuple:
+    """Every field some declared model reads alone (:attr:`ModelSpec.options`), in declaration order."""
+    return tuple(dict.fromkeys(k for s in MODEL_SPECS.values() for k in s.options))
+
+
+def shape_keys(model=None) -> tuple:
+    """:attr:`ModelSpec.shape_keys` of ``model`` (none for a name not declared); without a model,
+    those of every declared model."""
+    if model is None:
+        return tuple(dict.fromkeys(k for s in MODEL_SPECS.values() for k in s.shape_keys))
+    spec = MODEL_SPECS.get(model) if isinstance(model, str) else None
+    return spec.shape_keys if spec is not None else ()
 
 
 def graph_models() -> tuple:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from gnnrec_lab.config.run import expect_config
 from gnnrec_lab.memory.footprint import Footprint
+from gnnrec_lab.models.registry import shape_keys
 from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.training.reporting import Reporter
 from gnnrec_lab.util.errors import UserError
@@ -876,7 +877,7 @@ class Store:
         infos = [i[0] for _, i in parsed]
         df["damaged"] = pd.Series(["; ".join(w for w in (c[1], i[1]) if w) or None for c, i in parsed],
                                   index=df.index, dtype=object)
-        for key in ("dataset", "model", "layers", "dim", "batch_size", "memory_mode", "ngcf_form", "mode",
+        for key in ("dataset", "model", "layers", "dim", "batch_size", "memory_mode", *shape_keys(), "mode",
                     "backend"):
             df[key] = [c.get(key) for c in cfgs]
         df["device_profile"] = [c.get("device_profile") for c in cfgs]   # services.projection's device

@@ -33,6 +33,7 @@ from gnnrec_lab.memory.tiermodel import (
     step_times,
     training_kernel_ns,
 )
+from gnnrec_lab.models.registry import shape_keys
 from gnnrec_lab.runs.record import StoredConfig
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.provenance import Provenance
@@ -233,7 +234,7 @@ REFERENCE_CANDIDATES = 20
 
 
 def _same_shape(row: dict, config) -> bool:
-    keys = SHAPE_KEYS + (("ngcf_form",) if getattr(config, "model", None) == "ngcf" else ())
+    keys = SHAPE_KEYS + shape_keys(getattr(config, "model", None))
     want = {k: getattr(config, k, None) for k in keys}
     want["precision"] = want["precision"] or "fp32"   # a config from before the field: fp32
     return all(row.get(k) == want[k] for k in keys)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from gnnrec_lab.config.run import TUPLE_FIELDS, RunConfig, mf_layers
+from gnnrec_lab.config.run import MODEL_GRAPHS, TUPLE_FIELDS, RunConfig, mf_layers
 from gnnrec_lab.runs.record import StoredResult
 from gnnrec_lab.runs.runner import Runner
 from gnnrec_lab.runs.store import Store
@@ -76,7 +76,7 @@ def expand(base: "RunConfig | dict | None", grid: dict) -> list[RunConfig]:
     points, seen = [], set()
     for combo in itertools.product(*(v for _, v in axes)):
         d = dict(base_d, **dict(zip(keys, combo)))
-        if d.get("model") == "mf":   # other models keep what was given, or RunConfig's default
+        if not MODEL_GRAPHS.get(d.get("model"), True):   # mf; the others keep what was given, or the default
             d["layers"] = mf_layers("mf", d.get("layers"), "layers" in keys)
         cfg = RunConfig.from_dict(d)
         key = cfg.to_json()
