@@ -183,9 +183,10 @@ def test_launch_policy_placement_dirs_and_active_cap(tmp_path):
     p = LaunchPolicy(placement_dirs=(os.path.realpath(allowed),), max_active=1)
     assert p.placement_error({"embeddings": f"file:{allowed}"}) is None
     assert p.placement_error({"embeddings": f"file:{allowed}/sub"}) is None
-    assert "not under a directory allowed" in p.placement_error({"embeddings": f"file:{allowed}/../etc"})
-    assert "not under a directory allowed" in p.placement_error({"embeddings": "file:/some/dir"})
-    assert "--allow-placement-dir" in LaunchPolicy().placement_error({"optimizer": "file:/tmp"})
+    assert "not under a directory allowed" in str(p.placement_error({"embeddings": f"file:{allowed}/../etc"}))
+    err = p.placement_error({"embeddings": "file:/some/dir"})
+    assert err.param == "placement" and "not under a directory allowed" in err.reason
+    assert "--allow-placement-dir" in str(LaunchPolicy().placement_error({"optimizer": "file:/tmp"}))
     statuses = {1: "running"}
     p.record(1)
     assert "limit 1" in p.active_error(statuses.get)

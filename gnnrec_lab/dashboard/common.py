@@ -336,20 +336,23 @@ class Lab(param.Parameterized):
         run = self.run(run_id)
         return str(run.get("status", "unknown")) if run else "unknown"
 
-    def launch_error(self, config, include_active: bool = True, own_process: bool = True) -> Optional[str]:
-        """Why ``config`` may not be launched from the browser now (one line), or None.
+    def launch_error(self, config, include_active: bool = True, own_process: bool = True) -> Optional[UserError]:
+        """Why ``config`` may not be launched from the browser now, or None: a ConfigError naming the
+        field when one field is the reason (a placement outside the allowed directories), else a
+        UserError (the cap on active runs, the footprint).
 
         The dashboard's launch policy (:mod:`.security`): ``file:`` placements only
         under allowed directories, a cap on active runs; and, for a run the lab's own worker
         trains (``own_process``; not a DistDGL run's machines), the pre-flight footprint check.
         """
         policy = launch_policy()
-        why = policy.placement_error(config.placement)
-        if why is None and include_active and self.store is not None:
+        err = policy.placement_error(config.placement)
+        if err is None and include_active and self.store is not None:
             why = policy.active_error(self.store.status)
-        if why is None and own_process:
-            why = footprint_error(config, memory_limit_bytes=policy.memory_limit_bytes)
-        return why
+            err = UserError(why) if why else None
+        if err is None and own_process:
+            err = footprint_error(config, memory_limit_bytes=policy.memory_limit_bytes)
+        return err
 
     def launch(self, config, request: Optional[dict] = None) -> Any:
         """Hand ``config`` to the runner (a subprocess runs it); return the new run id. ``request``:
@@ -360,9 +363,9 @@ class Lab(param.Parameterized):
         """
         if self.runner is None:
             raise RuntimeError(f"the runner is not available yet ({self.runner_reason})")
-        why = self.launch_error(config, own_process=request is None)
-        if why:
-            raise UserError(why)
+        err = self.launch_error(config, own_process=request is None)
+        if err is not None:
+            raise err
         policy = launch_policy()
         limit = policy.memory_limit_bytes
         run_id = self.runner.launch(config, **({"memory_limit_bytes": limit} if limit is not None else {}),

@@ -371,12 +371,12 @@ class LaunchPage(pn.viewable.Viewer):
         if cfg is not None and self.lab.runner is not None:
             # the launch policy (file: directories) and the pre-flight footprint check: Launch
             # stays disabled and the reason shows at the button
-            why, failed = safe_call(self.lab.launch_error, cfg, include_active=False,
-                                    own_process=self.engine != "distdgl")
-            why = why or failed
-            if why:
-                param, _, rest = why.partition(": ")
-                cfg, err = None, (ConfigError(param, rest) if param in self.errors else ConfigError(FORM, why))
+            refused, failed = safe_call(self.lab.launch_error, cfg, include_active=False,
+                                        own_process=self.engine != "distdgl")
+            if failed or refused is not None:
+                # a refusal naming one of the form's fields shows there, any other at the button
+                on_field = isinstance(refused, ConfigError) and refused.param in self.errors
+                cfg, err = None, (refused if on_field else ConfigError(FORM, failed or str(refused)))
         self.request = None
         if cfg is not None and self.engine == "distdgl":
             # DistDGL's own checks (sampled mode, the fields it can honour, a DGL to run in): shown at

@@ -33,7 +33,7 @@ from typing import Iterable, Optional
 from urllib.parse import urlsplit
 
 from gnnrec_lab.memory.placement import file_placed
-from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.status import RunStatus
 
 TOKEN_COOKIE = "gnnrec_lab_token"
@@ -243,16 +243,17 @@ class LaunchPolicy:
     launched: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def placement_error(self, placement: dict) -> Optional[str]:
-        """Why ``placement`` may not be launched from the browser, or None."""
+    def placement_error(self, placement: dict) -> Optional[ConfigError]:
+        """Why ``placement`` may not be launched from the browser (an error naming the field), or None."""
         for cls, raw in sorted(file_placed(placement).items()):
             if not self.placement_dirs:
-                return (f"placement: {cls}: file: placements from the dashboard are off; the operator "
-                        f"allows directories with `gnnrec-lab dashboard --allow-placement-dir DIR`")
+                return ConfigError("placement", f"{cls}: file: placements from the dashboard are off; the "
+                                                f"operator allows directories with `gnnrec-lab dashboard "
+                                                f"--allow-placement-dir DIR`")
             real = os.path.realpath(raw)
             if not any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in self.placement_dirs):
-                return (f"placement: {cls}: {raw!r} is not under a directory allowed for the dashboard "
-                        f"({', '.join(self.placement_dirs)})")
+                return ConfigError("placement", f"{cls}: {raw!r} is not under a directory allowed for the dashboard "
+                                                f"({', '.join(self.placement_dirs)})")
         return None
 
     def active_error(self, status_of) -> Optional[str]:

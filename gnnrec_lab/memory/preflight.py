@@ -138,10 +138,10 @@ def check_launch(config, *, force: bool = False, memory_limit_bytes: Optional[in
     return v["dram_bytes"]
 
 
-def footprint_error(config, *, memory_limit_bytes: Optional[int] = None) -> Optional[str]:
-    """:func:`check_launch`'s refusal as one line, or None when the run may start (dashboard use)."""
+def footprint_error(config, *, memory_limit_bytes: Optional[int] = None) -> Optional[UserError]:
+    """:func:`check_launch`'s refusal (one line), or None when the run may start (dashboard use)."""
     try:
         check_launch(config, memory_limit_bytes=memory_limit_bytes, cli=False)
     except UserError as e:
-        return str(e)
+        return e
     return None
