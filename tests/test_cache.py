@@ -383,9 +383,9 @@ def test_cached_tier_bit_identical_and_matches_simulator(tmp_path, cap, la):
 
 def test_cli_and_cache_page_offer_the_simulators_optimizers(fake_data, capsys):
     """One list: `cache sim` and the Cache page accept every optimizer row_bytes sizes (adagrad too)."""
+    from gnnrec_lab.cache.request import SIM_CONSTRAINTS
     from gnnrec_lab.cache.simulate import row_bytes
     from gnnrec_lab.config.run import OPTIMIZER_STATES
-    from gnnrec_lab.dashboard.cache import SIM_CONSTRAINTS
     assert SIM_CONSTRAINTS["optimizer"][0].values == tuple(OPTIMIZER_STATES)
     assert "adagrad" in OPTIMIZER_STATES and row_bytes(8, "adagrad") == 8 * 4 * 2
     assert cli.main(["cache", "sim", "--dataset", "fake", "--optimizer", "adagrad", "--dim", "8", "--json"]) == 0

@@ -5,9 +5,9 @@ import dataclasses
 
 import pytest
 
+from gnnrec_lab.cache.request import SIM_CONSTRAINTS, SimRequest, form_name
 from gnnrec_lab.config.checks import Interval, Rule, alternatives, broken_values, rules
 from gnnrec_lab.config.run import NUMERIC_FIELDS, RUN_CONSTRAINTS, RunConfig
-from gnnrec_lab.dashboard.cache import SIM_CONSTRAINTS, SimRequest, _form_name
 from gnnrec_lab.distributed.spec import DIST_CONSTRAINTS, DistSpec
 from gnnrec_lab.memory.footprint import COUNT_CONSTRAINTS, check_counts
 from gnnrec_lab.runs.runner import RUNNER_CONSTRAINTS, Runner
@@ -20,7 +20,7 @@ _COUNTS = dict(n_users=10, n_items=20, n_train=30)
 # whether values may be text
 TABLES = {
     "RunConfig": (RUN_CONSTRAINTS, lambda kw: RunConfig(**kw), str, False),
-    "SimRequest": (SIM_CONSTRAINTS, lambda kw: SimRequest(**kw).checked(), _form_name, False),
+    "SimRequest": (SIM_CONSTRAINTS, lambda kw: SimRequest(**kw).checked(), form_name, False),
     "Runner": (RUNNER_CONSTRAINTS, lambda kw: Runner(**kw), str, False),
     "DistSpec": (DIST_CONSTRAINTS, lambda kw: DistSpec(**{**_DIST_BASE, **kw}), str, False),
     "counts": (COUNT_CONSTRAINTS, lambda kw: check_counts({**_COUNTS, **kw}), lambda k: f"counts: {k}", True),

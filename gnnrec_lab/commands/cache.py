@@ -78,6 +78,14 @@ def register(subparsers) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
+# the request's fields as this command's flags name them
+FLAGS = {"cache_sizes": "--cache-size", "lookaheads": "--lookahead"}
+
+
+def _flag(name: str) -> str:
+    return FLAGS.get(name, f"--{name.replace('_', '-')}")
+
+
 def _field(flag: str, name: str, value) -> int:
     """``value`` checked with RunConfig field ``name``'s bounds, the error naming ``flag`` (the parser
     has checked what the CLI gives; callers that build ``args`` themselves get the same check)."""
@@ -129,28 +137,27 @@ def _trace_info(args, trace) -> dict:
 
 def _sim(args) -> int:
     from gnnrec_lab import cache
-    from gnnrec_lab.cache.study import run_study
+    from gnnrec_lab.cache.request import SimRequest  # numpy and numba (the cache package)
+    from gnnrec_lab.cache.study import AUTO_CAPACITY, run_study
 
-    lookahead = _field("--lookahead", "lookahead", args.lookahead)
-    dim = _field("--dim", "dim", args.dim)
-    names = [s.strip() for s in str(args.policies).split(",") if s.strip()]
-    bad = [n for n in names if n not in SIMULATED_CACHE_POLICIES]
-    if bad or not names:
-        raise UserError(f"--policies: unknown policy {bad[0] if bad else args.policies!r}, "
-                        f"allowed: {', '.join(SIMULATED_CACHE_POLICIES)}")
-    opt = str(args.optimizer).lower()
-    try:
-        rb = cache.row_bytes(dim, opt)
-    except UserError as e:
-        raise UserError(f"--optimizer: {e}") from None
-    # validate the size's syntax before the (slow) trace is built
-    cache.parse_capacity(args.cache_size, 100)
+    # the Cache page's request, checked by the same table before the (slow) trace is built; the
+    # errors name this command's flags. Its trace (model, fan-outs) is checked by _trace_request.
+    names = tuple(s.strip() for s in str(args.policies).split(",") if s.strip())
+    req = SimRequest(dataset=args.dataset, batch_size=args.batch_size, cache_sizes=(str(args.cache_size),),
+                     lookaheads=(args.lookahead,), policies=names, dim=args.dim,
+                     optimizer=str(args.optimizer).lower(), epochs=args.epochs, seed=args.seed).checked(_flag)
+    if req.cache_sizes[0].lower() == AUTO_CAPACITY:
+        raise UserError("--cache-size: give one size, a row count (50000) or a share of rows (5%); "
+                        "'auto' (a range of sizes) is the Cache page's")
+    lookahead, dim, opt = req.lookaheads[0], req.dim, req.optimizer
+    rb = cache.row_bytes(dim, opt)
     graph, opts = _trace_request(args)
     capacity = cache.parse_capacity(args.cache_size, graph.n_nodes)
     if capacity > graph.n_nodes:   # the whole table fits: nothing to simulate, and a buffer that size may not
         raise UserError(f"--cache-size: {capacity:,} rows is more than the embedding table's {graph.n_nodes:,} "
                         f"rows; give at most {graph.n_nodes:,} (or 100%)")
-    study = run_study(graph, **opts, capacities=[capacity], lookaheads=[lookahead], policies=names, row_bytes=rb)
+    study = run_study(graph, **opts, capacities=[capacity], lookaheads=[lookahead], policies=list(names),
+                      row_bytes=rb)
     trace = study.trace
     # a policy the cache is too small for has no hit rate (null in JSON, not NaN)
     results = [dict(r, hit_rate=None) if r["note"] else r for r in study.records]
