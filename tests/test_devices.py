@@ -18,7 +18,7 @@ from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.recorder import KernelRecord
 
 OPTANE = "optane_pmem100_appdirect_6x"
-# Held-out points the model misses, and why (README "Measured vs modeled"): on the remote socket
+# Held-out points the model misses, and why (docs/tier_model.md, measured vs modeled): on the remote socket
 # FAST20's 3:1 and 2:1 mixes are slower than its 1:1 mix (the interference peaks near 2:1), which
 # the bell-shaped interference fitted on the 1:1 and 4:1 points cannot give (+70% and +55%);
 # Pond's remote/local latency ratio is larger than FAST20's, on which the profile is built.
