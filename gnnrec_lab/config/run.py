@@ -222,8 +222,7 @@ class Option:
     @property
     def help(self) -> str:
         """What it does and accepts, with the choices it allows now where its words name them."""
-        return self.words.replace("{choices}", _choices(self.choices or ())) if "{choices}" in self.words \
-            else self.words
+        return self.words.replace("{choices}", _choices(self.choices or ()))
 
     @property
     def choices(self) -> Optional[tuple]:
@@ -276,9 +275,9 @@ class RunConfig:
     # NGCF only: edge-wise (per-edge messages) or node-wise
     ngcf_form: str = option("edge", Options(NGCF_FORMS),
         label="NGCF form",
-        help=f"how NGCF computes its neighbour products, one of {_choices(NGCF_FORMS)}: "
-             f"edge keeps one message per edge (memory grows with the edges), node "
-             f"aggregates first (same result, no per-edge tensor); NGCF only")
+        help="how NGCF computes its neighbour products, one of {choices}: "
+             "edge keeps one message per edge (memory grows with the edges), node "
+             "aggregates first (same result, no per-edge tensor); NGCF only")
     layers: int = option(3,
         LAYERS,
         Interval(integer, lo=MF_LAYERS, hi=MF_LAYERS),
@@ -307,7 +306,7 @@ class RunConfig:
              "in the BPR loss; 0 turns it off")
     optimizer: str = option("adam", Options(OPTIMIZERS),
         label="Optimizer",
-        help=f"parameter update rule, one of {_choices(OPTIMIZERS)}")
+        help="parameter update rule, one of {choices}")
     # SGD only
     momentum: float = option(0.9, Interval(number, lo=0, hi=1),
         label="SGD momentum",
@@ -321,10 +320,10 @@ class RunConfig:
     # scale lr with batch size relative to ref_batch_size
     lr_rule: str = option("none", Options(LR_RULES),
         label="Learning-rate scaling rule",
-        help=f"how the learning rate follows the batch size relative to "
-             f"the reference batch size, one of {_choices(LR_RULES)}: "
-             f"linear multiplies it by batch / reference, sqrt by the "
-             f"square root of that")
+        help="how the learning rate follows the batch size relative to "
+             "the reference batch size, one of {choices}: "
+             "linear multiplies it by batch / reference, sqrt by the "
+             "square root of that")
     ref_batch_size: int = option(2048, Interval(integer, lo=1, hi=1 << 27),
         label="Reference batch size (interactions per step)",
         help="batch size at which the learning rate is used as given by the scaling rule")
@@ -339,30 +338,30 @@ class RunConfig:
     # after warm-up
     schedule: str = option("none", Options(SCHEDULES),
         label="Learning-rate schedule",
-        help=f"decay after warm-up, one of {_choices(SCHEDULES)}: cosine "
-             f"falls to 0 at the last step, step divides by 10 at 50% and "
-             f"at 75% of the steps")
+        help="decay after warm-up, one of {choices}: cosine "
+             "falls to 0 at the last step, step divides by 10 at 50% and "
+             "at 75% of the steps")
     seed: int = option(2020, Interval(integer, lo=0, hi=MAX_SEED),
         label="Random seed",
         help=f"seed of initialisation, negative sampling, batch order and the evaluated "
              f"users, an integer from 0 to {MAX_SEED}")
     backend: str = option("native", Options(BACKENDS),
         label="Kernel backend",
-        help=f"implementation of the sparse kernels (SpMM, SDDMM), one of "
-             f"{_choices(BACKENDS)}: native is this project's numba kernels, torch "
-             f"uses torch.sparse, dgl uses DGL's (needs DGL installed)")
+        help="implementation of the sparse kernels (SpMM, SDDMM), one of "
+             "{choices}: native is this project's numba kernels, torch "
+             "uses torch.sparse, dgl uses DGL's (needs DGL installed)")
     # propagated rows: float32, or bfloat16 with float32 sums (PRECISIONS)
     precision: str = option("fp32", Options(PRECISIONS), Rule(_precision_fits, dict(precision="bf16", backend="torch")),
         label="Propagation precision",
-        help=f"how propagated rows are stored, one of {_choices(PRECISIONS)}: "
-             f"bf16 stores the propagation's input, its layers and the "
-             f"gradients it propagates in 16 bits (half the bytes each SpMM "
-             f"reads), sums in float32, the embeddings and the optimizer in "
-             f"float32; native backend and graph models only")
+        help="how propagated rows are stored, one of {choices}: "
+             "bf16 stores the propagation's input, its layers and the "
+             "gradients it propagates in 16 bits (half the bytes each SpMM "
+             "reads), sums in float32, the embeddings and the optimizer in "
+             "float32; native backend and graph models only")
     mode: str = option("full", Options(MODES),
         label="Training mode",
-        help=f"one of {_choices(MODES)}: full propagates over the whole graph every "
-             f"step, sampled over a sub-graph sampled around each batch with the fan-outs")
+        help="one of {choices}: full propagates over the whole graph every "
+             "step, sampled over a sub-graph sampled around each batch with the fan-outs")
     # sampled mode only
     fanouts: tuple = option((10, 10, 10),
         Interval(integers, lo=1, hi=1_000_000, max_len=MAX_LAYERS),
@@ -396,18 +395,18 @@ class RunConfig:
         Options(PROTOCOLS),
         Rule(_paper_has_no_validation, dict(protocol="paper", target_recall=0.1)),
         label="Evaluation protocol",
-        help=f"one of {_choices(PROTOCOLS)}: lab trains on train, picks the "
-             f"best epoch and stops early on valid, reports test; paper (a "
-             f"dataset with its own valid.txt, e.g. gowalla) trains on train + "
-             f"valid, validates nothing and reports the last model's test, as "
-             f"the LightGCN authors did")
+        help="one of {choices}: lab trains on train, picks the "
+             "best epoch and stops early on valid, reports test; paper (a "
+             "dataset with its own valid.txt, e.g. gowalla) trains on train + "
+             "valid, validates nothing and reports the last model's test, as "
+             "the LightGCN authors did")
     # how an epoch's BPR triples are drawn (SAMPLERS)
     sampler: str = option("interactions", Options(SAMPLERS),
         label="BPR sampler",
-        help=f"one of {_choices(SAMPLERS)}: interactions visits every training "
-             f"interaction once per epoch in a random order; users draws as many "
-             f"triples, each user uniformly at random with one of its train items, "
-             f"as the LightGCN authors' code does")
+        help="one of {choices}: interactions visits every training "
+             "interaction once per epoch in a random order; users draws as many "
+             "triples, each user uniformly at random with one of its train items, "
+             "as the LightGCN authors' code does")
     # evaluate a seeded sample of users (None = all)
     eval_users: Optional[int] = option(None, None, Interval(integer, lo=1, hi=1 << 31),
         label="Evaluated users",
@@ -425,10 +424,10 @@ class RunConfig:
         Options(CACHE_POLICIES),
         Rule(_cache_needs_sampled, dict(cache_policy="lru", mode="full")),
         label="Embedding cache policy",
-        help=f"sampled mode only, one of {_choices(CACHE_POLICIES)}: none "
-             f"keeps the embedding table in DRAM, stream puts it on the "
-             f"slow tier without a cache, the others put a DRAM cache of "
-             f"cache-size rows in front of the slow tier")
+        help="sampled mode only, one of {choices}: none "
+             "keeps the embedding table in DRAM, stream puts it on the "
+             "slow tier without a cache, the others put a DRAM cache of "
+             "cache-size rows in front of the slow tier")
     # rows ("50000") or share of rows ("5%")
     cache_size: str = option("5%", Parsed(_cache_size, breaks=("0", "0%", "150%", "lots", 1 << 41, True)),
         label="Cache size (rows or % of rows)", maximum=CACHE_ROWS_MAX,
@@ -441,10 +440,10 @@ class RunConfig:
              "chooses what to evict")
     memory_mode: str = option(DEFAULT_MEMORY_MODE.name, Options(MEMORY_MODES),
         label="Memory mode",
-        help=f"memory the run's step time is for, one of {_choices(MEMORY_MODES)}: "
-             f"dram is measured on this host; for the others the kernels run on "
-             f"this host's DRAM and the tier model projects their step time onto "
-             f"the mode's device profile (modeled)")
+        help="memory the run's step time is for, one of {choices}: "
+             "dram is measured on this host; for the others the kernels run on "
+             "this host's DRAM and the tier model projects their step time onto "
+             "the mode's device profile (modeled)")
     # tensor class -> "dram" | "file:DIR" | "numa:POLICY:NODES"
     placement: dict = option({},
         Parsed(_placement, breaks=({"weights": "dram"}, {"embeddings": "ssd"}, "embeddings=dram")),
