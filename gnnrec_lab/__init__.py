@@ -1,5 +1,9 @@
 """gnnrec-lab: GNN recommender training on tiered memory, measured and modeled."""
 from gnnrec_lab.config.run import RunConfig
+
+# the models' declarations (their names and own options; no torch): a RunConfig built anywhere takes
+# every model's options (ngcf_form) without its importer naming the models
+from gnnrec_lab.models import registry as _models  # noqa: F401
 from gnnrec_lab.util import runtime  # noqa: F401  (process-wide settings; must precede torch's import)
 from gnnrec_lab.util.errors import ConfigError, DataError, UserError
 

@@ -7,7 +7,7 @@ import pytest
 
 from gnnrec_lab.cache.request import SIM_CONSTRAINTS, SimRequest, form_name
 from gnnrec_lab.config.checks import Interval, Rule, alternatives, broken_values, rules
-from gnnrec_lab.config.run import NUMERIC_FIELDS, RUN_CONSTRAINTS, RunConfig
+from gnnrec_lab.config.run import MODEL_OPTIONS, NUMERIC_FIELDS, RUN_CONSTRAINTS, RunConfig
 from gnnrec_lab.distributed.spec import DIST_CONSTRAINTS, DistSpec
 from gnnrec_lab.memory.footprint import COUNT_CONSTRAINTS, check_counts
 from gnnrec_lab.runs.runner import RUNNER_CONSTRAINTS, Runner
@@ -57,7 +57,9 @@ def test_every_value_constraint_has_a_value_that_breaks_it(table_name):
 
 
 def test_run_constraints_cover_every_field_in_order():
-    assert list(RUN_CONSTRAINTS) == [f.name for f in dataclasses.fields(RunConfig)]
+    fields = [f.name for f in dataclasses.fields(RunConfig) if f.name != "model_options"]
+    at = fields.index("model") + 1   # the models' own options follow the model
+    assert list(RUN_CONSTRAINTS) == [*fields[:at], *MODEL_OPTIONS, *fields[at:]]
     assert list(DIST_CONSTRAINTS) == [f.name for f in dataclasses.fields(DistSpec)]
     assert list(SIM_CONSTRAINTS) == [f.name for f in dataclasses.fields(SimRequest)]
     assert RunConfig._parameter_constraints is RUN_CONSTRAINTS

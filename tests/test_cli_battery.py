@@ -187,7 +187,6 @@ def test_cache_larger_than_the_table_is_refused_before_allocating():
 
 # -- --help: every option says in words what it does and what happens when it is not given ------
 import argparse  # noqa: E402
-import dataclasses  # noqa: E402
 import re  # noqa: E402
 
 from gnnrec_lab.config.run import field_help  # noqa: E402
@@ -231,8 +230,7 @@ def test_run_and_sweep_help_is_the_field_help():
         parser = dict(_parsers(cli.build_parser()))[f"gnnrec-lab {command}"]
         group = next(g for g in parser._action_groups if g.title == "run configuration")
         helps = {a.dest: a.help % {} for a in group._group_actions}
-        assert set(helps) == ({f.name for f in dataclasses.fields(RunConfig)}
-                              - ({"name"} if command == "sweep" else set()))
+        assert set(helps) == (set(OPTIONS) - ({"name"} if command == "sweep" else set()))
         for name, text in helps.items():
             assert text == field_help(name), name
 
@@ -248,7 +246,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from gnnrec_lab.commands.common import field_type  # noqa: E402
 from gnnrec_lab.config.bounds import integer, integers, number  # noqa: E402
-from gnnrec_lab.config.run import NUMERIC_FIELDS, OPTIONAL_FIELDS, check_field  # noqa: E402
+from gnnrec_lab.config.run import NUMERIC_FIELDS, OPTIONAL_FIELDS, OPTIONS, check_field  # noqa: E402
 
 _PARSER = cli.build_parser()
 # text no numeric option accepts: not finite, not a number, an empty list item, an empty value

@@ -3,6 +3,7 @@ import pytest
 
 from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.models.optim import lr_at
+from gnnrec_lab.models.registry import NGCF_FORMS
 from gnnrec_lab.util.errors import ConfigError
 
 
@@ -53,14 +54,13 @@ def test_placement_flag_keeps_commas_inside_a_place():
 
 
 # -- the words every view shows for a field (config.FIELD_DOCS) ---------------------------------
-import dataclasses  # noqa: E402
 import re  # noqa: E402
 
 from gnnrec_lab.config import run as C  # noqa: E402
 
-FIELDS = [f.name for f in dataclasses.fields(RunConfig)]
+FIELDS = list(C.OPTIONS)   # RunConfig's fields and the models' own options
 # the allowed values each choice field's help must list, so a value added to a tuple is documented
-CHOICES = {"model": C.MODELS, "ngcf_form": C.NGCF_FORMS, "optimizer": C.OPTIMIZERS, "lr_rule": C.LR_RULES,
+CHOICES = {"model": C.MODELS, "ngcf_form": NGCF_FORMS, "optimizer": C.OPTIMIZERS, "lr_rule": C.LR_RULES,
            "schedule": C.SCHEDULES, "backend": C.BACKENDS, "precision": C.PRECISIONS, "mode": C.MODES,
            "cache_policy": C.CACHE_POLICIES, "memory_mode": C.MEMORY_MODES, "placement": C.TENSOR_CLASSES}
 

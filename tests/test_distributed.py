@@ -166,7 +166,7 @@ def test_the_commands_spec_keeps_the_commands_own_defaults():
         ("synth-gowalla", "lightgcn", 2, (10, 10), 64, 2048, 1, 1e-3, 1e-4, 2020, 1, 0, None, None)
     assert (spec.partitions, spec.cluster, spec.isolate, spec.cores_per_machine, spec.link_gbit, spec.timeout_s,
             spec.ip_config, spec.home) == (2, "local", True, 1, 10.0, 3600.0, "", "/nonexistent/home")
-    assert (spec.ngcf_form, spec.backend, spec.topk) == ("edge", "native", (10, 20))
+    assert (spec.model_options, spec.backend, spec.topk) == ({"ngcf_form": "edge"}, "native", (10, 20))
 
 
 @pytest.mark.skipif(HAVE_DGL, reason="the DGL lane has DGL: the run would train")

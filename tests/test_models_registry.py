@@ -5,12 +5,15 @@ test registers trains, and footprint and advise accept it: this file is all it n
 from __future__ import annotations
 
 import abc
+import json
 
 import numpy as np
 import pytest
 
 from gnnrec_lab import RunConfig, run
 from gnnrec_lab.config import run as config_run
+from gnnrec_lab.config.bounds import integer
+from gnnrec_lab.config.checks import Interval
 from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE, PLACEMENTS
 from gnnrec_lab.memory.advise import ADVISED_MODE_DEVICES, advise, step_kernels
 from gnnrec_lab.memory.footprint import footprint, footprint_phases
@@ -203,7 +206,7 @@ def test_a_model_registered_at_run_time_is_offered_everywhere_with_its_own_optio
     from gnnrec_lab.dashboard.launch import LaunchForm, LaunchPage
     from gnnrec_lab.distributed.spec import MODELS as DIST_MODELS
     from gnnrec_lab.services.projection import _same_shape
-    monkeypatch.setattr(toy, "options", ("ngcf_form",), raising=False)
+    monkeypatch.setattr(toy, "options", {"ngcf_form": config_run.OPTIONS["ngcf_form"]}, raising=False)
     monkeypatch.setattr(toy, "shape_keys", ("ngcf_form",), raising=False)
     assert "toy" in config_run.FIELD_DOCS["model"].help
     run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
@@ -220,3 +223,70 @@ def test_a_model_registered_at_run_time_is_offered_everywhere_with_its_own_optio
     row = dict(cfg.to_dict(), ngcf_form="edge")
     assert not _same_shape(row, cfg) and _same_shape(cfg.to_dict(), cfg)
     assert registry.shape_keys("toy") == ("ngcf_form",) and registry.shape_keys("nope") == ()
+
+
+class ToyWithOptionSpec(ToySpec):
+    """The toy model with an option of its own, declared on its spec alone."""
+
+    name = "toy_opt"
+    options = {"toy_scale": config_run.model_option(
+        2, Interval(integer, lo=1, hi=8), label="Toy scale", help="how many times the toy scales its rows")}
+
+
+def test_a_models_own_option_declared_on_its_spec_alone_is_a_run_option_everywhere(tmp_path):
+    """A model with an option of its own touches its spec only: registering it makes the option a
+    RunConfig keyword and attribute, a --flag of run, sweep and advise with its words, a field of
+    run files, stored flat and read back; unregistering it removes it."""
+    from gnnrec_lab.commands.cli import build_parser
+    from gnnrec_lab.commands.common import config_from_args
+    registry.register(ToyWithOptionSpec())
+    try:
+        cfg = RunConfig(model="toy_opt", toy_scale=5, layers=2)
+        assert cfg.toy_scale == 5 and RunConfig().toy_scale == 2 and cfg.replace(dim=8).toy_scale == 5
+        assert cfg.to_dict()["toy_scale"] == 5 and RunConfig.from_dict(cfg.to_dict()) == cfg
+        assert RunConfig.from_dict(json.loads(cfg.to_json())) == cfg
+        with pytest.raises(ConfigError) as e:
+            RunConfig(model="toy_opt", toy_scale=9)
+        assert e.value.param == "toy_scale" and "8" in str(e.value)
+        assert config_run.MAXIMA["toy_scale"] == 8 and list(config_run.OPTIONS).index("toy_scale") < \
+            list(config_run.OPTIONS).index("layers")
+        parser = build_parser()
+        for command in ("run", "sweep", "advise"):
+            text = " ".join(parser._subparsers._group_actions[0].choices[command].format_help().split())
+            assert "--toy-scale" in text, command
+        assert "how many times the toy scales its rows (default: 2)" in \
+            " ".join(parser._subparsers._group_actions[0].choices["run"].format_help().split())
+        args = parser.parse_args(["run", "--model", "toy_opt", "--toy-scale", "3", "--layers", "2"])
+        assert config_from_args(args).toy_scale == 3
+        with pytest.raises(SystemExit):
+            parser.parse_args(["run", "--toy-scale", "0"])
+        f = tmp_path / "run.yaml"
+        f.write_text("model: toy_opt\ntoy_scale: 4\nlayers: 2\n")
+        fields, lines = config_run.read_config_file(f)
+        assert RunConfig.from_dict(fields).toy_scale == 4 and lines["toy_scale"] == 2
+    finally:
+        registry.unregister("toy_opt")
+    assert "toy_scale" not in config_run.OPTIONS and "toy_scale" not in config_run.RUN_CONSTRAINTS
+    with pytest.raises(TypeError):
+        RunConfig(toy_scale=3)
+
+
+def test_a_stored_ngcf_run_reads_back_with_its_form():
+    """ngcf_form is NGCF's own option (its spec declares it), stored flat as before."""
+    stored = dict(RunConfig().to_dict(), model="ngcf", ngcf_form="node")
+    cfg = RunConfig.from_dict(stored)
+    assert cfg.ngcf_form == "node" and cfg.model_options == {"ngcf_form": "node"} and cfg.to_dict() == stored
+    assert "ngcf_form" not in {f.name for f in __import__("dataclasses").fields(RunConfig)}
+    assert "ngcf_form" in model_spec("ngcf").options and "ngcf_form" in registry.model_options()
+
+
+def test_register_refuses_an_option_that_is_a_field_or_not_a_record():
+    class Bad(ToySpec):
+        name = "bad_opt"
+        options = {"dim": config_run.model_option(1, Interval(integer, lo=1), label="x", help="x")}
+    with pytest.raises(ValueError, match="dim"):
+        registry.register(Bad())
+    Bad.options = {"bad": ("edge",)}
+    with pytest.raises(ValueError, match="options"):
+        registry.register(Bad())
+    assert "bad_opt" not in registry.MODEL_SPECS and "bad_opt" not in config_run.MODEL_GRAPHS

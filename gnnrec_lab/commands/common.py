@@ -8,12 +8,12 @@ of values and the sweep runs their product.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from gnnrec_lab.config.bounds import INT64_MAX, integer, number
 from gnnrec_lab.config.run import (
     FIELD_DOCS,
     NUMERIC_FIELDS,
+    OPTIONS,
     TUPLE_FIELDS,
     RunConfig,
     check_field,
@@ -113,7 +113,7 @@ def add_field_argument(parser, name: str, **kw) -> None:
     if kw.get("required"):
         kw.setdefault("help", argparse_help(FIELD_DOCS[name].help))
     else:
-        kw.setdefault("default", RunConfig.__dataclass_fields__[name].default)
+        kw.setdefault("default", OPTIONS[name].default)
         kw.setdefault("help", argparse_help(field_help(name, kw["default"])))
     parser.add_argument(f"--{name.replace('_', '-')}", **kw)
 
@@ -124,24 +124,23 @@ def add_config_arguments(parser: argparse.ArgumentParser, multi: bool = False, s
     g = parser.add_argument_group(
         "run configuration", "Each flag also takes a comma-separated list of values; the sweep runs every "
                              "combination." if multi else None)
-    for f in dataclasses.fields(RunConfig):
-        if f.name in skip:
+    for name in OPTIONS:
+        if name in skip:
             continue
-        conv = field_type(f.name)
-        kw = dict(default=None, help=argparse_help(field_help(f.name)))
-        if multi and f.name not in TUPLE_FIELDS and f.name != "placement":
+        conv = field_type(name)
+        kw = dict(default=None, help=argparse_help(field_help(name)))
+        if multi and name not in TUPLE_FIELDS and name != "placement":
             base = conv
 
             def conv(text, base=base):
                 return [base(x) for x in text.split(",")]
-            conv.__name__, conv.bounded, conv.words = f.name, getattr(base, "bounded", False), base is str
-        g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=conv, metavar=f.name.upper(), **kw)
+            conv.__name__, conv.bounded, conv.words = name, getattr(base, "bounded", False), base is str
+        g.add_argument(f"--{name.replace('_', '-')}", dest=name, type=conv, metavar=name.upper(), **kw)
 
 
 def config_overrides(args) -> dict:
     """The RunConfig fields the user set on the command line."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
-            if getattr(args, f.name, None) is not None}
+    return {name: getattr(args, name) for name in OPTIONS if getattr(args, name, None) is not None}
 
 
 def add_config_file_argument(parser, multi: bool = False) -> None:

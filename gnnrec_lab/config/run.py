@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
@@ -24,7 +25,6 @@ from gnnrec_lab.util.files import write_atomic
 # model's here (declare_model). tests/test_models_registry.py checks that the two agree.
 MODEL_GRAPHS: dict[str, bool] = {"lightgcn": True, "ngcf": True, "mf": False}
 MODELS = tuple(MODEL_GRAPHS)   # the built-in models, in the order every list shows them
-NGCF_FORMS = ("edge", "node")
 OPTIMIZERS = ("adam", "adamw", "sgd", "lamb")
 # per-row state vectors of every optimizer the cache simulator sizes rows for (runs use OPTIMIZERS;
 # adagrad, one vector, is simulated only): the CLI's `cache sim`, the Cache page and row_bytes
@@ -209,7 +209,10 @@ class Option:
     empty value (None, an empty placement) means, shown instead of "None"; ``maximum``: its largest
     value (an integer option's, read off its Interval unless given); ``widget``: how a form shows it
     where its type and checks do not say ("datasets": a choice of the prepared datasets, "profiles": of
-    the device profiles; None: a selector for one of a list, else by type).
+    the device profiles; None: a selector for one of a list, else by type); ``default``: the value a
+    run without it gets. A model's own option (:func:`model_option`, declared on its
+    :class:`~gnnrec_lab.models.registry.ModelSpec`) is the same record, kept in
+    ``RunConfig.model_options`` instead of a field of its own.
     RUN_CONSTRAINTS, FIELD_DOCS, MAXIMA and the form's choices are views of these records."""
 
     checks: tuple
@@ -218,6 +221,7 @@ class Option:
     unset: str = ""
     maximum: Optional[int] = None
     widget: Optional[str] = None
+    default: Any = None
 
     @property
     def help(self) -> str:
@@ -242,7 +246,7 @@ def option(default, *checks, label: str, help: str, unset: str = "", maximum: Op
     """A RunConfig field declared with everything the lab knows of it (:class:`Option`): ``default``
     (``factory`` makes it when the default is mutable), then its checks and words."""
     o = Option(tuple(checks), label, help, unset, maximum if maximum is not None else _integer_maximum(checks),
-               widget)
+               widget, factory() if factory is not None else default)
     if factory is not None:
         return field(default_factory=factory, metadata={"option": o})
     return field(default=default, metadata={"option": o})
@@ -252,17 +256,35 @@ def _choices(values) -> str:
     return ", ".join(values)
 
 
+def model_option(default, *checks, label: str, help: str, unset: str = "") -> Option:
+    """A model's own option (one only that model reads, e.g. NGCF's form), for its
+    :attr:`ModelSpec.options <gnnrec_lab.models.registry.ModelSpec.options>`: a text, integer or
+    number with its checks and words, as :func:`option` declares a RunConfig field. Registering the
+    model declares it here (:func:`declare_option`): it is then a ``--flag`` of every command that
+    takes RunConfig's, a field of the Launch form, of run files and of the stored config."""
+    return Option(tuple(checks), label, help, unset, _integer_maximum(checks), None, default)
+
+
+# The options models declared (name -> record), in the order they were declared: RunConfig keeps
+# their values in its ``model_options`` and reads and writes them as if they were fields.
+MODEL_OPTIONS: dict[str, Option] = {}
+
+
 # What a RunConfig accepts, field -> constraints: a view of the options, filled below RunConfig.
 # RunConfig checks with it when built, the CLI's --field flags parse with the same entries
 # (commands/common.py), and tests/test_checks.py breaks each one once.
 RUN_CONSTRAINTS: dict[str, list] = {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RunConfig:
     """One training run, checked against :data:`RUN_CONSTRAINTS` when built and frozen after: a
     changed run is ``config.replace(field=value)``, checked again. All sizes in elements unless a
-    name says bytes."""
+    name says bytes.
+
+    Built from keywords: every field below, and every model's own option (:data:`MODEL_OPTIONS`,
+    e.g. ``ngcf_form``), which reads as an attribute (``config.ngcf_form``) and is stored flat with
+    the fields (:meth:`to_dict`) although it lives in ``model_options``."""
 
     dataset: str = option("ml-100k", Text("a dataset name"),
         widget="datasets", label="Dataset",
@@ -272,12 +294,6 @@ class RunConfig:
         label="Model",
         help="recommender to train, one of {choices} (mf: matrix factorisation, "
              "embeddings without graph layers)")
-    # NGCF only: edge-wise (per-edge messages) or node-wise
-    ngcf_form: str = option("edge", Options(NGCF_FORMS),
-        label="NGCF form",
-        help="how NGCF computes its neighbour products, one of {choices}: "
-             "edge keeps one message per edge (memory grows with the edges), node "
-             "aggregates first (same result, no per-edge tensor); NGCF only")
     layers: int = option(3,
         LAYERS,
         Interval(integer, lo=MF_LAYERS, hi=MF_LAYERS),
@@ -488,20 +504,52 @@ class RunConfig:
         help="free-form label stored with the run, up to 200 characters",
         unset="none")
 
+    # the models' own options (MODEL_OPTIONS), name -> value, every declared one present
+    model_options: dict = field(default_factory=dict)
+
     _parameter_constraints: ClassVar[dict] = RUN_CONSTRAINTS
+
+    def __init__(self, **values):
+        own = dict(values.pop("model_options", None) or {})
+        own.update({k: values.pop(k) for k in list(values) if k in MODEL_OPTIONS})
+        for f in _FIELDS:
+            if f.name in values:
+                v = values.pop(f.name)
+            else:
+                v = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            object.__setattr__(self, f.name, v)
+        if values:
+            raise TypeError(f"RunConfig() got an unexpected keyword argument {next(iter(values))!r}")
+        unknown = sorted(set(own) - set(MODEL_OPTIONS))
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown field; allowed: {', '.join(sorted(OPTIONS))}")
+        object.__setattr__(self, "model_options", {k: own.get(k, o.default) for k, o in MODEL_OPTIONS.items()})
+        self.__post_init__()
+
+    def __getattr__(self, name: str):
+        # only for names no field holds: a model's own option reads as an attribute
+        own = self.__dict__.get("model_options")
+        if own is not None and name in MODEL_OPTIONS:
+            return own.get(name, MODEL_OPTIONS[name].default)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __post_init__(self):
         # built once, here: ints and tuples normalised (numpy ints, lists; topk ascending, once each),
         # the cache size stripped, the placement copied; floats are kept as given, and an int given for
         # a float field becomes the float the checks read (2**53 + 1 for lr was kept as an int, whose
         # second check read another number)
+        own = dict(self.model_options)
         for name, value in check(self._parameter_constraints, self._values()).items():
             given = getattr(self, name)
             if value is not given and not (isinstance(value, float) and isinstance(given, float)):
-                object.__setattr__(self, name, value)
+                if name in own:
+                    own[name] = value
+                else:
+                    object.__setattr__(self, name, value)
+        object.__setattr__(self, "model_options", own)
 
     def _values(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**{f.name: getattr(self, f.name) for f in _FIELDS}, **self.model_options}
 
     def validate(self) -> "RunConfig":
         """This config, checked again (it was when built; nothing is changed)."""
@@ -525,7 +573,10 @@ class RunConfig:
         return memory_mode_of(self).measured
 
     def to_dict(self) -> dict:
+        """Every option by name, the models' own ones among the fields (as a run file and the store
+        hold them)."""
         d = dataclasses.asdict(self)
+        d.update(d.pop("model_options"))
         d["fanouts"] = list(self.fanouts)
         d["topk"] = list(self.topk)
         return d
@@ -537,10 +588,9 @@ class RunConfig:
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
         if not isinstance(d, dict):
             raise ConfigError("config", f"expected a dict of RunConfig fields, got {type(d).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
+        unknown = sorted(set(d) - set(OPTIONS))
         if unknown:
-            raise ConfigError(unknown[0], f"unknown field; allowed: {', '.join(sorted(known))}")
+            raise ConfigError(unknown[0], f"unknown field; allowed: {', '.join(sorted(OPTIONS))}")
         return cls(**d)
 
     def replace(self, **changes) -> "RunConfig":
@@ -556,19 +606,87 @@ def expect_config(config, where: str) -> None:
 
 
 # ----------------------------------------------------------------------
-# The views of the options the rest of the lab reads.
-OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for f in dataclasses.fields(RunConfig)}
-RUN_CONSTRAINTS.update({name: list(o.checks) for name, o in OPTIONS.items()})
+# The views of the options the rest of the lab reads. Each is a dict filled here and again whenever a
+# model declares an option of its own (declare_option), so a module that imported one sees it.
+_FIELDS = tuple(f for f in dataclasses.fields(RunConfig) if f.name != "model_options")
+# Every option a run has, name -> record: RunConfig's fields, a model's own options after "model"
+OPTIONS: dict[str, Option] = {}
 # How each field reads to a person (label, help, unset): the one source of the words the CLI's --help
 # and the dashboard's forms show (tests/test_config.py checks every field has them).
 FIELD_DOCS: dict[str, Option] = OPTIONS
 # Largest value of each integer option (and of cache_size's rows)
-MAXIMA: dict[str, int] = {name: o.maximum for name, o in OPTIONS.items() if o.maximum is not None}
-
+MAXIMA: dict[str, int] = {}
 # Every numeric field (the ones read by the bounded checkers of gnnrec_lab.config.bounds) and its constraints;
 # the CLI's --field flags parse with them (commands/common.py).
-NUMERIC_FIELDS: dict[str, list] = {n: cs for n, cs in RUN_CONSTRAINTS.items()
-                                   if any(isinstance(c, Interval) for c in cs)}
+NUMERIC_FIELDS: dict[str, list] = {}
+
+
+def _fill_views() -> None:
+    own = {f.name: f.metadata["option"] for f in _FIELDS}
+    at = list(own).index("model") + 1
+    items = [*list(own.items())[:at], *MODEL_OPTIONS.items(), *list(own.items())[at:]]
+    for view, values in ((OPTIONS, dict(items)),
+                         (RUN_CONSTRAINTS, {n: list(o.checks) for n, o in items}),
+                         (MAXIMA, {n: o.maximum for n, o in items if o.maximum is not None}),
+                         (NUMERIC_FIELDS, {n: list(o.checks) for n, o in items
+                                           if any(isinstance(c, Interval) for c in o.checks)})):
+        view.clear()
+        view.update(values)
+
+
+def declare_option(name: str, record: Option) -> None:
+    """Let every run take model option ``name`` (:func:`model_option`; models.registry.register
+    declares a model's): RunConfig accepts and stores it, the CLI's run flags, run files and the
+    Launch form offer it. Declaring the same record again changes nothing; a name RunConfig or
+    another option holds is refused, as is an option no scalar form can show."""
+    if not isinstance(record, Option):
+        raise TypeError(f"declare_option: {name}: expected an Option (config.run.model_option), "
+                        f"got {type(record).__name__}")
+    if any(f.name == name for f in _FIELDS) or name == "model_options" or MODEL_OPTIONS.get(name, record) != record:
+        raise ValueError(f"declare_option: {name!r} is an option of every run already")
+    if not isinstance(record.default, (str, int, float)) or isinstance(record.default, bool) or None in record.checks:
+        raise ValueError(f"declare_option: {name}: a model option is a text or a number that is always set, got "
+                         f"default {record.default!r}")
+    check({name: list(record.checks)}, {name: record.default})
+    MODEL_OPTIONS[name] = record
+    _fill_views()
+
+
+def undeclare_option(name: str) -> None:
+    """Forget model option ``name`` (models.registry.unregister, a test's model)."""
+    if MODEL_OPTIONS.pop(name, None) is not None:
+        _fill_views()
+
+
+def model_option_values(param: str, value) -> dict:
+    """``value``, a run's model options (a mapping, as ``RunConfig.model_options`` and a DistDGL
+    spec hold them), with every declared option, each checked as RunConfig checks it; ConfigError
+    naming ``param`` (and the option) otherwise."""
+    if not isinstance(value, dict):
+        raise ConfigError(param, f"must be a mapping of model options ({', '.join(MODEL_OPTIONS) or 'none declared'}), "
+                                 f"got {value!r}")
+    unknown = sorted(set(value) - set(MODEL_OPTIONS))
+    if unknown:
+        raise ConfigError(param, f"{unknown[0]!r} is not a model option; declared: {', '.join(MODEL_OPTIONS) or 'none'}")
+    try:
+        return {k: check_value(k, list(o.checks), value.get(k, o.default)) for k, o in MODEL_OPTIONS.items()}
+    except ConfigError as e:
+        raise ConfigError(param, str(e)) from None
+
+
+def option_type(name: str) -> tuple[type, bool]:
+    """Option ``name``'s type (str, int, float, tuple or dict) and whether it may be None."""
+    if name in MODEL_OPTIONS:
+        return type(MODEL_OPTIONS[name].default), False
+    kind = typing.get_type_hints(RunConfig)[name]
+    args = typing.get_args(kind)
+    optional = type(None) in args
+    if optional:
+        kind = next(a for a in args if a is not type(None))
+    return typing.get_origin(kind) or kind, optional
+
+
+_fill_views()
 # numeric fields whose None means "unset" (see FIELD_DOCS' unset words)
 OPTIONAL_FIELDS = tuple(n for n, cs in NUMERIC_FIELDS.items() if None in cs)
 
@@ -593,8 +711,7 @@ def default_text(name: str, value: Any = dataclasses.MISSING) -> str:
     """How a default of field ``name`` reads: ``value``, else RunConfig's default; an empty one in
     the field's words ("all users"), a tuple comma-separated."""
     if value is dataclasses.MISSING:
-        f = RunConfig.__dataclass_fields__[name]
-        value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        value = OPTIONS[name].default
     if value is None or (isinstance(value, (dict, list, tuple)) and not value):
         return FIELD_DOCS[name].unset or "none"
     if isinstance(value, (list, tuple)):
@@ -611,8 +728,8 @@ def field_help(name: str, default: Any = dataclasses.MISSING) -> str:
 # ----------------------------------------------------------------------
 # Run files: RunConfig's fields as YAML (``gnnrec-lab run --config run.yaml``), as RecBole and
 # Hydra users keep their runs. The file is only a mapping of field -> value; RunConfig validates it.
-# which fields are floats and which tuples, read off NUMERIC_FIELDS' checkers (the CLI's flags use TUPLE_FIELDS too)
-_FLOAT_FIELDS = tuple(n for n in NUMERIC_FIELDS if _checker(n) is number)
+# which fields are tuples, read off NUMERIC_FIELDS' checkers (the CLI's flags use them too); a model's
+# own option is never one
 TUPLE_FIELDS = tuple(n for n in NUMERIC_FIELDS if _checker(n) is integers)   # fanouts, topk
 
 
@@ -634,7 +751,7 @@ def _coerce(name: str, value):
             return tuple(value)
         if isinstance(value, int) and not isinstance(value, bool):
             return (value,)
-    if name in _FLOAT_FIELDS and isinstance(value, str):
+    if name in NUMERIC_FIELDS and _checker(name) is number and isinstance(value, str):
         try:
             return float(value)
         except ValueError:
@@ -680,7 +797,7 @@ def read_config_file(path, multi: bool = False) -> tuple[dict, dict]:
             raise UserError(f"{p}:{key_node.start_mark.line + 1}: {key}: given twice "
                             f"(first on line {lines[key]})")
         lines[key] = key_node.start_mark.line + 1
-    known = [f.name for f in dataclasses.fields(RunConfig)]
+    known = list(OPTIONS)
     for key in data:
         if not isinstance(key, str) or key not in known:
             raise ConfigFileError(p, lines.get(str(key)), str(key),

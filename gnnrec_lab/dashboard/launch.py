@@ -15,8 +15,6 @@ a local cluster of ``partitions`` machines (sampled mode; the runner starts it i
 """
 from __future__ import annotations
 
-import dataclasses
-import typing
 from typing import Optional
 
 import pandas as pd
@@ -30,6 +28,7 @@ from gnnrec_lab.config.run import (
     RunConfig,
     field_help,
     field_label,
+    option_type,
 )
 from gnnrec_lab.dashboard.common import (
     MODELED_NOTE,
@@ -119,18 +118,8 @@ FORM_CHOICES = {k: OPTIONS[k].choices for k in FORM_FIELDS if OPTIONS[k].choices
 FORM_DEFAULTS = {"epochs": 5}
 
 
-def _field_type(name: str) -> tuple[type, bool]:
-    """RunConfig field ``name``'s type and whether it may be None."""
-    kind = typing.get_type_hints(RunConfig)[name]
-    args = typing.get_args(kind)
-    optional = type(None) in args
-    if optional:
-        kind = next(a for a in args if a is not type(None))
-    return typing.get_origin(kind) or kind, optional
-
-
 # Optional text fields (device_profile): their None is an empty box on the form.
-OPTIONAL_TEXT = tuple(k for k in FORM_FIELDS if k not in FORM_CHOICES and _field_type(k) == (str, True))
+OPTIONAL_TEXT = tuple(k for k in FORM_FIELDS if k not in FORM_CHOICES and option_type(k) == (str, True))
 
 
 def form_parameter(name: str) -> param.Parameter:
@@ -138,10 +127,8 @@ def form_parameter(name: str) -> param.Parameter:
     :data:`FORM_DEFAULTS`) and its ``config.FIELD_DOCS`` help: a selector over
     :data:`FORM_CHOICES`, a number, an integer (empty for None where the field is optional), a
     text box (an optional text's None is empty, a tuple is comma-separated) or the placement dict."""
-    f = RunConfig.__dataclass_fields__[name]
-    default = FORM_DEFAULTS.get(name, f.default_factory() if f.default_factory is not dataclasses.MISSING
-                                else f.default)
-    kind, optional = _field_type(name)
+    default = FORM_DEFAULTS.get(name, OPTIONS[name].default)
+    kind, optional = option_type(name)
     doc = FIELD_DOCS[name].help
     if name in FORM_CHOICES:
         return param.Selector(default=default, objects=list(FORM_CHOICES[name]), doc=doc)

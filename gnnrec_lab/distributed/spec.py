@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Optional
 
 from gnnrec_lab.config.bounds import INT64_MAX, integer, integers, number
-from gnnrec_lab.config.checks import Interval, Kind, Options, Rule, Text, alternatives, check
-from gnnrec_lab.config.run import LAYERS, RUN_CONSTRAINTS, RunConfig, fanout_per_layer
+from gnnrec_lab.config.checks import Interval, Kind, Options, Parsed, Rule, Text, alternatives, check
+from gnnrec_lab.config.run import LAYERS, RUN_CONSTRAINTS, RunConfig, fanout_per_layer, model_option_values
 from gnnrec_lab.models.registry import graph_models
 from gnnrec_lab.util.errors import ConfigError
 from gnnrec_lab.util.files import write_atomic
@@ -86,6 +86,8 @@ DIST_RULES: dict[str, list] = {
     "fanouts": alternatives(RUN_CONSTRAINTS["fanouts"]) + [Rule(fanout_per_layer, dict(layers=2, fanouts=[10]))],
     "batch_size": alternatives(RUN_CONSTRAINTS["batch_size"])
     + [Rule(_batch_covers_partitions, dict(partitions=4, batch_size=2))],
+    # the models' own options (ngcf_form), as RunConfig keeps them
+    "model_options": [Parsed(model_option_values, breaks=("edge", {"no_such_option": 1}))],
 }
 
 _PATH = Text("a directory path", strip=True, nul=False)

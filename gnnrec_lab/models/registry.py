@@ -23,10 +23,23 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from gnnrec_lab.config.run import PRECISION_BYTES, RunConfig, declare_model, undeclare_model
+from gnnrec_lab.config.checks import Options
+from gnnrec_lab.config.run import (
+    OPTIONS,
+    PRECISION_BYTES,
+    Option,
+    declare_model,
+    declare_option,
+    model_option,
+    undeclare_model,
+    undeclare_option,
+)
 from gnnrec_lab.util.errors import UserError
 
 F32 = 4   # bytes per float32
+# How NGCF computes its neighbour products (NGCFSpec's option ngcf_form): edge-wise, one message per
+# edge, or node-wise, aggregating first
+NGCF_FORMS = ("edge", "node")
 
 
 @dataclass(frozen=True)
@@ -88,9 +101,10 @@ class ModelSpec(abc.ABC):
     # propagates with gnnrec_lab.kernels.layer_mean (the mean fused into each SpMM), which runs
     # in a cached locality order when the table is large
     layer_mean: bool = False
-    # RunConfig fields only this model reads: shown with it on the Launch form and offered by the
-    # commands that build a config by hand (advise); other models keep their defaults
-    options: tuple = ()
+    # options only this model reads, name -> record (config.run.model_option): registering the model
+    # declares them (config.run.declare_option), so every run takes them, the CLI offers them as flags,
+    # the Launch form shows them with this model, advise offers them; other models keep their defaults
+    options: dict = {}
     # fields besides the common shape (dataset, depth, width, batch...) that change this model's work:
     # two stored runs measure the same step only when these are equal too (services.projection)
     shape_keys: tuple = ()
@@ -191,7 +205,10 @@ class NGCFSpec(ModelSpec):
     """NGCF, edge-wise (per-edge messages) or node-wise (``ngcf_form``)."""
 
     name = "ngcf"
-    options = ("ngcf_form",)
+    options = {"ngcf_form": model_option(
+        "edge", Options(NGCF_FORMS), label="NGCF form",
+        help="how NGCF computes its neighbour products, one of {choices}: edge keeps one message per edge "
+             "(memory grows with the edges), node aggregates first (same result, no per-edge tensor); NGCF only")}
     shape_keys = ("ngcf_form",)
 
     def build(self, config, n_users, n_items):
@@ -275,22 +292,31 @@ def register(spec: ModelSpec) -> ModelSpec:
     for flag in ("graph", "layer_mean"):
         if not isinstance(getattr(spec, flag), bool):
             raise ValueError(f"register: {spec.name}: {flag} must be True or False")
-    fields = set(RunConfig.__dataclass_fields__)
-    for attr in ("options", "shape_keys"):
-        unknown = [k for k in getattr(spec, attr) if k not in fields]
-        if not isinstance(getattr(spec, attr), tuple) or unknown:
-            raise ValueError(f"register: {spec.name}: {attr} must be a tuple of RunConfig fields, got "
-                             f"{getattr(spec, attr)!r}")
+    if not isinstance(spec.options, dict) or not all(isinstance(o, Option) for o in spec.options.values()):
+        raise ValueError(f"register: {spec.name}: options must map names to config.run.model_option records, "
+                         f"got {spec.options!r}")
     if spec.name in MODEL_SPECS:
         raise ValueError(f"register: model {spec.name!r} is declared already")
+    for name, record in spec.options.items():
+        declare_option(name, record)
+    fields = set(OPTIONS)
+    unknown = [k for k in spec.shape_keys if k not in fields]
+    if not isinstance(spec.shape_keys, tuple) or unknown:
+        for name in spec.options:
+            undeclare_option(name)
+        raise ValueError(f"register: {spec.name}: shape_keys must be a tuple of RunConfig options, got "
+                         f"{spec.shape_keys!r}")
     declare_model(spec.name, spec.graph)
     MODEL_SPECS[spec.name] = spec
     return spec
 
 
 def unregister(name: str) -> None:
-    """Remove model ``name`` (a test's): here and from config."""
-    MODEL_SPECS.pop(name, None)
+    """Remove model ``name`` (a test's): here and from config, with its options."""
+    spec = MODEL_SPECS.pop(name, None)
+    for option in (spec.options if spec is not None else {}):
+        if not any(option in s.options for s in MODEL_SPECS.values()):
+            undeclare_option(option)
     undeclare_model(name)
 
 
@@ -303,7 +329,7 @@ def model_spec(name: str) -> ModelSpec:
 
 
 def model_options() -> tuple:
-    """Every field some declared model reads alone (:attr:`ModelSpec.options`), in declaration order."""
+    """Every option some declared model reads alone (:attr:`ModelSpec.options`), in declaration order."""
     return tuple(dict.fromkeys(k for s in MODEL_SPECS.values() for k in s.options))
 
 

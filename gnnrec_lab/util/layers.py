@@ -42,7 +42,9 @@ included, and imports each module alone in a fresh interpreter). From the bottom
     the CLI and its commands.
 
 The package ``__init__`` (``gnnrec_lab.run``, the public names) runs before every module, so it
-imports only ``util`` and ``config`` at its top; ``run`` imports the loop when called.
+imports only ``util`` and ``config`` at its top, and the models' declarations
+(:data:`INIT_MODULES`: ``models.registry``, which loads no torch), so that a RunConfig built
+anywhere takes every model's own options; ``run`` imports the loop when called.
 
 Imports inside functions are for one reason only: keeping a heavy third-party module
 (:data:`HEAVY`) out of the importing module's own import (the CLI's start, the config, the
@@ -58,6 +60,9 @@ LAYERS: tuple[str, ...] = ("util", "config", "graph", "data", "kernels", "models
                            "runs", "distributed", "services", "dashboard", "commands")
 # What the package __init__ may import at its top (it runs before every module).
 INIT_LAYERS = ("util", "config")
+# ... and these modules above them (the models package, whose __init__ imports only its registry at its
+# top, and the registry: each imports only INIT_LAYERS' modules and loads nothing heavy)
+INIT_MODULES = ("gnnrec_lab.models", "gnnrec_lab.models.registry")   # the package __init__ runs registry
 
 # Third-party modules slow enough to import that a module which does not need them at its import
 # keeps them out: the reason an import may sit inside a function. torch ~2.7 s, panel ~2.1 s,
