@@ -667,7 +667,8 @@ def model_option_values(param: str, value) -> dict:
                                  f"got {value!r}")
     unknown = sorted(set(value) - set(MODEL_OPTIONS))
     if unknown:
-        raise ConfigError(param, f"{unknown[0]!r} is not a model option; declared: {', '.join(MODEL_OPTIONS) or 'none'}")
+        raise ConfigError(param, f"{unknown[0]!r} is not a model option; declared: "
+                                 f"{', '.join(MODEL_OPTIONS) or 'none'}")
     try:
         return {k: check_value(k, list(o.checks), value.get(k, o.default)) for k, o in MODEL_OPTIONS.items()}
     except ConfigError as e:
