@@ -235,8 +235,9 @@ class ToyWithOptionSpec(ToySpec):
 
 def test_a_models_own_option_declared_on_its_spec_alone_is_a_run_option_everywhere(tmp_path):
     """A model with an option of its own touches its spec only: registering it makes the option a
-    RunConfig keyword and attribute, a --flag of run, sweep and advise with its words, a field of
-    run files, stored flat and read back; unregistering it removes it."""
+    RunConfig keyword and attribute, a --flag of run, sweep and advise with its words, a Launch form
+    field shown with the model, a field of run files, stored flat and read back; unregistering it
+    removes it."""
     from gnnrec_lab.commands.cli import build_parser
     from gnnrec_lab.commands.common import config_from_args
     registry.register(ToyWithOptionSpec())
@@ -260,6 +261,16 @@ def test_a_models_own_option_declared_on_its_spec_alone_is_a_run_option_everywhe
         assert config_from_args(args).toy_scale == 3
         with pytest.raises(SystemExit):
             parser.parse_args(["run", "--toy-scale", "0"])
+        from gnnrec_lab.dashboard.common import Lab
+        from gnnrec_lab.dashboard.launch import LaunchPage
+        page = LaunchPage(Lab(store=None, runner=None))
+        assert not page.widgets["toy_scale"].visible and page.widgets["toy_scale"].name == "Toy scale"
+        page.form.param.update(model="toy_opt", layers=2)
+        assert page.widgets["toy_scale"].visible and page.form.result()[0].toy_scale == 2
+        page.widgets["toy_scale"].value = 6
+        assert page.form.result()[0].toy_scale == 6
+        page.widgets["toy_scale"].value = 99
+        assert page.form.result()[1].param == "toy_scale" and page.errors["toy_scale"].visible
         f = tmp_path / "run.yaml"
         f.write_text("model: toy_opt\ntoy_scale: 4\nlayers: 2\n")
         fields, lines = config_run.read_config_file(f)

@@ -228,6 +228,22 @@ class Option:
         """What it does and accepts, with the choices it allows now where its words name them."""
         return self.words.replace("{choices}", _choices(self.choices or ()))
 
+    def default_text(self, value: Any = dataclasses.MISSING) -> str:
+        """How ``value`` (the option's default unless given) reads: an empty one in the option's
+        words ("all users"), a tuple comma-separated."""
+        if value is dataclasses.MISSING:
+            value = self.default
+        if value is None or (isinstance(value, (dict, list, tuple, str)) and not value):
+            return self.unset or "none"
+        if isinstance(value, (list, tuple)):
+            return ",".join(str(v) for v in value)
+        return str(value)
+
+    def described(self, default: Any = dataclasses.MISSING) -> str:
+        """What it does, with its default (the option's unless ``default`` is given): its ``--help``
+        and its tooltip on a form."""
+        return f"{self.help} (default: {self.default_text(default)})"
+
     @property
     def choices(self) -> Optional[tuple]:
         """The values an option that takes one of a list allows (read now: a model registered later
@@ -711,19 +727,13 @@ def field_label(name: str) -> str:
 def default_text(name: str, value: Any = dataclasses.MISSING) -> str:
     """How a default of field ``name`` reads: ``value``, else RunConfig's default; an empty one in
     the field's words ("all users"), a tuple comma-separated."""
-    if value is dataclasses.MISSING:
-        value = OPTIONS[name].default
-    if value is None or (isinstance(value, (dict, list, tuple)) and not value):
-        return FIELD_DOCS[name].unset or "none"
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
+    return OPTIONS[name].default_text(value)
 
 
 def field_help(name: str, default: Any = dataclasses.MISSING) -> str:
     """What field ``name`` does, with its default (RunConfig's unless ``default`` is given):
     the text of its ``--help`` and of its tooltip on the dashboard."""
-    return f"{FIELD_DOCS[name].help} (default: {default_text(name, default)})"
+    return OPTIONS[name].described(default)
 
 
 # ----------------------------------------------------------------------

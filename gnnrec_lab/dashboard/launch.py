@@ -22,11 +22,9 @@ import panel as pn
 import param
 
 from gnnrec_lab.config.run import (
-    FIELD_DOCS,
     OPTIONS,
     TENSOR_CLASSES,
     RunConfig,
-    field_help,
     field_label,
     option_type,
 )
@@ -39,6 +37,7 @@ from gnnrec_lab.dashboard.common import (
     not_available,
     safe_call,
 )
+from gnnrec_lab.dashboard.forms import FieldKind, add_fields, form_class, form_widgets
 from gnnrec_lab.dashboard.security import launch_policy
 from gnnrec_lab.data import describe, list_datasets
 from gnnrec_lab.distributed.engine import runner_request
@@ -56,10 +55,24 @@ from gnnrec_lab.util.provenance import Provenance
 # The one-click example offered on a fresh install (small enough for two cores).
 EXAMPLE_CONFIG = dict(dataset="ml-100k", model="lightgcn", layers=3, dim=64, batch_size=2048,
                       epochs=3, eval_users=500)
-# Form fields shown as widgets, in order; placement gets one text box per tensor class.
-FORM_FIELDS = ("dataset", "model", *model_options(), "layers", "dim", "batch_size", "epochs", "lr",
-               "lr_rule", "optimizer", "memory_mode", "device_profile", "backend", "precision", "max_steps_per_epoch",
-               "eval_users", "patience", "seed", "mode", "fanouts", "cache_policy", "cache_size", "cores")
+# Form fields shown as widgets, in order, the models' own options after the model (form_fields);
+# placement gets one text box per tensor class.
+_COMMON_FIELDS = ("layers", "dim", "batch_size", "epochs", "lr", "lr_rule", "optimizer", "memory_mode",
+                  "device_profile", "backend", "precision", "max_steps_per_epoch", "eval_users", "patience", "seed",
+                  "mode", "fanouts", "cache_policy", "cache_size", "cores")
+
+
+def form_fields() -> tuple:
+    """The form's fields now: a model registered after this module was imported brings its options."""
+    return ("dataset", "model", *model_options(), *_COMMON_FIELDS)
+
+
+def run_field(name: str) -> FieldKind:
+    """RunConfig option ``name`` as a form field: its record and type."""
+    return (OPTIONS[name], *option_type(name))
+
+
+FORM_FIELDS = form_fields()   # the built-in models' (tests and the views' dependencies read it)
 # The error pane at the Launch button, for what is not one field's mistake.
 FORM = "form"
 # Who trains a run launched from the page: the lab's own worker, or DistDGL on a local cluster.
@@ -101,12 +114,6 @@ def dataset_names() -> tuple[list[str], Optional[str]]:
     return [str(r["name"]) for r in rows if "name" in r], None
 
 
-def widget_words(field: str) -> dict:
-    """A form widget's ``name`` (its label) and ``description`` (its tooltip) for RunConfig field
-    ``field``, from ``config.FIELD_DOCS`` as the CLI's --help; the default is the form's."""
-    return dict(name=field_label(field), description=field_help(field, LaunchForm.param[field].default))
-
-
 def tensor_class_label(cls: str) -> str:
     """How a tensor class reads on a form: ``edge_intermediates`` -> "Edge intermediates"."""
     return cls.replace("_", " ").capitalize()
@@ -122,30 +129,9 @@ FORM_DEFAULTS = {"epochs": 5}
 OPTIONAL_TEXT = tuple(k for k in FORM_FIELDS if k not in FORM_CHOICES and option_type(k) == (str, True))
 
 
-def form_parameter(name: str) -> param.Parameter:
-    """The form's parameter for RunConfig field ``name``, from the field's type and default (or
-    :data:`FORM_DEFAULTS`) and its ``config.FIELD_DOCS`` help: a selector over
-    :data:`FORM_CHOICES`, a number, an integer (empty for None where the field is optional), a
-    text box (an optional text's None is empty, a tuple is comma-separated) or the placement dict."""
-    default = FORM_DEFAULTS.get(name, OPTIONS[name].default)
-    kind, optional = option_type(name)
-    doc = FIELD_DOCS[name].help
-    if name in FORM_CHOICES:
-        return param.Selector(default=default, objects=list(FORM_CHOICES[name]), doc=doc)
-    if kind is int:
-        return param.Integer(default=default, allow_None=optional, doc=doc)
-    if kind is float:
-        return param.Number(default=default, allow_None=optional, doc=doc)
-    if kind is tuple:
-        return param.String(default=",".join(str(v) for v in default), doc=doc)
-    if kind is dict:
-        return param.Dict(default=default, doc=doc)
-    return param.String(default="" if default is None else default, doc=doc)
-
-
-# The form's fields as parameters, made from RunConfig's (LaunchForm adds what follows from them).
-RunConfigFields = type("RunConfigFields", (param.Parameterized,),
-                       {k: form_parameter(k) for k in (*FORM_FIELDS, "placement")})
+# The form's fields as parameters, made from RunConfig's options (LaunchForm adds what follows from them).
+RunConfigFields = form_class("RunConfigFields", {k: run_field(k) for k in (*FORM_FIELDS, "placement")},
+                             FORM_DEFAULTS)
 
 
 class LaunchForm(RunConfigFields):
@@ -153,16 +139,18 @@ class LaunchForm(RunConfigFields):
     its RunConfig field (:func:`form_parameter`). ``config``/``error`` follow from the fields."""
 
     def __init__(self, **params):
+        # the fields and choices as the options hold them now: a model registered after this module
+        # was imported is offered, with its own options
+        add_fields(self, {k: run_field(k) for k in form_fields()})
         super().__init__(**params)
-        # the choices as the options hold them now: a model registered after this module was imported
-        # is offered too
-        for k in FORM_CHOICES:
-            self.param[k].objects = list(OPTIONS[k].choices)
+        for k in form_fields():
+            if OPTIONS[k].choices is not None:
+                self.param[k].objects = list(OPTIONS[k].choices)
 
     def values(self) -> dict:
         """The form as RunConfig field values (ConfigError when the fan-outs box does not parse):
         an empty optional text box is None."""
-        d = {k: getattr(self, k) for k in FORM_FIELDS}
+        d = {k: getattr(self, k) for k in form_fields()}
         d["placement"] = {k: v for k, v in (self.placement or {}).items() if v}
         d.update({k: d[k] or None for k in OPTIONAL_TEXT})
         d["fanouts"] = parse_fanouts(d["fanouts"])
@@ -178,7 +166,7 @@ class LaunchForm(RunConfigFields):
         return config_from_values(values)
 
     def set_from(self, config: RunConfig) -> None:
-        values = {k: getattr(config, k) for k in FORM_FIELDS}
+        values = {k: getattr(config, k) for k in form_fields()}
         values.update({k: values[k] or "" for k in OPTIONAL_TEXT})
         values.update(fanouts=",".join(str(f) for f in config.fanouts))
         self.param.update(**values, placement=dict(config.placement))
@@ -202,7 +190,7 @@ def distdgl_request(config: RunConfig, partitions: int) -> tuple[Optional[dict],
     try:
         return runner_request(config, partitions), None
     except ConfigError as e:
-        return None, (e if e.param in FORM_FIELDS else ConfigError("engine", str(e)))
+        return None, (e if e.param in form_fields() else ConfigError("engine", str(e)))
     except UserError as e:
         return None, ConfigError("engine", str(e))
 
@@ -297,32 +285,23 @@ class LaunchPage(pn.viewable.Viewer):
         params.setdefault("form", LaunchForm())
         super().__init__(lab=lab, **params)
         names, self._datasets_reason = dataset_names()
-        self.widgets = {}
-        for k in FORM_FIELDS:
-            p = self.form.param[k]
-            if OPTIONS[k].widget == "datasets" and names:
-                if getattr(self.form, k) not in names:
-                    setattr(self.form, k, names[0])
-                w = pn.widgets.Select.from_param(p, options=names, **widget_words(k))
-            elif OPTIONS[k].widget == "profiles":
-                w = pn.widgets.Select.from_param(
-                    p, options={"the memory mode's default": "", **{n: n for n in profile_names()}}, **widget_words(k))
-            elif isinstance(p, param.Selector):
-                w = pn.widgets.Select.from_param(p, **widget_words(k))
-            elif isinstance(p, param.String):
-                w = pn.widgets.TextInput.from_param(p, **widget_words(k))
-            elif k == "lr":
-                w = pn.widgets.FloatInput.from_param(p, step=1e-4, format="0.[00000]", **widget_words(k))
-            else:
-                w = pn.widgets.IntInput.from_param(p, **widget_words(k))
-            self.widgets[k] = w
+        overrides = {"device_profile": {"type": pn.widgets.Select,
+                                        "options": {"the memory mode's default": "",
+                                                    **{n: n for n in profile_names()}}},
+                     "lr": {"step": 1e-4, "format": "0.[00000]"}}
+        if names:
+            if self.form.dataset not in names:
+                self.form.dataset = names[0]
+            overrides["dataset"] = {"type": pn.widgets.Select, "options": names}
+        self.fields = form_fields()
+        self.widgets = form_widgets(self.form, {k: run_field(k) for k in self.fields}, overrides, prefix="launch")
         self.engine_widgets = {
             "engine": pn.widgets.Select.from_param(self.param.engine, options=ENGINES, name="Engine",
                                                    description=self.param.engine.doc),
             "partitions": pn.widgets.IntInput.from_param(self.param.partitions, name="Machines (DistDGL)",
                                                          description=self.param.partitions.doc)}
-        for k, w in {**self.widgets, **self.engine_widgets}.items():
-            w.width = 250   # room for the labels in words
+        for k, w in self.engine_widgets.items():
+            w.width = 250   # room for the labels in words, as the form's
             w.css_classes = [f"launch-{k}"]  # stable hooks for the browser tests
         self.placement_inputs = {
             cls: pn.widgets.TextInput(name=tensor_class_label(cls), placeholder="dram (default)",
@@ -334,7 +313,7 @@ class LaunchPage(pn.viewable.Viewer):
             w.param.watch(self._placement_changed, "value")
         self.errors = {k: pn.pane.Markdown("", styles={"color": "#c62828"}, margin=(0, 10), visible=False, width=250,
                                            css_classes=[f"launch-error-{k}"])
-                       for k in list(FORM_FIELDS) + ["placement", "engine", FORM]}
+                       for k in list(self.fields) + ["placement", "engine", FORM]}
         self.button = pn.widgets.Button(name="Launch run", button_type="primary", disabled=True,
                                         css_classes=["launch-button"])
         self.button.on_click(self._on_launch)
@@ -345,7 +324,7 @@ class LaunchPage(pn.viewable.Viewer):
         self.mode_note = pn.pane.Markdown(pn.bind(mode_note, self.form.param.memory_mode), width=250, margin=(0, 10))
         self.request: Optional[dict] = None   # the runner's arguments for a DistDGL run (runner_request)
         self.engine_error: Optional[ConfigError] = None   # why the form's DistDGL run cannot be launched
-        self.form.param.watch(self._refresh_validity, list(FORM_FIELDS) + ["placement"])
+        self.form.param.watch(self._refresh_validity, list(self.fields) + ["placement"])
         self.param.watch(self._refresh_validity, ["engine", "partitions"])
         self._refresh_validity()
 
@@ -494,7 +473,7 @@ class LaunchPage(pn.viewable.Viewer):
 
     def __panel__(self):
         fields = [pn.Column(self.widgets[k], self.errors[k], *([self.mode_note] if k == "memory_mode" else []),
-                            margin=0, width=270) for k in FORM_FIELDS]
+                            margin=0, width=270) for k in self.fields]
         # The card's inputs are built into the page when it is first opened: a collapsed card
         # still sends every child to the browser, which slows the first page load.
         placement = pn.Card(title=field_label("placement"), collapsed=True, sizing_mode="stretch_width")
