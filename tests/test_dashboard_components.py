@@ -439,6 +439,38 @@ def test_cache_page_simulates_off_the_calling_thread(store):
     assert page.start() is None and page.form_error.visible and "cache sizes" in page.form_error.object
 
 
+def test_the_cache_and_launch_forms_come_from_one_generator_and_their_records(store):
+    """Neither page builds a form widget by hand: each widget is the generator's, named and described
+    by its option record (SimRequest's, RunConfig's), linked to the form's state both ways."""
+    import ast
+    import inspect
+
+    from gnnrec_lab.cache.request import SIM_OPTIONS
+    from gnnrec_lab.config.run import OPTIONS
+    from gnnrec_lab.dashboard import cache as cache_page
+    from gnnrec_lab.dashboard import launch as launch_page
+    page = cache_page.CachePage(Lab(store=store, runner=RecordingRunner(store)), graph_loader=tiny_graph,
+                                autostart=False)
+    assert list(page.w) == list(cache_page.FORM_FIELDS)
+    for k, w in page.w.items():
+        assert w.name == SIM_OPTIONS[k].label and w.description.startswith(SIM_OPTIONS[k].help.split("{")[0]), k
+        assert w.css_classes == [f"cache-{k}"]
+    page.form.batch_size = 77
+    assert page.w["batch_size"].value == 77
+    page.w["policies"].value = ["lfu", "lru"]
+    assert page.request().policies == ("lru", "lfu") and page.request().batch_size == 77
+    lp = launch_page.LaunchPage(Lab(store=store, runner=None))
+    assert all(lp.widgets[k].name == OPTIONS[k].label for k in lp.fields)
+    for module in (cache_page, launch_page):
+        built = [n for n in ast.walk(ast.parse(inspect.getsource(module))) if isinstance(n, ast.Call)
+                 and "pn.widgets." in ast.unparse(n.func) and not ast.unparse(n.func).endswith("from_param")]
+        names = sorted({ast.unparse(n.func) for n in built})
+        # the buttons, and the Launch page's placement boxes (one per tensor class, no option record)
+        assert set(names) <= {"pn.widgets.Button", "pn.widgets.TextInput"}, (module.__name__, names)
+        if module is cache_page:
+            assert names == ["pn.widgets.Button"]
+
+
 def test_cached_runs_table_and_live_stats(store):
     import numpy as np
 

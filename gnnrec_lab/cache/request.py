@@ -6,7 +6,7 @@ fields its own way (the page in words, the CLI by its flags).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable, Optional
 
 from gnnrec_lab.cache.simulate import parse_capacity
@@ -20,6 +20,8 @@ from gnnrec_lab.config.run import (
     MAXIMA,
     OPTIMIZER_STATES,
     SIMULATED_CACHE_POLICIES,
+    field_label,
+    option,
 )
 from gnnrec_lab.util.errors import ConfigError, UserError
 
@@ -61,23 +63,58 @@ def parse_positive_ints(text: str, what: str) -> list[int]:
     return out
 
 
+def _cache_sizes(param: str, value) -> tuple:
+    """One or more cache sizes, each a row count or a share of rows (:func:`parse_cache_sizes`)."""
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) for v in value):
+        raise ConfigError(param, f"must be one or more sizes (5% of rows or 5000 rows), got {value!r}")
+    try:
+        return tuple(parse_cache_sizes(",".join(value)))
+    except UserError as e:
+        raise ConfigError(param, str(e).removeprefix("cache sizes: ")) from None
+
+
 @dataclass(frozen=True)
 class SimRequest:
-    """What to simulate. Hashable: equal requests share one result."""
+    """What to simulate, each field declared once with its checks and words (an option record,
+    :func:`gnnrec_lab.config.run.option`): :data:`SIM_CONSTRAINTS` and the Cache page's form are
+    views of them. Hashable: equal requests share one result. The optimizers are the simulator's
+    (config.OPTIMIZER_STATES, as `cache sim`): per-row state moves with the row."""
 
-    dataset: str = "synth-small"
-    trace: str = "mf"                 # "mf" (BPR batches, 0 layers) or "sampled" (k-hop sub-graphs)
-    batch_size: int = CACHE_TRACE_BATCH   # BPR triples per batch (the CLI's default too)
-    fanouts: tuple = (10, 10)         # sampled only, first hop first
+    dataset: str = option("synth-small", Text("a dataset name (choose a dataset)", strip=True),
+        label=field_label("dataset"),
+        help="dataset whose training interactions make the trace")
+    trace: str = option("mf", Options(CACHE_TRACE_KINDS),
+        label="Trace (what each batch reads)",
+        help="one of {choices}: mf reads each BPR batch's own rows (a model without layers), sampled "
+             "the rows of each batch's sampled k-hop sub-graph")
+    batch_size: int = option(CACHE_TRACE_BATCH, Interval(integer, lo=1, hi=MAXIMA["batch_size"]),
+        label="Batch size (interactions per batch)",
+        help="training triples per batch of the trace (the CLI's default too)")
+    fanouts: tuple = option((10, 10), Interval(integers, lo=1, hi=MAXIMA["fanouts"], max_len=MAXIMA["layers"]),
+        label="Fan-outs per layer (sampled trace)",
+        help="neighbours sampled per node at each layer, first hop first, comma-separated; sampled trace only")
     # chosen from the trace: fixed shares left every size below one batch on ml-100k (1,635 of its
     # 2,625 rows at batch 1024), where only "none" could be simulated
-    cache_sizes: tuple = ("auto",)
-    lookaheads: tuple = (1, 10, 50, 200)   # oracle look-ahead, batches
-    policies: tuple = SIMULATED_CACHE_POLICIES
-    dim: int = 64
-    optimizer: str = "adam"           # per-row state moved with the row
-    epochs: int = 1
-    seed: int = 0
+    cache_sizes: tuple = option((AUTO_CAPACITY,), Parsed(_cache_sizes, breaks=((), ("5%", "lots"), "5%")),
+        label="Cache sizes (rows, % of rows, or auto)",
+        help="comma-separated cache capacities, a row count (5000) or a share of rows (5%); auto: four sizes "
+             "from one batch's distinct rows to 90% of the table, chosen from the trace")
+    lookaheads: tuple = option((1, 10, 50, 200), Interval(integers, lo=1, hi=MAXIMA["lookahead"], max_len=1024),
+        label="Oracle look-aheads (batches)",
+        help="upcoming batches the oracle policy sees, comma-separated")
+    policies: tuple = option(SIMULATED_CACHE_POLICIES, Subset(SIMULATED_CACHE_POLICIES),
+        label="Replacement policies",
+        help="the policies to simulate, one or more of {choices}")
+    dim: int = option(64, Interval(integer, lo=1, hi=MAXIMA["dim"]),
+        label=field_label("dim"),
+        help="floats per embedding row: with the optimizer state, the bytes each row moves")
+    optimizer: str = option("adam", Options(tuple(OPTIMIZER_STATES)),
+        label="Optimizer (its state moves with each row)",
+        help="whose per-row state moves with the row, one of {choices}")
+    epochs: int = option(1, Interval(integer, lo=1, hi=MAXIMA["epochs"]),
+        label="Epochs", help="passes over the training interactions the trace covers")
+    seed: int = option(0, Interval(integer, lo=0, hi=MAX_SEED),
+        label="Random seed", help="seed of the batch order, the negatives and the sampled neighbours")
 
     def checked(self, label: Optional[Callable[[str], str]] = None) -> "SimRequest":
         """This request if valid (:data:`SIM_CONSTRAINTS`); else ConfigError naming the field in the
@@ -90,28 +127,7 @@ def form_name(field_name: str) -> str:
     return field_name.replace("_", " ").replace("lookaheads", "look-aheads")
 
 
-def _cache_sizes(param: str, value) -> tuple:
-    """One or more cache sizes, each a row count or a share of rows (:func:`parse_cache_sizes`)."""
-    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) for v in value):
-        raise ConfigError(param, f"must be one or more sizes (5% of rows or 5000 rows), got {value!r}")
-    try:
-        return tuple(parse_cache_sizes(",".join(value)))
-    except UserError as e:
-        raise ConfigError(param, str(e).removeprefix("cache sizes: ")) from None
-
-
-# What a simulation request accepts (gnnrec_lab.config.checks; the form's fields, named in its words). The
-# optimizers are the simulator's (config.OPTIMIZER_STATES, as `cache sim`): per-row state moves with the row.
-SIM_CONSTRAINTS: dict[str, list] = {
-    "dataset": [Text("a dataset name (choose a dataset)", strip=True)],
-    "trace": [Options(CACHE_TRACE_KINDS)],
-    "batch_size": [Interval(integer, lo=1, hi=MAXIMA["batch_size"])],
-    "fanouts": [Interval(integers, lo=1, hi=MAXIMA["fanouts"], max_len=MAXIMA["layers"])],
-    "cache_sizes": [Parsed(_cache_sizes, breaks=((), ("5%", "lots"), "5%"))],
-    "lookaheads": [Interval(integers, lo=1, hi=MAXIMA["lookahead"], max_len=1024)],
-    "policies": [Subset(SIMULATED_CACHE_POLICIES)],
-    "dim": [Interval(integer, lo=1, hi=MAXIMA["dim"])],
-    "optimizer": [Options(tuple(OPTIMIZER_STATES))],
-    "epochs": [Interval(integer, lo=1, hi=MAXIMA["epochs"])],
-    "seed": [Interval(integer, lo=0, hi=MAX_SEED)],
-}
+# What a simulation request accepts (gnnrec_lab.config.checks), a view of its fields' records; the form
+# names the fields in its words (form_name), the CLI by its flags.
+SIM_OPTIONS = {f.name: f.metadata["option"] for f in fields(SimRequest)}
+SIM_CONSTRAINTS: dict[str, list] = {name: list(o.checks) for name, o in SIM_OPTIONS.items()}

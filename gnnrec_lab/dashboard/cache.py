@@ -34,11 +34,10 @@ from gnnrec_lab import cache
 from gnnrec_lab.cache.request import SimRequest, parse_cache_sizes, parse_positive_ints
 from gnnrec_lab.cache.study import AUTO_CAPACITY, run_study
 from gnnrec_lab.config.run import (
-    OPTIMIZER_STATES,
     SIMULATED_CACHE_POLICIES,
-    field_label,
 )
 from gnnrec_lab.dashboard.common import PALETTE, Lab, error_note, not_available, safe_call
+from gnnrec_lab.dashboard.forms import dataclass_fields, form_class, form_widgets
 from gnnrec_lab.data import list_datasets, load
 from gnnrec_lab.graph.bipartite import BipartiteGraph
 from gnnrec_lab.runs.record import RunRecord
@@ -378,6 +377,11 @@ def default_dataset(names: list[str], prepared: set = frozenset()) -> str:
     return names[0] if names else "synth-small"
 
 
+# The request's fields the form shows (epochs and seed are the CLI's), made by the dashboard's form
+# generator from SimRequest's records.
+FORM_FIELDS = {k: v for k, v in dataclass_fields(SimRequest).items() if k not in ("epochs", "seed")}
+SimForm = form_class("SimForm", FORM_FIELDS)
+
 # The plot area before any simulation was asked for.
 IDLE_TEXT = "*Press Simulate.*"
 
@@ -395,30 +399,11 @@ class CachePage(pn.viewable.Viewer):
         self.graph_loader = graph_loader
         names, prepared, _ = dataset_choices()
         first = default_dataset(names, prepared)
-        self.w = {
-            "dataset": (pn.widgets.Select(name=field_label("dataset"), options=names, value=first)
-                        if names else pn.widgets.TextInput(name=field_label("dataset"), value="synth-small")),
-            "trace": pn.widgets.Select(name="Trace (what each batch reads)",
-                                       options={"BPR batches (MF, 0 layers)": "mf",
-                                                "sampled sub-graphs": "sampled"}, value="mf"),
-            "batch_size": pn.widgets.IntInput(name="Batch size (interactions per batch)", value=SimRequest.batch_size,
-                                              start=1),
-            "fanouts": pn.widgets.TextInput(name="Fan-outs per layer (sampled trace)", value="10,10"),
-            "cache_sizes": pn.widgets.TextInput(name="Cache sizes (rows, % of rows, or auto)",
-                                                value=",".join(SimRequest.cache_sizes),
-                                                description="auto: four sizes from one batch's distinct rows "
-                                                            "to 90% of the table, chosen from the trace"),
-            "lookaheads": pn.widgets.TextInput(name="Oracle look-aheads (batches)",
-                                               value="1,10,50,200"),
-            "policies": pn.widgets.MultiChoice(name="Replacement policies", options=list(SIMULATED_CACHE_POLICIES),
-                                               value=list(SIMULATED_CACHE_POLICIES)),
-            "dim": pn.widgets.IntInput(name=field_label("dim"), value=64, start=1),
-            "optimizer": pn.widgets.Select(name="Optimizer (its state moves with each row)",
-                                           options=list(OPTIMIZER_STATES), value="adam"),
-        }
-        for k, wdg in self.w.items():
-            wdg.width = 240
-            wdg.css_classes = [f"cache-{k}"]
+        self.form = SimForm(dataset=first)
+        overrides = {"trace": {"options": {"BPR batches (MF, 0 layers)": "mf", "sampled sub-graphs": "sampled"}}}
+        if names:
+            overrides["dataset"] = {"type": pn.widgets.Select, "options": names}
+        self.w = form_widgets(self.form, FORM_FIELDS, overrides, prefix="cache", width=240)
         self.button = pn.widgets.Button(name="Simulate", button_type="primary", css_classes=["cache-simulate"])
         self.button.on_click(lambda _e: self.start())
         self.form_error = pn.pane.Markdown("", styles={"color": "#c62828"}, visible=False, width=240)
@@ -444,15 +429,14 @@ class CachePage(pn.viewable.Viewer):
     # -- simulation -------------------------------------------------------------
     def request(self) -> SimRequest:
         """The form as a checked SimRequest (UserError names the field)."""
-        w = self.w
+        f = self.form
         req = SimRequest(
-            dataset=str(w["dataset"].value or "").strip(), trace=w["trace"].value,
-            batch_size=w["batch_size"].value, dim=w["dim"].value, optimizer=w["optimizer"].value,
-            fanouts=tuple(parse_positive_ints(w["fanouts"].value, "fan-outs")) if w["trace"].value == "sampled"
-            else SimRequest.fanouts,
-            cache_sizes=tuple(parse_cache_sizes(w["cache_sizes"].value)),
-            lookaheads=tuple(parse_positive_ints(w["lookaheads"].value, "look-aheads")),
-            policies=tuple(p for p in SIMULATED_CACHE_POLICIES if p in (w["policies"].value or [])))
+            dataset=str(f.dataset or "").strip(), trace=f.trace, batch_size=f.batch_size, dim=f.dim,
+            optimizer=f.optimizer,
+            fanouts=tuple(parse_positive_ints(f.fanouts, "fan-outs")) if f.trace == "sampled" else SimRequest.fanouts,
+            cache_sizes=tuple(parse_cache_sizes(f.cache_sizes)),
+            lookaheads=tuple(parse_positive_ints(f.lookaheads, "look-aheads")),
+            policies=tuple(p for p in SIMULATED_CACHE_POLICIES if p in (f.policies or [])))
         return req.checked()
 
     def start(self):
