@@ -297,9 +297,10 @@ def test_cli_sim_json(fake_data, capsys):
 
 
 def test_cli_and_cache_page_run_one_study(fake_data, capsys):
-    """``cache sim`` and the Cache page's simulation run the same pipeline: equal results."""
+    """``cache sim`` and the Cache page's simulation run the same pipeline, named in the same words
+    (``--trace sampled``): equal results."""
     from gnnrec_lab.dashboard.cache import SimRequest, run_simulation
-    assert cli.main(["cache", "sim", "--dataset", "fake", "--model", "lightgcn", "--fanouts", "3,3",
+    assert cli.main(["cache", "sim", "--dataset", "fake", "--trace", "sampled", "--fanouts", "3,3",
                      "--cache-size", "80%", "--lookahead", "4", "--batch-size", "16", "--json"]) == 0
     cli_rows = json.loads(capsys.readouterr().out)["results"]
     page = run_simulation(SimRequest(dataset="fake", trace="sampled", batch_size=16, fanouts=(3, 3),
@@ -332,6 +333,8 @@ def test_cli_skew(fake_data, capsys):
     (["--batch-size", "abc"], "--batch-size"),
     (["--policies", "lru,fifo"], "--policies"),
     (["--model", "gcn"], "--model"),
+    (["--trace", "sampled", "--model", "mf"], "--trace"),
+    (["--trace", "mf", "--fanouts", "3,3"], "--fanouts"),
     (["--model", "lightgcn", "--fanouts", "10,x"], "--fanouts"),
     (["--model", "lightgcn", "--fanouts", "10,10", "--layers", "3"], "--layers"),
     (["--optimizer", "rmsprop"], "--optimizer"),

@@ -12,7 +12,14 @@ import sys
 
 from gnnrec_lab.commands.common import bounded, field_type
 from gnnrec_lab.config.bounds import integers
-from gnnrec_lab.config.run import CACHE_TRACE_BATCH, MAXIMA, OPTIMIZER_STATES, SIMULATED_CACHE_POLICIES, check_field
+from gnnrec_lab.config.run import (
+    CACHE_TRACE_BATCH,
+    CACHE_TRACE_KINDS,
+    MAXIMA,
+    OPTIMIZER_STATES,
+    SIMULATED_CACHE_POLICIES,
+    check_field,
+)
 from gnnrec_lab.models.registry import MODEL_SPECS, graph_models
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.formatting import fmt_percent
@@ -29,9 +36,12 @@ def _add_trace_args(p: argparse.ArgumentParser) -> None:
     flat, graphs = ", ".join(m for m in MODEL_SPECS if m not in graph_models()), " and ".join(graph_models())
     p.add_argument("--dataset", required=True, help="dataset whose training interactions make the trace: a "
                                                      "built-in or prepared name (see `gnnrec-lab data list`)")
-    p.add_argument("--model", default="mf", help=f"what the trace's batches read: {flat} reads the batch's own rows "
-                                                 f"(BPR batches, 0 layers), {graphs} read a sampled "
-                                                 f"sub-graph around them (default: %(default)s)")
+    p.add_argument("--trace", default=None, choices=CACHE_TRACE_KINDS,
+                   help="what the trace's batches read, as the Cache page names it: mf reads each BPR batch's own "
+                        "rows (a model without layers), sampled the rows of a sampled k-hop sub-graph around it "
+                        "(default: mf, or what --model implies)")
+    p.add_argument("--model", default=None, help=f"the same choice named by a model: {flat} is --trace mf, "
+                                                 f"{graphs} --trace sampled (default: mf)")
     p.add_argument("--layers", type=field_type("layers"), default=None,
                    help=f"graph layers (hops) of the sampled sub-graphs for {graphs} "
                         f"(default: one per fan-out, else 2)")
@@ -95,7 +105,7 @@ def _field(flag: str, name: str, value) -> int:
 def _fanouts(args) -> list[int]:
     layers = None if args.layers is None else _field("--layers", "layers", args.layers)
     if layers == 0:
-        raise UserError("--layers: must be at least 1 for sampled sub-graphs (--model mf reads no neighbours)")
+        raise UserError("--layers: must be at least 1 for sampled sub-graphs (--trace mf reads no neighbours)")
     if args.fanouts is None:
         return [10] * (layers or 2)
     # -1 (every neighbour) is this command's own value, else a run's fan-out bounds
@@ -108,31 +118,45 @@ def _fanouts(args) -> list[int]:
     return out
 
 
+def trace_kind(args) -> str:
+    """The trace ``--trace`` names, or ``--model`` implies (a model without layers: mf, a graph
+    model: sampled); UserError for an unknown model or two that disagree."""
+    implied = None
+    if args.model is not None:
+        model = str(args.model).lower()
+        if model not in MODEL_SPECS:
+            raise UserError(f"--model must be one of {', '.join(_trace_models())}, got {args.model!r}")
+        implied = "sampled" if model in graph_models() else "mf"
+    if args.trace is not None and implied is not None and implied != args.trace:
+        raise UserError(f"--trace {args.trace}: --model {args.model} means --trace {implied}; give one of them")
+    return args.trace or implied or "mf"
+
+
 def _trace_request(args):
     """Validate the trace options and load the dataset's training graph. Returns (graph, the
     trace options of :func:`gnnrec_lab.cache.study.make_trace`)."""
     from gnnrec_lab.graph.bipartite import BipartiteGraph
 
-    model = str(args.model).lower()
-    if model not in MODEL_SPECS:
-        raise UserError(f"--model must be one of {', '.join(_trace_models())}, got {args.model!r}")
-    graph_model = model in graph_models()
+    kind = trace_kind(args)
+    graph_model = kind == "sampled"
+    model = "--trace mf" if args.model is None else f"--model {args.model}"
     batch_size = _field("--batch-size", "batch_size", args.batch_size)
     epochs = _field("--epochs", "epochs", args.epochs)
     seed = _field("--seed", "seed", args.seed)
     fanouts = _fanouts(args) if graph_model else []
     if not graph_model and args.fanouts is not None:
-        raise UserError(f"--fanouts applies to sampled models ({', '.join(graph_models())}), not --model {model}")
+        raise UserError(f"--fanouts applies to the sampled trace (--trace sampled, or a graph model: "
+                        f"{', '.join(graph_models())}), not {model}")
     from gnnrec_lab.data import load
     ds = load(args.dataset, seed=seed)
     graph = BipartiteGraph(ds.train, ds.n_users, ds.n_items)
-    return graph, {"kind": "sampled" if graph_model else "mf", "batch_size": batch_size, "fanouts": fanouts,
+    return graph, {"kind": kind, "batch_size": batch_size, "fanouts": fanouts,
                    "epochs": epochs, "seed": seed}
 
 
 def _trace_info(args, trace) -> dict:
     from gnnrec_lab.cache.study import trace_info
-    return {"dataset": args.dataset, "model": args.model, **trace_info(trace), **trace.stats}
+    return {"dataset": args.dataset, "trace": trace_kind(args), "model": args.model, **trace_info(trace), **trace.stats}
 
 
 def _sim(args) -> int:
