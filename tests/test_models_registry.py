@@ -176,7 +176,7 @@ def test_a_second_measured_memory_mode_is_measured_everywhere(monkeypatch):
     from gnnrec_lab.config.memory_modes import DEFAULT_MEMORY_MODE, MemoryMode, memory_mode_of
     from gnnrec_lab.memory.advise import recommend
     from gnnrec_lab.memory.tiermodel import mode_label
-    monkeypatch.setitem(MEMORY_MODE_TABLE, "hbm", MemoryMode("hbm", None, "dram", "HBM"))
+    monkeypatch.setitem(MEMORY_MODE_TABLE, "hbm", MemoryMode("hbm", None, "dram", "HBM", "HBM", "#e377c2"))
     assert memory_mode_of({"memory_mode": "hbm"}).measured and mode_device("hbm") is None
     assert mode_label("hbm") == "hbm (measured)"
     assert recommend({"hbm": {"fits": True, "modeled_kernel_s": 1.0}}, True)[1].startswith("fits in DRAM")
@@ -184,6 +184,46 @@ def test_a_second_measured_memory_mode_is_measured_everywhere(monkeypatch):
     assert RunConfig().memory_mode == DEFAULT_MEMORY_MODE.name
     with pytest.raises(ConfigError, match="memory_mode: got 'ssd'"):
         memory_mode_of({"memory_mode": "ssd"})
+
+
+# Machado, Oliveira and Fernandes (2009) at full severity, on linear RGB: how each colour looks to a
+# reader with deuteranopia, protanopia or tritanopia.
+VISIONS = {"normal": np.eye(3),
+           "deuteranopia": np.array([[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
+                                     [-0.011820, 0.042940, 0.968881]]),
+           "protanopia": np.array([[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216],
+                                   [-0.003882, -0.048116, 1.051998]]),
+           "tritanopia": np.array([[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602],
+                                   [0.004733, 0.691367, 0.303900]])}
+
+
+def _lab(color: str, vision) -> np.ndarray:
+    """CIELAB of ``#rrggbb`` as seen with ``vision`` (sRGB, D65)."""
+    c = np.array([int(color[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    lin = np.clip(vision @ np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4), 0, 1)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin
+    f = np.cbrt(np.maximum(xyz / np.array([0.95047, 1.0, 1.08883]), 0.008856))
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def test_every_memory_mode_has_its_own_colour_and_short_label_apart_for_colour_blind_readers_too():
+    from gnnrec_lab.config.memory_modes import UNKNOWN_MODE_COLOR, MemoryMode, mode_look
+    modes = list(MEMORY_MODE_TABLE.values())
+    shorts = [m.short for m in modes]
+    assert all(s and len(s) <= 12 for s in shorts) and len(set(shorts)) == len(modes), shorts
+    colors = [m.color.lower() for m in modes] + [UNKNOWN_MODE_COLOR.lower()]
+    assert len(set(colors)) == len(colors), colors
+    # delta E (CIE76) of every pair, the unknown grey included, for each vision: 15 is well past "just
+    # noticeable" (~2.3); the closest pair in the table is ~18 (Optane AD and CXL, tritanopia)
+    close = [(a, b, v, round(float(np.linalg.norm(_lab(a, m) - _lab(b, m))), 1))
+             for v, m in VISIONS.items() for i, a in enumerate(colors) for b in colors[i + 1:]
+             if np.linalg.norm(_lab(a, m) - _lab(b, m)) < 15]
+    assert not close, close
+    assert mode_look("optane_app_direct") == ("Optane AD", "#2ca02c", "optane_app_direct")
+    assert mode_look({"memory_mode": "pmem_v0"}) == ("pmem_v0", UNKNOWN_MODE_COLOR, "pmem_v0")
+    assert mode_look(None).name == mode_look(float("nan")).name == "dram"
+    with pytest.raises(ValueError, match="color must be #rrggbb"):
+        MemoryMode("hbm", None, "dram", "HBM", "HBM", "pink")
 
 
 def test_no_view_compares_a_memory_mode_with_the_name_dram():
