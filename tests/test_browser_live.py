@@ -112,7 +112,7 @@ def test_live_follows_the_selected_run_patches_and_reads_the_end(tmp_path, brows
         head = _header(page)
         assert f"#{new}" in head and "status running" in head and "steps 0 / 4" in head, head
         mode = " ".join(deep_text(page, ".live-mode").split())
-        assert "memory mode cxl" in mode and "measured on this host" not in mode, mode
+        assert "memory mode ■ CXL (cxl)" in mode and "measured on this host" not in mode, mode
         # the three plots of the previous run are gone (other pages' plots may still count)
         assert page.evaluate(f"({DRAWN_CANVASES})()") <= drawn - 3, "the previous run's plots are still drawn"
         # steps arrive: the same plots take the new points (patched, not rebuilt), the header never blanks

@@ -5,6 +5,7 @@ import pandas as pd
 import panel as pn
 import pytest
 
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
 from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.dashboard import common
 from gnnrec_lab.dashboard.breakdown import BreakdownPage, kernel_phase_ms, kernel_shares
@@ -222,7 +223,8 @@ def test_live_monitor_streams_only_new_steps(store):
     assert list(mon.loss.data["step"]) == [1.0, 2.0, 3.0, 4.0]
     assert set(mon.kernels.data["step"]) == {1.0, 2.0, 3.0, 4.0}
     pct, _ = mon.eta()
-    assert pct == 40.0 and mon.device is None and "dram (measured" in texts(LivePage(lab).header())
+    assert pct == 40.0 and mon.device is None
+    assert "DRAM (`dram`) (measured on this host)" in texts(LivePage(lab).header())
     store.add_eval(rid, 1, 4, "valid", {"recall@20": 0.1}, 1.0)
     store.set_status(rid, "finished")
     mon.poll()
@@ -630,7 +632,8 @@ def test_breakdown_header_says_which_parts_are_modeled(store):
     ids = fill_store(store, n_runs=1, steps=4)
     lab = Lab(store=store, runner=RecordingRunner(store))
     head = texts(BreakdownPage(lab, run_id=ids[0]).body())
-    assert "memory mode **dram**" in head and "measured on this host" in head
+    assert "■</span> DRAM (`dram`): every time below is measured on this host" in head
+    assert f'<span style="color:{MEMORY_MODE_TABLE["dram"].color}">' in head
     mid = _modeled_run(store)
     head = texts(BreakdownPage(lab, run_id=mid).body())
     assert "— running · modeled" not in head
@@ -973,10 +976,13 @@ def test_runs_and_compare_show_modeled_times_beside_the_measured_ones(store, cap
     assert page.table.titles["modeled_step_ms"] == "Step ms (modeled)"
     es = epoch_seconds(store, modeled_runs_frame(store)).set_index("id")
     assert es.loc[mid, "modeled_epoch_s"] == pytest.approx(1.5) and pd.isna(es.loc[did, "modeled_epoch_s"])
-    assert es.loc[mid, "group"] == "cxl · synth-tiny" and es.loc[did, "group"] == "dram · synth-tiny"
+    assert es.loc[mid, "group"] == "CXL · synth-tiny" and es.loc[did, "group"] == "DRAM · synth-tiny"
     plots = [p.object for p in pn.panel(page.scaling()).select(pn.pane.HoloViews)]
     labels = {el.label for p in plots for el in p}
-    assert labels == {"cxl · synth-tiny", "cxl · synth-tiny (modeled)", "dram · synth-tiny"}
+    assert labels == {"CXL · synth-tiny", "CXL · synth-tiny (modeled)", "DRAM · synth-tiny"}
+    colors = {el.label: el.opts.get().kwargs["color"] for p in plots for el in p}   # the mode's, measured or not
+    assert colors["CXL · synth-tiny"] == colors["CXL · synth-tiny (modeled)"] == MEMORY_MODE_TABLE["cxl"].color
+    assert colors["DRAM · synth-tiny"] == MEMORY_MODE_TABLE["dram"].color
     modeled = [el for el in plots[0] if el.label.endswith("(modeled)")][0]
     assert list(modeled.data["epoch_s"]) == [pytest.approx(1.5)]
     assert "modeled" in texts(page.scaling())
@@ -999,7 +1005,8 @@ def test_live_page_shows_the_selected_run_from_the_moment_it_is_selected(store):
     assert "waiting for the first step" in page.loss_wait.object and page.loss_wait.visible
     assert "waiting for the first step" in page.kernel_wait.object
     assert f"run** #{new}" in page.status_md.object and "steps** 0 / 0" not in page.status_md.object
-    assert "memory mode** cxl" in page.mode_md.object and "measured on this host" not in page.mode_md.object
+    assert "memory mode** " in page.mode_md.object and "CXL (`cxl`) → device profile" in page.mode_md.object
+    assert "measured on this host" not in page.mode_md.object
     lab.run_id = old
     assert shown()[0] and len(page.loss_pane.object.renderers[0].data_source.data["x"]) == 5
     later = _timed_run(store, 5.0, steps=1, status="running")     # launched elsewhere: listed at the next poll
@@ -1118,6 +1125,57 @@ def test_breakdown_footprint_bars_read_on_a_log_axis_with_their_sizes_and_kinds_
     assert labels.glyph.text_baseline == "bottom"
     assert all(y > v for y, v in zip(labels.data_source.data["y"], df["seconds"]))   # above the bar tops
     assert plot.y_range.end > df["seconds"].max() * 1.1
+
+
+class _Epochs:
+    """A store that knows only each run's epochs (what :func:`epoch_seconds` reads)."""
+
+    def epochs_frame(self, rid):
+        return pd.DataFrame({"seconds": [1.0 + rid, 3.0 + rid]})
+
+
+def _mode_views(mode: str, memory_mode=None) -> dict:
+    """How Compare's and Breakdown's helpers show a run in ``mode``: the scatter group and its colour,
+    a comparison series modeled on it (colour, tag) and the Breakdown header."""
+    import holoviews as hv
+
+    from gnnrec_lab.dashboard.breakdown import mode_header
+    from gnnrec_lab.dashboard.compare import epoch_scatter, series_color, series_tag
+    runs = pd.DataFrame({"id": [1], "status": ["finished"], "dataset": ["ml-100k"], "batch_size": [512],
+                         "layers": [2], "memory_mode": [mode]})
+    es = epoch_seconds(_Epochs(), runs)
+    point = hv.render(epoch_scatter(es, "batch_size", "t")).renderers[0].glyph
+    row = dict(engine="full", kind="modeled", memory_mode=memory_mode or mode, device="somewhere", precision="fp32",
+               series="full graph on it (modeled)", machines=1, cores_per_machine=1, link_gbit=None)
+    return dict(group=es["group"].iloc[0], color=point.fill_color, series_color=series_color(row),
+                tag=series_tag(row), header=mode_header({"config": {"memory_mode": mode}}))
+
+
+def test_a_memory_mode_added_to_the_table_is_coloured_and_labelled_by_every_view(monkeypatch):
+    """Views read a mode's colour and short label from the table: one declared at run time is drawn
+    in its colour and named by its label with nothing else changed (no view keeps its own dict)."""
+    from gnnrec_lab.config.memory_modes import MemoryMode
+    monkeypatch.setitem(MEMORY_MODE_TABLE, "hbm", MemoryMode("hbm", "cxl_type3_ddr5_x8", "split",
+                                                             "high-bandwidth memory", "HBM", "#e377c2"))
+    seen = _mode_views("hbm")
+    assert seen["group"] == "HBM · ml-100k" and seen["color"] == seen["series_color"] == "#e377c2"
+    assert seen["tag"] == "HBM 1x1"
+    assert '<span style="color:#e377c2">■</span> HBM (`hbm`)' in seen["header"]
+    assert "device profile **cxl_type3_ddr5_x8**" in seen["header"]
+    for name, m in MEMORY_MODE_TABLE.items():                  # and every declared one likewise
+        seen = _mode_views(name)
+        assert seen["group"] == f"{m.short} · ml-100k" and seen["color"] == seen["series_color"] == m.color, name
+
+
+def test_a_memory_mode_the_table_does_not_hold_is_shown_by_its_name_in_grey():
+    """A store row from an older lab or edited by hand: Compare's group label raised (memory_mode_of's
+    ConfigError) and took the scatter plots down; it shows the raw name in neutral grey."""
+    from gnnrec_lab.config.memory_modes import UNKNOWN_MODE_COLOR
+    seen = _mode_views("pmem_v0")
+    assert seen["group"] == "pmem_v0 · ml-100k" and seen["color"] == seen["series_color"] == UNKNOWN_MODE_COLOR
+    assert seen["tag"] == "pmem_v0 1x1"
+    assert f'<span style="color:{UNKNOWN_MODE_COLOR}">■</span> pmem_v0:' in seen["header"]
+    assert "not a memory mode this lab knows" in seen["header"]
 
 
 def test_compare_epoch_scatter_ticks_at_the_runs_batch_sizes():

@@ -9,6 +9,7 @@ import numpy as np
 import panel as pn
 import pytest
 
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
 from gnnrec_lab.config.run import RunConfig
 from gnnrec_lab.dashboard.common import Lab
 from gnnrec_lab.dashboard.compare import ComparePage, depth_bars
@@ -164,8 +165,10 @@ def test_compare_section_draws_time_to_target_by_depth_with_modeled_optane_bars_
     assert set(data["depth"]) == {"1 layer", "2 layers"}
     by_series = data.groupby("series")["hatch"].first().to_dict()
     assert by_series[engine_series("full", 1, 1)] == " " and by_series[engine_series("distdgl", 2, 1, 10.0)] == " "
-    for mode in OPTANE_MODES:
+    colors = data.groupby("series")["color"].first().to_dict()
+    for mode in OPTANE_MODES:                                  # hatched, in the mode's colour of every view
         assert by_series[engine_series("full", 1, 1, mode=mode)] == "/"
+        assert colors[engine_series("full", 1, 1, mode=mode)] == MEMORY_MODE_TABLE[mode].color
     assert set(data.loc[data["kind"] == Provenance.MODELED, "hatch"]) == {"/"}
     fig = hv.render(ttt)
     glyph = next(r.glyph for r in fig.renderers if hasattr(r.glyph, "hatch_pattern"))
@@ -224,7 +227,8 @@ def test_a_bf16_full_graph_run_is_its_own_series_and_never_sets_the_target(store
     """The headline's bf16 rows (issue 34, item 4): a ``--precision bf16`` full-graph run is a series of
     its own, measured and modeled on each Optane mode, named and coloured apart from the float32 full
     graph, and timed to the float32 runs' target even where it ends higher."""
-    from gnnrec_lab.dashboard.compare import ENGINE_COLORS, series_key, series_tag
+    from gnnrec_lab.dashboard.common import tint
+    from gnnrec_lab.dashboard.compare import series_color, series_key, series_tag
     f = full_run(store, 2, ttt=5.0, best=0.3)
     h = full_run(store, 2, ttt=4.0, best=0.4, precision="bf16")
     df = full_vs_distributed(store, host=host)
@@ -236,9 +240,13 @@ def test_a_bf16_full_graph_run_is_its_own_series_and_never_sets_the_target(store
     assert "full graph bf16 on Optane App Direct (modeled)" in mine.index
     assert (mine["precision"] == "bf16").all() and (df[df["id"] == f]["precision"] == "fp32").all()
     keys = {series_key(r) for r in df.to_dict("records")}
-    assert {"full", "full_bf16", "optane_app_direct_bf16", "optane_memory_mode_bf16"} <= keys <= set(ENGINE_COLORS)
+    assert {"full", "full_bf16", "optane_app_direct_bf16", "optane_memory_mode_bf16"} <= keys
+    colors = {series_key(r): series_color(r) for r in df.to_dict("records")}
+    assert len(set(colors.values())) == len(colors)            # every series its own colour
+    for m in OPTANE_MODES:                                     # a modeled series: its mode's, bf16 a lighter shade
+        assert colors[m] == MEMORY_MODE_TABLE[m].color and colors[f"{m}_bf16"] == tint(MEMORY_MODE_TABLE[m].color)
     tags = {series_tag(r) for r in df[df["id"] == h].to_dict("records")}
-    assert tags == {"full bf16 1x1", "App Direct bf16 1x1", "Memory Mode bf16 1x1"}
+    assert tags == {"full bf16 1x1", "Optane AD bf16 1x1", "Optane MM bf16 1x1"}
     best = best_by_depth(df)
     assert len(best) == 2 * (1 + len(OPTANE_MODES))            # fp32 and bf16 kept apart, each with its modes
 

@@ -32,6 +32,7 @@ from gnnrec_lab.dashboard.common import (
     hv_pane,
     kernel_color,
     kernel_name,
+    mode_swatch,
     modeled_bars,
     not_available,
     phase_color,
@@ -84,11 +85,13 @@ def mode_header(run: dict) -> str:
     memory mode and device profile the modeled charts use."""
     cfg = RunRecord.of(run).config
     m = safe_call(memory_mode_of, cfg)[0]
-    mode = m.name if m is not None else cfg.get("memory_mode")
-    dev = safe_call(mode_device, mode, cfg.get("device_profile"))[0]
-    if (m is not None and m.measured) or dev is None:
-        return f"memory mode **{mode}**: every time below is measured on this host, except the hatched modeled bars"
-    return (f"memory mode **{mode}** → device profile **{dev}**: kernel times are measured on this host's "
+    dev = None if m is None else mode_device(m.name, cfg.get("device_profile"))
+    mode = f"memory mode {mode_swatch(cfg)}"
+    if m is None:   # a name the table does not hold (an older or hand-edited store row)
+        return f"{mode}: not a memory mode this lab knows; every time below is measured on this host"
+    if dev is None:
+        return f"{mode}: every time below is measured on this host, except the hatched modeled bars"
+    return (f"{mode} → device profile **{dev}**: kernel times are measured on this host's "
             f"DRAM; the hatched charts are **modeled** on {dev}")
 
 

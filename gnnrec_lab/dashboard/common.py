@@ -19,6 +19,7 @@ import pandas as pd
 import panel as pn
 import param
 
+from gnnrec_lab.config.memory_modes import mode_look
 from gnnrec_lab.dashboard.security import launch_policy
 from gnnrec_lab.memory.preflight import footprint_error
 from gnnrec_lab.memory.tiermodel import LOW, fmt_band, mode_device
@@ -28,8 +29,9 @@ from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.status import RunStatus
 
-# One colour rule for every plot: a phase, a kernel and a run each keep one colour on every page
-# and for every run; hatching (never colour) is what marks a bar as modeled.
+# One colour rule for every plot: a phase, a kernel, a run and a memory mode (its table's colour:
+# config.memory_modes) each keep one colour on every page and for every run; hatching (never
+# colour) is what marks a bar as modeled.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
            "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
@@ -55,7 +57,7 @@ BAR_COLOR = "#4c72b0"
 BAR_STYLES = {Provenance.MEASURED: dict(color=BAR_COLOR, hatch_pattern=" "),
               Provenance.MODELED: dict(color=BAR_COLOR, hatch_pattern="/")}
 MODELED_NOTE = ("Hatched = **modeled** (device profile, not measured on this machine); solid = **measured**. "
-                "Colours name phases, kernels and runs, the same on every page.")
+                "Colours name phases, kernels, runs and memory modes, the same on every page.")
 
 
 def _stable(name: str, table: dict, fallback: tuple = PALETTE) -> str:
@@ -87,8 +89,30 @@ def kernel_color(name: str) -> str:
 
 
 def category_color(name: str) -> str:
-    """A colour fixed by a category's name (a memory mode and dataset in Compare's scatter plots)."""
+    """A colour fixed by a category's name (a comparison series no engine or memory mode colours)."""
     return _stable(name, {})
+
+
+def mode_color(config) -> str:
+    """The colour of the memory mode of ``config`` (a run row, a config or a mode's name) on every
+    chart: its table's (:func:`~gnnrec_lab.config.memory_modes.mode_look`; grey for a mode the table
+    does not hold)."""
+    return mode_look(config).color
+
+
+def mode_swatch(config) -> str:
+    """The memory mode of ``config`` as a page's text names it (Markdown): a square of its colour, its
+    short label and, where that differs, the name ``--memory-mode`` takes."""
+    look = mode_look(config)
+    name = f" (`{look.name}`)" if look.name != look.short else ""
+    return f'<span style="color:{look.color}">■</span> {look.short}{name}'
+
+
+def tint(color: str, amount: float = 0.5) -> str:
+    """``#rrggbb`` mixed ``amount`` of the way towards white: the lighter shade a variant of a
+    coloured series takes (a bf16 full graph beside its float32 one)."""
+    rgb = [int(color[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in rgb)
 
 
 def run_color(run_id) -> str:

@@ -23,7 +23,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from gnnrec_lab.config.memory_modes import memory_mode_of
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE, mode_look
 from gnnrec_lab.config.run import FIELD_DOCS, field_label
 from gnnrec_lab.dashboard.common import (
     OVERLOADED_LABEL,
@@ -32,12 +32,14 @@ from gnnrec_lab.dashboard.common import (
     category_color,
     hatch_hook,
     hv_pane,
+    mode_color,
     not_available,
     run_color,
     safe_call,
     status_css,
+    tint,
 )
-from gnnrec_lab.memory.tiermodel import MODE_DEVICES, fmt_band, modeled_seconds
+from gnnrec_lab.memory.tiermodel import fmt_band, modeled_seconds
 from gnnrec_lab.runs.store import TEST_METRICS
 from gnnrec_lab.services.comparison import best_by_depth, full_vs_distributed
 from gnnrec_lab.services.projection import host_calibration
@@ -106,7 +108,8 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
 def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
     """Mean measured epoch time (s) of each finished run: ``id, epoch_s``, ``modeled_epoch_s`` (a
     modeled memory mode: :func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`, else NaN), its config
-    columns and ``group`` ("memory mode · dataset", what the scatter plots colour by)."""
+    columns and ``group`` ("memory mode · dataset", the scatter plots' legend: the mode's short label,
+    :func:`~gnnrec_lab.config.memory_modes.mode_look`; a mode the table does not hold by its raw name)."""
     if runs is None or runs.empty:
         return pd.DataFrame(columns=["id", "epoch_s", "modeled_epoch_s", "group"])
     fin = runs[runs["status"] == RunStatus.FINISHED] if "status" in runs.columns else runs
@@ -130,7 +133,7 @@ def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
     # an epoch is scaled as the step is: its band is the step's (tiermodel.model_band)
     es["modeled_epoch_band"] = (es["modeled_step_band"].astype(float) if "modeled_step_band" in es
                                 else pd.Series(float("nan"), index=es.index))
-    es["group"] = [f"{memory_mode_of(m).name} · {d}"
+    es["group"] = [f"{mode_look(m).short} · {d}"
                    for m, d in zip(es.get("memory_mode", pd.Series(None, index=es.index, dtype=object)),
                                    es.get("dataset", pd.Series("?", index=es.index)))]
     return es
@@ -142,15 +145,17 @@ def table_height(runs: pd.DataFrame, page_size: int = 20) -> int:
 
 
 def epoch_scatter(es: pd.DataFrame, x: str, title: str, logx: bool = False):
-    """Epoch time against ``x``: measured (circles) and modeled (triangles) points, coloured by
-    ``group`` (memory mode · dataset) with one colour per group on every plot."""
+    """Epoch time against ``x``: measured (circles) and modeled (triangles) points of each ``group``
+    (memory mode · dataset) in its memory mode's colour (:func:`~.common.mode_color`; the
+    ``memory_mode`` column, none: the default mode's). One dataset per plot keeps one colour per
+    group (:meth:`ComparePage.scaling` draws a plot per dataset)."""
     import holoviews as hv
     vdims = ["epoch_s", "group", "modeled_epoch_s"] + [c for c in ("model", "layers", "batch_size", "dim", "id")
                                                        if c in es and c != x]
     opts = dict(size=10, tools=["hover"], logx=logx)
     layers = []
     for g, d in es.groupby("group", sort=True):
-        color = category_color(str(g))
+        color = mode_color(d["memory_mode"].iloc[0] if "memory_mode" in d else None)
         layers.append(hv.Scatter(d, x, vdims, label=str(g)).opts(marker="circle", color=color, **opts))
         mod = d.dropna(subset=["modeled_epoch_s"])
         if not mod.empty:
@@ -241,13 +246,19 @@ class ComparePage(pn.viewable.Viewer):
         if es.empty:
             return pn.pane.Markdown("*Epoch time vs batch size and depth appears once runs have finished.*")
         note = pn.pane.Markdown(
-            "Colour: memory mode · dataset. **●** measured on this host (a modeled memory mode's kernels run "
-            "on its DRAM too); **▲** the same epoch modeled on the mode's device (the run's modeled/measured "
-            "kernel-time ratio).", sizing_mode="stretch_width")
-        # one above the other, each the page's width: side by side their legends squeezed the plots
-        return pn.Column(note, hv_pane(epoch_scatter(es, "batch_size", "Epoch time vs batch size", logx=True)),
-                         hv_pane(epoch_scatter(es, "layers", "Epoch time vs depth (layers)")),
-                         sizing_mode="stretch_width")
+            "Colour: memory mode (the same on every page), one dataset per plot. **●** measured on this host "
+            "(a modeled memory mode's kernels run on its DRAM too); **▲** the same epoch modeled on the "
+            "mode's device (the run's modeled/measured kernel-time ratio).", sizing_mode="stretch_width")
+        # a dataset's runs on plots of their own: a mode keeps its colour, so two datasets on one plot
+        # would share it. One above the other, each the page's width: side by side their legends
+        # squeezed the plots
+        sets = es.groupby(es["dataset"].fillna("?") if "dataset" in es else pd.Series("?", index=es.index))
+        plots = []
+        for ds, d in sets:
+            where = f"{ds}: " if len(sets) > 1 else ""
+            plots += [hv_pane(epoch_scatter(d, "batch_size", f"{where}Epoch time vs batch size", logx=True)),
+                      hv_pane(epoch_scatter(d, "layers", f"{where}Epoch time vs depth (layers)"))]
+        return pn.Column(note, *plots, sizing_mode="stretch_width")
 
     @param.depends("lab.runs")
     def distributed(self):
@@ -288,34 +299,67 @@ FULL_VS_DIST_NOTE = ("One machine is C cores and its memory: the full graph runs
                      "ratio on that device times its measured time; solid bars are measured here.")
 
 
-# One colour per engine and Optane mode on every view of the comparison (the notebook's and
-# bench_headline's figures too); hatching, not colour, marks the modeled ones.
-ENGINE_COLORS = {"full": "#1f77b4", "full_bf16": "#aec7e8", "optane_app_direct": "#2ca02c",
-                 "optane_app_direct_bf16": "#98df8a", "optane_memory_mode": "#9467bd",
-                 "optane_memory_mode_bf16": "#c5b0d5", "distdgl": "#ff7f0e"}
-_MODE_OF_DEVICE = {v: k for k, v in MODE_DEVICES.items()}
+# One colour per engine on every view of the comparison (the notebook's and bench_headline's figures
+# too); a series modeled on a memory mode takes the mode's colour (config.memory_modes), a bf16 one
+# the lighter shade of its float32 one. Hatching, not colour, marks the modeled ones.
+ENGINE_COLORS = {"full": "#1f77b4", "full_bf16": "#aec7e8", "distdgl": "#ff7f0e"}
+ENGINE_SHORT = {"full": "full", "distdgl": "DistDGL"}
+
+
+def series_mode(row) -> Optional[str]:
+    """The memory mode a comparison row is modeled on (its ``memory_mode``; a frame without the
+    column: the mode whose device the row names), None for a measured row."""
+    if row["kind"] != Provenance.MODELED:
+        return None
+    mode = row.get("memory_mode")
+    if isinstance(mode, str) and mode:
+        return mode
+    return next((n for n, m in MEMORY_MODE_TABLE.items() if m.device == row["device"]), str(row["device"]))
+
+
+def _half(row) -> bool:
+    precision = row.get("precision")
+    return isinstance(precision, str) and precision != "fp32"
 
 
 def series_key(row) -> str:
-    """Which of :data:`ENGINE_COLORS` a comparison row is: its Optane mode when modeled, else its engine;
-    ``_bf16`` after it for a full-graph run on bf16 rows."""
-    key = _MODE_OF_DEVICE.get(row["device"], row["device"]) if row["kind"] == Provenance.MODELED else row["engine"]
-    precision = row.get("precision")
-    return f"{key}_{precision}" if isinstance(precision, str) and precision != "fp32" else key
+    """Which series a comparison row is: its memory mode when modeled, else its engine; ``_bf16``
+    after it for a full-graph run on bf16 rows."""
+    key = series_mode(row) or row["engine"]
+    return f"{key}_{row['precision']}" if _half(row) else key
+
+
+def series_color(row) -> str:
+    """A comparison row's colour on every view: its memory mode's when modeled
+    (:func:`~.common.mode_color`), else its engine's (:data:`ENGINE_COLORS`); a bf16 series the
+    lighter shade of its float32 one."""
+    mode = series_mode(row)
+    if mode is not None:
+        return tint(mode_color(mode)) if _half(row) else mode_color(mode)
+    return ENGINE_COLORS.get(series_key(row)) or category_color(row["series"])
+
+
+def series_rank(row) -> int:
+    """Where a comparison row's series stands among the bars of a depth: the full graph measured,
+    then its memory modes in the table's order, then DistDGL; each float32 series before its bf16 one."""
+    mode, names = series_mode(row), list(MEMORY_MODE_TABLE)
+    if mode is not None:
+        group = 1 + (names.index(mode) if mode in names else len(names))
+    else:
+        group = 0 if row["engine"] == "full" else 2 + len(names)
+    return 2 * group + _half(row)
 
 
 def series_tag(row) -> str:
-    """A bar's short name under its depth: engine (or Optane mode) and machines x cores, DistDGL's link."""
-    short = {"full": "full", "optane_app_direct": "App Direct", "optane_memory_mode": "Memory Mode",
-             "distdgl": "DistDGL"}
-    key = series_key(row)
-    half = key.endswith("_bf16")
-    key = key.removesuffix("_bf16")
+    """A bar's short name under its depth: engine (or memory mode's short label) and machines x
+    cores, DistDGL's link."""
+    mode = series_mode(row)
+    name = mode_look(mode).short if mode is not None else ENGINE_SHORT.get(row["engine"], row["engine"])
     mc = f" {int(row['machines'] or 1)}x{int(row['cores_per_machine'])}" \
         if row["cores_per_machine"] == row["cores_per_machine"] and row["cores_per_machine"] else ""
     link = row.get("link_gbit")
     link = "" if link is None or link != link else (" unshaped" if not link else f" {link:g}G")
-    return f"{short.get(key, key)}{' bf16' if half else ''}{mc}{link if key == 'distdgl' else ''}"
+    return f"{name}{' bf16' if _half(row) else ''}{mc}{link if mode is None and row['engine'] == 'distdgl' else ''}"
 
 
 def depth_bars(frame: pd.DataFrame, y: str, ylabel: str, title: str):
@@ -328,14 +372,12 @@ def depth_bars(frame: pd.DataFrame, y: str, ylabel: str, title: str):
     if best.empty:
         return None
     rows = best.to_dict("records")
-    order = list(ENGINE_COLORS)
     d = best.assign(depth=[f"{int(x)} layer{'s' if int(x) != 1 else ''}" for x in best["layers"]],
-                    bar=[series_tag(r) for r in rows],
-                    color=[ENGINE_COLORS.get(series_key(r)) or category_color(r["series"]) for r in rows],
+                    bar=[series_tag(r) for r in rows], color=[series_color(r) for r in rows],
                     hatch=[bar_style(k)["hatch_pattern"] for k in best["kind"]],
-                    _o=[order.index(series_key(r)) if series_key(r) in order else len(order) for r in rows])
+                    _o=[series_rank(r) for r in rows])
     d = d.sort_values(["layers", "_o", "series"]).drop(columns="_o")
-    bars = hv.Dimension("bar", values=list(dict.fromkeys(d["bar"])))   # full, App Direct, Memory Mode, DistDGL
+    bars = hv.Dimension("bar", values=list(dict.fromkeys(d["bar"])))   # full, its memory modes, DistDGL
     return hv.Bars(d, ["depth", bars], [y, "series", "kind", "batch_size", "id", "color", "hatch"]).opts(
         color="color", hooks=[hatch_hook()], tools=["hover"], responsive=True, height=340, ylabel=ylabel,
         xlabel="", title=title, multi_level=True, xrotation=0, show_legend=False)
@@ -363,8 +405,8 @@ def full_vs_distributed_view(store, run_ids=None, frame=None) -> list:
         return [pn.pane.Markdown(f"*No finished full-graph or DistDGL runs to compare.* {note or ''}")]
     parts = [pn.pane.Markdown(FULL_VS_DIST_NOTE + (f"\n\n*{note}*" if note else ""), sizing_mode="stretch_width")]
     first = df.drop_duplicates("series").to_dict("records")
-    legend = " &nbsp; ".join(f'<span style="color:{ENGINE_COLORS.get(series_key(r)) or category_color(r["series"])}">'
-                             f'■</span> <b>{series_tag(r)}</b>: {r["series"]}' for r in first)
+    legend = " &nbsp; ".join(f'<span style="color:{series_color(r)}">■</span> <b>{series_tag(r)}</b>: {r["series"]}'
+                             for r in sorted(first, key=series_rank))
     parts.append(pn.pane.HTML(legend, sizing_mode="stretch_width"))
     for ds, g in df.groupby("dataset", sort=True):
         plots = [depth_bars(g, "time_to_target_s", "time to target, s", f"{ds}: time to target by depth"),

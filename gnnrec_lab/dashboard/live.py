@@ -41,7 +41,15 @@ import panel as pn
 import param
 
 from gnnrec_lab.config.memory_modes import DEFAULT_MEMORY_MODE
-from gnnrec_lab.dashboard.common import PALETTE, Lab, kernel_color, not_available, run_selector, safe_call
+from gnnrec_lab.dashboard.common import (
+    PALETTE,
+    Lab,
+    kernel_color,
+    mode_swatch,
+    not_available,
+    run_selector,
+    safe_call,
+)
 from gnnrec_lab.memory.tiermodel import dram_residency, mode_device, run_step_time, step_times, training_kernel_ns
 from gnnrec_lab.runs.record import RunRecord, StoredConfig
 from gnnrec_lab.services.projection import host_calibration, predicted_footprint
@@ -232,9 +240,10 @@ def modeled_text(m: "LiveMonitor") -> str:
     where = dram_residency(m.memory_mode, StoredConfig.of(m._cfg).placement, m._cfg.get("device_profile"))
     st = m.step_times()
     times = f"**{st.text()}**, {st.steps:,} steps" if st.steps else "step time – until the first step"
+    mode = f"**memory mode** {mode_swatch(m.memory_mode)}"
     if m.device is None:
-        return f"**memory mode** {m.memory_mode} (measured on this host) · {times}\n\n{where}"
-    head = f"**memory mode** {m.memory_mode} → device profile **{m.device}** (modeled; kernels measured on DRAM)"
+        return f"{mode} (measured on this host) · {times}\n\n{where}"
+    head = f"{mode} → device profile **{m.device}** (modeled; kernels measured on DRAM)"
     if st.ratio is None and st.steps:
         why = f": {m.modeled_reason}" if m.modeled_reason else " after the first step"
         times += f" · **modeled** –{why}"

@@ -40,8 +40,8 @@ FULL_VS_DIST_COLUMNS = ["id", "engine", "series", "kind", "dataset", "model", "l
                         "machines",
                         "cores_per_machine", "link_gbit", "target", "target_reached", "reference_run",
                         "time_to_target_s", "epoch_s", "train_s",
-                        "best_valid_recall@20", "test_recall@20", "explosion_factor", "batch_ms", "device", "ratio",
-                        "placement_assumption", "band", "confidence"]
+                        "best_valid_recall@20", "test_recall@20", "explosion_factor", "batch_ms", "memory_mode",
+                        "device", "ratio", "placement_assumption", "band", "confidence"]
 
 
 # --- the columns every view of the comparison shows: one row per run (comparison_frame), the common
@@ -257,7 +257,8 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
     the Recall@20 target, mean epoch and training seconds as recorded) and, with ``host`` (this
     host's calibration), one *modeled* row per Optane memory mode in ``modes``: the same durations
     times the run's modeled/measured step-time ratio on that device (:func:`full_graph_modeled`,
-    :func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`), ``kind`` MODELED. Each DistDGL run gives a
+    :func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`), ``kind`` MODELED, ``memory_mode`` the mode
+    (None on a measured row: views colour and label a modeled row by it). Each DistDGL run gives a
     measured row. ``series`` names engine and machines (:func:`engine_series`); ``machines`` and
     ``cores_per_machine`` say what "one machine" was. ``datasets``: keep only these (default: the
     datasets that have a DistDGL run, or every dataset where none has). The frame's
@@ -301,7 +302,8 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
         machines, cores, link = machine_of(row["engine"], cfg, run.info, res)
         base = {k: row.get(k) for k in FULL_VS_DIST_COLUMNS if k in row}
         base.update(machines=machines, cores_per_machine=cores, link_gbit=link, train_s=res.train_seconds,
-                    kind=Provenance.MEASURED, device="this host (DRAM)", ratio=None, placement_assumption=None,
+                    kind=Provenance.MEASURED, memory_mode=None, device="this host (DRAM)", ratio=None,
+                    placement_assumption=None,
                     series=engine_series(row["engine"], machines, cores, link, precision=row["precision"]))
         rows.append(base)
         if row["engine"] != "full" or host is None:
@@ -311,7 +313,7 @@ def full_vs_distributed(store, run_ids=None, host: Optional[dict] = None, modes=
                 reasons.append((rid, mode, m["reason"]))
                 continue
             q = m["ratio"]
-            rows.append(dict(base, kind=Provenance.MODELED, device=m["device"], ratio=q,
+            rows.append(dict(base, kind=Provenance.MODELED, memory_mode=mode, device=m["device"], ratio=q,
                              placement_assumption=m["placement_assumption"], band=m["band"],
                              confidence=m["confidence"],
                              series=engine_series("full", machines, cores, mode=mode, precision=row["precision"]),
