@@ -455,10 +455,14 @@ def precision_rows(best) -> list:
     if "precision" not in full or not (full["precision"] == "bf16").any():
         return []
     rows = []
-    from gnnrec_lab.dashboard.compare import series_key
-    words = {"full": "this host's DRAM (measured)", "optane_app_direct": "Optane App Direct (modeled)",
-             "optane_memory_mode": "Optane Memory Mode (modeled)"}
-    where = [words.get(k, k) for k in (series_key(r).removesuffix("_bf16") for r in full.to_dict("records"))]
+    from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
+    from gnnrec_lab.dashboard.compare import series_mode
+
+    def words(mode) -> str:   # the device a row's time is on, as the table words its memory mode
+        if mode is None:
+            return "this host's DRAM (measured)"
+        return f"{MEMORY_MODE_TABLE[mode].words if mode in MEMORY_MODE_TABLE else mode} (modeled)"
+    where = [words(series_mode(r)) for r in full.to_dict("records")]
     full = full.assign(_where=where, _m=full["kind"] != "measured").sort_values(["layers", "_m", "_where"])
     for (depth, device), g in full.groupby(["layers", "_where"], sort=False):
         by = {p: r for p, r in zip(g["precision"].fillna("fp32"), g.to_dict("records"))}
@@ -485,7 +489,7 @@ def curves(store, best, path: Path, title: str) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gnnrec_lab.dashboard.compare import ENGINE_COLORS, series_key
+    from gnnrec_lab.dashboard.compare import series_color
     m = best[best["kind"] == "measured"]
     depths = sorted(m["layers"].unique())
     if not depths:
@@ -496,7 +500,7 @@ def curves(store, best, path: Path, title: str) -> bool:
         batches = []     # each series' batch size differs by depth: the panel's title says it, not the legend
         for r in m[m["layers"] == depth].to_dict("records"):
             batches.append(f"{'DistDGL' if r['engine'] == 'distdgl' else 'full graph'} b{r['batch_size']}")
-            color = ENGINE_COLORS.get(series_key(r), "#7f7f7f")
+            color = series_color(r)
             for i, rid in enumerate(str(r.get("runs") or r["id"]).split(",")):
                 hist = store.run_record(int(rid)).result.history
                 pts = [(h["elapsed_s"], h["recall@20"]) for h in hist if "recall@20" in h and "elapsed_s" in h]
@@ -540,12 +544,11 @@ def figure(best, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gnnrec_lab.dashboard.compare import ENGINE_COLORS, series_key
+    from gnnrec_lab.dashboard.compare import series_color, series_rank
     from gnnrec_lab.util.provenance import Provenance
     series = list(dict.fromkeys(best.sort_values("kind")["series"]))
-    order = list(ENGINE_COLORS)
     rows = {s: best[best["series"] == s].iloc[0].to_dict() for s in series}
-    series.sort(key=lambda s: order.index(series_key(rows[s])) if series_key(rows[s]) in order else len(order))
+    series.sort(key=lambda s: series_rank(rows[s]))   # full graph, its memory modes, DistDGL
     depths = sorted(best["layers"].unique())
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     w = 0.8 / max(1, len(series))
@@ -555,7 +558,7 @@ def figure(best, path: Path, title: str) -> None:
             ys = [float("nan") if g[col].get(d) is None else float(g[col].get(d)) for d in depths]
             modeled = rows[s]["kind"] == Provenance.MODELED
             ax.bar([x + (i - (len(series) - 1) / 2) * w for x in range(len(depths))], ys, w,
-                   color=ENGINE_COLORS.get(series_key(rows[s]), "#7f7f7f"), hatch="//" if modeled else None,
+                   color=series_color(rows[s]), hatch="//" if modeled else None,
                    edgecolor="white", label=s)
         ax.set_xticks(range(len(depths)), [f"{int(d)} layer{'s' if d != 1 else ''}" for d in depths])
         ax.set_ylabel(label)
@@ -755,10 +758,9 @@ def write_page(a, best, frame, tried, sweep, dist_results, failures, why_not, ho
         L += [f"![time to target and epoch time by depth]({rel})", ""]
         dist_by_id = {k: dist_details(v) for k, v in dist_results.items()}
         rows = []
-        from gnnrec_lab.dashboard.compare import ENGINE_COLORS, series_key
-        order = list(ENGINE_COLORS)   # full graph, App Direct, Memory Mode, DistDGL: the figure's order
-        recs = sorted(best.to_dict("records"), key=lambda r: (r["layers"], order.index(series_key(r))
-                                                                if series_key(r) in order else len(order)))
+        from gnnrec_lab.dashboard.compare import series_rank
+        # full graph, its memory modes, DistDGL: the figure's order
+        recs = sorted(best.to_dict("records"), key=lambda r: (r["layers"], series_rank(r)))
         for r in recs:
             d = dist_by_id.get(r["id"], {}) if r["engine"] == "distdgl" else {}
             split = " / ".join(_fmt(d.get(f"{k}_ms"), ".1f") for k in PHASES) if d else "-"
