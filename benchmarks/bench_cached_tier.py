@@ -53,11 +53,13 @@ import gnnrec_lab.training.loop as train_mod
 from gnnrec_lab import RunConfig, run
 from gnnrec_lab.cache.cached_rows import make_cached_rows
 from gnnrec_lab.cache.slow_tier import IO_THREADS
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
 from gnnrec_lab.memory import calibrate
 from gnnrec_lab.memory.profiles import misses_in_flight
 from gnnrec_lab.memory.tiermodel import get_profile
 
-DEVICES = {"optane_app_direct": "optane_pmem100_appdirect_6x", "cxl": "cxl_type3_ddr5_x8"}
+# the memory modes the cached tier is modeled on, each on the device the table declares for it
+DEVICES = {name: MEMORY_MODE_TABLE[name].device for name in ("optane_app_direct", "cxl")}
 
 
 def machine(slow_dir: str) -> dict:

@@ -237,6 +237,26 @@ def test_no_view_compares_a_memory_mode_with_the_name_dram():
     assert not hits, hits
 
 
+def test_no_view_keeps_a_dict_keyed_by_memory_mode_names():
+    """Colours, labels and devices of a mode are read from the table (config.memory_modes): no
+    package module or benchmark writes a dict literal keyed by a mode's name ("dram" alone is also a
+    place kind, as in advise's {"dram": [...], "device": [...]}, so it counts only beside another mode)."""
+    import ast
+    import pathlib
+    pkg = pathlib.Path(config_run.__file__).resolve().parents[1]
+    names = set(MEMORY_MODE_TABLE)
+    files = [p for p in pkg.rglob("*.py") if p.name != "memory_modes.py"]
+    files += sorted((pkg.parent / "benchmarks").glob("*.py"))
+    hits = []
+    for p in files:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Dict):
+                keys = {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+                if keys & names - {"dram"}:
+                    hits.append(f"{p.name}:{node.lineno}")
+    assert not hits, hits
+
+
 def test_a_model_registered_at_run_time_is_offered_everywhere_with_its_own_options(toy, store, monkeypatch):
     """The toy model (registered after every module was imported) is in --model's help, the Launch
     form's choices and DistDGL's models; a field it declares its own (here NGCF's form, borrowed)
