@@ -158,3 +158,5 @@ def test_reference_target_is_a_share_of_a_finished_full_graph_runs_best(store):
     store.set_status(sampled, RunStatus.FINISHED)
     with pytest.raises(UserError, match="is a sampled run"):
         reference_target(store, sampled, dist, 0.9)
+    with pytest.raises(UserError, match=f"^--target-of: run {sampled + 1}: no such run"):
+        reference_target(store, sampled + 1, dist, 0.9)

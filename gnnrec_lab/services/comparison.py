@@ -72,7 +72,10 @@ def reference_target(store, run_id: int, config, fraction: float = TARGET_FRACTI
     for a run of ``config`` (a RunConfig): DistSpec's ``target_recall``, ``target_of``,
     ``target_fraction``, ``target_reference``. UserError (naming ``--target-of``) when that run is
     not a finished full-graph run with a validation Recall@20 or differs in a :data:`REFERENCE_FIELDS`."""
-    run = store.run_record(run_id, need=("config", "result"))
+    try:
+        run = store.run_record(run_id, need=("config", "result"))
+    except UserError as e:   # no such run, or a damaged one: named as the flag's
+        raise UserError(f"--target-of: {e}") from None
     if run.status is not RunStatus.FINISHED:
         raise UserError(f"--target-of: run {run_id} is {run.status}, not finished")
     if engine_of(run.result) != "full":
