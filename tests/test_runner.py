@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from gnnrec_lab.runs.runner import Runner, launch_detached
 from gnnrec_lab.runs.store import Store
 from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.provenance import Provenance
+from gnnrec_lab.util.status import RunStatus
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -337,6 +339,71 @@ def test_cli_cancels_run_of_another_process(store, monkeypatch, capsys):
     assert run["status"] == "cancelled" and run["cancel_requested"]
     from gnnrec_lab.util.proc import pid_alive
     assert not pid_alive(run["pid"], run["pid_start"])
+
+
+# -- following a run in the foreground (gnnrec-lab distributed) --------------------------------
+FOLLOW = """
+import json, signal, sys
+from gnnrec_lab.config.run import RunConfig
+from gnnrec_lab.runs.runner import Runner
+runner = Runner(poll_s=0.05)
+rid = runner.launch(RunConfig(name="followed"))
+print(rid, flush=True)
+status, signum = runner.follow(rid, progress=lambda m: print("progress:", m, file=sys.stderr, flush=True),
+                               grace_s=float(sys.argv[1]))
+print(json.dumps({"status": str(status), "signum": signum,
+                  "handlers_back": signal.getsignal(signal.SIGINT) is signal.default_int_handler
+                  and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("fn", ["finish", "stubborn"], ids=["at-a-step", "by-sigterm"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_to_the_follower_cancels_the_run_and_leaves_no_worker(store, monkeypatch, sig, fn):
+    """Ctrl-C or SIGTERM of a process following a run (Runner.follow) cancels it through the runner:
+    an event names the signal, the run ends cancelled (at a step where the training checks the flag,
+    else by the SIGTERM that follows), its worker is gone, follow returns the signal and puts the
+    handlers back."""
+    fake(monkeypatch, fn, FAKE_STEPS=100000, FAKE_SLEEP=0.01)
+    p = subprocess.Popen([sys.executable, "-c", FOLLOW, "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        rid = int(p.stdout.readline())
+        wait_for(lambda: len(store.steps_frame(rid)) >= 1)
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    assert json.loads(out) == {"status": "cancelled", "signum": sig, "handlers_back": True}
+    run = store.get_run(rid)
+    assert run["status"] == "cancelled" and run["cancel_requested"]
+    assert ("SIGTERM" in (run["error"] or "")) == (fn == "stubborn"), run["error"]   # the flag, else the escalation
+    words = {signal.SIGINT: "SIGINT (Ctrl-C)", signal.SIGTERM: "SIGTERM"}[sig]
+    assert ("cancel", f"cancel requested: the command following the run got {words}") in \
+        [(k, m) for _, k, m in store.events_after(rid)]
+    assert f"run {rid}: {words}, cancelling the run" in err
+    from gnnrec_lab.util.proc import pid_alive
+    assert not pid_alive(run["pid"], run["pid_start"])
+
+
+def test_follow_says_a_run_is_queued_shows_its_events_and_returns_its_status(store, monkeypatch):
+    fake(monkeypatch, "finish", FAKE_STEPS=20, FAKE_SLEEP=0.02)
+    runner = Runner(store, max_concurrent=1)
+    a = runner.launch(RunConfig(name="a"))
+    b = runner.launch(RunConfig(name="b"))
+    store.add_event(b, "note", "an event of b")
+    before = signal.getsignal(signal.SIGTERM)
+    lines = []
+    assert runner.follow(b, progress=lines.append) == (RunStatus.FINISHED, None)
+    assert lines[0] == "an event of b"
+    assert lines[1] == f"run {b} is queued: it starts when fewer than 1 runs of this store are running (running " \
+                       f"now: {a})"
+    assert store.status(a) == "finished" and signal.getsignal(signal.SIGTERM) is before
+    assert [n for n, _, _ in store.events_after(b)] == [n for n, _, _ in store.events_after(b, 0)]
+    assert store.events_after(b, store.events_after(b)[-1][0]) == []
 
 
 @pytest.mark.slow

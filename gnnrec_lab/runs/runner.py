@@ -27,6 +27,9 @@ run's request, stored in its row as it is queued): a DistDGL run is one
 (:func:`gnnrec_lab.distributed.engine.runner_request` makes its request), so it queues, runs, is
 watched and cancelled as a full-graph run is.
 
+``follow(run_id)`` waits for a run in the foreground (``gnnrec-lab distributed``): it shows the
+run's events as they come, and Ctrl-C or SIGTERM of the command cancels the run through the runner.
+
 ``launch_detached(config)`` is for ``gnnrec-lab run --detach``: it queues the
 run and starts a detached supervisor (``python -m gnnrec_lab.runs.runner
 --supervise``) that runs queued work until the queue is empty.
@@ -42,7 +45,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from gnnrec_lab.config.bounds import MAX_SECONDS, integer, number
 from gnnrec_lab.config.checks import Interval, Kind, Text, check
@@ -54,12 +57,16 @@ from gnnrec_lab.util.cgroup import MemoryCgroup, check_limit, limit_reached, mem
 from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.home import no_space_left
 from gnnrec_lab.util.proc import pid_alive, proc_start_ticks
+from gnnrec_lab.util.signals import SIGNAL_WORDS
 from gnnrec_lab.util.status import RunStatus
 
 # a running row with no pid yet is being spawned; after this long its spawner is presumed dead (s)
 SPAWN_GRACE_S = 60.0
 # after a worker recorded its final status, how long wait() gives it to exit (s)
 REAP_GRACE_S = 10.0
+# a run cancelled by a signal to the command following it (follow): how long its worker gets to stop
+# at a step, and then after SIGTERM (a DistDGL worker stops its machines, up to 10 s each), before SIGKILL
+FOLLOW_GRACE_S = 15.0
 # What a Runner accepts (gnnrec_lab.config.checks).
 RUNNER_CONSTRAINTS: dict[str, list] = {
     "max_concurrent": [Interval(integer, lo=1, hi=None)],
@@ -394,6 +401,55 @@ class Runner:
         self.store.set_status(run_id, RunStatus.CANCELLED, error="cancelled: worker did not confirm its end",
                               only_if=(RunStatus.RUNNING,))
         return self.store.status(run_id)
+
+    def follow(self, run_id: int, progress: Optional[Callable[[str], None]] = None,
+               grace_s: float = FOLLOW_GRACE_S) -> tuple[RunStatus, Optional[int]]:
+        """Wait for ``run_id`` in the foreground, as a command in a terminal does; returns ``(its final
+        status, the signal that stopped the wait or None)`` (the command then exits ``128 + signal``).
+
+        ``progress`` gets a line when the run waits in the queue and each event the run records, as
+        it comes. Ctrl-C (SIGINT) or SIGTERM of this process cancels the run through :meth:`cancel`
+        (its flag, then SIGTERM, then SIGKILL to its worker, ``grace_s`` apart), after an event that
+        names the signal: the run ends recorded as cancelled and no worker of it is left. Signals
+        that arrive while it is cancelled are noted, never raised, so the cancel completes. In the
+        main thread only (elsewhere signals are not this call's); a signal ignored on purpose
+        (``nohup``, a background job) stays ignored; the previous handlers are put back.
+        """
+        say = progress or (lambda _line: None)
+        got: list[int] = []
+
+        def note(signum, _frame):
+            got.append(signum)
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in SIGNAL_WORDS:
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    previous[sig] = signal.signal(sig, note)
+        try:
+            seen, told_queued = 0, False
+            while not got:
+                status = self.status(run_id)
+                for number, _kind, message in self.store.events_after(run_id, seen):
+                    say(message)
+                    seen = number
+                if status is RunStatus.QUEUED and not told_queued:
+                    told_queued = True
+                    running = ", ".join(map(str, self.store.run_ids(RunStatus.RUNNING))) or "none"
+                    say(f"run {run_id} is queued: it starts when fewer than {self.max_concurrent} runs of this "
+                        f"store are running (running now: {running})")
+                if status.is_terminal:
+                    return self.wait(run_id), None   # reaps the worker this runner started
+                time.sleep(self.poll_s)
+            signum = got[0]
+            self.store.add_event(run_id, "cancel", f"cancel requested: the command following the run got "
+                                                   f"{SIGNAL_WORDS[signum]}")
+            say(f"run {run_id}: {SIGNAL_WORDS[signum]}, cancelling the run (its worker gets {grace_s:g} s to stop "
+                f"at a step, then SIGTERM)")
+            self.cancel(run_id, grace_s=grace_s)
+            return self.wait(run_id), signum
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
     def running(self) -> list[int]:
         """Ids of runs this runner's workers are executing."""

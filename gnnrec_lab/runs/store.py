@@ -955,6 +955,13 @@ class Store:
     def events_frame(self, run_id: int):
         return self._frame("SELECT time, kind, message FROM events WHERE run_id=? ORDER BY rowid", (int(run_id),))
 
+    def events_after(self, run_id: int, after: int = 0) -> list[tuple[int, str, str]]:
+        """Run ``run_id``'s events recorded after the one numbered ``after`` (0: all), oldest first, as
+        ``(number, kind, message)``: what a follower of a run has not shown yet (no pandas)."""
+        return [(int(n), k, m) for n, k, m in self._query(
+            "SELECT rowid, kind, message FROM events WHERE run_id=? AND rowid>? ORDER BY rowid",
+            (int(run_id), int(after)))]
+
     def integrity_check(self) -> str:
         """SQLite's own consistency check: 'ok' when the file is sound."""
         return self._query("PRAGMA integrity_check")[0][0]
