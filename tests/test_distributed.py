@@ -1,19 +1,23 @@
-"""``gnnrec-lab distributed`` (DistDGL): bad input is refused before work starts in both lanes, the
-main lane says how to get DGL, and in the DGL lane (``make test-dgl``) a short two-partition run
-is recorded as a measured ``distdgl`` run whose fetched rows match the source, while a run whose
-machines share one /dev/shm is caught by that row check instead of training on wrong rows."""
+"""``gnnrec-lab distributed`` (DistDGL): bad input is refused before a run is recorded in both lanes,
+the main lane says how to get DGL, and in the DGL lane (``make test-dgl``) a short two-partition run
+goes through the lab's runner (its worker owns the run) and is recorded as a measured ``distdgl``
+run whose fetched rows match the source, while a run whose machines share one /dev/shm is caught by
+that row check instead of training on wrong rows; Ctrl-C or SIGTERM of the command cancels the run
+and leaves no process of it."""
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gnnrec_lab import kernels
 from gnnrec_lab.runs.store import Store
+from gnnrec_lab.util.proc import pid_alive
 
 HAVE_DGL = "dgl" in kernels.available_backends()
 needs_dgl = pytest.mark.skipif(not HAVE_DGL, reason="dgl is not importable here (the DGL lane: make test-dgl)")
@@ -103,15 +107,110 @@ def test_two_partitions_end_to_end_recorded_as_a_measured_distdgl_run():
 
 @needs_dgl
 @needs_unshare
+def test_the_commands_run_is_a_runner_run_with_its_workers_logs(tmp_path):
+    """The command launches the run as the Launch page does: its row holds runner_request's request
+    (every flag that is not a RunConfig field among its options), a worker process of its own trained
+    it and wrote its logs in the run's folder, and the command printed the stored result."""
+    from gnnrec_lab.distributed.engine import TRAIN_FN
+    home = tmp_path / "home"
+    p = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.commands.cli", "distributed", *TINY, "--part-method",
+                          "random", "--keep-partitions", "--timeout", "600", "--name", "through the runner"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "GNNREC_LAB_HOME": str(home)})
+    out, err = p.communicate(timeout=400)
+    assert p.returncode == 0, err[-4000:]
+    store = Store(home)
+    (rid,) = store.run_ids()
+    run = store.get_run(rid)
+    assert run["status"] == "finished" and run["name"] == "through the runner"
+    assert run["pid"] not in (None, p.pid)                  # a worker trained it, not the command
+    req = store.run_request(rid)
+    assert req["train_fn"] == TRAIN_FN and req["python"] == sys.executable
+    assert req["options"] == {"partitions": 2, "cluster": "local", "cores_per_machine": 1, "link_gbit": 10.0,
+                              "timeout_s": 600.0, "part_method": "random", "ip_config": "", "isolate": True,
+                              "keep_partitions": True, "target_of": None, "target_fraction": None,
+                              "target_reference": None}
+    folder = store.run_dir(rid)
+    assert "partitioned synth-tiny into 2 (random)" in (folder / "stderr.log").read_text()
+    assert (folder / "distdgl" / "parts").is_dir()          # --keep-partitions reached the worker
+    assert "partitioned synth-tiny into 2 (random)" in err  # the run's events, followed by the command
+    assert f"run {rid}: DistDGL, 2 partitions, 4 steps/trainer" in out
+    assert f"run {rid}: launched through the runner" in err and "Traceback" not in err
+
+
+@needs_dgl
+@needs_unshare
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_to_the_command_cancels_its_run_through_the_runner(sig, tmp_path):
+    """Ctrl-C / SIGTERM of `gnnrec-lab distributed` while its run trains: the run is cancelled through
+    the runner (an event names the signal, the trainers stop at a step, the worker records the run
+    cancelled), the command exits 130 / 143 naming the run, and no process of the run is left."""
+    import time
+    home = tmp_path / "home"
+    p = subprocess.Popen([sys.executable, "-m", "gnnrec_lab.commands.cli", "distributed", "--dataset", "synth-tiny",
+                          "--layers", "2", "--dim", "16", "--partitions", "2", "--batch-size", "256", "--epochs", "500",
+                          "--eval-users", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "GNNREC_LAB_HOME": str(home)},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # as from a shell
+    try:
+        logs = [home / "runs" / "1" / "distdgl" / f"trainer{i}.log" for i in (0, 1)]
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and p.poll() is None and not all(
+                f.exists() and "epoch 1 of 500" in f.read_text(errors="replace") for f in logs):
+            time.sleep(0.3)
+        assert p.poll() is None, "the run ended before it trained"
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    store = Store(home)
+    run = store.get_run(1)
+    assert p.returncode == 128 + sig, err[-3000:]
+    assert run["status"] == "cancelled", run["error"]
+    assert f"gnnrec-lab: error: run 1: {run['error']}" in err and "Traceback" not in err
+    words = "SIGINT (Ctrl-C)" if sig == signal.SIGINT else "SIGTERM"
+    assert ("cancel", f"cancel requested: the command following the run got {words}") in \
+        [(k, m) for _, k, m in store.events_after(1)]
+    assert run["pid"] != p.pid and not pid_alive(run["pid"], run["pid_start"])
+    assert _procs_mentioning(str(home / "runs" / "1")) == []    # no machine of the run either
+
+
+@pytest.mark.parametrize("args,needle,flag_check", [
+    (["--dataset", "no-such-dataset"], "unknown dataset 'no-such-dataset'", False),
+    (["--target-of", "7"], "--target-of: run 7: no such run", False),
+    (["--partitions", "3", "--ip-config", "IP"], "--ip-config: 2 machines listed, --partitions is 3", True),
+    (["--fanouts", "10"], "--fanouts", True),
+])
+def test_bad_input_is_refused_before_a_run_is_recorded(args, needle, flag_check, tmp_path):
+    """Refused before the runner queues anything, the error naming what is wrong: no run in the store
+    afterwards. The flags' own checks come first; in the main lane the missing DGL is refused next."""
+    ip = tmp_path / "ip.txt"
+    ip.write_text("127.0.0.1 30050\n127.0.0.1 30051\n")
+    home = tmp_path / "home"
+    p = subprocess.run([sys.executable, "-m", "gnnrec_lab.commands.cli", "distributed", "--dataset", "synth-tiny",
+                        *[str(ip) if a == "IP" else a for a in args]], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "GNNREC_LAB_HOME": str(home)})
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert (needle if HAVE_DGL or flag_check else "make dgl") in p.stderr, p.stderr
+    assert not (home / "lab.sqlite").exists() or Store(home).run_ids() == []
+
+
+@needs_dgl
+@needs_unshare
 def test_machines_sharing_dev_shm_are_caught_by_the_row_check():
     """Without a private /dev/shm per machine, DGL maps the other partition's rows under the
     same segment names: rows come back wrong (or out of range) with no error from DGL."""
     p = _cli(*TINY, "--shared-shm")
     assert p.returncode == 1
-    assert "differ from the source" in p.stderr
     store = Store()
-    run = store.get_run(store.run_ids()[-1])
+    rid = store.run_ids()[-1]
+    assert f"gnnrec-lab: error: run {rid}: distributed run failed" in p.stderr and "differ from the source" in p.stderr
+    assert "Traceback" not in p.stderr
+    run = store.get_run(rid)
     assert run["status"] == "failed" and "differ from the source" in run["error"]
+    assert store.run_request(rid)["options"]["isolate"] is False   # --shared-shm reached the worker
 
 
 def test_ip_config_hosts_and_which_machines_start_here(tmp_path):
@@ -175,8 +274,6 @@ def test_a_distdgl_run_goes_through_the_runner_and_says_when_the_dgl_lane_is_mis
     neither this interpreter nor a built DGL lane has DGL; else the worker dispatches to the
     engine's train, whose error comes back as the run's (here the "lane" is this interpreter,
     which has no DGL)."""
-    from pathlib import Path
-
     from gnnrec_lab.config.run import RunConfig
     from gnnrec_lab.distributed import engine
     from gnnrec_lab.runs.runner import Runner
@@ -199,13 +296,62 @@ def test_a_distdgl_run_goes_through_the_runner_and_says_when_the_dgl_lane_is_mis
     req = engine.runner_request(cfg, 2, part_method="random")
     assert req == {"train_fn": "gnnrec_lab.distributed.engine:train", "python": sys.executable,
                    "options": {"partitions": 2, "cluster": "local", "cores_per_machine": 1, "link_gbit": 10.0,
-                               "timeout_s": 3600.0, "part_method": "random"}}
+                               "timeout_s": 3600.0, "part_method": "random", "ip_config": "", "isolate": True,
+                               "keep_partitions": False, "target_of": None, "target_fraction": None,
+                               "target_reference": None}}
     runner = Runner(store)
     rid = runner.launch(cfg, **req)
     assert runner.wait(rid, timeout=120) == "failed"
     run = store.get_run(rid)
     assert run["error"].startswith("distributed: needs DGL") and "make dgl" in run["error"], run["error"]
     assert "Traceback" not in run["error"] and run["config"]["mode"] == "sampled"
+
+
+def test_runner_request_takes_every_option_of_the_command_and_checks_it_before_queueing(tmp_path, monkeypatch):
+    """Every flag of `gnnrec-lab distributed` that is not a RunConfig field is an option of the run's
+    request, checked as it is made (an error naming the option), and reaches the worker's train."""
+    import inspect
+
+    from gnnrec_lab.commands import cli
+    from gnnrec_lab.commands.distributed import _check, runner_options, spec_of
+    from gnnrec_lab.distributed import engine
+    from gnnrec_lab.util.errors import DataError, UserError
+    monkeypatch.setattr(engine, "check_isolation", lambda isolate: None)   # root and unshare: not this test's
+    monkeypatch.setattr(engine, "dgl_available", lambda: False)
+    monkeypatch.setattr(engine, "dgl_lane_python", lambda: Path(sys.executable))
+    ip = tmp_path / "ip.txt"
+    ip.write_text("127.0.0.1 30050\n127.0.0.1 30051\n")
+    args = cli.build_parser().parse_args(["distributed", "--dataset", "synth-tiny", "--ip-config", str(ip),
+                                          "--shared-shm", "--keep-partitions", "--part-method", "random",
+                                          "--timeout", "60"])
+    _check(args)
+    spec = spec_of(args, "/nonexistent/home")
+    spec.target_of, spec.target_fraction, spec.target_reference = 3, 0.5, 0.2
+    options = runner_options(args, spec)
+    assert set(options) | {"config", "partitions", "reporter", "progress"} == \
+        set(inspect.signature(engine.train).parameters) == set(inspect.signature(engine.runner_request).parameters) \
+        | {"reporter", "progress"}
+    cfg = spec.run_config(name="x")
+    req = engine.runner_request(cfg, 2, **options)
+    assert req["options"] == {"partitions": 2, "cluster": "local", "cores_per_machine": 1, "link_gbit": 10.0,
+                              "timeout_s": 60.0, "part_method": "random", "ip_config": str(ip), "isolate": False,
+                              "keep_partitions": True, "target_of": 3, "target_fraction": 0.5,
+                              "target_reference": 0.2}
+    assert req["python"] == sys.executable and req["train_fn"] == engine.TRAIN_FN
+    for kw, err in [(dict(options, ip_config=str(tmp_path / "none.txt")), "ip_config: no such file"),
+                    (dict(options, cluster="emulated"), "ip_config: not with cluster emulated"),
+                    (dict(options, cluster="emulated", ip_config=""), "isolate: a shared /dev/shm only with "
+                                                                       "cluster local"),
+                    (dict(options, part_method="spectral"), "part_method: got 'spectral'"),
+                    (dict(options, keep_partitions="yes"), "keep_partitions: True or False"),
+                    (dict(options, target_fraction=2.0), "target_fraction"),
+                    (dict(options, timeout_s=0), "timeout_s")]:
+        with pytest.raises(UserError, match=err):
+            engine.runner_request(cfg, 2, **kw)
+    with pytest.raises(UserError, match="ip_config: 2 machines listed, partitions is 3"):
+        engine.runner_request(cfg, 3, **options)
+    with pytest.raises(DataError, match="unknown dataset 'nope'"):
+        engine.runner_request(cfg.replace(dataset="nope"), 2, **options)
 
 
 @needs_dgl
@@ -399,8 +545,14 @@ def test_emulated_cluster_stopped_half_way_leaves_nothing(sig, tmp_path):
     assert "Traceback" not in err
     assert _our_namespaces() <= before_ns
     assert _procs_mentioning(str(workdir)) == []
-    run = Store(home).get_run(int(workdir.parent.name))
-    assert run["status"] == "failed" and ("SIGTERM" in run["error"] or "Ctrl-C" in run["error"])
+    store = Store(home)
+    rid = int(workdir.parent.name)
+    run = store.get_run(rid)
+    assert run["status"] == "cancelled", run["error"]
+    words = "SIGTERM" if sig == signal.SIGTERM else "SIGINT (Ctrl-C)"
+    assert ("cancel", f"cancel requested: the command following the run got {words}") in \
+        [(k, m) for _, k, m in store.events_after(rid)]
+    assert not pid_alive(run["pid"], run["pid_start"])     # the run's worker is gone too
 
 
 @needs_dgl

@@ -8,12 +8,18 @@ time split (sampling, remote fetch, compute, gradient sync), bytes between parti
 epoch time, time to the Recall@20 target. Training goes through the lab's own loop
 (:func:`gnnrec_lab.training.loop.run_loop`), so epochs, evaluation, early stopping and the target are
 counted as in ``gnnrec-lab run``. See :mod:`gnnrec_lab.distributed.engine`.
+
+The command checks its flags, then launches the run through the lab's runner as the Launch page
+does (:func:`~gnnrec_lab.distributed.engine.runner_request`): a worker process owns the run (its
+status, its logs in the run's folder, its failure) and the command follows it
+(:meth:`Runner.follow <gnnrec_lab.runs.runner.Runner.follow>`: the run's events on stderr, Ctrl-C or
+SIGTERM cancels the run), then prints the result the run stored. Exit status: 0 when the run
+stored a result, 1 when it failed (``run N: <its error>``), 130 / 143 when Ctrl-C / SIGTERM
+cancelled it.
 """
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 
@@ -21,12 +27,13 @@ from gnnrec_lab.commands.common import add_field_argument, bounded, field_type
 from gnnrec_lab.config.checks import check, check_value
 from gnnrec_lab.distributed.cluster import check_possible
 from gnnrec_lab.distributed.lane import require_dgl
+from gnnrec_lab.distributed.network import check_ip_config
 from gnnrec_lab.distributed.spec import CLUSTERS, DIST_CONSTRAINTS, MODELS, DistSpec
+from gnnrec_lab.runs.runner import Runner
 from gnnrec_lab.runs.store import Store
 from gnnrec_lab.training.step import target_line
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.formatting import fmt_ms
-from gnnrec_lab.util.status import RunStatus
 
 
 def _spec_type(name: str):
@@ -39,14 +46,6 @@ def _spec_type(name: str):
 # the learning-rate rule's fields, as `gnnrec-lab run` takes them: the trainers apply the loop's
 # lr of each step (models.optim.lr_at) to SparseAdam and the dense Adam alike
 LR_FIELDS = ("lr_rule", "ref_batch_size", "warmup_steps", "warmup_epochs", "schedule")
-
-
-class _Stopped(BaseException):
-    """The run was stopped from outside (SIGTERM, Ctrl-C); ``code`` is the exit status."""
-
-    def __init__(self, msg: str, code: int):
-        super().__init__(msg)
-        self.code = code
 
 
 def register(sub):
@@ -126,15 +125,7 @@ def _check(args):
     if args.target_fraction is not None and args.target_of is None:
         raise UserError("--target-fraction: only with --target-of RUN_ID")
     if args.ip_config is not None:
-        path = Path(args.ip_config)
-        if not path.is_file():
-            raise UserError(f"--ip-config: no such file {args.ip_config!r}")
-        lines = [ln.split() for ln in path.read_text().splitlines() if ln.strip()]
-        for n, ln in enumerate(lines, 1):
-            if len(ln) != 2 or not ln[1].isdigit():
-                raise UserError(f"--ip-config: {args.ip_config}, line {n}: expected 'HOST PORT', got {' '.join(ln)!r}")
-        if len(lines) != args.partitions:
-            raise UserError(f"--ip-config: {len(lines)} machines listed, --partitions is {args.partitions}")
+        check_ip_config(args.ip_config, args.partitions, "--ip-config", "--partitions")
 
 
 def spec_of(args, home) -> DistSpec:
@@ -153,15 +144,25 @@ def spec_of(args, home) -> DistSpec:
                     link_gbit=args.link_gbit, timeout_s=args.timeout)
 
 
+def runner_options(args, spec: DistSpec) -> dict:
+    """:func:`~gnnrec_lab.distributed.engine.runner_request`'s keyword arguments from the checked
+    flags ``args`` and the run's ``spec`` (its target's origin, set by --target-of): every flag that is
+    not a RunConfig field. The ip_config file is named by its absolute path (the worker reads it)."""
+    return dict(cluster=args.cluster, cores_per_machine=args.cores_per_machine, link_gbit=args.link_gbit,
+                timeout_s=args.timeout, part_method=args.part_method,
+                ip_config=str(Path(args.ip_config).resolve()) if args.ip_config else "",
+                isolate=not args.shared_shm, keep_partitions=args.keep_partitions, target_of=spec.target_of,
+                target_fraction=spec.target_fraction, target_reference=spec.target_reference)
+
+
 def main(args) -> int:
-    from gnnrec_lab import data  # numpy and the training code: loaded by a run, not by the CLI's start
+    # numpy and the training code: loaded by a run, not by the CLI's start
     from gnnrec_lab.distributed import engine as D
     from gnnrec_lab.distributed.results import PHASES
     _check(args)
     require_dgl()
-    dataset = data.load(args.dataset, seed=args.seed)
     store = Store()
-    # the spec first (its run id and folder follow): the config the store records is its run_config()
+    # the spec first: the config the store records is its run_config()
     spec = spec_of(args, store.home)
     if args.target_of is not None:
         from gnnrec_lab.services.comparison import TARGET_FRACTION, reference_target  # pandas
@@ -170,30 +171,17 @@ def main(args) -> int:
         for k, v in target.items():
             setattr(spec, k, v)
     config = spec.run_config(name=args.name or f"distdgl {args.partitions} partitions")
-    run_id = store.add_run(config, status=RunStatus.RUNNING, pid=os.getpid())   # a kill leaves it recoverable
-    workdir, spec.graph_name = D.run_folder(store, run_id)
-    spec.workdir, spec.run_id = str(workdir), run_id
-    say = (lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr))
-
-    def terminated(signum, _frame):   # unwinds like Ctrl-C, so machines and namespaces are removed
-        raise _Stopped(f"stopped by signal {signal.Signals(signum).name}", 128 + signum)
-    old_term = signal.signal(signal.SIGTERM, terminated)
-    try:
-        result = D.run(spec, dataset, method=args.part_method, store=store, config=config, progress=say)
-    except BaseException as e:
-        if isinstance(e, KeyboardInterrupt):
-            e = _Stopped("interrupted (Ctrl-C)", 130)
-        msg = str(e) if isinstance(e, (RuntimeError, UserError, _Stopped)) else f"{type(e).__name__}: {e}"
-        store.set_status(run_id, RunStatus.FAILED, error=msg[-4000:])
-        if isinstance(e, (RuntimeError, UserError, _Stopped)):
-            print(f"gnnrec-lab: error: run {run_id}: {msg}", file=sys.stderr)
-            return e.code if isinstance(e, _Stopped) else 1
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, old_term)
-        if not args.keep_partitions:
-            D.drop_partitions(workdir)
-    store.set_status(run_id, RunStatus(result["status"]))
+    request = D.runner_request(config, args.partitions, **runner_options(args, spec))  # refused before it is queued
+    runner = Runner(store)
+    run_id = runner.launch(config, **request)
+    say = (lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    say(f"run {run_id}: launched through the runner; its worker's logs are in {store.run_dir(run_id)}")
+    status, signum = runner.follow(run_id, progress=say)
+    run = store.get_run(run_id)
+    result = run["result"]
+    if signum is not None or status.is_crash or not result:   # failed, oom, or ended before a result
+        print(f"gnnrec-lab: error: run {run_id}: {(run['error'] or str(status)).rstrip()}", file=sys.stderr)
+        return 128 + signum if signum is not None else 1
     result["run_id"] = run_id
     if args.json:
         print(json.dumps(result, default=float))

@@ -9,10 +9,14 @@ distributed embedding table (``DistEmbedding``) and its ``SparseAdam``.
 
 Layout of one run (``P`` partitions = ``P`` "machines", each one server + one trainer)::
 
-    launch()                       the CLI process: partitions, writes ip_config + spec, records
-      └─ machine i (P of them)     ``unshare -m``: private mount namespace, tmpfs on /dev/shm
-           ├─ server i             DGL_ROLE=server, serves partition i
-           └─ trainer i            DGL_ROLE=client, torch.distributed rank i (gloo)
+    Runner                         the Launch page's or ``gnnrec-lab distributed``'s: queues the
+                                   run (:func:`runner_request`), watches it, cancels it
+    └─ worker                      ``python -m gnnrec_lab.runs.worker RUN_ID`` in its own session
+                                   (:func:`train`, :func:`run`): partitions, writes ip_config +
+                                   spec, launches the machines, records
+         └─ machine i (P of them)  ``unshare -m``: private mount namespace, tmpfs on /dev/shm
+              ├─ server i          DGL_ROLE=server, serves partition i
+              └─ trainer i         DGL_ROLE=client, torch.distributed rank i (gloo)
 
 Why the private /dev/shm: a DGL server publishes its partition in shared memory under names
 derived from the graph name, and the trainer on the same machine maps it from there. Two
@@ -50,6 +54,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from gnnrec_lab import data
 from gnnrec_lab.config.run import RunConfig
@@ -57,12 +62,12 @@ from gnnrec_lab.distributed.cluster import EmulatedCluster, check_possible
 from gnnrec_lab.distributed.lane import DGL_MISSING, dgl_available, dgl_lane_python, require_dgl
 from gnnrec_lab.distributed.launch import ENTRY, check_isolation, launch
 from gnnrec_lab.distributed.machine import machine_main, server_main
-from gnnrec_lab.distributed.network import free_ports, ip_hosts, is_local
+from gnnrec_lab.distributed.network import check_ip_config, free_ports, ip_hosts, is_local
 from gnnrec_lab.distributed.partition import GRAPH_PREFIX, partition
 from gnnrec_lab.distributed.results import ENGINE, run_result
 from gnnrec_lab.distributed.spec import DistSpec
 from gnnrec_lab.distributed.trainer import trainer_main
-from gnnrec_lab.util.errors import UserError
+from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.proc import host_info
 
 # what a run the Runner starts names to be a DistDGL run (its request's train_fn: runner_request)
@@ -106,7 +111,7 @@ def run(spec: DistSpec, dataset, method: str = "metis", store=None, config=None,
                                                          "train": int(len(dataset.train))}})
         t0 = time.perf_counter()
         before = cluster.link_bytes() if cluster is not None else None
-        reports = launch(spec, cluster=cluster)
+        reports = launch(spec, cluster=cluster, progress=progress)
         wall = time.perf_counter() - t0
         links = None
         if cluster is not None:   # read before the teardown deletes the interfaces
@@ -136,19 +141,37 @@ def drop_partitions(workdir: Path) -> None:
 
 # -- a DistDGL run through the Runner (queued, watched and cancelled as a full-graph run is) -----
 def runner_request(config: RunConfig, partitions: int = 2, *, cluster: str = "local", cores_per_machine: int = 1,
-                   link_gbit: float = 10.0, timeout_s: float = 3600.0, part_method: str = "metis") -> dict:
+                   link_gbit: float = 10.0, timeout_s: float = 3600.0, part_method: str = "metis",
+                   ip_config: str = "", isolate: bool = True, keep_partitions: bool = False,
+                   target_of: Optional[int] = None, target_fraction: Optional[float] = None,
+                   target_reference: Optional[float] = None) -> dict:
     """:meth:`Runner.launch <gnnrec_lab.runs.runner.Runner.launch>`'s keyword arguments for a DistDGL
     run of ``config`` (sampled mode) on ``partitions`` machines: ``Runner(store).launch(config,
-    **runner_request(config, 2))``. Checked now, before anything is queued (the spec
-    :meth:`DistSpec.of` makes, the emulated cluster's tools and cores); the worker runs in this
-    interpreter where DGL imports here, else in the DGL lane's (``make dgl``); UserError naming
-    ``make dgl`` where neither has DGL."""
+    **runner_request(config, 2))``; the Launch page and ``gnnrec-lab distributed`` both launch so.
+    The cluster's fields (``cluster`` ... ``timeout_s``, ``ip_config``: a file of one ``HOST PORT``
+    line per machine, empty for this host; ``isolate``: a private /dev/shm per machine; ``target_*``:
+    where ``config.target_recall`` came from, see :class:`DistSpec`) are the spec's; ``part_method``
+    (metis or random) is DGL's partitioner, ``keep_partitions`` keeps the partition files in the run
+    folder. Checked now, before anything is queued: the spec :meth:`DistSpec.of` makes, the private
+    /dev/shm, the dataset's name, the ip_config file, the emulated cluster's tools and cores. The
+    worker runs in this interpreter where DGL imports here, else in the DGL lane's (``make dgl``);
+    UserError naming ``make dgl`` where neither has DGL."""
     if part_method not in ("metis", "random"):
-        raise UserError(f"part_method: got {part_method!r}, allowed: metis, random")
+        raise ConfigError("part_method", f"got {part_method!r}, allowed: metis, random")
+    if not isinstance(keep_partitions, bool):
+        raise ConfigError("keep_partitions", f"True or False, got {keep_partitions!r}")
     options = dict(partitions=partitions, cluster=cluster, cores_per_machine=cores_per_machine, link_gbit=link_gbit,
-                   timeout_s=timeout_s)
+                   timeout_s=timeout_s, ip_config=ip_config, isolate=isolate, target_of=target_of,
+                   target_fraction=target_fraction, target_reference=target_reference)
     check_isolation(DistSpec.of(config, ".", "pending", **options).isolate)
+    data.describe(config.dataset, data_dir=config.data_dir)   # an unknown dataset: DataError naming it
+    if ip_config:
+        check_ip_config(ip_config, partitions)
     if cluster == "emulated":
+        if ip_config:
+            raise ConfigError("ip_config", "not with cluster emulated, which makes its own (one address per machine)")
+        if not isolate:
+            raise ConfigError("isolate", "a shared /dev/shm only with cluster local")
         check_possible(partitions, cores_per_machine, link_gbit)
     if dgl_available():
         python = sys.executable
@@ -157,29 +180,42 @@ def runner_request(config: RunConfig, partitions: int = 2, *, cluster: str = "lo
         if lane is None:
             raise UserError(DGL_MISSING)
         python = str(lane)
-    return {"train_fn": TRAIN_FN, "options": {**options, "part_method": part_method}, "python": python}
+    return {"train_fn": TRAIN_FN, "options": {**options, "part_method": part_method,
+                                              "keep_partitions": keep_partitions}, "python": python}
 
 
 def train(config: RunConfig, reporter=None, progress: bool = False, *, partitions: int = 2, cluster: str = "local",
           cores_per_machine: int = 1, link_gbit: float = 10.0, timeout_s: float = 3600.0,
-          part_method: str = "metis") -> dict:
+          part_method: str = "metis", ip_config: str = "", isolate: bool = True, keep_partitions: bool = False,
+          target_of: Optional[int] = None, target_fraction: Optional[float] = None,
+          target_reference: Optional[float] = None) -> dict:
     """A DistDGL run of ``config`` as the Runner's worker trains it (:func:`runner_request` names
-    it): ``reporter`` is the run's :class:`~gnnrec_lab.runs.store.StoreReporter`; the run is
-    partitioned, launched and recorded in its store as ``gnnrec-lab distributed`` records one
-    (:func:`run`), and its result (a dict, already recorded) returned. UserError without DGL."""
+    it and its keyword arguments): ``reporter`` is the run's
+    :class:`~gnnrec_lab.runs.store.StoreReporter`; the run is partitioned, launched and recorded in
+    its store (:func:`run`), and its result (a dict, already recorded) returned. Each step's line
+    (partitioned, the cluster) is a run event and a line on stderr (the worker's log). The partition
+    files are removed at the end unless ``keep_partitions``. UserError without DGL, and
+    :class:`~gnnrec_lab.distributed.launch.MachineFailed` (its message the run's error) when a machine
+    fails or the run times out."""
     require_dgl()
     store, run_id = reporter.store, reporter.run_id
     workdir, graph_name = run_folder(store, run_id)
     spec = DistSpec.of(config, str(workdir), graph_name, partitions, run_id=run_id, home=str(store.home),
-                       cluster=cluster, cores_per_machine=cores_per_machine, link_gbit=link_gbit, timeout_s=timeout_s)
+                       cluster=cluster, cores_per_machine=cores_per_machine, link_gbit=link_gbit, timeout_s=timeout_s,
+                       ip_config=ip_config, isolate=isolate, target_of=target_of, target_fraction=target_fraction,
+                       target_reference=target_reference)
     if cluster == "emulated":
         check_possible(partitions, cores_per_machine, link_gbit)
+
+    def say(line: str) -> None:
+        reporter.on_event(ENGINE, line)
+        print(line, file=sys.stderr, flush=True)
     dataset = data.load(config.dataset, seed=config.seed, data_dir=config.data_dir)
     try:
-        result = run(spec, dataset, method=part_method, store=store, config=config,
-                     progress=(lambda m: print(m, file=sys.stderr)) if progress else (lambda *_: None))
+        result = run(spec, dataset, method=part_method, store=store, config=config, progress=say)
     finally:
-        drop_partitions(workdir)
+        if not keep_partitions:
+            drop_partitions(workdir)
     reporter.recorded = True   # run() recorded it: the worker does not write it again
     return result
 

@@ -1,8 +1,8 @@
-"""Starting a run's machines and waiting for them (the launcher, in the CLI's process): each machine
+"""Starting a run's machines and waiting for them (the launcher, in the run's worker process): each machine
 ``python -m gnnrec_lab.distributed.engine machine SPEC I`` in a private mount namespace (its own
 /dev/shm), in an emulated cluster's network namespace on its cores when there is one; machines on
 other hosts are started there. A failing machine stops every other one, and its log tail is the
-error."""
+error (:class:`MachineFailed`)."""
 from __future__ import annotations
 
 import contextlib
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from gnnrec_lab.distributed.network import ip_hosts, is_local
 from gnnrec_lab.distributed.spec import DistSpec
@@ -22,6 +22,12 @@ from gnnrec_lab.util.errors import UserError
 
 ENTRY = "gnnrec_lab.distributed.engine"   # `python -m ENTRY machine|server|trainer SPEC I`: one process of a run
 PRIVATE_SHM_ENV = "GNNREC_LAB_PRIVATE_SHM"   # set by the launcher on machines it put in `unshare -m`
+
+
+class MachineFailed(UserError):
+    """A machine of the run exited with an error, or the run outlived its timeout: the message says
+    which, with every local machine's log tail (the trainer's own error among them), and is what the
+    run records as its error (the worker records a UserError's message, not the launcher's traceback)."""
 
 
 def check_isolation(isolate: bool) -> None:
@@ -33,15 +39,18 @@ def check_isolation(isolate: bool) -> None:
         raise UserError("distributed: a private /dev/shm per machine needs root (unshare -m + mount)")
 
 
-def launch(spec: DistSpec, timeout_s: Optional[float] = None, cluster=None) -> list[dict]:
+def launch(spec: DistSpec, timeout_s: Optional[float] = None, cluster=None,
+           progress: Optional[Callable[[str], None]] = None) -> list[dict]:
     """Start every machine (server + trainer in a private mount namespace; in ``cluster``'s
     network namespace on its cores when given) and wait for the trainers; returns each trainer's
-    report (``trainer<i>.json``). Raises RuntimeError with the failing process's log tail when one
-    fails; the machines are stopped however this returns (also on KeyboardInterrupt/SystemExit)."""
+    report (``trainer<i>.json``). ``progress`` gets the command to run on each machine of another
+    host (default: stderr). Raises :class:`MachineFailed` with the failing process's log tail when
+    one fails; the machines are stopped however this returns (also on KeyboardInterrupt/SystemExit)."""
     check_isolation(spec.isolate)
     shm_before = _shm_names()
     try:
-        return _launch(spec, spec.timeout_s if timeout_s is None else timeout_s, cluster)
+        return _launch(spec, spec.timeout_s if timeout_s is None else timeout_s, cluster,
+                       progress or (lambda line: print(line, file=sys.stderr)))
     finally:
         if not spec.isolate:   # servers killed on a shared /dev/shm leave their segments there
             for name in _shm_names() - shm_before:
@@ -57,7 +66,7 @@ def _shm_names() -> set:
         return set()
 
 
-def _launch(spec: DistSpec, timeout_s: float, cluster=None) -> list[dict]:
+def _launch(spec: DistSpec, timeout_s: float, cluster, progress: Callable[[str], None]) -> list[dict]:
     """Start the machines whose ip_config host is this one (every one of an emulated ``cluster``);
     the others must be started on their hosts (``python -m gnnrec_lab.distributed.engine machine SPEC I``,
     the work folder shared at the same path); done when every local machine exited 0 and every
@@ -65,9 +74,9 @@ def _launch(spec: DistSpec, timeout_s: float, cluster=None) -> list[dict]:
     procs: dict = {}
     for i, host in enumerate(ip_hosts(spec)):
         if cluster is None and not is_local(host):
-            print(f"machine {i} is {host}: start it there with `GLOO_SOCKET_IFNAME=<its interface on "
-                  f"{host}'s network> taskset -c <its cores> .venv-dgl/bin/python -m {ENTRY} machine "
-                  f"{spec.path('spec.json')} {i}` (docs/dgl.md)", file=sys.stderr)
+            progress(f"machine {i} is {host}: start it there with `GLOO_SOCKET_IFNAME=<its interface on "
+                     f"{host}'s network> taskset -c <its cores> .venv-dgl/bin/python -m {ENTRY} machine "
+                     f"{spec.path('spec.json')} {i}` (docs/dgl.md)")
             continue
         cmd = [sys.executable, "-m", ENTRY, "machine", str(spec.path("spec.json")), str(i)]
         if spec.isolate:
@@ -118,7 +127,7 @@ def _launch(spec: DistSpec, timeout_s: float, cluster=None) -> list[dict]:
     if failed is not None:
         which = "timed out" if failed == -1 else f"machine {failed} exited with {procs[failed][0].returncode}"
         tails = "\n".join(f"--- machine{i}.log ---\n" + log_tail(spec.path(f"machine{i}.log")) for i in procs)
-        raise RuntimeError(f"distributed run failed: {which}\n{tails}")
+        raise MachineFailed(f"distributed run failed: {which}\n{tails}")
     return [json.loads(spec.path(f"trainer{i}.json").read_text()) for i in range(spec.partitions)]
 
 

@@ -8,11 +8,25 @@ import socket
 from pathlib import Path
 
 from gnnrec_lab.distributed.spec import DistSpec
+from gnnrec_lab.util.errors import UserError
 
 
 def ip_hosts(spec: DistSpec) -> list[str]:
     """The host of each machine, in ip_config order."""
     return [ln.split()[0] for ln in Path(spec.ip_config).read_text().splitlines() if ln.strip()]
+
+
+def check_ip_config(path: str, partitions: int, label: str = "ip_config", partitions_label: str = "partitions") -> None:
+    """UserError naming ``label`` (the parameter, or the CLI's flag) unless ``path`` is a file of one
+    ``HOST PORT`` line per machine, ``partitions`` (named ``partitions_label``) of them, blank lines aside."""
+    if not Path(path).is_file():
+        raise UserError(f"{label}: no such file {path!r}")
+    lines = [ln.split() for ln in Path(path).read_text().splitlines() if ln.strip()]
+    for n, ln in enumerate(lines, 1):
+        if len(ln) != 2 or not ln[1].isdigit():
+            raise UserError(f"{label}: {path}, line {n}: expected 'HOST PORT', got {' '.join(ln)!r}")
+    if len(lines) != partitions:
+        raise UserError(f"{label}: {len(lines)} machines listed, {partitions_label} is {partitions}")
 
 
 def is_local(host: str) -> bool:
