@@ -40,10 +40,12 @@ def test_advise_uses_the_fastest_stored_dram_run_of_the_shape_and_names_it(store
     assert src["kind"] == "measured" and src["run_id"] == fast and f"run #{fast}" in src["text"]
     dram = a["modes"]["dram"]
     assert dram["kind"] == "measured" and dram["modeled_kernel_s"] == pytest.approx(measured)
-    # advise's DRAM time is the run's kernel time as every view shows it, and is named so (issue 35:
-    # it was "the measured step")
-    from gnnrec_lab.services.projection import run_step_times
-    kernel_s = run_step_times(store, fast).kernel_s
+    # advise's DRAM time is the run's kernel time, and is named so (issue 35: it was "the measured
+    # step"); issue 51: the kernel time of its median step (tiermodel.step_base), as every projection
+    # starts from, not the mean a stalled step moves
+    from gnnrec_lab.memory.tiermodel import step_base
+    records, nsteps, _, _ = stored_run_records(store, fast)
+    kernel_s = step_base(records, records.attrs["step_seconds"], steps=nsteps).kernel_s
     assert dram["modeled_kernel_s"] == pytest.approx(kernel_s, rel=1e-6)   # per-step ns rounded to integers
     assert main(ARGS) == 0
     text = capsys.readouterr().out

@@ -68,7 +68,8 @@ def test_run_result_and_projection_label_each_part():
     d = RunProjection("cxl", "cxl", 1.0, 2.0).to_dict()
     assert d["kind"] == "modeled" and d["kinds"] == {"measured_s_per_step": "measured",
                                                      "modeled_s_per_step": "modeled", "kernels": "modeled",
-                                                     "regimes": "modeled", "band": "modeled"}
+                                                     "regimes": "modeled", "band": "modeled",
+                                                     "base": "measured"}     # the median step it starts from
     assert json.loads(json.dumps(d))["kinds"] == d["kinds"]
 
 

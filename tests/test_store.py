@@ -690,8 +690,11 @@ def test_the_views_run_table_is_the_stores_with_the_modeled_columns(tmp_path):
             assert pd.isna(frame.set_index("id").loc[rid - 1, "device"])   # a DRAM run: measured, no device
         cols = list(frame.columns)
         assert cols[cols.index("backend") + 1] == "device"
-        assert cols[-7:] == ["step_s", "modeled_ratio", "modeled_step_s", "modeled_train_s",
-                             "modeled_step_band", "modeled_kernel_band", "confidence"]   # model_band's, last
+        # issue 51: outlier_steps (left out of the modeled base) and the band's two parts, the device
+        # model's and the run's measured spread
+        assert cols[-10:] == ["step_s", "modeled_ratio", "modeled_step_s", "modeled_train_s", "outlier_steps",
+                              "modeled_step_band", "modeled_kernel_band", "model_step_band", "spread_step_band",
+                              "confidence"]   # model_band's, last
         assert not set(PROJECTION_INPUTS) & set(cols)
 
 

@@ -303,3 +303,52 @@ def test_advise_follows_from_its_own_numbers(files, capsys, model):
             r = a["modes"][m]
             if r["ratio_to_dram"] and r["ratio_to_dram"] <= 1 + 1e-9:
                 assert "as fast as dram only because" in r["note"]
+
+
+def _steps(n: int, scale=None, only_even=()):
+    """``n`` steps of the same two kernels (spmm 1000 ns, adam 500 ns), step ``s`` scaled by
+    ``scale.get(s, 1)``; kernels named in ``only_even`` run in the even steps only."""
+    scale = scale or {}
+    out = []
+    for s in range(1, n + 1):
+        f = scale.get(s, 1.0)
+        for name, phase, ns in (("spmm", "forward", 1000), ("adam", "optimizer", 500)):
+            if name in only_even and s % 2:
+                continue
+            out.append(KernelRecord(name, phase, 0, s, int(ns * f), 800, 400, 100, "gather", 256, 600, "native"))
+    return out
+
+
+def test_the_base_is_the_median_step_and_a_stall_is_flagged_out_of_it():
+    """Issue 51 (tiermodel.step_base): each kernel's median per step, steps over OUTLIER_FACTOR x the
+    median step left out and named, a step within it kept (its spread is the run's)."""
+    from gnnrec_lab.memory.tiermodel import OUTLIER_FACTOR, step_base
+    assert OUTLIER_FACTOR == 3.0
+    b = step_base(_steps(10, {5: 3.5, 6: 2.5, 7: 20.0}))
+    assert b.rule == "median" and b.steps == 10 and b.outlier_steps == (5, 7)
+    assert b.kernel_s == pytest.approx(1500e-9) and b.per == 1
+    assert b.to_dict()["outlier_steps"] == 2 and b.to_dict()["kind"] == "measured"
+    assert b.kernel_spread is not None and b.kernel_spread >= 0
+    # a stall only the wall clock saw (outside the kernels) is flagged too; the wall base is the median
+    b = step_base(_steps(6), {s: (0.01 if s != 4 else 0.05) for s in range(1, 7)})
+    assert b.outlier_steps == (4,) and b.step_s == pytest.approx(0.01)
+    # a kernel that ran in half the steps counts half its median
+    b = step_base(_steps(6, only_even=("adam",)))
+    assert b.kernel_s == pytest.approx(1250e-9)
+    # totals (no step numbers): the mean over the steps given, nothing to flag
+    tot = [dataclasses.replace(r, step=-1) for r in _steps(4, {2: 20.0})]
+    b = step_base(tot, steps=4)
+    assert b.rule == "mean" and b.outlier_steps == () and b.per == 4
+    assert b.kernel_s == pytest.approx((3 * 1500 + 20 * 1500) / 4 * 1e-9)
+
+
+def test_a_stalled_step_does_not_move_the_projection():
+    """project_step from per-step records: one step stalled 20x changes the modeled kernel time by
+    under 5% (it was 1 + 19/10 = 2.9x with each kernel's mean); the band names the step left out."""
+    host = dict(HOST)
+    clean = project_step(_steps(10), host, "optane_pmem100_appdirect_6x")
+    stalled = project_step(_steps(10, {4: 20.0}), host, "optane_pmem100_appdirect_6x")
+    assert stalled["modeled_s"] == pytest.approx(clean["modeled_s"], rel=0.05)
+    assert stalled["measured_s"] == pytest.approx(clean["measured_s"], rel=0.05)
+    assert stalled["base"]["outlier_steps"] == 1 and clean["base"]["outlier_steps"] == 0
+    assert stalled["band"]["outlier_steps"] == 1 and stalled["band"]["base_steps"] == 10

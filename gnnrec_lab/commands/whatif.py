@@ -72,7 +72,7 @@ def _records(args):
 
 def run(args) -> int:
     from gnnrec_lab.memory.calibrate import load_host_profile
-    from gnnrec_lab.memory.tiermodel import fmt_band, project, run_step_time, run_threads
+    from gnnrec_lab.memory.tiermodel import OUTLIER_FACTOR, fmt_band, project, run_step_time, run_threads, step_base
     placement = {}
     for item in args.placement:
         cls, _, where = item.partition("=")
@@ -89,7 +89,9 @@ def run(args) -> int:
     kw = dict(footprint=footprint, remote=args.remote,
               dram_cache_bytes=int(args.dram_gb * (1 << 30)) if args.dram_gb else None,
               extra_paths=args.devices_file, threads=run_threads(cfg))   # the table and the step alike
-    table = project(records, host, args.device, place, **kw)
+    # per kernel, the step the projection starts from (its median step, stalled steps left out)
+    base = step_base(records, getattr(records, "attrs", {}).get("step_seconds"), steps=steps)
+    table = project(base.records, host, args.device, place, **kw)
     kernel = run_step_time(records, host, cfg, device=args.device, placement=place, steps=steps, **kw)
     times = _step_times(args, records, kernel)
     if args.json:
@@ -104,6 +106,9 @@ def run(args) -> int:
     if hit is not None:
         title += f" (modeled DRAM-cache hit rate {hit:.3f})"
     print(title)
+    left = (f"; {len(base.outlier_steps)} of {base.steps} steps over {OUTLIER_FACTOR:g}x the median left out"
+            if base.outlier_steps else "")
+    print(f"per step: the run's {base.rule} step (measured{left}) and its modeled time")
     print(f"{'kernel':<16} {'phase':<11} {'measured s':>12} {'modeled s':>12} {'band':>6} {'ratio':>7}  kind")
     for r in table.itertuples():
         ratio = "" if r.ratio is None or (isinstance(r.ratio, float) and math.isnan(r.ratio)) else f"{r.ratio:.2f}x"

@@ -393,30 +393,174 @@ def project(records, host, device, placement: Optional[dict] = None, footprint=N
 TRAIN_PHASES = ("forward", "backward", "optimizer", "loss", "sampling", "other")
 
 
-def project_step(records, host, device, placement=None, footprint=None, *, steps: Optional[int] = None,
-                 **kw) -> dict:
-    """Per-training-step totals: ``measured_s`` (measured) and ``modeled_s`` (modeled) seconds
-    per step over the training phases (evaluation excluded), ``ratio``, per-phase modeled
-    seconds, ``steps`` (given, else distinct steps >= 0 in the records; 1 when none are
-    numbered), ``kind`` (MODELED) and ``measured_kind`` (MEASURED, of ``measured_s``)."""
+# ----------------------------------------------------------------------
+# The robust base every projection starts from: one step of a run's kernels, robust to stalls
+# ----------------------------------------------------------------------
+#: A step is an outlier when its training-kernel time, or its wall seconds, exceed this many times
+#: the run's median step. Load on a shared host stretches steps by up to about 2x for long stretches
+#: (that is the run's spread, and it stays in the base); a step 3x its median is a stall (a page
+#: fault storm, a preempted core, the first step's compilation), not the run's cost.
+OUTLIER_FACTOR = 3.0
+#: How the base reduces a kernel's per-step times to one number.
+BASE_RULE = "median"
+# median absolute deviation -> standard deviation of a normal distribution
+_MAD_SIGMA = 1.4826
+
+
+def _rel_spread(values) -> Optional[float]:
+    """The relative spread of per-step values: 1.4826 x their median absolute deviation over their
+    median (a standard deviation for normal noise, unmoved by a few outliers); None under 2 values."""
+    s = pd.Series(values, dtype=float).dropna()
+    if len(s) < 2:
+        return None
+    med = float(s.median())
+    if med <= 0:
+        return None
+    return _MAD_SIGMA * float((s - med).abs().median()) / med
+
+
+@dataclass(frozen=True)
+class StepBase:
+    """One step of a run's training kernels, robust to stalled steps (:func:`step_base`), *measured*:
+    what the tier model projects, so a modeled number does not inherit a stall.
+
+    ``records``: one row per kernel group (name, phase, layer, pattern, row_bytes), ``ns`` its
+    **median** time per step over the kept steps (times the share of them it ran in), bytes, flops
+    and calls their mean per kept step (``mean``: the totals over ``per`` steps); ``rule`` ``median``
+    (per-step records) or ``mean`` (only totals were given: nothing to take a median of, nothing
+    flagged); ``steps`` the steps with
+    kernel records; ``outlier_steps`` the steps excluded (:data:`OUTLIER_FACTOR`; empty for
+    ``mean``); ``kernel_s`` the base's kernel seconds per step; ``step_s`` the median wall step of the
+    kept steps (None without step seconds); ``kernel_spread`` / ``step_spread`` the kept steps'
+    relative spread (:func:`_rel_spread`; None when unknown)."""
+
+    records: pd.DataFrame
+    rule: str
+    steps: int
+    outlier_steps: tuple = ()
+    kernel_s: float = part(Provenance.MEASURED, default=0.0)
+    step_s: Optional[float] = part(Provenance.MEASURED, default=None)
+    kernel_spread: Optional[float] = part(Provenance.MEASURED, default=None)
+    step_spread: Optional[float] = part(Provenance.MEASURED, default=None)
+    per: int = 1      # the steps ``records`` cover (``mean``: the totals of all of them)
+
+    def to_dict(self) -> dict:
+        """What a projection keeps of its base (``base`` of :func:`project_step`'s dict and of a
+        stored ``result.modeled``): every number measured."""
+        return {"rule": self.rule, "steps": self.steps, "outlier_steps": len(self.outlier_steps),
+                "outlier_step_ids": [int(s) for s in self.outlier_steps[:20]], "outlier_factor": OUTLIER_FACTOR,
+                "kernel_s": self.kernel_s, "step_s": self.step_s, "kernel_spread": self.kernel_spread,
+                "step_spread": self.step_spread, "kind": Provenance.MEASURED}
+
+
+def _step_series(step_seconds) -> Optional[pd.Series]:
+    """Step seconds as a Series indexed by step: a Series (its index the steps), a ``{step: s}``
+    dict, a frame with ``step`` and ``seconds`` (the store's steps), or a sequence (index: position)."""
+    if step_seconds is None:
+        return None
+    if isinstance(step_seconds, pd.DataFrame):
+        if "seconds" not in step_seconds or "step" not in step_seconds:
+            return None
+        s = pd.Series(step_seconds["seconds"].to_numpy(dtype=float), index=step_seconds["step"].to_numpy())
+    elif isinstance(step_seconds, pd.Series):
+        s = step_seconds.astype(float)
+    elif isinstance(step_seconds, dict):
+        s = pd.Series(step_seconds, dtype=float)
+    else:
+        s = pd.Series(list(step_seconds), dtype=float)
+    s = s[s.notna()]
+    return s if len(s) else None
+
+
+_GROUP = ["name", "phase", "layer", "pattern"]
+
+
+def step_base(records, step_seconds=None, *, steps: Optional[int] = None) -> StepBase:
+    """**The** one step every modeled number of a run starts from (:func:`project_step`, hence
+    :func:`run_step_time`, the stored projection and every view).
+
+    With per-step records (a ``step`` >= 0 on the training rows: the store's ``kernel_steps``, a
+    trace), each kernel group's base time is its **median** over the kept steps. Why the median and
+    not a trimmed mean: a run of a few steps (a notebook's 4 to 6) trims nothing at any usual
+    trimming share, while the median ignores one stalled step in three; the step's kernels are the
+    same work every step, so their median is the cost of that work and the rest is the machine's
+    load, which the band carries (:func:`model_band`). A kernel that ran in only some of the kept
+    steps counts its median times the share of them it ran in.
+
+    A step is an **outlier**, flagged and left out of the base (the medians, the bytes, the spread),
+    when its training-kernel time or its wall seconds (``step_seconds``: per step, as the store's
+    steps) exceed :data:`OUTLIER_FACTOR` times the run's median step. Bytes, flops and calls are the
+    mean per kept step (they are the same every step).
+
+    Without step numbers (totals, one row per kernel), the base is the mean: totals over ``steps``
+    (default 1), ``rule`` ``mean``, and nothing can be flagged."""
     df = _frame(records)
-    if steps is None:
-        steps = int(df.loc[df["step"] >= 0, "step"].nunique()) if len(df) else 0
-    steps = max(int(steps), 1)
     train = df[df["phase"].isin(TRAIN_PHASES)]
-    kern = project(train, host, device, placement, footprint, by=("name", "phase"), **kw)
+    wall = _step_series(step_seconds)
+    stepped = train[train["step"] >= 0]
+    cols = list(_NUM)
+    if stepped.empty:
+        n = max(int(steps or 1), 1)
+        g = train.groupby(_GROUP, dropna=False, sort=False).agg(
+            {**{c: "sum" for c in cols}, "row_bytes": "max"}).reset_index()
+        # the totals stay whole (the tier model reads whole ns and bytes): they cover ``per`` steps
+        return StepBase(records=g, rule="mean", steps=n, kernel_s=float(g["ns"].sum()) / 1e9 / n,
+                        step_s=None if wall is None else float(wall.mean()), per=n)
+    per = stepped.groupby(_GROUP + ["step"], dropna=False, sort=False).agg(
+        {**{c: "sum" for c in cols}, "row_bytes": "max"}).reset_index()
+    kernel_by_step = per.groupby("step")["ns"].sum().astype(float)
+    out = set(kernel_by_step.index[kernel_by_step > OUTLIER_FACTOR * float(kernel_by_step.median())])
+    if wall is not None:
+        out |= set(wall.index[wall > OUTLIER_FACTOR * float(wall.median())])
+    kept_steps = [s for s in kernel_by_step.index if s not in out]
+    kept = per[per["step"].isin(kept_steps)]
+    n_kept = max(len(kept_steps), 1)
+    g = kept.groupby(_GROUP, dropna=False, sort=False)
+    base = g.agg({**{c: "sum" for c in cols if c != "ns"}, "row_bytes": "max"})
+    for c in cols:
+        if c != "ns":
+            base[c] = base[c] / n_kept
+    present = g["step"].nunique()
+    base["ns"] = g["ns"].median() * present / n_kept
+    for c in cols:       # whole ns and bytes, as the tier model reads them (_frame)
+        base[c] = base[c].round().astype("int64")
+    base = base.reset_index()
+    kept_wall = None if wall is None else wall[~wall.index.isin(list(out))]
+    return StepBase(records=base, rule=BASE_RULE, steps=int(len(kernel_by_step)),
+                    outlier_steps=tuple(sorted(int(s) for s in out)),
+                    kernel_s=float(base["ns"].sum()) / 1e9,
+                    step_s=None if kept_wall is None or not len(kept_wall) else float(kept_wall.median()),
+                    kernel_spread=_rel_spread(kernel_by_step[kernel_by_step.index.isin(kept_steps)]),
+                    step_spread=None if kept_wall is None else _rel_spread(kept_wall))
+
+
+def project_step(records, host, device, placement=None, footprint=None, *, steps: Optional[int] = None,
+                 step_seconds=None, **kw) -> dict:
+    """Per-training-step times of the run's robust one step (:func:`step_base`: per-kernel medians
+    over its kept steps, outlier steps excluded): ``measured_s`` (measured) and ``modeled_s``
+    (modeled) seconds per step over the training phases (evaluation excluded), ``ratio``, per-phase
+    and per-kernel seconds, ``steps`` (the steps with kernel records; given, for totals), ``base``
+    (:meth:`StepBase.to_dict`: the rule, the outlier steps, the measured spread), ``band``
+    (:func:`model_band`), ``kind`` (MODELED) and ``measured_kind`` (MEASURED, of ``measured_s``).
+    ``step_seconds``: the steps' wall seconds (flags stalled steps; gives the base's wall step);
+    by default a frame's ``attrs["step_seconds"]`` (:func:`~gnnrec_lab.services.projection.stored_run_records`)."""
+    if step_seconds is None and isinstance(records, pd.DataFrame):
+        step_seconds = records.attrs.get("step_seconds")
+    base = step_base(records, step_seconds, steps=steps)
+    kern = project(base.records, host, device, placement, footprint, by=("name", "phase"), **kw)
     per = kern.groupby("phase", sort=False)[["measured_s", "modeled_s"]].sum().reset_index()
-    meas = float(kern["measured_s"].sum()) / steps
-    mod = float(kern["modeled_s"].sum()) / steps
-    out = {"device": kern.attrs["device"], "steps": steps, "measured_s": meas, "modeled_s": mod,
+    n = base.per        # the steps base.records cover: 1, or all of them for totals
+    meas = float(kern["measured_s"].sum()) / n
+    mod = float(kern["modeled_s"].sum()) / n
+    out = {"device": kern.attrs["device"], "steps": base.steps, "measured_s": meas, "modeled_s": mod,
            "ratio": mod / meas if meas > 0 else float("nan"),
-           "phases_modeled_s": {r.phase: r.modeled_s / steps for r in per.itertuples()},
-           "phases_measured_s": {r.phase: r.measured_s / steps for r in per.itertuples()},
-           "kernels": [{"name": r.name, "phase": r.phase, "measured_s": r.measured_s / steps,
-                        "modeled_s": r.modeled_s / steps, "band": float(r.band)} for r in kern.itertuples()],
+           "phases_modeled_s": {r.phase: r.modeled_s / n for r in per.itertuples()},
+           "phases_measured_s": {r.phase: r.measured_s / n for r in per.itertuples()},
+           "kernels": [{"name": r.name, "phase": r.phase, "measured_s": r.measured_s / n,
+                        "modeled_s": r.modeled_s / n, "band": float(r.band)} for r in kern.itertuples()],
            "hit_rate": kern.attrs["hit_rate"], "kind": Provenance.MODELED, "measured_kind": Provenance.MEASURED,
-           "remote": kern.attrs["remote"],
-           "regimes": {reg: {"bytes": v["bytes"] / steps, "modeled_s": v["modeled_s"] / steps}
+           "remote": kern.attrs["remote"], "base": base.to_dict(),
+           "regimes": {reg: {"bytes": v["bytes"] / n, "modeled_s": v["modeled_s"] / n}
                        for reg, v in kern.attrs["regimes"].items()}}
     from gnnrec_lab.memory.calibrate import calibration_flags  # numba: the tier model itself stays light
     out["calibration_flags"] = calibration_flags(host) if isinstance(host, dict) else []
@@ -506,8 +650,10 @@ def run_step_time(records, host, config, *, device: Optional[str] = None, placem
     defaults to its memory mode's profile (:func:`mode_device`), the placement to its ``placement``
     (classes placed ``dram`` stay in DRAM, every other class sits on the device). ``footprint``:
     predicted bytes (total or by class; Memory Mode needs it). ``steps``: training steps the
-    records cover. The baseline is the device's own platform DRAM (docs/tier_model.md), so a device
-    no faster than that DRAM in every profile number is never modeled faster than measured.
+    records cover (for totals; per-step records count their own). ``step_seconds`` (keyword): the
+    steps' wall seconds. The projection starts from the run's robust step (:func:`step_base`).
+    The baseline is the device's own platform DRAM (docs/tier_model.md), so a device no faster
+    than that DRAM in every profile number is never modeled faster than measured.
     The device's thread-dependent rates take the run's own compute threads (:func:`run_threads`)
     unless ``threads`` is passed.
 
@@ -546,17 +692,21 @@ class RunProjection:
     regimes: dict = part(Provenance.MODELED, default_factory=dict)   # model_band's input
     calibration_flags: list = None
     band: Optional[dict] = part(Provenance.MODELED, default=None)     # the kernel time's (model_band)
+    base: Optional[dict] = part(Provenance.MEASURED, default=None)    # StepBase.to_dict: what it starts from
 
     @classmethod
-    def of_run(cls, records, host, config, *, footprint=None, steps: Optional[int] = None) -> "RunProjection":
-        """:func:`run_step_time` of a run's kernel records, kept with the calibration it used."""
-        st = run_step_time(records, host, config, footprint=footprint, steps=steps)
+    def of_run(cls, records, host, config, *, footprint=None, steps: Optional[int] = None,
+               step_seconds=None) -> "RunProjection":
+        """:func:`run_step_time` of a run's kernel records (per step: its robust base,
+        :func:`step_base`), kept with the calibration it used."""
+        st = run_step_time(records, host, config, footprint=footprint, steps=steps, step_seconds=step_seconds)
         return cls(device=st["device"], memory_mode=st["memory_mode"], measured_s_per_step=st["measured_s"],
                    modeled_s_per_step=st["modeled_s"], ratio=st["ratio"], steps=st["steps"],
                    hit_rate=st["hit_rate"], host_calibrated_at=host.get("measured_at"),
                    kernels=[dict(k, kind=Provenance.MODELED) for k in st["kernels"]],
                    placement_assumption=st["placement_assumption"], regimes=st.get("regimes") or {},
-                   calibration_flags=list(st.get("calibration_flags") or []), band=st.get("band"))
+                   calibration_flags=list(st.get("calibration_flags") or []), band=st.get("band"),
+                   base=st.get("base"))
 
     def to_dict(self) -> dict:
         return {"device": self.device, "kind": Provenance.MODELED, "kinds": parts(self),
@@ -565,7 +715,7 @@ class RunProjection:
                 "ratio": self.ratio, "steps": self.steps, "hit_rate": self.hit_rate,
                 "host_calibrated_at": self.host_calibrated_at, "kernels": self.kernels,
                 "placement_assumption": self.placement_assumption, "regimes": self.regimes,
-                "calibration_flags": list(self.calibration_flags or []), "band": self.band}
+                "calibration_flags": list(self.calibration_flags or []), "band": self.band, "base": self.base}
 
 
 def modeled_ratio(modeled: Optional[dict]) -> Optional[float]:
@@ -630,12 +780,21 @@ def fmt_band(frac: Optional[float]) -> str:
 @dataclass(frozen=True)
 class Band:
     """How far to trust a run's modeled numbers (:func:`model_band`): ``kernel`` (+- fraction of the
-    modeled kernel time and of each kernel, from its regimes), ``step`` (+- fraction of the modeled
-    step, epoch and training time: the kernels' band over their share of the step plus the part
-    outside the kernels, scaled 1:1 with them, whose band is the gap between scaled and not),
+    modeled kernel time) and ``step`` (+- fraction of the modeled step, epoch and training time), each
+    the device model's part and the run's measured part combined in quadrature,
+    ``sqrt(model^2 + spread^2)`` (two independent relative errors):
+
+    * the **device model's** part, ``model_kernel`` (from the regimes of its traffic, their held-out
+      errors) and ``model_step`` (the kernels' part over their share of the step plus the part outside
+      the kernels, scaled 1:1 with them, whose band is the gap between scaled and not);
+    * the **run's own measured spread**, ``spread_kernel`` / ``spread_step``: how much its kept steps
+      vary around the median the projection starts from (:func:`step_base`, :func:`_rel_spread`; 0
+      where unknown);
+
     ``outside_share`` (measured share of the step outside the kernels; None when unknown),
-    ``regimes`` (the regimes its modeled device traffic falls in, by bytes), ``confidence``
-    (``validated``, ``unvalidated`` or ``low``) and ``reasons`` (why, in words)."""
+    ``outlier_steps`` / ``base_steps`` (steps left out of the base, of how many; None when the base
+    had no per-step records), ``regimes`` (the regimes its modeled device traffic falls in, by bytes),
+    ``confidence`` (``validated``, ``unvalidated`` or ``low``) and ``reasons`` (why, in words)."""
 
     kernel: float
     step: float
@@ -643,6 +802,12 @@ class Band:
     regimes: tuple = ()
     confidence: str = VALIDATED
     reasons: tuple = ()
+    model_kernel: Optional[float] = None
+    model_step: Optional[float] = None
+    spread_kernel: float = 0.0
+    spread_step: float = 0.0
+    outlier_steps: Optional[int] = None
+    base_steps: Optional[int] = None
 
     def range(self, value: Optional[float], of: str = "step") -> Optional[tuple]:
         """``(low, high)`` of a modeled ``value`` (``of`` "step" for a step, epoch or training time,
@@ -658,6 +823,13 @@ class Band:
         if self.outside_share is not None:
             out += (f", and for the step its {self.outside_share:.0%} outside the kernels, scaled 1:1 with them "
                     f"(not modeled)")
+        if self.spread_kernel or self.spread_step:
+            out += (f" (device model: kernel {fmt_band(self.model_kernel)}, step {fmt_band(self.model_step)}), "
+                    f"in quadrature with the run's step-to-step spread (measured: kernel "
+                    f"{fmt_band(self.spread_kernel)}, step {fmt_band(self.spread_step)})")
+        if self.outlier_steps:
+            out += (f"; {self.outlier_steps} of {self.base_steps} steps over {OUTLIER_FACTOR:g}x the median step "
+                    f"left out (modeled from the median step)")
         if self.confidence == LOW:
             out += "; LOW CONFIDENCE: " + "; ".join(self.reasons)
         elif self.confidence == UNVALIDATED:
@@ -667,7 +839,9 @@ class Band:
     def to_dict(self) -> dict:
         return {"kernel": self.kernel, "step": self.step, "outside_share": self.outside_share,
                 "regimes": [dict(r) for r in self.regimes], "confidence": self.confidence,
-                "reasons": list(self.reasons), "kind": Provenance.MODELED}
+                "reasons": list(self.reasons), "model_kernel": self.model_kernel, "model_step": self.model_step,
+                "spread_kernel": self.spread_kernel, "spread_step": self.spread_step,
+                "outlier_steps": self.outlier_steps, "base_steps": self.base_steps, "kind": Provenance.MODELED}
 
 
 def model_band(modeled: Optional[dict], *, step_s: Optional[float] = None,
@@ -676,7 +850,9 @@ def model_band(modeled: Optional[dict], *, step_s: Optional[float] = None,
     a projection (:func:`run_step_time`'s dict or a stored ``result.modeled``) with its
     ``regimes`` (bytes and modeled seconds per regime, :meth:`Projection.regime_traffic`) and
     ``calibration_flags``; ``step_s`` / ``kernel_s`` the measured step and kernel time (the part of
-    the step outside the kernels joins the step's band). None without a projection.
+    the step outside the kernels joins the step's band); where the projection carries its ``base``
+    (:func:`step_base`), the base's median step and kernel time are used instead, and its measured
+    spread joins the band in quadrature (:class:`Band`). None without a projection.
 
     Kernel band = sum over regimes of (modeled seconds in it x its error, :func:`regime_band`) over
     the modeled kernel time. Confidence is ``low`` when at least :data:`LOW_CONFIDENCE_SHARE` of the
@@ -735,13 +911,23 @@ def model_band(modeled: Optional[dict], *, step_s: Optional[float] = None,
         reasons.extend(flags)
     outside = None
     step = kernel
+    base = modeled.get("base") if isinstance(modeled.get("base"), dict) else {}
     st, ks = _num(step_s), _num(kernel_s)
+    if _num(base.get("step_s")) and _num(base.get("kernel_s")) is not None:
+        st, ks = _num(base["step_s"]), _num(base["kernel_s"])
     if st and ks is not None and st > 0:
         outside = min(1.0, max(0.0, 1.0 - ks / st))
         gap = abs(1.0 - 1.0 / ratio) if ratio else 0.0     # scaled by the ratio vs. not scaled at all
         step = (1 - outside) * kernel + outside * gap
-    return Band(kernel=float(kernel), step=float(step), outside_share=outside, regimes=tuple(rows),
-                confidence=confidence, reasons=tuple(reasons))
+    sk = _num(base.get("kernel_spread")) or 0.0
+    ss = _num(base.get("step_spread"))
+    ss = sk if ss is None else ss          # no wall steps: the kernels' spread stands for the step's
+    rule = base.get("rule")
+    return Band(kernel=float(math.hypot(kernel, sk)), step=float(math.hypot(step, ss)), outside_share=outside,
+                regimes=tuple(rows), confidence=confidence, reasons=tuple(reasons), model_kernel=float(kernel),
+                model_step=float(step), spread_kernel=float(sk), spread_step=float(ss),
+                outlier_steps=int(base["outlier_steps"]) if rule == BASE_RULE and "outlier_steps" in base else None,
+                base_steps=int(base["steps"]) if rule == BASE_RULE and "steps" in base else None)
 
 
 @dataclass(frozen=True)
@@ -752,9 +938,12 @@ class StepTimes:
       (the steps' recorded seconds over their count: sampling, kernels, the framework between them);
     * ``kernel_s`` (*measured*): the **kernel time** per step, the training-phase kernels' recorded
       seconds over the steps that recorded them, on this host's DRAM;
+    * ``base_step_s`` / ``base_kernel_s`` (*measured*): the step and kernel time a projection starts
+      from, the run's median step (:func:`step_base`; outlier steps, ``outlier_steps`` of them, left
+      out); the means above where the projection has no per-step base;
     * for a modeled memory mode with a projection: ``ratio`` (the tier model's modeled / measured
-      kernel time), ``modeled_kernel_s = kernel_s * ratio`` and ``modeled_step_s = step_s * ratio``
-      (the whole step scaled, as :func:`modeled_seconds` scales every duration), *modeled* on
+      kernel time), ``modeled_kernel_s = base_kernel_s * ratio`` and ``modeled_step_s = base_step_s *
+      ratio`` (the whole step scaled, as :func:`modeled_seconds` scales every duration), *modeled* on
       ``device`` under ``placement_assumption``.
     Missing parts are None (no steps yet, no kernel records, a DRAM run's modeled parts)."""
 
@@ -769,6 +958,9 @@ class StepTimes:
     placement_assumption: Optional[str] = None
     band: Optional[dict] = part(Provenance.MODELED, default=None)     # model_band's to_dict
     confidence: Optional[str] = None
+    base_step_s: Optional[float] = part(Provenance.MEASURED, default=None)
+    base_kernel_s: Optional[float] = part(Provenance.MEASURED, default=None)
+    outlier_steps: Optional[int] = None
 
     @property
     def the_band(self) -> Optional[Band]:
@@ -779,14 +971,18 @@ class StepTimes:
         b.pop("kind", None)
         return Band(kernel=b["kernel"], step=b["step"], outside_share=b.get("outside_share"),
                     regimes=tuple(b.get("regimes") or ()), confidence=b.get("confidence", VALIDATED),
-                    reasons=tuple(b.get("reasons") or ()))
+                    reasons=tuple(b.get("reasons") or ()), model_kernel=b.get("model_kernel"),
+                    model_step=b.get("model_step"), spread_kernel=b.get("spread_kernel") or 0.0,
+                    spread_step=b.get("spread_step") or 0.0, outlier_steps=b.get("outlier_steps"),
+                    base_steps=b.get("base_steps"))
 
     def to_dict(self) -> dict:
         return {"step_s": self.step_s, "kernel_s": self.kernel_s, "steps": self.steps,
                 "kernel_steps": self.kernel_steps, "device": self.device, "ratio": self.ratio,
                 "modeled_step_s": self.modeled_step_s, "modeled_kernel_s": self.modeled_kernel_s,
                 "placement_assumption": self.placement_assumption, "band": self.band,
-                "confidence": self.confidence, "kinds": parts(self)}
+                "confidence": self.confidence, "base_step_s": self.base_step_s, "base_kernel_s": self.base_kernel_s,
+                "outlier_steps": self.outlier_steps, "kinds": parts(self)}
 
     def text(self) -> str:
         """The one sentence every view prints: ``step 11.3 ms, kernel time 9.9 ms (measured on this
@@ -797,8 +993,12 @@ class StepTimes:
             b = self.the_band
             sb = f" {fmt_band(b.step)}" if b and self.modeled_step_s is not None else ""
             kb = f" {fmt_band(b.kernel)}" if b and self.modeled_kernel_s is not None else ""
+            of = ""
+            if self.outlier_steps is not None and self.base_step_s is not None:
+                of = (f" the median step, {ms(self.base_step_s)} with kernel time {ms(self.base_kernel_s)} "
+                      f"measured")
             out += (f"; modeled on {self.device}: step {ms(self.modeled_step_s)}{sb}, kernel time "
-                    f"{ms(self.modeled_kernel_s)}{kb} ({self.ratio:.2f}x, modeled)")
+                    f"{ms(self.modeled_kernel_s)}{kb} ({self.ratio:.2f}x{of}, modeled)")
             if b:
                 out += f"; {b.words()}"
         return out
@@ -812,7 +1012,11 @@ def step_times(step_seconds: Optional[float], steps: Optional[int], kernel_ns: O
     notebooks): ``step_seconds`` (measured wall seconds of ``steps`` training steps), ``kernel_ns``
     (training-phase kernel ns, :func:`training_kernel_ns`, over ``kernel_steps`` steps) and, for a
     modeled memory mode, ``modeled`` (a projection: :func:`run_step_time`'s dict or a stored
-    ``result.modeled``, whose ratio scales both) on ``device`` (default: the projection's)."""
+    ``result.modeled``, whose ratio scales both) on ``device`` (default: the projection's).
+
+    The modeled step and kernel time scale the projection's robust base (``modeled["base"]``,
+    :func:`step_base`: the median step, outlier steps left out), so one stalled step is not modeled
+    as slow-tier cost; a projection without one (stored before it was kept) scales the means."""
     n, kn = int(steps or 0), int(kernel_steps or 0)
     wall, kns = _num(step_seconds), _num(kernel_ns)
     step_s = wall / n if n > 0 and wall is not None else None
@@ -826,11 +1030,19 @@ def step_times(step_seconds: Optional[float], steps: Optional[int], kernel_ns: O
         where = modeled.get("placement_assumption")
     if device is None:
         ratio = None
+    base = (modeled or {}).get("base") if isinstance((modeled or {}).get("base"), dict) else {}
+    robust = base.get("rule") == BASE_RULE
+    base_step_s = (_num(base.get("step_s")) if robust else None) or step_s
+    base_kernel_s = _num(base.get("kernel_s")) if robust else None
+    base_kernel_s = kernel_s if base_kernel_s is None else base_kernel_s
     band = model_band(dict(modeled, ratio=ratio), step_s=step_s, kernel_s=kernel_s) if ratio is not None else None
     return StepTimes(step_s=step_s, kernel_s=kernel_s, steps=n, kernel_steps=kn, device=device, ratio=ratio,
-                     modeled_step_s=modeled_seconds(step_s, ratio), modeled_kernel_s=modeled_seconds(kernel_s, ratio),
+                     modeled_step_s=modeled_seconds(base_step_s, ratio),
+                     modeled_kernel_s=modeled_seconds(base_kernel_s, ratio),
                      placement_assumption=where, band=None if band is None else band.to_dict(),
-                     confidence=None if band is None else band.confidence)
+                     confidence=None if band is None else band.confidence,
+                     base_step_s=base_step_s if modeled else None, base_kernel_s=base_kernel_s if modeled else None,
+                     outlier_steps=int(base["outlier_steps"]) if robust and "outlier_steps" in base else None)
 
 
 def modeled_seconds(measured_s: Optional[float], ratio: Optional[float]) -> Optional[float]:

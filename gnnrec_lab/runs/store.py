@@ -838,9 +838,10 @@ class Store:
         training step (measured).
 
         The frame is the store's own, with no tier model in it: ``device_profile`` (the config's) and
-        ``modeled_s_per_step``, ``measured_s_per_step`` (the run's stored projection, ``result.modeled``;
-        NaN until it has one) are what :func:`gnnrec_lab.services.projection.with_modeled` turns into
-        the columns every view shows: ``device`` and, for a modeled memory mode, ``modeled_ratio``,
+        ``modeled_s_per_step``, ``measured_s_per_step``, ``modeled_base`` (the run's stored projection,
+        ``result.modeled``, and the robust step it starts from; NaN until it has one) are what
+        :func:`gnnrec_lab.services.projection.with_modeled` turns into the columns every view shows:
+        ``device`` and, for a modeled memory mode, ``modeled_ratio``,
         ``modeled_step_s``, ``modeled_train_s`` (*modeled*). Views read
         :func:`gnnrec_lab.services.projection.modeled_runs_frame`.
         """
@@ -860,7 +861,9 @@ class Store:
                    CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.regimes')
                    END AS modeled_regimes,
                    CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.calibration_flags')
-                   END AS modeled_calibration_flags
+                   END AS modeled_calibration_flags,
+                   CASE WHEN json_valid(r.result) THEN json_extract(r.result, '$.modeled.base')
+                   END AS modeled_base
                  FROM runs r""".replace("{test_metrics}", "\n".join(
             f"""                   (SELECT value FROM evals e WHERE e.run_id=r.id AND e.split='test'
                       AND lower(e.metric)='{m}' ORDER BY e.rowid DESC LIMIT 1) AS "test_{m}","""
@@ -895,7 +898,8 @@ class Store:
         # measured mean training step; the stored projection's per-step seconds go last, as they were
         # stored (services.projection.with_modeled models the run's durations from them)
         df["step_s"] = (df["train_s"].astype(float) / df["n_steps"].where(df["n_steps"] > 0)).astype(float)
-        for key in ("modeled_s_per_step", "measured_s_per_step", "modeled_regimes", "modeled_calibration_flags"):
+        for key in ("modeled_s_per_step", "measured_s_per_step", "modeled_regimes", "modeled_calibration_flags",
+                    "modeled_base"):
             df[key] = df.pop(key)
         for col in ("created", "started", "finished"):
             df[col] = pd.to_datetime(df[col], unit="s", utc=True)

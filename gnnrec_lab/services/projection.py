@@ -30,6 +30,7 @@ from gnnrec_lab.memory.tiermodel import (
     modeled_seconds,
     placement_assumption,
     run_step_time,
+    step_base,
     step_times,
     training_kernel_ns,
 )
@@ -51,7 +52,7 @@ def _or_reason(fn, *a, **kw) -> tuple:
 
 # The plain run table's columns with_modeled reads and replaces by the modeled ones.
 PROJECTION_INPUTS = ("device_profile", "modeled_s_per_step", "measured_s_per_step", "modeled_regimes",
-                     "modeled_calibration_flags")
+                     "modeled_calibration_flags", "modeled_base")
 
 
 def _json(v):
@@ -88,9 +89,13 @@ def with_modeled(runs: pd.DataFrame, kernels: Optional[pd.DataFrame] = None) -> 
     run its :func:`~gnnrec_lab.memory.tiermodel.step_times`: ``kernel_s`` (measured kernel time per
     step, from ``kernels``, :func:`kernel_time_by_run`; NaN without it) and ``modeled_kernel_s``
     before ``step_s`` (the measured wall step), then ``modeled_ratio`` (the run's stored projection's
-    modeled / measured kernel time), ``modeled_step_s`` and ``modeled_train_s`` (the measured step and
-    training time modeled on the device; *modeled*; NaN for a DRAM run or one without its projection
-    yet). The inputs (:data:`PROJECTION_INPUTS`) leave the frame; ``runs`` is not changed."""
+    modeled / measured kernel time), ``modeled_step_s`` and ``modeled_train_s`` (the run's median step,
+    its outlier steps left out (:func:`~gnnrec_lab.memory.tiermodel.step_base`), modeled on the device,
+    and that step times the run's steps; *modeled*; NaN for a DRAM run or one without its projection
+    yet), ``outlier_steps`` (the steps left out of that base; NaN without one) and the band's parts
+    (``modeled_step_band``, ``modeled_kernel_band``: combined; ``model_step_band``: the device
+    model's; ``spread_step_band``: the run's measured spread). The inputs
+    (:data:`PROJECTION_INPUTS`) leave the frame; ``runs`` is not changed."""
     df = runs.copy()
     device = [mode_device(_text(m), _text(p)) for m, p in zip(df["memory_mode"], df["device_profile"])]
     df.insert(df.columns.get_loc("backend") + 1, "device", device)
@@ -98,13 +103,16 @@ def with_modeled(runs: pd.DataFrame, kernels: Optional[pd.DataFrame] = None) -> 
     times = []
     regimes = df["modeled_regimes"] if "modeled_regimes" in df else [None] * len(df)
     flags = df["modeled_calibration_flags"] if "modeled_calibration_flags" in df else [None] * len(df)
-    for rid, train, n, dev, a, b, reg, fl in zip(df["id"], df["train_s"], df["n_steps"], device,
-                                                 df["modeled_s_per_step"], df["measured_s_per_step"], regimes, flags):
+    bases = df["modeled_base"] if "modeled_base" in df else [None] * len(df)
+    for rid, train, n, dev, a, b, reg, fl, base in zip(df["id"], df["train_s"], df["n_steps"], device,
+                                                       df["modeled_s_per_step"], df["measured_s_per_step"], regimes,
+                                                       flags, bases):
         k = kernels.loc[rid] if rid in kernels.index else None
         times.append(step_times(train, n, None if k is None else k["kernel_ns"],
                                 None if k is None else k["kernel_steps"],
                                 modeled={"modeled_s_per_step": a, "measured_s_per_step": b, "device": dev,
-                                         "regimes": _json(reg), "calibration_flags": _json(fl)}, device=dev))
+                                         "regimes": _json(reg), "calibration_flags": _json(fl),
+                                         "base": _json(base)}, device=dev))
     col = lambda f: pd.Series([f(t) for t in times], index=df.index, dtype=float)  # noqa: E731
     at = df.columns.get_loc("step_s")
     df.insert(at, "modeled_kernel_s", col(lambda t: t.modeled_kernel_s))
@@ -112,12 +120,18 @@ def with_modeled(runs: pd.DataFrame, kernels: Optional[pd.DataFrame] = None) -> 
     df["step_s"] = col(lambda t: t.step_s)
     df["modeled_ratio"] = col(lambda t: t.ratio)
     df["modeled_step_s"] = col(lambda t: t.modeled_step_s)
-    df["modeled_train_s"] = pd.Series([modeled_seconds(tr, t.ratio) for t, tr in zip(times, df["train_s"])],
+    # the training time as its steps would take at the modeled step (the median's): a stalled step is
+    # not modeled as slow-tier time
+    df["modeled_train_s"] = pd.Series([t.modeled_step_s * t.steps if t.modeled_step_s is not None and t.steps
+                                       else modeled_seconds(tr, t.ratio) for t, tr in zip(times, df["train_s"])],
                                       index=df.index, dtype=float)
+    df["outlier_steps"] = col(lambda t: t.outlier_steps)
     # how far to trust them (tiermodel.model_band): +- fraction of the modeled step / training time and
     # of the modeled kernel time, and the confidence (None for a DRAM run)
     df["modeled_step_band"] = col(lambda t: t.band["step"] if t.band else None)
     df["modeled_kernel_band"] = col(lambda t: t.band["kernel"] if t.band else None)
+    df["model_step_band"] = col(lambda t: t.band.get("model_step") if t.band else None)      # device model
+    df["spread_step_band"] = col(lambda t: t.band.get("spread_step") if t.band else None)    # measured
     df["confidence"] = pd.Series([t.confidence for t in times], index=df.index, dtype=object)
     return df.drop(columns=[c for c in PROJECTION_INPUTS if c in df])
 
@@ -143,12 +157,15 @@ def run_step_times(store, run_id, host: Optional[dict] = None) -> StepTimes:
         totals = store.kernel_totals_frame(run_id)
         ksteps = store.kernel_step_count(run_id)
         fpf = store.footprint_frame(run_id) if host is not None else None
-    cfg = rec.config
-    dev = mode_device(memory_mode_of(cfg).name, cfg.get("device_profile"))
-    modeled = rec.result.modeled or None
-    if dev is not None and not modeled and host is not None and totals is not None and len(totals):
+        cfg = rec.config
+        dev = mode_device(memory_mode_of(cfg).name, cfg.get("device_profile"))
+        modeled = rec.result.modeled or None
+        per_step = (store.kernels_frame(run_id) if dev is not None and not modeled and host is not None
+                    and totals is not None and len(totals) else None)
+    if per_step is not None and len(per_step):
         try:
-            modeled = run_step_time(totals, host, cfg, footprint=predicted_footprint(fpf), steps=ksteps)
+            modeled = run_step_time(per_step, host, cfg, footprint=predicted_footprint(fpf), steps=ksteps,
+                                    step_seconds=steps)
         except (UserError, ValueError, KeyError):   # no projection: the measured parts still show
             modeled = None
     return step_times(float(steps["seconds"].sum()) if len(steps) else None, len(steps),
@@ -164,16 +181,22 @@ def predicted_footprint(fpf) -> Optional[dict]:
 
 
 def stored_run_records(store, run_id) -> tuple:
-    """``(kernel totals, steps, predicted footprint by class or None, config)`` of a stored run (the
-    config a :class:`~gnnrec_lab.runs.record.StoredConfig`, ``{}`` when damaged):
-    the inputs :func:`run_step_time` takes, read the same way by every view, from one committed
-    state of the store (a running run's totals and its step count agree)."""
+    """``(kernel records per step, steps, predicted footprint by class or None, config)`` of a stored
+    run (the config a :class:`~gnnrec_lab.runs.record.StoredConfig`, ``{}`` when damaged): the
+    inputs :func:`run_step_time` takes, read the same way by every view, from one committed state of
+    the store (a running run's records and its step count agree). The records are the store's
+    per-step rows (:meth:`~gnnrec_lab.runs.store.Store.kernels_frame`), their ``attrs["step_seconds"]``
+    the steps' wall seconds (``{step: s}``): the projection starts from the run's median step,
+    stalled steps left out (:func:`~gnnrec_lab.memory.tiermodel.step_base`)."""
     with store.snapshot():
         run = store.run_record(run_id)
-        totals = store.kernel_totals_frame(run_id)
+        records = store.kernels_frame(run_id)
         steps = store.kernel_step_count(run_id)
         fpf = store.footprint_frame(run_id)
-    return totals, steps, predicted_footprint(fpf), run.config
+        wall = store.steps_frame(run_id)
+    # a plain {step: seconds} (a frame in attrs would break pandas' concat of the records)
+    records.attrs["step_seconds"] = {int(k): float(v) for k, v in zip(wall["step"], wall["seconds"])}
+    return records, steps, predicted_footprint(fpf), run.config
 
 
 def stored_run_step_time(store, run_id, host, *, device: Optional[str] = None,
@@ -278,21 +301,21 @@ def dram_reference(store, config, host) -> Optional[dict]:
 
 
 def reference_records(store, run_id: int) -> list:
-    """A stored run's training kernels as one step of KernelRecords (each kernel's mean per step,
+    """A stored run's training kernels as one step of KernelRecords (each kernel's median per step
+    over the run's steps, stalled steps left out: :func:`~gnnrec_lab.memory.tiermodel.step_base`,
     measured): the input :func:`~gnnrec_lab.memory.advise.advise` models instead of
     :func:`~gnnrec_lab.memory.advise.step_records`."""
-    with store.snapshot():
-        totals = store.kernel_totals_frame(run_id)
-        steps = max(1, store.kernel_step_count(run_id))
-        backend = str(store.run_record(run_id).config.get("backend") or "")
-    recs = []
-    for r in totals.itertuples():
+    records, steps, _, cfg = stored_run_records(store, run_id)
+    backend = str(cfg.get("backend") or "")
+    base = step_base(records, records.attrs.get("step_seconds"), steps=steps)
+    recs, n = [], base.per
+    for r in base.records.itertuples():
         if r.phase not in TRAIN_PHASES:
             continue
-        recs.append(KernelRecord(r.name, r.phase, int(r.layer), 0, int(round(r.ns / steps)),
-                                 int(round(r.bytes_read / steps)), int(round(r.bytes_written / steps)),
-                                 int(round(r.flops / steps)), r.pattern, int(r.row_bytes or 0),
-                                 int(round((r.random_bytes or 0) / steps)), backend, Provenance.MEASURED))
+        recs.append(KernelRecord(r.name, r.phase, int(r.layer), 0, int(round(r.ns / n)),
+                                 int(round(r.bytes_read / n)), int(round(r.bytes_written / n)),
+                                 int(round(r.flops / n)), r.pattern, int(r.row_bytes or 0),
+                                 int(round((r.random_bytes or 0) / n)), backend, Provenance.MEASURED))
     return recs
 
 
@@ -322,3 +345,4 @@ def tier_projection(store, run_id: int,
     if host is None:
         return None, why
     return _or_reason(step_time_projection, store, run_id, host, placement=placement)
+

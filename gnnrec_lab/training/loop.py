@@ -315,6 +315,10 @@ class TrainingRun:
     totals: _KernelTotals = field(default_factory=_KernelTotals)
     # the store's grouping (recorder.store_key): what the tier model projects
     tier_totals: dict = field(default_factory=dict)
+    # per step, the same grouping's totals and the step's seconds: the tier model's robust base
+    # (tiermodel.step_base: per-kernel medians, stalled steps left out)
+    tier_steps: list = field(default_factory=list)
+    step_seconds: dict = field(default_factory=dict)
     phase_s: dict = field(default_factory=dict)
     sampled_stats: dict = field(default_factory=lambda: {"redundancy": [], "batches": 0, "nodes_per_layer": None,
                                                          "edges_per_layer": None, "build_seconds": 0.0})
@@ -561,11 +565,14 @@ def _record_step(run, rep, epoch: int, lv: float, seconds: float) -> None:
     records = run.recorder.take()
     run.totals.add(records)
     sum_records(records, store_key, into=run.tier_totals)
+    step_totals = {k: t.values() for k, t in sum_records(records, store_key).items()}
     for r in records:
         run.phase_s[r.phase] = run.phase_s.get(r.phase, 0.0) + r.ns / 1e9
     if run.step == min(2, run.total_steps - 1):
         run.result.step_records = records
     run.step += 1
+    run.tier_steps.append((run.step, step_totals))
+    run.step_seconds[run.step] = seconds
     rep.on_step(run.step, epoch, lv, seconds, records)
     if run.step == max(1, run.total_steps // 2) and "middle" not in run.load:
         run.load["middle"] = load_sample(run.load.get("start"))
@@ -635,7 +642,7 @@ def _finish(run, rep, ended: Optional[RunStatus], step: Step) -> RunResult:
             rep.on_event("target", target_line(result.target))
     step.finish(run)
     if not config.measured:
-        result.modeled = _project_run(config, result, run.tier_totals)
+        result.modeled = _project_run(config, result, run)
         rep.on_event("modeled", modeled_line(result))
     result.phases = run.phase_s
     result.footprint.measured["peak_rss"] = peak_rss_bytes()
@@ -711,16 +718,23 @@ def diverged_message(why: str, step: int, epoch: int, config) -> str:
             f"{config.weight_decay:g}).")
 
 
-def _project_run(config, result, tier_totals: dict) -> dict:
+def _project_run(config, result, run) -> dict:
     """Modeled per-step time of this run's measured kernels on its memory mode's device
-    (:func:`gnnrec_lab.memory.tiermodel.run_step_time`, as every view computes it)."""
+    (:func:`gnnrec_lab.memory.tiermodel.run_step_time`, as every view computes it): from its
+    per-step kernels and step seconds, as the store has them (the robust base,
+    :func:`~gnnrec_lab.memory.tiermodel.step_base`); from its totals where no step was recorded."""
     import pandas as pd
 
     from gnnrec_lab.memory.tiermodel import RunProjection
+    from gnnrec_lab.util.recorder import TOTAL_FIELDS
     host = host_profile(measure_if_missing=True, quick=True)
-    df = pd.DataFrame(totals_rows(tier_totals, STORE_KEY))
+    rows = [(*k, step, *v) for step, agg in run.tier_steps for k, v in agg.items()]
+    if rows:
+        df = pd.DataFrame(rows, columns=[*STORE_KEY, "step", *TOTAL_FIELDS])
+    else:
+        df = pd.DataFrame(totals_rows(run.tier_totals, STORE_KEY))
     return RunProjection.of_run(df, host, config, footprint=result.footprint.predicted or None,
-                                steps=result.steps).to_dict()
+                                steps=result.steps, step_seconds=run.step_seconds or None).to_dict()
 
 
 def result_step_times(result):
