@@ -12,6 +12,7 @@ import json
 import math
 from typing import Optional
 
+import pandas as pd
 import panel as pn
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -365,3 +366,35 @@ def test_the_band_grows_with_the_runs_measured_spread(recorded):
         assert band["kernel"] == pytest.approx(math.hypot(band["model_kernel"], band["spread_kernel"]), rel=1e-9)
         assert band["step"] == pytest.approx(math.hypot(band["model_step"], band["spread_step"]), rel=1e-9)
 
+
+def test_the_modeled_modes_of_a_dram_baseline(recorded):
+    """Issue 51: Compare can show the modeled memory modes of one DRAM baseline run
+    (services.projection.dram_run_modes): the measured DRAM row and each mode modeled from the same
+    robust base, with its band, the same numbers a run of that shape in that mode shows."""
+    from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
+    from gnnrec_lab.services.projection import MODES_COLUMNS, dram_run_modes, run_step_times
+    from gnnrec_lab.util.errors import UserError
+    store, rid, result, host = recorded
+    template, wall = _template(store, rid)
+    dram = _replay(store, dataclasses.replace(result.config, memory_mode="dram"), template, wall, stall_at=3)
+    same = _replay(store, result.config, template, wall)      # the recorded run's mode, no stall
+    df = dram_run_modes(store, dram, host)
+    assert list(df.columns) == MODES_COLUMNS and list(df["memory_mode"]) == list(MEMORY_MODE_TABLE)
+    rows = df.set_index("memory_mode")
+    m = rows.loc["dram"]
+    assert m["kind"] == "measured" and pd.isna(m["device"]) and pd.isna(m["band_step"])
+    assert df.attrs["base"]["outlier_steps"] == 1 and df.attrs["base"]["kind"] == "measured"
+    mine = rows.loc[result.config.memory_mode]
+    st = run_step_times(store, same, host)
+    assert mine["kind"] == "modeled" and mine["device"] == st.device
+    assert mine["step_s"] == pytest.approx(st.modeled_step_s, rel=0.05)       # a stall in the baseline changes nothing
+    assert mine["kernel_s"] == pytest.approx(st.modeled_kernel_s, rel=0.05)
+    assert mine["epoch_s"] == pytest.approx(mine["step_s"] * df.attrs["steps_per_epoch"], rel=1e-12)
+    assert mine["train_s"] == pytest.approx(mine["step_s"] * 20, rel=1e-12)
+    assert mine["band_step"] == pytest.approx(math.hypot(mine["model_step_band"], mine["spread_step_band"]))
+    assert mine["placement_assumption"] == "all tensor classes on the device" and mine["confidence"]
+    # Memory Mode needs the run's footprint, which this one has not: said, the other modes still shown
+    assert "footprint" in rows.loc["optane_memory_mode", "reason"]
+    assert rows.drop(index=["dram", "optane_memory_mode"])["step_s"].gt(m["step_s"]).all()
+    with pytest.raises(UserError, match="not a DRAM baseline"):
+        dram_run_modes(store, same, host)

@@ -346,3 +346,92 @@ def tier_projection(store, run_id: int,
         return None, why
     return _or_reason(step_time_projection, store, run_id, host, placement=placement)
 
+
+# The columns of modeled_modes, one row per memory mode.
+MODES_COLUMNS = ["memory_mode", "device", "kind", "step_s", "kernel_s", "epoch_s", "train_s", "ratio", "band_step",
+                 "band_kernel", "model_step_band", "spread_step_band", "confidence", "placement_assumption",
+                 "hit_rate", "reason"]
+
+
+def dram_run_modes(store, run_id: int, host: dict, modes=None) -> pd.DataFrame:
+    """The memory modes of one stored DRAM baseline run: what its training would take in each, from
+    the one projection every view uses (:func:`run_step_time` of its per-step records,
+    :func:`stored_run_records`), so the Compare page can show them beside the run.
+
+    One row per mode (:data:`MODES_COLUMNS`), in the modes' table order (``modes``: names, default
+    every one): ``dram`` *measured* (kind MEASURED; device None), every other mode *modeled* on its
+    device (kind MODELED), with the run's placement (its classes placed ``dram`` kept there, the
+    others on the device; ``placement_assumption`` says it in words) and, for Memory Mode, its
+    predicted footprint. Times, seconds: ``step_s`` (the run's median wall step, outlier steps left
+    out: :func:`~gnnrec_lab.memory.tiermodel.step_base`; modeled: times ``ratio``), ``kernel_s`` (the
+    same step's training-kernel time), ``epoch_s`` (``step_s`` times the run's steps per epoch) and
+    ``train_s`` (times its steps). ``band_step`` / ``band_kernel``: +- fraction of the modeled times,
+    the device model's error and the run's measured spread in quadrature (``model_step_band`` and
+    ``spread_step_band`` the two parts of ``band_step``; :func:`~gnnrec_lab.memory.tiermodel.model_band`);
+    the measured row has no band. ``reason``: why a mode has no numbers (its row kept, NaN times).
+    ``attrs``: ``run_id``, ``base`` (the step it starts from: rule, steps, ``outlier_steps``; measured),
+    ``steps_per_epoch``, ``steps``.
+
+    Raises UserError when the run is not a DRAM run (a measured memory mode, every tensor class in DRAM
+    or on the device, none on a file) or has no kernel records."""
+    from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
+    records, ksteps, footprint, cfg = stored_run_records(store, run_id)
+    if not memory_mode_of(cfg).measured:
+        raise UserError(f"run {run_id} is in memory mode {memory_mode_of(cfg).name}, not a DRAM baseline")
+    if any(str(where).startswith("file:") for where in StoredConfig.of(cfg).placement.values()):
+        raise UserError(f"run {run_id} placed tensors on a file: not a DRAM baseline")
+    if records is None or records.empty:
+        raise UserError(f"run {run_id} has no kernel records")
+    with store.snapshot():
+        steps = store.steps_frame(run_id)
+        epochs = store.epochs_frame(run_id)
+    n = len(steps)
+    per_epoch = float(epochs["steps"].median()) if len(epochs) and "steps" in epochs else float(n)
+    base = step_base(records, records.attrs.get("step_seconds"), steps=ksteps)
+    wall = base.step_s
+
+    def times(step_s, kernel_s) -> dict:
+        return {"step_s": step_s, "kernel_s": kernel_s,
+                "epoch_s": None if step_s is None else step_s * per_epoch,
+                "train_s": None if step_s is None else step_s * n}
+
+    rows = []
+    for name, mode in MEMORY_MODE_TABLE.items():
+        if modes is not None and name not in modes:
+            continue
+        row = dict.fromkeys(MODES_COLUMNS)
+        row.update(memory_mode=name, device=mode.device)
+        if mode.measured:
+            row.update(kind=Provenance.MEASURED, ratio=1.0, **times(wall, base.kernel_s))
+            rows.append(row)
+            continue
+        row["kind"] = Provenance.MODELED
+        try:
+            st = run_step_time(records, host, cfg, device=mode.device, footprint=footprint, steps=ksteps)
+        except (UserError, ValueError, KeyError) as e:   # one mode that cannot project: say why, keep the rest
+            row["reason"] = f"{type(e).__name__}: {e}"
+            rows.append(row)
+            continue
+        t = step_times(None, 0, None, 0, modeled=st, device=mode.device)
+        band = t.band or {}
+        row.update(ratio=st["ratio"], band_step=band.get("step"), band_kernel=band.get("kernel"),
+                   model_step_band=band.get("model_step"), spread_step_band=band.get("spread_step"),
+                   confidence=t.confidence, placement_assumption=st["placement_assumption"],
+                   hit_rate=st.get("hit_rate"), **times(t.modeled_step_s, t.modeled_kernel_s))
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=MODES_COLUMNS)
+    for c in ("step_s", "kernel_s", "epoch_s", "train_s", "ratio", "band_step", "band_kernel", "model_step_band",
+              "spread_step_band", "hit_rate"):
+        out[c] = out[c].astype(float)
+    out.attrs.update(run_id=int(run_id), base={k: v for k, v in base.to_dict().items()},
+                     steps_per_epoch=per_epoch, steps=n)
+    return out
+
+
+def run_modes(store, run_id: int, modes=None) -> tuple[Optional[pd.DataFrame], Optional[str]]:
+    """:func:`dram_run_modes` of ``run_id`` with this host's calibration: ``(frame, None)``, or
+    ``(None, reason)`` the page shows instead (never raises)."""
+    host, why = host_calibration()
+    if host is None:
+        return None, why
+    return _or_reason(dram_run_modes, store, run_id, host, modes=modes)
