@@ -819,17 +819,19 @@ class Band:
 
     def words(self) -> str:
         """The clause every view prints after a run's modeled numbers."""
-        out = "±: held-out error of its traffic's regimes"
+        out = "held-out error of its traffic's regimes"
         if self.outside_share is not None:
             out += (f", and for the step its {self.outside_share:.0%} outside the kernels, scaled 1:1 with them "
                     f"(not modeled)")
         if self.spread_kernel or self.spread_step:
-            out += (f" (device model: kernel {fmt_band(self.model_kernel)}, step {fmt_band(self.model_step)}), "
-                    f"in quadrature with the run's step-to-step spread (measured: kernel "
-                    f"{fmt_band(self.spread_kernel)}, step {fmt_band(self.spread_step)})")
+            out = (f"±: the device model's ({out}: kernel {fmt_band(self.model_kernel)}, step "
+                   f"{fmt_band(self.model_step)}) and, in quadrature, the run's step-to-step spread (measured: "
+                   f"kernel {fmt_band(self.spread_kernel)}, step {fmt_band(self.spread_step)})")
+        else:
+            out = "±: " + out
         if self.outlier_steps:
             out += (f"; {self.outlier_steps} of {self.base_steps} steps over {OUTLIER_FACTOR:g}x the median step "
-                    f"left out (modeled from the median step)")
+                    f"left out")
         if self.confidence == LOW:
             out += "; LOW CONFIDENCE: " + "; ".join(self.reasons)
         elif self.confidence == UNVALIDATED:
@@ -995,10 +997,10 @@ class StepTimes:
             kb = f" {fmt_band(b.kernel)}" if b and self.modeled_kernel_s is not None else ""
             of = ""
             if self.outlier_steps is not None and self.base_step_s is not None:
-                of = (f" the median step, {ms(self.base_step_s)} with kernel time {ms(self.base_kernel_s)} "
+                of = (f"; from the median step, {ms(self.base_step_s)} with kernel time {ms(self.base_kernel_s)}, "
                       f"measured")
             out += (f"; modeled on {self.device}: step {ms(self.modeled_step_s)}{sb}, kernel time "
-                    f"{ms(self.modeled_kernel_s)}{kb} ({self.ratio:.2f}x{of}, modeled)")
+                    f"{ms(self.modeled_kernel_s)}{kb} ({self.ratio:.2f}x, modeled{of})")
             if b:
                 out += f"; {b.words()}"
         return out
