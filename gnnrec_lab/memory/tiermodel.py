@@ -512,7 +512,7 @@ def step_base(records, step_seconds=None, *, steps: Optional[int] = None) -> Ste
     out = set(kernel_by_step.index[kernel_by_step > OUTLIER_FACTOR * float(kernel_by_step.median())])
     if wall is not None:
         out |= set(wall.index[wall > OUTLIER_FACTOR * float(wall.median())])
-    kept_steps = [s for s in kernel_by_step.index if s not in out]
+    kept_steps = [s for s in kernel_by_step.index if s not in out] or list(kernel_by_step.index)
     kept = per[per["step"].isin(kept_steps)]
     n_kept = max(len(kept_steps), 1)
     g = kept.groupby(_GROUP, dropna=False, sort=False)
