@@ -1,13 +1,15 @@
-"""Serve the lab's dashboards read-only: ``panel serve dashboards/app.py``.
+"""Serve the lab's dashboards with Panel's server: ``panel serve dashboards/app.py`` (at ``/app``).
 
-Runs are read from ``$GNNREC_LAB_HOME/lab.sqlite``. Panel's server has none of the
-protections ``gnnrec-lab dashboard`` installs (Host/Origin guard, run cap, memory
-limit), so pages served this way cannot launch or cancel runs; ``gnnrec-lab dashboard``
-serves the same pages with launching.
+Runs are read from ``$GNNREC_LAB_HOME/lab.sqlite``. Launching (and cancelling) is on when the
+server is reached on this machine's loopback with Bokeh's websocket origin check in force, as
+``panel serve dashboards/app.py --address 127.0.0.1`` serves it, or when users log in
+(``--basic-auth``, OAuth); otherwise (``--address 0.0.0.0``, ``--allow-websocket-origin=*``, ...)
+the pages are read-only and say why (:mod:`gnnrec_lab.dashboard.serving`). Runs launched here get
+the same cap and per-run memory limit as ``gnnrec-lab dashboard``'s defaults.
 """
 import panel as pn
 
-from gnnrec_lab.dashboard.app import PANEL_SERVE_READ_ONLY, build_app
+from gnnrec_lab.dashboard.app import panel_serve_app
 
 if pn.state.served:
-    build_app(read_only=PANEL_SERVE_READ_ONLY).servable()
+    panel_serve_app().servable()

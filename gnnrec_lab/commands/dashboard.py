@@ -16,10 +16,10 @@ import socket
 from gnnrec_lab.commands.common import bounded
 from gnnrec_lab.config.bounds import integer
 from gnnrec_lab.runs.store import Store
-from gnnrec_lab.util.cgroup import cgroup_usable, parse_size
 from gnnrec_lab.util.errors import UserError
 
 MAX_RUNS = 64   # --max-runs' largest value
+DEFAULT_MAX_RUNS = 2   # the same cap a page served by `panel serve` gets (dashboard.security.DEFAULT_MAX_RUNS)
 
 
 def register(subparsers) -> None:
@@ -42,9 +42,9 @@ def register(subparsers) -> None:
     p.add_argument("--allow-placement-dir", action="append", default=[], metavar="DIR",
                    help="directory under which browser-launched runs may place tensors (file:DIR); "
                         "repeatable (default: none, so file: placements are refused from the browser)")
-    p.add_argument("--max-runs", type=bounded(integer, "--max-runs", 1, MAX_RUNS), default=2,
+    p.add_argument("--max-runs", type=bounded(integer, "--max-runs", 1, MAX_RUNS), default=DEFAULT_MAX_RUNS,
                    help=f"runs launched from this dashboard that may be queued or running at once, 1 to {MAX_RUNS} "
-                        f"(default 2)")
+                        f"(default {DEFAULT_MAX_RUNS})")
     p.add_argument("--run-memory-limit", default="auto", metavar="SIZE|auto|none",
                    help="memory limit (cgroup) of each browser-launched run (default auto: 3/4 of this "
                         "machine's memory where memory cgroups can be used)")
@@ -63,24 +63,10 @@ def _check_address(address: str) -> str:
 
 def launch_policy_from_args(args):
     """The :class:`~gnnrec_lab.dashboard.security.LaunchPolicy` the flags ask for."""
-    from gnnrec_lab.dashboard.security import LaunchPolicy, allowed_dirs, default_memory_limit
+    from gnnrec_lab.dashboard.security import LaunchPolicy, allowed_dirs, memory_limit_setting
     integer("--max-runs", args.max_runs, 1, MAX_RUNS)   # callers that build args themselves
     dirs = allowed_dirs(args.allow_placement_dir)
-    text = str(args.run_memory_limit).strip().lower()
-    limit, note = None, None
-    if text == "none":
-        note = "--run-memory-limit none"
-    else:
-        why = cgroup_usable()
-        if text == "auto":
-            if why is None:
-                limit = default_memory_limit()
-            else:
-                note = why
-        else:
-            limit = parse_size(args.run_memory_limit, "--run-memory-limit")
-            if why is not None:
-                raise UserError(f"--run-memory-limit: {why}")
+    limit, note = memory_limit_setting(args.run_memory_limit, "--run-memory-limit")
     return LaunchPolicy(placement_dirs=dirs, max_active=args.max_runs, memory_limit_bytes=limit,
                         memory_limit_note=note)
 

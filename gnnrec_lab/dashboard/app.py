@@ -18,6 +18,9 @@ from gnnrec_lab.dashboard.common import Lab, load_extensions, safe_call
 from gnnrec_lab.dashboard.compare import ComparePage
 from gnnrec_lab.dashboard.launch import LaunchPage
 from gnnrec_lab.dashboard.live import LivePage
+from gnnrec_lab.dashboard.security import launch_policy, served_launch_policy
+from gnnrec_lab.dashboard.serving import served_verdict
+from gnnrec_lab.util.formatting import fmt_bytes
 
 TITLE = "gnnrec-lab"
 
@@ -108,18 +111,25 @@ def deep_link(args: Optional[dict], run_ids=None) -> tuple[Optional[str], Option
     return page, run, problems
 
 
-# Why ``panel serve dashboards/app.py`` serves the pages read-only: Panel's own server has none
-# of the protections ``gnnrec-lab dashboard`` installs (commands/dashboard.py).
-PANEL_SERVE_READ_ONLY = (
-    "read-only: served by `panel serve`, which has none of `gnnrec-lab dashboard`'s protections (its Host and "
-    "Origin guard, the cap on runs, the memory limit of each run), so this page cannot launch or cancel runs; "
-    "serve it with `gnnrec-lab dashboard`, or launch with `gnnrec-lab run`")
+def policy_note(policy) -> str:
+    """The limits a browser's runs get under ``policy``, in a sentence (the sidebar's)."""
+    cap = f"at most {policy.max_active} run(s) queued or running at once" if policy.max_active else "no cap on runs"
+    mem = (f"each under a memory limit of {fmt_bytes(policy.memory_limit_bytes)}" if policy.memory_limit_bytes
+           else f"no memory limit on a run ({policy.memory_limit_note or 'none set'})")
+    return f"{cap}, {mem}"
 
 
-def build_app(lab: Optional[Lab] = None, read_only: Optional[str] = None) -> pn.template.FastListTemplate:
+def build_app(lab: Optional[Lab] = None, read_only: Optional[str] = None,
+              launch_note: Optional[str] = None) -> pn.template.FastListTemplate:
     """The whole app for one session (a new :class:`Lab` unless one is given; ``read_only``: why the
-    new Lab may not launch runs, shown on every page's sidebar and at the Launch button)."""
+    new Lab may not launch runs, shown on every page's sidebar and at the Launch button;
+    ``launch_note``: why it may, shown on the sidebar with the limits its runs get).
+
+    A served session (any server) launches under :func:`~.security.served_launch_policy`: the
+    server's policy, else the cap on runs and the memory limit every served page gets."""
     load_extensions()
+    if getattr(pn.state.curdoc, "session_context", None) is not None:
+        served_launch_policy()
     lab = lab or Lab(read_only=read_only)
     page, run, problems = None, None, []
     if pn.state.curdoc is not None and pn.state.session_args:   # a served session's URL
@@ -139,6 +149,9 @@ def build_app(lab: Optional[Lab] = None, read_only: Optional[str] = None) -> pn.
     if lab.read_only:
         sidebar.insert(0, pn.pane.Alert(f"**Read-only.** {lab.read_only[len('read-only: '):].capitalize()}.",
                                         alert_type="warning", css_classes=["read-only-note"]))
+    elif launch_note and lab.runner is not None:
+        sidebar.insert(0, pn.pane.Alert(f"**Launching is on** ({launch_note}): {policy_note(launch_policy())}.",
+                                        alert_type="info", css_classes=["launch-on-note"]))
     main = [tabs]
     if problems:
         main.insert(0, pn.pane.Alert("This page's address: " + "; ".join(problems) + ".", alert_type="warning",
@@ -149,3 +162,14 @@ def build_app(lab: Optional[Lab] = None, read_only: Optional[str] = None) -> pn.
     template.lab = lab  # for tests and notebooks
     template.tabs = lazy
     return template
+
+
+def panel_serve_app() -> pn.template.FastListTemplate:
+    """The app for one session of ``panel serve dashboards/app.py``: launching on where
+    :func:`~.serving.served_verdict` finds the server safe for it (loopback, Bokeh's websocket
+    origin check in force, or users who log in), else read-only with the reason and what to do. Its
+    runs get the served policy's cap and memory limit (:func:`build_app`)."""
+    verdict = served_verdict()
+    if verdict.on:
+        return build_app(launch_note=f"`panel serve`: {verdict.reason}")
+    return build_app(read_only=verdict.reason)

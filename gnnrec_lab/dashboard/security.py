@@ -33,6 +33,7 @@ from typing import Iterable, Optional
 from urllib.parse import urlsplit
 
 from gnnrec_lab.memory.placement import file_placed
+from gnnrec_lab.util.cgroup import cgroup_usable, parse_size
 from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.status import RunStatus
 
@@ -240,6 +241,7 @@ class LaunchPolicy:
     max_active: Optional[int] = None           # queued + running runs launched from this dashboard (None: no cap)
     memory_limit_bytes: Optional[int] = None   # cgroup limit on each run's worker (None = none)
     memory_limit_note: Optional[str] = None    # why there is no limit, when there is none
+    cap_source: str = "--max-runs"             # where the cap comes from (named when it refuses a run)
     launched: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -271,7 +273,7 @@ class LaunchPolicy:
             self.launched[:] = active
             if len(active) >= self.max_active:
                 return (f"this dashboard already has {len(active)} run(s) queued or running "
-                        f"(limit {self.max_active}, --max-runs); wait for one to end or cancel it")
+                        f"(limit {self.max_active}, {self.cap_source}); wait for one to end or cancel it")
         return None
 
     def record(self, run_id: int) -> None:
@@ -290,21 +292,46 @@ def allowed_dirs(dirs: Iterable[str]) -> tuple:
 
 
 _policy: Optional[LaunchPolicy] = None
+_policy_set = False          # whether a server (or a test) installed the policy, rather than a default
+_policy_lock = threading.Lock()
+
+# The cap on runs a served page may have queued or running at once, where the server sets none
+# (``gnnrec-lab dashboard --max-runs``' default too).
+DEFAULT_MAX_RUNS = 2
+SERVED_CAP_SOURCE = "the cap of every served page; `gnnrec-lab dashboard --max-runs N` sets another"
 
 
 def set_launch_policy(policy: Optional[LaunchPolicy]) -> None:
-    """Install the process-wide policy (the dashboard command does; tests may)."""
-    global _policy
-    _policy = policy
+    """Install the process-wide policy (the dashboard command does; tests may; None: back to unset)."""
+    global _policy, _policy_set
+    with _policy_lock:
+        _policy, _policy_set = policy, policy is not None
 
 
 def launch_policy() -> LaunchPolicy:
     """The process-wide policy; if none was set (a notebook, a test), the defaults: no ``file:``
-    directories, no cap on active runs, no memory limit. ``gnnrec-lab dashboard`` sets its own."""
+    directories, no cap on active runs, no memory limit. ``gnnrec-lab dashboard`` sets its own; a page
+    any server serves uses :func:`served_launch_policy`."""
     global _policy
     if _policy is None:
         _policy = LaunchPolicy()
     return _policy
+
+
+def served_launch_policy() -> LaunchPolicy:
+    """The policy of a page some server serves (``gnnrec-lab dashboard``, ``panel serve``): the one
+    the server installed, else the served defaults, installed now for every session of this
+    process: at most :data:`DEFAULT_MAX_RUNS` runs queued or running, each under a memory cgroup of
+    3/4 of this machine's memory where memory cgroups can be used, no ``file:`` directories. A
+    notebook that builds pages without a server keeps :func:`launch_policy`'s (no cap)."""
+    global _policy, _policy_set
+    with _policy_lock:
+        if not _policy_set:
+            limit, note = memory_limit_setting("auto")
+            _policy = LaunchPolicy(max_active=DEFAULT_MAX_RUNS, memory_limit_bytes=limit, memory_limit_note=note,
+                                   cap_source=SERVED_CAP_SOURCE)
+            _policy_set = True
+        return _policy
 
 
 def default_memory_limit() -> int:
@@ -313,5 +340,23 @@ def default_memory_limit() -> int:
     return int(psutil.virtual_memory().total * 3 // 4)
 
 
+def memory_limit_setting(text, flag: str = "--run-memory-limit") -> tuple[Optional[int], Optional[str]]:
+    """``(limit in bytes, None)`` or ``(None, why there is none)`` for a browser-launched run's memory
+    limit given as ``text``: ``auto`` (3/4 of this machine's memory where memory cgroups can be
+    used, else none and why), ``none``, or a size (``2G``; UserError naming ``flag`` where cgroups
+    cannot be used or the size is not one)."""
+    t = str(text).strip().lower()
+    if t == "none":
+        return None, f"{flag} none"
+    why = cgroup_usable()
+    if t == "auto":
+        return (default_memory_limit(), None) if why is None else (None, why)
+    limit = parse_size(text, flag)
+    if why is not None:
+        raise UserError(f"{flag}: {why}")
+    return limit, None
+
+
 __all__ = ["RequestGuard", "install_guard", "component_allowed", "log_request", "LaunchPolicy", "launch_policy",
-           "set_launch_policy", "allowed_dirs", "is_loopback", "local_names", "default_memory_limit"]
+           "set_launch_policy", "served_launch_policy", "DEFAULT_MAX_RUNS", "allowed_dirs", "is_loopback",
+           "local_names", "default_memory_limit", "memory_limit_setting"]
