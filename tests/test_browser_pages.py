@@ -1,4 +1,4 @@
-"""Launch, Cache and the `panel serve` app in a real browser (chromium via Playwright).
+"""Launch and Cache in a real browser (chromium via Playwright); `panel serve`: test_browser_serve.py.
 
 Uses the servers and helpers of tests/test_browser.py; each test has its own store and data dir.
 """
@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -148,30 +146,6 @@ def test_cache_page_says_simulating_while_it_does_and_uses_the_cli_batch(tmp_pat
             page.screenshot(path=str(ARTIFACTS / "cache-pending-failed.png"), full_page=True)
             raise AssertionError(f"the simulation did not end: button disabled {disabled}")
         assert page.errors() == [], page.errors()
-    finally:
-        stop(proc)
-
-
-def test_panel_serve_app_is_read_only_and_says_so(tmp_path, browser):
-    port = free_port()
-    env = dict(os.environ, GNNREC_LAB_HOME=str(tmp_path / "home"), GNNREC_LAB_DATA=str(tmp_path / "data"),
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    log = open(tmp_path / "panel.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "panel", "serve", str(REPO / "dashboards" / "app.py"),
-                             "--port", str(port), "--address", "127.0.0.1"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True, cwd=str(tmp_path))
-    url = f"http://127.0.0.1:{port}/app"
-    try:
-        wait_serving(proc, url, tmp_path / "panel.log", "panel serve", 60, poll_s=0.5, get_timeout=30)
-        page, errors = open_page(browser, url)
-        wait_text(page, ".launch-read-only", "cannot launch or cancel runs")
-        assert "Read-only" in deep_text(page, ".read-only-note")
-        fill = page.locator(".launch-dataset select")
-        fill.select_option("synth-tiny")
-        sync_api.expect(page.locator(".launch-button button")).to_be_disabled()
-        assert "Run an example" not in page_text(page)
-        from gnnrec_lab.runs.store import Store
-        assert Store(tmp_path / "home").run_ids() == []
     finally:
         stop(proc)
 
