@@ -111,6 +111,11 @@ def deep_link(args: Optional[dict], run_ids=None) -> tuple[Optional[str], Option
     return page, run, problems
 
 
+def _sentence(text: str) -> str:
+    """``text`` with its first letter upper case (the rest as written: flags, names, paths)."""
+    return text[:1].upper() + text[1:]
+
+
 def policy_note(policy) -> str:
     """The limits a browser's runs get under ``policy``, in a sentence (the sidebar's)."""
     cap = f"at most {policy.max_active} run(s) queued or running at once" if policy.max_active else "no cap on runs"
@@ -147,7 +152,7 @@ def build_app(lab: Optional[Lab] = None, read_only: Optional[str] = None,
     where = f"Store: `{store.path}`" if store is not None and hasattr(store, "path") else ""
     sidebar = [about, pn.pane.Markdown(where)]
     if lab.read_only:
-        sidebar.insert(0, pn.pane.Alert(f"**Read-only.** {lab.read_only[len('read-only: '):].capitalize()}.",
+        sidebar.insert(0, pn.pane.Alert(f"**Read-only.** {_sentence(lab.read_only[len('read-only: '):])}.",
                                         alert_type="warning", css_classes=["read-only-note"]))
     elif launch_note and lab.runner is not None:
         sidebar.insert(0, pn.pane.Alert(f"**Launching is on** ({launch_note}): {policy_note(launch_policy())}.",

@@ -289,7 +289,7 @@ class Lab(param.Parameterized):
 
     Pass ``store``/``runner`` to drive the pages from a notebook or a test; by
     default the process-wide ones are used. ``read_only`` (a reason) serves the pages without a
-    runner: nothing can be launched or cancelled (``panel serve dashboards/app.py``).
+    runner: nothing can be launched or cancelled (``panel serve`` where it is not safe: :mod:`.serving`).
     """
 
     run_id = param.Parameter(default=None, doc="run shown on the Live and Breakdown pages")

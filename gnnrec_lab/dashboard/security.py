@@ -19,7 +19,8 @@ Two parts, both set up by ``gnnrec-lab dashboard`` (:mod:`gnnrec_lab.commands.da
 * :class:`LaunchPolicy` is what runs a browser may start: ``file:`` placements
   only under directories the operator allowed at start, at most ``max_active``
   runs queued or running from this dashboard at once, and a memory limit
-  (cgroup) on each run's worker.
+  (cgroup) on each run's worker. A page served by a server that set no policy
+  (``panel serve``) gets the cap and the memory limit anyway (:func:`served_launch_policy`).
 """
 from __future__ import annotations
 
