@@ -209,3 +209,24 @@ def test_the_panel_serve_app_launches_on_loopback_and_not_beyond(no_policy, tmp_
 def test_dashboards_app_is_the_panel_serve_app():
     src = open("dashboards/app.py").read()
     assert "panel_serve_app().servable()" in src and "read_only" not in src.split('"""')[-1]
+
+
+def test_a_login_is_read_from_the_server_s_auth_provider():
+    import types
+
+    from bokeh.server.auth_provider import AuthProvider, NullAuth
+
+    from gnnrec_lab.dashboard.serving import _auth
+
+    class Module(AuthProvider):     # what `--auth-module` gives Bokeh
+        get_user = staticmethod(lambda handler: "someone")
+        login_url = "/login"
+    assert _auth(types.SimpleNamespace(auth_provider=NullAuth())) is None
+    assert _auth(types.SimpleNamespace()) is None
+    assert _auth(types.SimpleNamespace(auth_provider=Module())) == "Module"
+    with pn.config.set(basic_auth="secret-password"):
+        assert _auth(types.SimpleNamespace(auth_provider=Module())) == "basic auth"
+    with pn.config.set(oauth_provider="github"):
+        assert _auth(types.SimpleNamespace(auth_provider=Module())) == "OAuth (github)"
+        with pn.config.set(oauth_optional=True):      # visitors who did not log in are served too
+            assert _auth(types.SimpleNamespace(auth_provider=Module())) is None

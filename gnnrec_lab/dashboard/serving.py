@@ -169,10 +169,10 @@ def _auth(tornado) -> Optional[str]:
         return None
     if pn.config.oauth_provider and pn.config.oauth_optional:
         return None   # --oauth-optional: a visitor who did not log in is served too
+    if pn.config.oauth_provider:   # first: Panel's config reads basic_auth as the OAuth provider then
+        return f"OAuth ({pn.config.oauth_provider})"
     if pn.config.basic_auth:
         return "basic auth"
-    if pn.config.oauth_provider:
-        return f"OAuth ({pn.config.oauth_provider})"
     return type(provider).__name__
 
 
