@@ -77,11 +77,13 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || sudo sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null'; }
 
-# Calibration is cached (gnnrec-lab calibrate --show succeeds once it ran); the dashboard prints its own URL.
+# Calibration is cached (gnnrec-lab calibrate --show succeeds once it ran); either way its verdict is
+# shown (quiet or under load, what that means, how to fix a flagged one: every modeled number inherits it).
+# The dashboard prints its own URL.
 lab: data
-	@$(VENV)/bin/gnnrec-lab calibrate --show >/dev/null 2>&1 || { \
+	@$(VENV)/bin/gnnrec-lab calibrate --show --verdict 2>/dev/null || { \
 	  echo "measuring this machine once for the roofline and the modeled tiers (gnnrec-lab calibrate --quick: memory bandwidth, latency, GEMM; about 40 s)"; \
-	  $(VENV)/bin/gnnrec-lab calibrate --quick >/dev/null || echo "calibration failed; roofline and modeled bars wait for 'gnnrec-lab calibrate'"; }
+	  $(VENV)/bin/gnnrec-lab calibrate --quick --verdict || echo "calibration failed; roofline and modeled bars wait for 'gnnrec-lab calibrate'"; }
 	@$(VENV)/bin/gnnrec-lab dashboard --port $(PORT)
 
 # ruff: pyflakes, pycodestyle, isort and bugbear, configured in pyproject.toml ([tool.ruff])

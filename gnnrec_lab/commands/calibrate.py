@@ -18,6 +18,8 @@ def register(subparsers):
     p.add_argument("--quick", action="store_true", help="fewer repeats and smaller sizes (~10 s)")
     p.add_argument("--show", action="store_true", help="print the cached calibration without measuring")
     p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
+    p.add_argument("--verdict", action="store_true", help="print only the verdict (one or two lines): measured "
+                   "on a quiet machine or under load, what that means, and how to fix a flagged one")
     p.add_argument("--tier", metavar="file:DIR", help="measure the storage under DIR (what --placement "
                    "CLASS=file:DIR reaches when a page is not cached) with direct I/O as a device profile; "
                    "writes $GNNREC_LAB_HOME/devices/NAME.yaml (use it with --devices-file); default: measure the host "
@@ -75,6 +77,8 @@ def run(args) -> int:
         path = calibrate.save(prof)
     if args.json:
         print(json.dumps(prof, indent=2, sort_keys=True))
+    elif args.verdict:
+        print(calibrate.calibration_verdict(prof))
     else:
         print(calibrate.format_profile(prof))
         print(f"saved in {path}" if not args.show else f"from {path}")

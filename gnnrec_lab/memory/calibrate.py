@@ -24,6 +24,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import time
 from pathlib import Path
 from typing import Callable
@@ -237,8 +238,9 @@ def calibration_flags(prof: dict, past: "list | None" = None) -> list:
     """Why a host calibration (measured) may be off, one sentence each; empty when nothing is known
     against it: measured with the 1-min load average above the cores (its rates include waiting for
     other work), or a triad more than :data:`TRIAD_DROP` below the best stored calibration of this
-    CPU (:func:`best_triad`). Shown by ``calibrate``, beside ``% bound`` and in every modeled
-    number's band (:func:`~gnnrec_lab.memory.tiermodel.model_band`)."""
+    CPU (:func:`best_triad`). The last sentence ends with the remedy (:func:`calibration_remedy`), so
+    every view that shows the flags says how to fix them. Shown by ``calibrate``, beside ``% bound``
+    and in every modeled number's band (:func:`~gnnrec_lab.memory.tiermodel.model_band`)."""
     if not isinstance(prof, dict):
         return []
     out = []
@@ -251,7 +253,50 @@ def calibration_flags(prof: dict, past: "list | None" = None) -> list:
     if best and isinstance(triad, (int, float)) and triad < (1 - TRIAD_DROP) * best:
         out.append(f"host calibration of {prof.get('measured_at')} measured triad {triad:.1f} GB/s, "
                    f"{1 - triad / best:.0%} below the best stored one ({best:.1f} GB/s)")
-    return out
+    return with_remedy(out, cores if isinstance(cores, int) and cores > 0 else None)
+
+
+#: What every flagged calibration's remedy starts with (:func:`with_remedy` looks for it).
+REMEDY_COMMAND = "re-run `gnnrec-lab calibrate`"
+
+
+def calibration_remedy(cores: "int | None" = None) -> str:
+    """How to fix a flagged calibration, in words: re-run ``gnnrec-lab calibrate`` when the machine
+    is quiet, with the load it needs (the 1-min load average below the ``cores`` online, nothing
+    else running). A run keeps the flags of the calibration it was projected with; what is projected
+    after the new calibration uses it."""
+    below = f"below its {cores} cores" if cores else "below the number of cores"
+    return (f"to fix it, {REMEDY_COMMAND} when the machine is quiet (1-min load average {below}: "
+            f"no runs, tests or builds going)")
+
+
+def with_remedy(flags: list, cores: "int | None" = None) -> list:
+    """``flags`` (:func:`calibration_flags`' sentences, possibly stored with a run before they
+    carried a remedy) with :func:`calibration_remedy` after the last one, unless one names it already."""
+    flags = [f for f in flags if isinstance(f, str)]
+    if not flags or any(REMEDY_COMMAND in f for f in flags):
+        return flags
+    if cores is None:   # a stored flag names the cores it was measured on
+        found = re.search(r" on (\d+) cores", " ".join(flags))
+        cores = int(found.group(1)) if found else None
+    return flags[:-1] + [f"{flags[-1]} ({calibration_remedy(cores)})"]
+
+
+def calibration_verdict(prof: dict, past: "list | None" = None) -> str:
+    """One or two lines on a host calibration (measured): quiet (its ceilings and the modeled tiers
+    taken from it are trusted as measured) or flagged (:func:`calibration_flags`: under load, or a
+    triad far below the best stored one), then what that means and the remedy."""
+    load = (prof.get("loadavg") or {}).get("max") if isinstance(prof.get("loadavg"), dict) else prof.get("loadavg")
+    cores = prof.get("cores_online")
+    at = (f"load {load:.2f} on {cores} cores" if isinstance(load, (int, float)) and isinstance(cores, int)
+          else "load not recorded")
+    head = f"host calibration of {prof.get('measured_at')} (measured, triad {prof.get('triad_GBps', 0):.1f} GB/s, {at})"
+    flags = calibration_flags(prof, past)
+    if not flags:
+        return (f"{head}: quiet; the roofline's ceilings, every % bound and the modeled tiers use it as measured")
+    return (f"{head}: flagged, {'; '.join(flags)}\n"
+            f"  meaning: every % bound and every modeled number taken from it is marked LOW CONFIDENCE "
+            f"until it is re-measured")
 
 
 def load(path: "Path | None" = None) -> "dict | None":
@@ -343,7 +388,7 @@ def format_profile(prof: dict) -> str:
     if best:
         lines.append(f"  {'best stored triad':<28} {best:>9.1f} GB/s     (this CPU and thread count)")
     for why in calibration_flags(prof):
-        lines.append(f"  warning: {why}: every % bound and modeled number taken from it is flagged")
+        lines.append(f"  warning: {why}; every % bound and modeled number taken from it is flagged")
     return "\n".join(lines)
 
 

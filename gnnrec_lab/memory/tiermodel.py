@@ -907,7 +907,8 @@ def model_band(modeled: Optional[dict], *, step_s: Optional[float] = None,
         confidence = UNVALIDATED
         reasons.append(f"the projection carries no traffic by regime; band: the widest held-out error of {dev}"
                        if seen else f"no held-out point tests {dev}; band: the {HELD_OUT_TARGET:.0%} target")
-    flags = [f for f in (modeled.get("calibration_flags") or []) if isinstance(f, str)]
+    from gnnrec_lab.memory.calibrate import with_remedy  # numba: the tier model itself stays light
+    flags = with_remedy(modeled.get("calibration_flags") or [])   # a run stored before flags said how to fix them
     if flags:
         confidence = LOW
         reasons.extend(flags)
