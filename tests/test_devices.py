@@ -401,12 +401,12 @@ def test_a_calibration_under_load_or_far_below_the_best_triad_is_flagged(tmp_pat
     calibrate.save(good)
     slow = dict(base, triad_GBps=26.5, measured_at="day 2", loadavg={"start": 0.5, "end": 0.6, "max": 0.6})
     loaded = dict(base, triad_GBps=43.0, measured_at="day 3", loadavg={"start": 3.5, "end": 2.9, "max": 3.5})
-    fix = ("(to fix it, re-run `gnnrec-lab calibrate` when the machine is quiet (1-min load average below its "
-           "2 cores: no runs, tests or builds going))")
+    fix = ("; to fix it, re-run `gnnrec-lab calibrate` when the machine is quiet (1-min load average below its "
+           "2 cores: no runs, tests or builds going)")
     assert calibrate.calibration_flags(slow) == [
-        f"host calibration of day 2 measured triad 26.5 GB/s, 40% below the best stored one (44.0 GB/s) {fix}"]
+        f"host calibration of day 2 measured triad 26.5 GB/s, 40% below the best stored one (44.0 GB/s){fix}"]
     assert calibrate.calibration_flags(loaded) == [
-        f"host calibration of day 3 was measured under load 3.50 on 2 cores {fix}"]
+        f"host calibration of day 3 was measured under load 3.50 on 2 cores{fix}"]
     calibrate.save(loaded)
     assert [h["triad_GBps"] for h in calibrate.history()] == [44.0, 43.0]
     assert main(["calibrate", "--show"]) == 0
@@ -447,7 +447,7 @@ def test_a_flagged_calibration_says_how_to_fix_it_wherever_it_is_shown(tmp_path,
            "calibration_flags": ["host calibration of day 3 was measured under load 3.72 on 2 cores"]}
     band = model_band(old)
     assert band.confidence == "low"
-    assert band.reasons[-1].startswith("host calibration of day 3 was measured under load 3.72 on 2 cores (to fix it")
+    assert band.reasons[-1].startswith("host calibration of day 3 was measured under load 3.72 on 2 cores; to fix it")
     assert "below its 2 cores" in band.reasons[-1]
     assert band.words().count("re-run `gnnrec-lab calibrate`") == 1
     again = model_band(dict(old, calibration_flags=list(band.reasons[-1:])))
@@ -456,4 +456,5 @@ def test_a_flagged_calibration_says_how_to_fix_it_wherever_it_is_shown(tmp_path,
     calibrate.save(both)
     assert main(["calibrate", "--show", "--verdict"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("host calibration of day 5") and "re-run `gnnrec-lab calibrate`" in out
+    assert out.startswith("host calibration flagged: host calibration of day 5")
+    assert "re-run `gnnrec-lab calibrate`" in out

@@ -279,7 +279,7 @@ def with_remedy(flags: list, cores: "int | None" = None) -> list:
     if cores is None:   # a stored flag names the cores it was measured on
         found = re.search(r" on (\d+) cores", " ".join(flags))
         cores = int(found.group(1)) if found else None
-    return flags[:-1] + [f"{flags[-1]} ({calibration_remedy(cores)})"]
+    return flags[:-1] + [f"{flags[-1]}; {calibration_remedy(cores)}"]
 
 
 def calibration_verdict(prof: dict, past: "list | None" = None) -> str:
@@ -290,13 +290,13 @@ def calibration_verdict(prof: dict, past: "list | None" = None) -> str:
     cores = prof.get("cores_online")
     at = (f"load {load:.2f} on {cores} cores" if isinstance(load, (int, float)) and isinstance(cores, int)
           else "load not recorded")
-    head = f"host calibration of {prof.get('measured_at')} (measured, triad {prof.get('triad_GBps', 0):.1f} GB/s, {at})"
     flags = calibration_flags(prof, past)
     if not flags:
-        return (f"{head}: quiet; the roofline's ceilings, every % bound and the modeled tiers use it as measured")
-    return (f"{head}: flagged, {'; '.join(flags)}\n"
-            f"  meaning: every % bound and every modeled number taken from it is marked LOW CONFIDENCE "
-            f"until it is re-measured")
+        return (f"host calibration of {prof.get('measured_at')} (measured, triad {prof.get('triad_GBps', 0):.1f} GB/s, "
+                f"{at}): quiet; the roofline's ceilings, every % bound and the modeled tiers use it as measured")
+    return (f"host calibration flagged: {'; '.join(flags)}\n"
+            f"  meaning: every % bound and every modeled number taken from it (triad "
+            f"{prof.get('triad_GBps', 0):.1f} GB/s, {at}) is marked LOW CONFIDENCE until it is re-measured")
 
 
 def load(path: "Path | None" = None) -> "dict | None":
