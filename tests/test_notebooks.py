@@ -100,6 +100,7 @@ def test_notebook_runs_at_its_teaching_defaults(path, monkeypatch, tmp_path):
     if path.stem.startswith("03"):
         _check_fit_statement(nb)
         _check_does_not_fit_example(nb)
+        _check_projected_step_is_the_median(nb)
 
 
 @pytest.mark.notebook
@@ -191,6 +192,22 @@ def _check_does_not_fit_example(nb):
     for _mode, kept, used, of, _moved, rest in lines:
         assert kept.startswith("runtime") and int(of) == dram and float(used) <= dram and float(rest) > 0, split
         assert abs(float(used) + float(rest) - gib) < 0.11, split
+
+
+def _check_projected_step_is_the_median(nb):
+    """Notebook 03 projects the median step by kernel time, not whichever step came third (one
+    stalled step would otherwise become 'slow-tier cost'), and says so with the spread; its DRAM
+    row is that step's kernel time."""
+    import re
+    text = _stream_text(nb, "KeepSteps")
+    m = re.search(r"projected: step (\d+), the median of (\d+) steps by kernel time \(([\d.]+) ms; "
+                  r"min-max ([\d.]+)-([\d.]+) ms, measured\)", text)
+    assert m and int(m.group(2)) >= 10, text
+    med, lo, hi = float(m.group(3)), float(m.group(4)), float(m.group(5))
+    assert lo <= med <= hi, text
+    table = next(c for c in nb.cells if c.cell_type == "code" and "KeepSteps" in c.source).outputs[-1]
+    row = re.search(r"DRAM \(measured\) +([\d.]+)", table["data"]["text/plain"])
+    assert row and abs(float(row.group(1)) - med) < 0.051, table["data"]["text/plain"]
 
 
 def _check_runs_read_back(path, nb, tmp_path):
