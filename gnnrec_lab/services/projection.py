@@ -20,7 +20,7 @@ from typing import Optional
 
 import pandas as pd
 
-from gnnrec_lab.config.memory_modes import memory_mode_of
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE, memory_mode_of
 from gnnrec_lab.memory.calibrate import host_profile
 from gnnrec_lab.memory.profiles import load_profiles
 from gnnrec_lab.memory.tiermodel import (
@@ -374,7 +374,6 @@ def dram_run_modes(store, run_id: int, host: dict, modes=None) -> pd.DataFrame:
 
     Raises UserError when the run is not a DRAM run (a measured memory mode, every tensor class in DRAM
     or on the device, none on a file) or has no kernel records."""
-    from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
     records, ksteps, footprint, cfg = stored_run_records(store, run_id)
     if not memory_mode_of(cfg).measured:
         raise UserError(f"run {run_id} is in memory mode {memory_mode_of(cfg).name}, not a DRAM baseline")

@@ -58,6 +58,7 @@ from gnnrec_lab.util.proc import host_info, load_sample
 from gnnrec_lab.util.provenance import Provenance, part, parts
 from gnnrec_lab.util.recorder import (
     STORE_KEY,
+    TOTAL_FIELDS,
     Recorder,
     get_recorder,
     profiler_range,
@@ -726,7 +727,6 @@ def _project_run(config, result, run) -> dict:
     import pandas as pd
 
     from gnnrec_lab.memory.tiermodel import RunProjection
-    from gnnrec_lab.util.recorder import TOTAL_FIELDS
     host = host_profile(measure_if_missing=True, quick=True)
     rows = [(*k, step, *v) for step, agg in run.tier_steps for k, v in agg.items()]
     if rows:
