@@ -1,4 +1,4 @@
-"""``gnnrec-lab runs``: list stored runs; ``runs show|cancel|wait ID``."""
+"""``gnnrec-lab runs``: list stored runs; ``runs show|cancel|wait|delete ID``, ``runs rename ID NAME``."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ import time
 from gnnrec_lab.commands.common import bounded, run_id
 from gnnrec_lab.config.bounds import MAX_SECONDS, number
 from gnnrec_lab.config.memory_modes import memory_mode_of
+from gnnrec_lab.config.run import RUN_NAME_MAX
 from gnnrec_lab.memory.calibrate import calibration_flags
 from gnnrec_lab.memory.tiermodel import LOW, fmt_band, mode_label, modeled_seconds
 from gnnrec_lab.runs.record import RunRecord
@@ -63,6 +64,8 @@ def register(subparsers) -> None:
     w.add_argument("id", type=run_id, help="run id, as `gnnrec-lab runs` lists it")
     w.add_argument("--timeout", type=bounded(number, "--timeout", 0, MAX_SECONDS, lo_open=True), default=None,
                    help="give up after this many seconds (default: wait as long as the run takes)")
+    _register_rename(sub)
+    _register_delete(sub)
     x = sub.add_parser("export", help="copy runs into MLflow or TensorBoard",
                        description="Copy stored runs into MLflow (params, per-epoch loss and validation metrics, "
                                    "test metrics, measured and modeled step times, the kernel table, footprint "
@@ -77,6 +80,56 @@ def register(subparsers) -> None:
     x.add_argument("--experiment", default="gnnrec-lab",
                    help="MLflow experiment the runs go into, created when missing (default: %(default)s)")
     p.set_defaults(func=main)
+
+
+def _register_rename(sub) -> None:
+    r = sub.add_parser("rename", help="give a run a new name",
+                       description="Give a stored run a new name (what `runs` lists and Compare shows): 1 to "
+                                   f"{RUN_NAME_MAX} characters, no control characters.")
+    r.add_argument("id", type=run_id, help="run id, as `gnnrec-lab runs` lists it")
+    r.add_argument("name", help=f"the new name, 1 to {RUN_NAME_MAX} characters (quote it when it has spaces)")
+
+
+def _register_delete(sub) -> None:
+    d = sub.add_parser("delete", help="delete a run: its rows in the store and its logs",
+                       description="Delete a stored run: its row, its steps, kernel records, evaluations, "
+                                   "events, epochs and footprint, and its log directory "
+                                   "($GNNREC_LAB_HOME/runs/ID); no other run is touched. Asks you to type the "
+                                   "run id to confirm, unless --yes. A running run is refused: cancel it first.")
+    d.add_argument("id", type=run_id, help="run id, as `gnnrec-lab runs` lists it")
+    d.add_argument("--yes", action="store_true", help="delete without asking (scripts)")
+
+
+def _rename(store, args) -> int:
+    """``runs rename ID NAME``: a refused name is a ConfigError naming ``name``."""
+    old = store.get_run(args.id)["name"]
+    name = store.rename_run(args.id, args.name)
+    print(f"run {args.id}: renamed {old!r} -> {name!r}" if old else f"run {args.id}: named {name!r}")
+    return 0
+
+
+def _delete(store, args, ask=input) -> int:
+    """``runs delete ID [--yes]``: confirmed by typing the id (stdin); no answer, or another one,
+    deletes nothing (exit 1)."""
+    run = store.get_run(args.id)
+    if run["status"] is RunStatus.RUNNING:   # (Store.delete_run refuses it too, in its transaction)
+        raise UserError(f"run {args.id} is running: cancel it first (`gnnrec-lab runs cancel {args.id}`), "
+                        f"then delete it")
+    if not args.yes:
+        what = f"run {args.id}" + (f" ({run['name']})" if run["name"] else "") + f", {run['status']}"
+        try:
+            answer = ask(f"delete {what}, its rows and its logs? Type the run id ({args.id}) to confirm: ")
+        except EOFError:
+            answer = None
+        if answer is None or answer.strip() != str(args.id):
+            print(f"gnnrec-lab: run {args.id} was not deleted (" + ("no answer on stdin; pass --yes to delete "
+                  "without asking" if answer is None else f"{answer.strip()!r} is not {args.id}") + ")",
+                  file=sys.stderr)
+            return 1
+    gone = store.delete_run(args.id)
+    rows = sum(v for k, v in gone.items() if k not in ("runs", "files"))
+    print(f"run {args.id}: deleted ({rows:,} rows" + (f", {gone['files']}" if gone["files"] else "") + ")")
+    return 0
 
 
 def _export(store, args) -> int:
@@ -313,6 +366,10 @@ def main(args) -> int:
     if action == "export":
         _recover(store)
         return _export(store, args)
+    if action == "rename":
+        return _rename(store, args)
+    if action == "delete":
+        return _delete(store, args)
     store.get_run(args.id)  # unknown id -> UserError, one line
     if action == "show":
         _recover(store)

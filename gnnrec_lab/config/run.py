@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
@@ -196,6 +197,34 @@ def _placement(param: str, value) -> dict:
     """The placement mapping, checked (known classes, well-formed places) and copied."""
     parse_placement(value)
     return dict(value)
+
+
+# A run's name: what `gnnrec-lab runs` lists and Compare shows (RunConfig.name, `runs rename`).
+RUN_NAME_MAX = 200
+
+
+def check_run_name(param: str, value, *, empty: bool = True) -> str:
+    """``value`` as a run's name, or ConfigError naming ``param``: text of at most :data:`RUN_NAME_MAX`
+    characters with no control characters (a newline, a tab or a terminal escape would break the
+    listings a name is printed in) and not blank; ``""`` (no name) only where ``empty``."""
+    what = f"a label of 1 to {RUN_NAME_MAX} characters without control characters"
+    if not isinstance(value, str):
+        raise ConfigError(param, f"must be {what}, got {value!r}")
+    if value == "" and empty:
+        return value
+    if not value.strip():
+        raise ConfigError(param, f"must be {what}, got an empty name" if not value
+                          else f"must be {what}, got only spaces")
+    if len(value) > RUN_NAME_MAX:
+        raise ConfigError(param, f"must be {what}, got {len(value)} characters")
+    bad = next((ch for ch in value if unicodedata.category(ch) in ("Cc", "Zl", "Zp")), None)
+    if bad is not None:
+        raise ConfigError(param, f"must be {what}, got the control character {bad!r} in {value!r}")
+    return value
+
+
+def _run_name(param: str, value) -> str:
+    return check_run_name(param, value, empty=True)
 
 
 # -- one record per option ----------------------------------------------------------------------------
@@ -515,9 +544,11 @@ class RunConfig:
         help="directory where datasets are prepared and loaded from",
         unset="$GNNREC_LAB_DATA, else the checkout's data/, else $GNNREC_LAB_HOME/data")
     # free-form label
-    name: Optional[str] = option(None, None, Text("a label of at most 200 characters", empty=True, max_len=200),
+    name: Optional[str] = option(None, None, Parsed(_run_name, breaks=(5, "  ", "x" * (RUN_NAME_MAX + 1), "a\nb",
+                                                                  "a\x1b[31mb")),
         label="Run name",
-        help="free-form label stored with the run, up to 200 characters",
+        help=f"free-form label stored with the run, up to {RUN_NAME_MAX} characters, no control characters "
+             f"(`gnnrec-lab runs rename ID NAME` changes it later)",
         unset="none")
 
     # the models' own options (MODEL_OPTIONS), name -> value, every declared one present

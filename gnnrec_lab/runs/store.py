@@ -26,7 +26,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from gnnrec_lab.config.run import expect_config
+from gnnrec_lab.config.run import check_run_name, expect_config
 from gnnrec_lab.memory.footprint import Footprint
 from gnnrec_lab.models.registry import shape_keys
 from gnnrec_lab.runs.record import RunRecord
@@ -701,6 +701,55 @@ class Store:
             con.execute("UPDATE runs SET status=?, finished=?, error='cancelled before it started' "
                         "WHERE id=? AND status=?", (RunStatus.CANCELLED, time.time(), int(run_id), RunStatus.QUEUED))
         return self.status(run_id)
+
+    def rename_run(self, run_id: int, name: str) -> str:
+        """Give run ``run_id`` the name ``name`` (checked as RunConfig's ``name``: not empty, at most
+        :data:`~gnnrec_lab.config.run.RUN_NAME_MAX` characters, no control characters; ConfigError
+        naming ``name``). The stored config's ``name`` follows, so the run and its config agree. A run
+        not in the store is a UserError naming its id. Returns the name."""
+        name = check_run_name("name", name, empty=False)
+        with self._write() as con:
+            row = con.execute("SELECT config FROM runs WHERE id=?", (int(run_id),)).fetchone()
+            if row is None:
+                raise UserError(f"run {run_id}: no such run in {self.path}")
+            cfg, damage = parse_json_field(row[0], run_id, "config")
+            con.execute("UPDATE runs SET name=? WHERE id=?", (name, int(run_id)))
+            if cfg is not None and damage is None:   # a damaged config is kept as it is
+                cfg["name"] = name
+                con.execute("UPDATE runs SET config=? WHERE id=?", (json.dumps(cfg), int(run_id)))
+        return name
+
+    # the tables that hold a run's rows, each keyed by its run_id (the runs row itself by id)
+    RUN_TABLES = ("steps", "evals", "events", "kernel_steps", "epochs", "footprints")
+
+    def delete_run(self, run_id: int) -> dict:
+        """Delete run ``run_id``: its row, its rows in every table of :data:`RUN_TABLES` and its
+        directory of logs (``$GNNREC_LAB_HOME/runs/<id>``), nothing else. A running run is refused
+        (cancel it first: its worker still writes); a run not in the store is a UserError naming its
+        id. The rows go in one transaction, the files after it. Returns ``{table: rows deleted}`` and
+        ``"files"``, the directory removed (None when there was none)."""
+        import shutil
+        rid = int(run_id)
+        deleted: dict = {}
+        with self._write() as con:
+            row = con.execute("SELECT status FROM runs WHERE id=?", (rid,)).fetchone()
+            if row is None:
+                raise UserError(f"run {run_id}: no such run in {self.path}")
+            if RunStatus.of(row[0]) is RunStatus.RUNNING:
+                raise UserError(f"run {run_id} is running: cancel it first (`gnnrec-lab runs cancel {run_id}`), "
+                                f"then delete it")
+            for table in self.RUN_TABLES:
+                deleted[table] = con.execute(f"DELETE FROM {table} WHERE run_id=?", (rid,)).rowcount
+            deleted["runs"] = con.execute("DELETE FROM runs WHERE id=?", (rid,)).rowcount
+        d = self.home / "runs" / str(rid)
+        deleted["files"] = None
+        if d.is_dir() and not d.is_symlink():
+            shutil.rmtree(d)
+            deleted["files"] = str(d)
+        elif d.is_symlink() or d.exists():   # not a directory the store made: only the name goes
+            d.unlink()
+            deleted["files"] = str(d)
+        return deleted
 
     def cancel_requested(self, run_id: int) -> bool:
         row = self._query("SELECT cancel_requested FROM runs WHERE id=?", (int(run_id),))
