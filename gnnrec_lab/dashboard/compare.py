@@ -15,6 +15,7 @@ and Memory Mode times modeled and hatched.
 """
 from __future__ import annotations
 
+import io
 import math
 import threading
 from typing import Optional
@@ -41,7 +42,7 @@ from gnnrec_lab.dashboard.common import (
 )
 from gnnrec_lab.memory.tiermodel import fmt_band, modeled_seconds
 from gnnrec_lab.runs.store import TEST_METRICS
-from gnnrec_lab.services.comparison import best_by_depth, full_vs_distributed
+from gnnrec_lab.services.comparison import best_by_depth, full_vs_distributed, time_to_accuracy
 from gnnrec_lab.services.projection import host_calibration
 from gnnrec_lab.util.formatting import ms_value
 from gnnrec_lab.util.proc import load_cell
@@ -75,6 +76,14 @@ TABLE_TITLES.update({"id": "Run", "status": "Status", "device": "Device (modeled
 _METRIC_WORDS = {"recall": "Recall", "mrr": "MRR", "ndcg": "NDCG", "hit": "Hit", "precision": "Precision"}
 TABLE_TITLES.update({f"test_{m}": "Test " + _METRIC_WORDS[m.split("@")[0]] + "@" + m.split("@")[1]
                      for m in TEST_METRICS})
+# The columns the table shows at first (the chooser above it offers every one): identity, the memory
+# mode, measured and modeled times with the ± and confidence of the modeled ones, the shape and the
+# accuracy, few enough that the page holds them without a horizontal scroll.
+DEFAULT_COLUMNS = ["name", "status", "memory_mode", "step_ms", "modeled_step_ms", "train_s", "modeled_train_s",
+                   "band", "confidence", "dataset", "model", "layers", "batch_size", "best_valid_recall@20"]
+# Float columns other than the ms ones (rounded as sentences print them, ms_value) shown to this
+# many significant digits.
+SIGNIFICANT = 3
 MAX_OVERLAY = 12
 # Finished runs never change: their mean epoch time is read once per process.
 _epoch_cache: dict = {}
@@ -99,10 +108,26 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
     df = df[cols].sort_values("id", ascending=False)
     if "created" in df.columns:
         df["created"] = pd.to_datetime(df["created"], utc=True).dt.strftime("%Y-%m-%d %H:%M")
-    for c in TIME_COLUMNS:
-        if c in df.columns:
-            df[c] = df[c].astype(float).round(1)
+    for c in df.columns:   # seconds and metrics to SIGNIFICANT digits; the ms columns as fmt_ms prints them
+        if c not in ("id", "layers", "dim", "batch_size", "last_step") and not c.endswith("_ms") \
+                and pd.api.types.is_float_dtype(df[c]):
+            df[c] = [significant(v) for v in df[c]]
     return df.set_index("id")
+
+
+def significant(v, digits: int = SIGNIFICANT) -> float:
+    """``v`` rounded to ``digits`` significant digits (NaN stays NaN): 0.13681 -> 0.137, 1234.5 -> 1230."""
+    v = float(v)
+    return v if v != v or v in (0.0, float("inf"), float("-inf")) else float(f"{v:.{digits}g}")
+
+
+def table_csv(table: pd.DataFrame, columns, titles: dict) -> str:
+    """The CSV of a table as the page shows it: its index and ``columns`` (in that order) under their
+    ``titles`` (the headers in words, with units), the values as they are in the table."""
+    cols = [c for c in columns if c in table.columns]
+    out = table[cols].rename(columns=titles)
+    out.index.name = titles.get(table.index.name, table.index.name)
+    return out.to_csv()
 
 
 def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
@@ -204,6 +229,33 @@ class ComparePage(pn.viewable.Viewer):
             height=pn.bind(table_height, lab.param.runs), show_index=True, titles=TABLE_TITLES)
         self.table.style.map(status_css, subset=["status"])   # diverged, failed, oom in red
         self.table.param.watch(self._selection, "selection")
+        # which columns the table shows (every one is offered; the index, the run id, always shows)
+        self.columns = pn.widgets.MultiChoice(
+            name="Columns", options={TABLE_TITLES.get(c, c): c for c in TABLE_COLUMNS if c != "id"},
+            value=list(DEFAULT_COLUMNS), sizing_mode="stretch_width", css_classes=["compare-columns"],
+            description="the table's columns; the CSV download holds the same ones")
+        self.columns.param.watch(self._show_columns, "value")
+        self._show_columns()
+        # the table as shown (its rows, the chosen columns, headers in words with units) as CSV; the
+        # file name is the page's own
+        self.download = pn.widgets.FileDownload(callback=self._csv, filename="compare_runs.csv",
+                                                label="Download the table (CSV)", button_type="default",
+                                                css_classes=["compare-download"], width=260)
+
+    def _show_columns(self, *_):
+        self.table.hidden_columns = [c for c in TABLE_COLUMNS if c != "id" and c not in self.columns.value]
+
+    def shown_table(self) -> pd.DataFrame:
+        """The rows the table shows (its header filters and sort applied) with every column."""
+        view = getattr(self.table, "current_view", None)
+        return view if isinstance(view, pd.DataFrame) else self.table.value
+
+    def csv(self) -> str:
+        """The CSV download: :func:`table_csv` of the rows shown, the chosen columns."""
+        return table_csv(self.shown_table(), self.columns.value, TABLE_TITLES)
+
+    def _csv(self):
+        return io.StringIO(self.csv())
 
     def refresh(self):
         """Re-read the run table (the Refresh button): every page that lists runs follows."""
@@ -239,6 +291,33 @@ class ComparePage(pn.viewable.Viewer):
                      else pn.pane.Markdown("*No validation Recall@20 for the selected runs.*"))
         return pn.Row(*[hv_pane(p) if not isinstance(p, pn.pane.Markdown) else p for p in plots],
                       sizing_mode="stretch_width")
+
+    @param.depends("selected")
+    def accuracy(self):
+        """The time-to-accuracy section of the selected runs (:meth:`time_to_accuracy`)."""
+        if not self.selected:
+            return pn.Spacer(height=0)
+        return pn.Column(*self.time_to_accuracy(), sizing_mode="stretch_width")
+
+    def time_to_accuracy(self) -> list:
+        """Validation Recall@20 against training time of the selected runs, measured (solid) and modeled
+        on each memory mode (dashed): :func:`gnnrec_lab.services.comparison.time_to_accuracy`."""
+        host, why = host_calibration()
+        runs = self.lab.runs
+        ratios = ({} if runs is None or runs.empty or "modeled_ratio" not in runs else
+                  {int(i): float(r) for i, r in zip(runs["id"], runs["modeled_ratio"]) if r == r})
+        df, err = safe_call(time_to_accuracy, self.lab.store, self.selected, host=host, own_ratios=ratios)
+        if df is None:
+            return [not_available("Time to accuracy", err)]
+        if df.empty:
+            return [pn.pane.Markdown("*Time to accuracy: no validation Recall@20 for the selected runs.*")]
+        notes = [TIME_TO_ACCURACY_NOTE]
+        if host is None:
+            notes.append(f"*No modeled series: {why}.*")
+        notes += [f"*run {rid} on {mode}: {reason}*" for rid, mode, reason in df.attrs.get("reasons", [])[:4]]
+        return [pn.pane.Markdown("### Time to accuracy\n\n" + "\n\n".join(notes), sizing_mode="stretch_width",
+                                 css_classes=["compare-tta-note"]),
+                hv_pane(time_to_accuracy_chart(df), css_classes=["compare-time-to-accuracy"])]
 
     @param.depends("lab.runs")
     def scaling(self):
@@ -285,8 +364,35 @@ class ComparePage(pn.viewable.Viewer):
             return not_available("Compare (run store)", self.lab.store_reason)
         refresh = pn.widgets.Button(name="Refresh", width=100)
         refresh.on_click(lambda e: self.refresh())
-        return pn.Column(pn.Row("## Compare runs", refresh), self.table, self.overlays, self.scaling,
-                         self.distributed, sizing_mode="stretch_width")
+        return pn.Column(pn.Row("## Compare runs", refresh), self.columns, self.table, self.download,
+                         self.overlays, self.accuracy, self.scaling, self.distributed, sizing_mode="stretch_width")
+
+
+TIME_TO_ACCURACY_NOTE = (
+    "Validation Recall@20 of each selected run against its training time (evaluation excluded). "
+    "**Solid**: measured on this host. **Dashed**: the same evaluations at the training time **modeled** on a "
+    "memory mode's device (the run's modeled/measured step ratio there; the accuracy is the run's own: the "
+    "model learns the same on any memory, only the time moves). Colour: memory mode, the same on every page.")
+
+
+def time_to_accuracy_chart(df: pd.DataFrame):
+    """One curve per series of :func:`~gnnrec_lab.services.comparison.time_to_accuracy`'s frame:
+    measured solid, in DRAM's colour (its time is this host's DRAM's), modeled dashed in its memory
+    mode's colour, each labelled as the frame names it ("#3 on Optane App Direct (modeled)")."""
+    import holoviews as hv
+    layers = []
+    for (_, series), g in df.groupby(["run_id", "series"], sort=False):
+        modeled = g["kind"].iloc[0] == Provenance.MODELED
+        color = mode_color(g["memory_mode"].iloc[0] if modeled else "dram")
+        d = g[["train_s", "recall@20", "epoch", "run_id", "kind"]]
+        layers.append(hv.Curve(d, "train_s", ["recall@20", "epoch", "run_id", "kind"], label=str(series)).opts(
+            color=color, line_dash="dashed" if modeled else "solid", line_width=2 if not modeled else 1.5))
+        layers.append(hv.Scatter(d, "train_s", ["recall@20", "epoch", "run_id", "kind"], label=str(series)).opts(
+            color=color, size=6, marker="triangle" if modeled else "circle"))
+    return hv.Overlay(layers).opts(title="Time to accuracy: validation Recall@20 vs training time "
+                                         "(solid measured, dashed modeled)",
+                                   xlabel="training time, s", ylabel="validation Recall@20", responsive=True,
+                                   height=340, legend_position="right", tools=["hover"])
 
 
 # -- full graph vs DistDGL by depth (issue 20) --------------------------------------------------------

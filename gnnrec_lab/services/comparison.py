@@ -440,3 +440,69 @@ def _same(stored, given) -> bool:
     if isinstance(given, (list, tuple)):
         return list(stored or []) == list(given)
     return stored == given
+
+
+# --- time to accuracy (the Compare page's chart): validation Recall@20 against training time --------
+TIME_TO_ACCURACY_COLUMNS = ["run_id", "series", "kind", "memory_mode", "device", "ratio", "band", "epoch", "step",
+                            "train_s", "recall@20"]
+
+
+def time_to_accuracy(store, run_ids, host: Optional[dict] = None, modes=None, metric: str = "recall@20",
+                     own_ratios: Optional[dict] = None) -> pd.DataFrame:
+    """Validation ``metric`` (Recall@20) against training time for runs ``run_ids``: **the** data of
+    the Compare page's time-to-accuracy chart, one row per evaluation per series,
+    :data:`TIME_TO_ACCURACY_COLUMNS`.
+
+    * one *measured* series per run: its own validation evaluations (the store's ``evals`` rows,
+      split ``valid``) at the training seconds elapsed when each was taken (``elapsed_s``: the
+      training steps' time, evaluation excluded), as measured on this host (``memory_mode`` the
+      run's, ``device`` "this host (DRAM)": a modeled memory mode's kernels run on DRAM here too);
+    * with ``host`` (this host's calibration), one *modeled* series per memory mode of ``modes``
+      (default: every modeled mode, :data:`~gnnrec_lab.memory.tiermodel.MODE_DEVICES`): the same
+      evaluations at the training time scaled by the run's modeled/measured step ratio on that mode's
+      device (:func:`full_graph_modeled`, :func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`), with
+      its ``band`` (+- fraction). The accuracy is the run's own: the model learns the same on any
+      memory, only the time moves. ``own_ratios``: ``{run id: ratio}``, the ratio a run in a modeled
+      memory mode carries in the run table (``modeled_ratio``, every view's), used for its own mode.
+
+    ``attrs["reasons"]`` lists the projections that failed (run, mode, why)."""
+    modes = tuple(MODE_DEVICES) if modes is None else tuple(modes)
+    own_ratios = own_ratios or {}
+    ids = [int(r) for r in run_ids]
+    ev = store.evals_frame(ids) if ids else pd.DataFrame(columns=["run_id", "split", "metric"])
+    if len(ev):
+        ev = ev[(ev["split"] == "valid") & (ev["metric"].str.lower() == metric.lower())]
+    rows, reasons = [], []
+    for rid in ids:
+        e = ev[ev["run_id"] == rid].sort_values(["elapsed_s", "step"], kind="stable") if len(ev) else ev
+        if e.empty:
+            continue
+        rec = store.run_record(rid)
+        own = rec.config.get("memory_mode")
+        points = [(int(p.epoch), int(p.step), float(p.elapsed_s), float(p.value)) for p in e.itertuples()]
+        rows += [dict(run_id=rid, series=f"#{rid} measured", kind=Provenance.MEASURED, memory_mode=own,
+                      device="this host (DRAM)", ratio=None, band=None, epoch=ep, step=st, train_s=t,
+                      **{"recall@20": v}) for ep, st, t, v in points]
+        if host is None:
+            continue
+        # a projection is kept once made (full_graph_modeled): made when the run has all its records
+        if rec.status is None or not rec.status.is_terminal:
+            reasons.append((rid, "every modeled mode", f"run {rid} is {rec.status}: modeled once it has ended"))
+            continue
+        for mode, m in full_graph_modeled(store, rid, host, modes).items():
+            if "reason" in m:
+                reasons.append((rid, mode, m["reason"]))
+                continue
+            ratio = own_ratios.get(rid) if mode == own and own_ratios.get(rid) == own_ratios.get(rid) else None
+            ratio = ratio if ratio is not None else m["ratio"]
+            if ratio is None:
+                reasons.append((rid, mode, "no modeled step ratio"))
+                continue
+            label = MEMORY_MODE_TABLE[mode].words if mode in MEMORY_MODE_TABLE else mode
+            rows += [dict(run_id=rid, series=f"#{rid} on {label} (modeled)", kind=Provenance.MODELED,
+                          memory_mode=mode, device=m["device"], ratio=float(ratio), band=m["band"], epoch=ep,
+                          step=st, train_s=modeled_seconds(t, ratio), **{"recall@20": v})
+                     for ep, st, t, v in points]
+    out = pd.DataFrame(rows, columns=TIME_TO_ACCURACY_COLUMNS)
+    out.attrs["reasons"] = reasons
+    return out
