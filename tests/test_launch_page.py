@@ -236,3 +236,53 @@ def test_distdgl_is_an_engine_checked_inline_and_launched_with_its_request(store
     # the example run stays on this machine whatever the engine says
     page.engine = "lab"
     assert not page.engine_widgets["partitions"].visible and not page.button.disabled
+
+
+def test_run_name_field_names_the_launched_run_and_refuses_bad_names(store):
+    """Launch's name box is RunConfig's ``name`` (the same check as `runs rename`): a bad name is shown
+    under the box and Launch stays disabled; a good one is the stored run's name; empty is no name."""
+    page = page_for(store, **SHAPE)
+    assert page.name_widget.name == "Run name" and page.form.run_name == ""
+    for bad, words in (("a\nb", "control character"), ("   ", "only spaces"), ("x" * 201, "201 characters")):
+        page.form.run_name = bad
+        assert page.button.disabled and page.errors["name"].visible, bad
+        assert words in page.errors["name"].object and "name:" in page.errors["name"].object
+    page.form.run_name = "baseline · 1 layer"
+    assert not page.button.disabled and not page.errors["name"].visible
+    rid = page.launch()
+    assert page.lab.runner.launched[-1].name == "baseline · 1 layer"
+    assert store.get_run(rid)["name"] == "baseline · 1 layer" and "baseline · 1 layer" in page.status_md.object
+    page.form.run_name = ""
+    page.launch()
+    assert page.lab.runner.launched[-1].name is None
+    page.form.set_from(RunConfig(**SHAPE, name="again"))
+    assert page.form.run_name == "again"
+
+
+def test_each_modeled_number_states_its_assumption_in_advises_words(store):
+    """Beside each number of the step-time prediction: its kind and placement as `advise` prints them
+    (memory.advise.assumption_text), and for Memory Mode the DRAM's size and the modeled hit rate
+    (memory.advise.cache_note) of that very projection."""
+    from gnnrec_lab.memory.advise import ALL_IN_DRAM, assumption_text, cache_note, cached_placement
+    from gnnrec_lab.memory.calibrate import host_profile
+    from gnnrec_lab.memory.profiles import load_profiles
+    from gnnrec_lab.memory.tiermodel import ALL_ON_DEVICE, MODE_DEVICES
+    from gnnrec_lab.services.projection import stored_run_step_time
+    _calibrate()
+    ref = _dram_run(store, 1.0)
+    store.record_start(ref, {"steps_per_epoch": 3, "footprint_predicted": {"graph": 3 << 30, "embeddings": 1 << 30}})
+    page = page_for(store, **SHAPE, memory_mode="optane_memory_mode")
+    text = texts(page.predictions())
+    mm = MODE_DEVICES["optane_memory_mode"]
+    st = stored_run_step_time(store, ref, host_profile(measure_if_missing=False), device=mm)
+    cache = load_profiles()[mm].dram_cache_bytes
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"- {mm}:"))
+    assert "(modeled)" in line and assumption_text("modeled", cached_placement(ALL_ON_DEVICE)) in line
+    assert cache_note(cache, st["hit_rate"]) in line and f"hit rate {st['hit_rate']:.3f}" in line
+    ad = MODE_DEVICES["optane_app_direct"]
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"- {ad}:"))
+    assert assumption_text("modeled", ALL_ON_DEVICE) in line and "hit rate" not in line
+    line = next(ln for ln in text.splitlines() if ln.startswith("- this host (DRAM):"))
+    assert assumption_text("measured", ALL_IN_DRAM) in line
+    page.form.placement = {"embeddings": "dram"}
+    assert "[modeled; placement: embeddings kept in DRAM" in texts(page.predictions())

@@ -73,7 +73,7 @@ def _counts(args) -> dict:
 
 
 def run(args) -> int:
-    from gnnrec_lab.memory.advise import GiB, advise
+    from gnnrec_lab.memory.advise import GiB, advise, assumption_text
     from gnnrec_lab.memory.calibrate import load_host_profile
     layers = mf_layers(args.model, args.layers)
     cfg = RunConfig(dataset=args.dataset, model=args.model, layers=layers, dim=args.dim,
@@ -124,7 +124,7 @@ def run(args) -> int:
         if memory_mode_of(mode).measured and not r.get("fits"):
             how = r.get("note", "")
         print(f"  {mode:<20} {r['device']:<30} {ts:>16} {rr:>8} {aod:>14}  {how}  "
-              f"[{r['kind']}; placement: {r['placement_assumption']}]")
+              f"{assumption_text(r['kind'], r['placement_assumption'])}")
     print("  ± on a modeled kernel time: the held-out error of the regimes its modeled traffic falls in "
           "(docs/tier_model.md)")
     for line in low:

@@ -42,12 +42,18 @@ from gnnrec_lab.dashboard.security import launch_policy
 from gnnrec_lab.data import describe, list_datasets
 from gnnrec_lab.distributed.engine import runner_request
 from gnnrec_lab.distributed.spec import MAX_PARTITIONS
+from gnnrec_lab.memory.advise import ALL_IN_DRAM, assumption_text, cache_note, cached_placement
 from gnnrec_lab.memory.placement import file_placed
 from gnnrec_lab.memory.preflight import memory_verdict
 from gnnrec_lab.memory.profiles import load_profiles
 from gnnrec_lab.memory.tiermodel import dram_residency, mode_device, mode_label
 from gnnrec_lab.models.registry import model_options, model_spec
-from gnnrec_lab.services.projection import dram_reference, host_calibration, tier_projection
+from gnnrec_lab.services.projection import (
+    dram_reference,
+    host_calibration,
+    stored_run_step_time,
+    tier_projection,
+)
 from gnnrec_lab.util.errors import ConfigError, UserError
 from gnnrec_lab.util.formatting import fmt_bytes, fmt_ms
 from gnnrec_lab.util.provenance import Provenance
@@ -136,7 +142,11 @@ RunConfigFields = form_class("RunConfigFields", {k: run_field(k) for k in (*FORM
 
 class LaunchForm(RunConfigFields):
     """The launch form's state: :data:`FORM_FIELDS` and the placement, each a parameter made from
-    its RunConfig field (:func:`form_parameter`). ``config``/``error`` follow from the fields."""
+    its RunConfig field (:func:`form_parameter`), and the run's name (RunConfig's ``name``, held as
+    ``run_name``: every Parameterized has a ``name`` of its own). ``config``/``error`` follow from the
+    fields."""
+
+    run_name = param.String(default="", doc=OPTIONS["name"].help)
 
     def __init__(self, **params):
         # the fields and choices as the options hold them now: a model registered after this module
@@ -154,9 +164,10 @@ class LaunchForm(RunConfigFields):
         d["placement"] = {k: v for k, v in (self.placement or {}).items() if v}
         d.update({k: d[k] or None for k in OPTIONAL_TEXT})
         d["fanouts"] = parse_fanouts(d["fanouts"])
+        d["name"] = self.run_name or None   # an empty box: no name
         return d
 
-    @param.depends(*FORM_FIELDS, "placement")
+    @param.depends(*FORM_FIELDS, "placement", "run_name")
     def result(self) -> tuple[Optional[RunConfig], Optional[ConfigError]]:
         """``(config, None)`` when the form is valid, else ``(None, error)``."""
         try:
@@ -169,7 +180,7 @@ class LaunchForm(RunConfigFields):
         values = {k: getattr(config, k) for k in form_fields()}
         values.update({k: values[k] or "" for k in OPTIONAL_TEXT})
         values.update(fanouts=",".join(str(f) for f in config.fanouts))
-        self.param.update(**values, placement=dict(config.placement))
+        self.param.update(**values, placement=dict(config.placement), run_name=config.name or "")
 
 
 def config_from_values(values: dict) -> tuple[Optional[RunConfig], Optional[ConfigError]]:
@@ -259,6 +270,33 @@ def spread_text(ref: dict) -> str:
             f"from other work only ever adds time.")
 
 
+def assumptions(store, run_id: int, df: pd.DataFrame, placement: dict) -> dict:
+    """``{device: what its number assumes}`` for the rows of a tier projection of ``run_id`` (under
+    the form's ``placement``), in the words ``gnnrec-lab advise`` prints beside each memory mode
+    (:func:`~gnnrec_lab.memory.advise.assumption_text`): the kind and the placement, and for a device
+    whose DRAM caches it (Memory Mode) the DRAM's size and the modeled hit rate
+    (:func:`~gnnrec_lab.memory.advise.cache_note`, the projection's own: the profile's DRAM over the
+    run's predicted footprint)."""
+    host, _ = host_calibration()
+    profiles, _ = safe_call(load_profiles, default={})
+    words = df.attrs.get("placement_assumption") or ""
+    out = {}
+    for device, kind in zip(df["device"], df["kind"]):
+        if kind == Provenance.MEASURED:
+            out[device] = assumption_text(kind, ALL_IN_DRAM)
+            continue
+        prof = (profiles or {}).get(device)
+        cache = getattr(prof, "dram_cache_bytes", None) if getattr(prof, "kind", "").endswith("memory_mode") else None
+        if not cache or host is None:
+            out[device] = assumption_text(kind, words)
+            continue
+        st, _ = safe_call(stored_run_step_time, store, run_id, host, device=device, placement=placement or None)
+        hit = (st or {}).get("hit_rate")
+        out[device] = assumption_text(kind, cached_placement(words)) + (
+            f" {cache_note(cache, hit)}" if hit is not None else "")
+    return out
+
+
 def mode_note(memory_mode: str) -> str:
     """The line under the memory-mode widget: measured here, or modeled on which device profile."""
     label, _ = safe_call(mode_label, memory_mode)
@@ -311,9 +349,13 @@ class LaunchPage(pn.viewable.Viewer):
             for cls in TENSOR_CLASSES}
         for w in self.placement_inputs.values():
             w.param.watch(self._placement_changed, "value")
+        name = OPTIONS["name"]
+        self.name_widget = pn.widgets.TextInput.from_param(
+            self.form.param.run_name, name=name.label, description=name.described(), width=250,
+            placeholder="optional (rename later: gnnrec-lab runs rename)", css_classes=["launch-name"])
         self.errors = {k: pn.pane.Markdown("", styles={"color": "#c62828"}, margin=(0, 10), visible=False, width=250,
                                            css_classes=[f"launch-error-{k}"])
-                       for k in list(self.fields) + ["placement", "engine", FORM]}
+                       for k in ["name", *self.fields, "placement", "engine", FORM]}
         self.button = pn.widgets.Button(name="Launch run", button_type="primary", disabled=True,
                                         css_classes=["launch-button"])
         self.button.on_click(self._on_launch)
@@ -324,7 +366,7 @@ class LaunchPage(pn.viewable.Viewer):
         self.mode_note = pn.pane.Markdown(pn.bind(mode_note, self.form.param.memory_mode), width=250, margin=(0, 10))
         self.request: Optional[dict] = None   # the runner's arguments for a DistDGL run (runner_request)
         self.engine_error: Optional[ConfigError] = None   # why the form's DistDGL run cannot be launched
-        self.form.param.watch(self._refresh_validity, list(self.fields) + ["placement"])
+        self.form.param.watch(self._refresh_validity, list(self.fields) + ["placement", "run_name"])
         self.param.watch(self._refresh_validity, ["engine", "partitions"])
         self._refresh_validity()
 
@@ -387,7 +429,8 @@ class LaunchPage(pn.viewable.Viewer):
         except Exception as e:  # the runner failing must not take the page down
             self.message = f"Not launched: {type(e).__name__}: {e}"
         else:
-            self.message = f"Launched run **#{run_id}** — follow it on the **Live** page."
+            named = f" ({config.name})" if config.name else ""
+            self.message = f"Launched run **#{run_id}**{named} — follow it on the **Live** page."
             self.lab.page = "Live"
             self.status_md.object = self.message
             return run_id
@@ -448,14 +491,20 @@ class LaunchPage(pn.viewable.Viewer):
         lines = [spread_text(ref), f"The modeled bars assume **{df.attrs.get('placement_assumption')}** (the "
                                    f"form's placement; `gnnrec-lab advise` also shows the advised split).",
                  MODELED_NOTE]
+        said = assumptions(self.lab.store, ref["run_id"], df, dict(cfg.placement))
         row = df[df["device"] == own] if own else df[df["kind"] == Provenance.MEASURED]
         if not row.empty:
             lines.append(f"This run ({mode_label(cfg.memory_mode, cfg.device_profile)}): "
-                         f"**{fmt_ms(row['seconds'].iloc[0])} kernel time per step ({row['kind'].iloc[0]})**.")
+                         f"**{fmt_ms(row['seconds'].iloc[0])} kernel time per step ({row['kind'].iloc[0]})** "
+                         f"{said.get(row['device'].iloc[0], '')}")
+        each = "\n".join(f"- {d}: {fmt_ms(t)} kernel time per step ({k}) {said.get(d, '')}"
+                         for d, t, k in zip(df["device"], df["seconds"], df["kind"]))
         return pn.Column(
             pn.pane.Markdown("\n\n".join(lines), css_classes=["launch-step-note"], sizing_mode="stretch_width"),
             pn.pane.HoloViews(modeled_bars(df, "device", "seconds", "kernel s per step"),
                               sizing_mode="stretch_width"),
+            pn.pane.Markdown("Each number and what it assumes (in `gnnrec-lab advise`'s words):\n\n" + each,
+                             css_classes=["launch-assumptions"], sizing_mode="stretch_width"),
             sizing_mode="stretch_width")
 
     @param.depends("lab.runs")
@@ -472,8 +521,9 @@ class LaunchPage(pn.viewable.Viewer):
                          self.example_button, sizing_mode="stretch_width")
 
     def __panel__(self):
-        fields = [pn.Column(self.widgets[k], self.errors[k], *([self.mode_note] if k == "memory_mode" else []),
-                            margin=0, width=270) for k in self.fields]
+        fields = [pn.Column(self.name_widget, self.errors["name"], margin=0, width=270)]
+        fields += [pn.Column(self.widgets[k], self.errors[k], *([self.mode_note] if k == "memory_mode" else []),
+                             margin=0, width=270) for k in self.fields]
         # The card's inputs are built into the page when it is first opened: a collapsed card
         # still sends every child to the browser, which slows the first page load.
         placement = pn.Card(title=field_label("placement"), collapsed=True, sizing_mode="stretch_width")

@@ -121,6 +121,24 @@ def recommend_placement(records, host: dict, device: str, fp: dict, dram_bytes: 
 
 # The placement each advise row assumes, in the words every view uses.
 ADVISED_SPLIT = "the advised split"
+ALL_IN_DRAM = "all tensor classes in DRAM"
+
+
+def cached_placement(placement_words: str = tiermodel.ALL_ON_DEVICE) -> str:
+    """A Memory Mode number's placement in words: the classes on the device, which DRAM caches."""
+    return f"{placement_words} (DRAM caches Optane)"
+
+
+def cache_note(dram_bytes: float, hit_rate: float) -> str:
+    """What a Memory Mode number assumes of its DRAM cache: its size and the modeled hit rate (the
+    words ``advise`` prints, and the Launch page beside each such number)."""
+    return f"DRAM ({dram_bytes / GiB:g} GiB) caches Optane; modeled hit rate {hit_rate:.3f}"
+
+
+def assumption_text(kind, placement_words: str) -> str:
+    """``[modeled; placement: ...]``: what kind a number is and the placement it assumes, as ``advise``
+    prints it beside each memory mode (and the Launch page beside each number)."""
+    return f"[{kind}; placement: {placement_words}]"
 
 
 # Step times within this relative difference are a tie (sums in another order differ in the last bits).
@@ -180,15 +198,15 @@ def advise(config, counts: dict, host: dict, dram_gb: float, runtime_bytes: Opti
         if placed == "dram":
             row.update(modeled_kernel_s=base_s, fits=need <= dram_bytes, kind=source["kind"],
                        placement={c: "dram" for c in TENSOR_CLASSES},
-                       placement_assumption="all tensor classes in DRAM")
+                       placement_assumption=ALL_IN_DRAM)
             if need > dram_bytes:
                 row["note"] = f"needs {need / GiB:.2f} GiB, DRAM has {dram_gb:g} GiB: will not fit"
         elif placed == "cache":
             st = project_step(recs, host, dev, footprint=need, dram_cache_bytes=dram_bytes, threads=th)
             row.update(modeled_kernel_s=st["modeled_s"], hit_rate=st["hit_rate"], fits=True, band=st["band"],
                        placement={c: "memory_mode" for c in TENSOR_CLASSES},
-                       placement_assumption=f"{ALL_ON_DEVICE} (DRAM caches Optane)",
-                       note=f"DRAM ({dram_gb:g} GiB) caches Optane; modeled hit rate {st['hit_rate']:.3f}")
+                       placement_assumption=cached_placement(ALL_ON_DEVICE),
+                       note=cache_note(dram_bytes, st["hit_rate"]))
         else:
             recommended = recommend_placement(recs, host, dev, fp, dram_bytes, threads=th)
             row.update(modeled_kernel_s=recommended["modeled_kernel_s"],
