@@ -148,3 +148,25 @@ def test_compare_table_columns_and_csv(store, host):
 def test_significant_digits():
     assert significant(0.13681) == 0.137 and significant(1234.5) == 1230.0 and significant(88.04) == 88.0
     assert significant(float("nan")) != significant(float("nan")) and significant(0.0) == 0.0
+
+
+def test_breakdown_table_downloads_as_it_shows_it(store):
+    from gnnrec_lab.dashboard.breakdown import BreakdownPage
+    rid = dram_run(store)
+    page = BreakdownPage(Lab(store=store, runner=None), run_id=rid)
+    body = pn.panel(page.body())
+    download = body.select(pn.widgets.FileDownload)
+    assert len(download) == 1 and download[0].filename == f"breakdown_run_{rid}.csv"
+    table = body.select(pn.widgets.Tabulator)
+    assert len(table) == 1
+    shown = table[0].value
+    back = pd.read_csv(io.StringIO(download[0].callback().getvalue()))
+    titles = table[0].titles or {}
+    assert list(back.columns) == [titles.get(c, c) for c in shown.columns]
+    assert len(back) == len(shown) and len(back) > 0
+    for c in shown.columns:
+        col = back[titles.get(c, c)]
+        if pd.api.types.is_numeric_dtype(shown[c]):
+            assert list(col) == pytest.approx(list(shown[c].astype(float)), nan_ok=True), c
+        else:
+            assert list(col.fillna("").astype(str)) == list(shown[c].fillna("").astype(str)), c

@@ -39,6 +39,7 @@ from gnnrec_lab.dashboard.common import (
     run_selector,
     safe_call,
 )
+from gnnrec_lab.dashboard.downloads import csv_download, tabulator_csv
 from gnnrec_lab.memory.analysis import ROOFLINE_NOTE, breakdown, roofline_points
 from gnnrec_lab.memory.calibrate import host_profile, load
 from gnnrec_lab.memory.profiles import get_profile, misses_in_flight
@@ -369,8 +370,12 @@ class BreakdownPage(pn.viewable.Viewer):
         if table is None:
             return not_available("Breakdown table (analysis)", why)
         table = table.reset_index() if not isinstance(table.index, pd.RangeIndex) else table
-        return pn.Card(pn.widgets.Tabulator(table, disabled=True, pagination="local", page_size=15,
-                                            sizing_mode="stretch_width"),
+        tab = pn.widgets.Tabulator(table, disabled=True, pagination="local", page_size=15,
+                                   sizing_mode="stretch_width")
+        # the table as it shows it, under its headers (downloads.tabulator_csv); the name is the run's id
+        download = csv_download(lambda: tabulator_csv(tab), f"breakdown_run_{int(self.run_id)}.csv",
+                                "Download the table (CSV)", "breakdown-download")
+        return pn.Card(tab, download,
                        title="Breakdown table (measured)", collapsed=True, sizing_mode="stretch_width")
 
     @param.depends("run_id")

@@ -15,7 +15,6 @@ and Memory Mode times modeled and hatched.
 """
 from __future__ import annotations
 
-import io
 import math
 import threading
 from typing import Optional
@@ -40,6 +39,7 @@ from gnnrec_lab.dashboard.common import (
     status_css,
     tint,
 )
+from gnnrec_lab.dashboard.downloads import csv_download, shown_rows, table_csv
 from gnnrec_lab.memory.tiermodel import fmt_band, modeled_seconds
 from gnnrec_lab.runs.store import TEST_METRICS
 from gnnrec_lab.services.comparison import best_by_depth, full_vs_distributed, time_to_accuracy
@@ -121,13 +121,6 @@ def significant(v, digits: int = SIGNIFICANT) -> float:
     return v if v != v or v in (0.0, float("inf"), float("-inf")) else float(f"{v:.{digits}g}")
 
 
-def table_csv(table: pd.DataFrame, columns, titles: dict) -> str:
-    """The CSV of a table as the page shows it: its index and ``columns`` (in that order) under their
-    ``titles`` (the headers in words, with units), the values as they are in the table."""
-    cols = [c for c in columns if c in table.columns]
-    out = table[cols].rename(columns=titles)
-    out.index.name = titles.get(table.index.name, table.index.name)
-    return out.to_csv()
 
 
 def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
@@ -236,26 +229,15 @@ class ComparePage(pn.viewable.Viewer):
             description="the table's columns; the CSV download holds the same ones")
         self.columns.param.watch(self._show_columns, "value")
         self._show_columns()
-        # the table as shown (its rows, the chosen columns, headers in words with units) as CSV; the
-        # file name is the page's own
-        self.download = pn.widgets.FileDownload(callback=self._csv, filename="compare_runs.csv",
-                                                label="Download the table (CSV)", button_type="default",
-                                                css_classes=["compare-download"], width=260)
+        # the table as shown (its rows, the chosen columns, headers in words with units) as CSV
+        self.download = csv_download(self.csv, "compare_runs.csv", "Download the table (CSV)", "compare-download")
 
     def _show_columns(self, *_):
         self.table.hidden_columns = [c for c in TABLE_COLUMNS if c != "id" and c not in self.columns.value]
 
-    def shown_table(self) -> pd.DataFrame:
-        """The rows the table shows (its header filters and sort applied) with every column."""
-        view = getattr(self.table, "current_view", None)
-        return view if isinstance(view, pd.DataFrame) else self.table.value
-
     def csv(self) -> str:
-        """The CSV download: :func:`table_csv` of the rows shown, the chosen columns."""
-        return table_csv(self.shown_table(), self.columns.value, TABLE_TITLES)
-
-    def _csv(self):
-        return io.StringIO(self.csv())
+        """The CSV download: the rows the table shows, the chosen columns in the chooser's order."""
+        return table_csv(shown_rows(self.table), TABLE_TITLES, self.columns.value)
 
     def refresh(self):
         """Re-read the run table (the Refresh button): every page that lists runs follows."""
