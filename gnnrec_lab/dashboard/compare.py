@@ -68,7 +68,7 @@ TABLE_TITLES.update({"id": "Run", "status": "Status", "device": "Device (modeled
                      "step_ms": "Step ms (measured)", "modeled_step_ms": "Step ms (modeled)",
                      "kernel_ms": "Kernel time ms (measured)", "modeled_kernel_ms": "Kernel time ms (modeled)",
                      "train_s": "Training s (measured)", "modeled_train_s": "Training s (modeled)",
-                     "band": "± (modeled step, training / kernel time)", "confidence": "Confidence (modeled)",
+                     "band": "± (modeled: step, training / kernel)", "confidence": "Confidence (modeled)",
                      "startup_s": "Start-up (s)", "jit_s": "JIT compile (s)",
                      "duration_s": "Duration (s)", "best_valid_recall@20": "Best valid Recall@20",
                      "last_step": "Last step", "created": "Created (UTC)",
@@ -79,8 +79,12 @@ TABLE_TITLES.update({f"test_{m}": "Test " + _METRIC_WORDS[m.split("@")[0]] + "@"
 # The columns the table shows at first (the chooser above it offers every one): identity, the memory
 # mode, measured and modeled times with the ± and confidence of the modeled ones, the shape and the
 # accuracy, few enough that the page holds them without a horizontal scroll.
-DEFAULT_COLUMNS = ["name", "status", "memory_mode", "step_ms", "modeled_step_ms", "train_s", "modeled_train_s",
-                   "band", "confidence", "dataset", "model", "layers", "batch_size", "best_valid_recall@20"]
+DEFAULT_COLUMNS = ["name", "status", "memory_mode", "step_ms", "modeled_step_ms", "kernel_ms", "modeled_kernel_ms",
+                   "train_s", "modeled_train_s", "band", "confidence", "dataset", "layers", "best_valid_recall@20"]
+# Columns narrower than the share fit_columns gives each (px): a short number under a short header.
+NARROW = {"id": 42, "layers": 72, "dim": 55, "batch_size": 70, "last_step": 60}
+# the headers a little smaller than the cells: "(measured)" fits a column of a 1400-pixel window
+TABLE_CSS = ":host .tabulator .tabulator-col .tabulator-col-title { font-size: 0.8em; }"
 # Float columns other than the ms ones (rounded as sentences print them, ms_value) shown to this
 # many significant digits.
 SIGNIFICANT = 3
@@ -159,7 +163,7 @@ def epoch_seconds(store, runs: pd.DataFrame) -> pd.DataFrame:
 
 def table_height(runs: pd.DataFrame, page_size: int = 20) -> int:
     """Pixels for the run table: its rows (a page of them at most), the headers and the pager."""
-    return 130 + 34 * max(1, min(page_size, 0 if runs is None else len(runs)))
+    return 240 + 34 * max(1, min(page_size, 0 if runs is None else len(runs)))   # headers wrap: 4 lines
 
 
 def epoch_scatter(es: pd.DataFrame, x: str, title: str, logx: bool = False):
@@ -219,7 +223,10 @@ class ComparePage(pn.viewable.Viewer):
         self.table = pn.widgets.Tabulator(
             pn.bind(runs_table, lab.param.runs), selectable="checkbox", pagination="remote", page_size=20,
             header_filters=True, disabled=True, sizing_mode="stretch_width",
-            height=pn.bind(table_height, lab.param.runs), show_index=True, titles=TABLE_TITLES)
+            height=pn.bind(table_height, lab.param.runs), show_index=True, titles=TABLE_TITLES,
+            # the chosen columns share the page's width, their headers wrapped: no horizontal scroll
+            layout="fit_columns", widths=dict(NARROW), configuration={"columnDefaults": {"headerWordWrap": True}},
+            stylesheets=[TABLE_CSS])
         self.table.style.map(status_css, subset=["status"])   # diverged, failed, oom in red
         self.table.param.watch(self._selection, "selection")
         # which columns the table shows (every one is offered; the index, the run id, always shows)
@@ -346,7 +353,9 @@ class ComparePage(pn.viewable.Viewer):
             return not_available("Compare (run store)", self.lab.store_reason)
         refresh = pn.widgets.Button(name="Refresh", width=100)
         refresh.on_click(lambda e: self.refresh())
-        return pn.Column(pn.Row("## Compare runs", refresh), self.columns, self.table, self.download,
+        # the chooser and the download under the table they act on
+        return pn.Column(pn.Row("## Compare runs", refresh), self.table,
+                         pn.Row(self.columns, self.download, sizing_mode="stretch_width"),
                          self.overlays, self.accuracy, self.scaling, self.distributed, sizing_mode="stretch_width")
 
 
@@ -374,7 +383,7 @@ def time_to_accuracy_chart(df: pd.DataFrame):
     return hv.Overlay(layers).opts(title="Time to accuracy: validation Recall@20 vs training time "
                                          "(solid measured, dashed modeled)",
                                    xlabel="training time, s", ylabel="validation Recall@20", responsive=True,
-                                   height=340, legend_position="right", tools=["hover"])
+                                   height=420, legend_position="right", tools=["hover"])
 
 
 # -- full graph vs DistDGL by depth (issue 20) --------------------------------------------------------
