@@ -36,7 +36,9 @@ configs = st.builds(
     optimizer=st.sampled_from(["adam", "sgd", "lamb"]),
     topk=st.lists(st.integers(1, 100), min_size=1, max_size=3).map(tuple),
     target_recall=st.none() | st.floats(0.01, 1.0), placement=st.sampled_from([{}, {"embeddings": "dram"}]),
-    name=st.none() | st.text(max_size=20))
+    # any name RunConfig takes (check_run_name): no control characters, not blank
+    name=st.none() | st.text(st.characters(blacklist_categories=("Cc", "Zl", "Zp", "Cs")), max_size=20).filter(
+        lambda s: s == "" or s.strip()))
 
 
 @SETTINGS

@@ -547,8 +547,7 @@ class RunConfig:
     name: Optional[str] = option(None, None, Parsed(_run_name, breaks=(5, "  ", "x" * (RUN_NAME_MAX + 1), "a\nb",
                                                                   "a\x1b[31mb")),
         label="Run name",
-        help=f"free-form label stored with the run, up to {RUN_NAME_MAX} characters, no control characters "
-             f"(`gnnrec-lab runs rename ID NAME` changes it later)",
+        help=f"free-form label stored with the run, up to {RUN_NAME_MAX} characters, no control characters",
         unset="none")
 
     # the models' own options (MODEL_OPTIONS), name -> value, every declared one present
