@@ -181,3 +181,16 @@ def test_cli_delete_yes_unknown_and_running(home, capsys):
     assert rc == 0 and Store().run_ids() == [live]
     rc, out, err = run_cli(["runs", "delete", "abc", "--yes"], capsys)
     assert rc != 0 and "expected a run id" in err
+
+
+def test_cli_delete_a_run_whose_worker_is_gone(home, capsys):
+    """A row left 'running' by a worker that died is recovered first, then deleted like any other."""
+    import subprocess
+    import sys
+    s = Store()
+    rid = _filled_run(s, "orphan", status=RunStatus.RUNNING)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    s.set_fields(rid, pid=dead.pid, pid_start=None)
+    rc, out, err = run_cli(["runs", "delete", rid, "--yes"], capsys)
+    assert rc == 0 and Store().run_ids() == [], (out, err)

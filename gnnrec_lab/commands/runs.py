@@ -369,6 +369,7 @@ def main(args) -> int:
     if action == "rename":
         return _rename(store, args)
     if action == "delete":
+        _recover(store)   # a run whose worker is gone is no longer running: it may be deleted
         return _delete(store, args)
     store.get_run(args.id)  # unknown id -> UserError, one line
     if action == "show":
