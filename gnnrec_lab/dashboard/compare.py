@@ -3,10 +3,13 @@
 The table is a Tabulator (header filters, sort, checkbox selection) paged on the
 server, so a store with hundreds of runs loads quickly. Its times are the run's
 measured parts (``Store.runs_frame``): the mean training step, the training steps (what runs are
-compared by), startup and kernel JIT apart, and the whole wall time, rounded to 0.1 s; beside the
-step and training times of a modeled memory mode, the same times *modeled* on its device
-(``tiermodel.modeled_seconds``, as ``gnnrec-lab runs`` shows them). Selecting rows overlays
-their loss and validation Recall@20 curves, each run in its one colour. Two scatter plots show
+compared by), startup and kernel JIT apart, and the whole wall time, to 3 significant digits
+(milliseconds as sentences print them); beside the step and training times of a modeled memory mode,
+the same times *modeled* on its device (``tiermodel.modeled_seconds``, as ``gnnrec-lab runs`` shows
+them). A chooser under the table picks its columns (:data:`DEFAULT_COLUMNS` first) and a button
+downloads what it shows as CSV. Selecting rows overlays their loss and validation Recall@20 curves,
+each run in its one colour, and draws their time to accuracy (validation Recall@20 against training
+time, measured and modeled per memory mode, :func:`time_to_accuracy_chart`). Two scatter plots show
 the mean epoch time of every finished run (measured, and modeled for a modeled memory mode)
 against batch size and against depth, coloured by memory mode and dataset. "Full graph vs DistDGL"
 shows time to target and epoch time by depth for full-graph training on one machine and DistDGL on
@@ -59,8 +62,6 @@ TABLE_COLUMNS = ["id", "name", "status", "memory_mode", "step_ms", "modeled_step
                  "dataset", "model", "layers", "dim", "batch_size", "device",
                  "startup_s", "jit_s", "duration_s", "best_valid_recall@20",
                  *[f"test_{m}" for m in TEST_METRICS], "last_step", "load", "created"]
-TIME_COLUMNS = ("train_s", "modeled_train_s", "startup_s", "jit_s", "duration_s", "step_ms", "modeled_step_ms",
-                "kernel_ms", "modeled_kernel_ms")
 # Column headers in words (the columns keep their names): a config field's label from
 # config.FIELD_DOCS without its parenthesis, the rest named here.
 TABLE_TITLES = {c: field_label(c).split(" (")[0] for c in TABLE_COLUMNS if c in FIELD_DOCS}
