@@ -24,7 +24,7 @@ from gnnrec_lab.dashboard.compare import (
 from gnnrec_lab.dashboard.fake import fake_records
 from gnnrec_lab.memory.tiermodel import MODE_DEVICES
 from gnnrec_lab.services.comparison import time_to_accuracy
-from gnnrec_lab.services.projection import modeled_runs_frame, stored_run_step_time
+from gnnrec_lab.services.projection import dram_run_modes, modeled_runs_frame
 from gnnrec_lab.util.provenance import Provenance
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
@@ -73,10 +73,13 @@ def test_measured_points_are_the_runs_evaluations_and_modeled_ones_their_times_s
     assert measured["ratio"].isna().all()
     modeled = mine[mine["kind"] == Provenance.MODELED]
     assert set(modeled["memory_mode"]) == set(MODE_DEVICES)   # every modeled memory mode
+    # the ratios of the one projection of a DRAM run's memory modes every view shows
+    modes = dram_run_modes(store, rid, host).set_index("memory_mode")
     for mode, g in modeled.groupby("memory_mode"):
-        ratio = stored_run_step_time(store, rid, host, device=MODE_DEVICES[mode])["ratio"]
+        ratio = modes.loc[mode, "ratio"]
         assert ratio > 1.0   # a slower tier: a modeled point later than its measured one
         assert g["device"].iloc[0] == MODE_DEVICES[mode] and g["ratio"].iloc[0] == pytest.approx(ratio)
+        assert g["band"].iloc[0] == pytest.approx(modes.loc[mode, "band_step"])
         assert list(g["train_s"]) == pytest.approx([t * ratio for t, _ in EVALS])
         assert list(g["recall@20"]) == [r for _, r in EVALS]   # the accuracy is the run's own
         assert g["series"].iloc[0].endswith("(modeled)") and f"#{rid} on " in g["series"].iloc[0]
@@ -101,6 +104,8 @@ def test_a_modeled_mode_run_uses_its_own_ratio_for_its_mode(store, host):
     df = time_to_accuracy(store, [rid], host=host, own_ratios={rid: 3.0})
     cxl = df[(df["kind"] == Provenance.MODELED) & (df["memory_mode"] == "cxl")]
     assert list(cxl["train_s"]) == pytest.approx([3.0 * t for t, _ in EVALS])
+    assert set(df.loc[df["kind"] == Provenance.MODELED, "memory_mode"]) == {"cxl"}   # its own mode only
+    assert set(time_to_accuracy(store, [rid], host=host)["kind"]) == {Provenance.MEASURED}   # no ratio: none
     measured = df[df["kind"] == Provenance.MEASURED]
     assert list(measured["train_s"]) == [t for t, _ in EVALS] and set(measured["memory_mode"]) == {"cxl"}
 

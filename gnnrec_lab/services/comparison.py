@@ -24,10 +24,10 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE
+from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE, memory_mode_of
 from gnnrec_lab.memory.tiermodel import MODE_DEVICES, model_band, modeled_seconds
 from gnnrec_lab.runs.record import StoredResult, section
-from gnnrec_lab.services.projection import stored_run_step_time
+from gnnrec_lab.services.projection import dram_run_modes, stored_run_step_time
 from gnnrec_lab.training.step import target_outcome
 from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.provenance import Provenance
@@ -457,22 +457,30 @@ def time_to_accuracy(store, run_ids, host: Optional[dict] = None, modes=None, me
       split ``valid``) at the training seconds elapsed when each was taken (``elapsed_s``: the
       training steps' time, evaluation excluded), as measured on this host (``memory_mode`` the
       run's, ``device`` "this host (DRAM)": a modeled memory mode's kernels run on DRAM here too);
-    * with ``host`` (this host's calibration), one *modeled* series per memory mode of ``modes``
-      (default: every modeled mode, :data:`~gnnrec_lab.memory.tiermodel.MODE_DEVICES`): the same
-      evaluations at the training time scaled by the run's modeled/measured step ratio on that mode's
-      device (:func:`full_graph_modeled`, :func:`~gnnrec_lab.memory.tiermodel.modeled_seconds`), with
-      its ``band`` (+- fraction). The accuracy is the run's own: the model learns the same on any
-      memory, only the time moves. ``own_ratios``: ``{run id: ratio}``, the ratio a run in a modeled
-      memory mode carries in the run table (``modeled_ratio``, every view's), used for its own mode.
+    * with ``host`` (this host's calibration), for an ended DRAM run one *modeled* series per memory
+      mode of ``modes`` (default: every modeled mode): the same evaluations at the training time
+      scaled by the run's modeled/measured step ratio on that mode's device, from the projection of
+      the run's memory modes every view shows
+      (:func:`~gnnrec_lab.services.projection.dram_run_modes`), with its step ``band`` (+- fraction);
+      for a run in a modeled memory mode, its own mode's series at the ratio the run table carries
+      (``own_ratios``: ``{run id: modeled_ratio}``, every view's). The accuracy is the run's own: the
+      model learns the same on any memory, only the time moves.
 
-    ``attrs["reasons"]`` lists the projections that failed (run, mode, why)."""
-    modes = tuple(MODE_DEVICES) if modes is None else tuple(modes)
+    ``attrs["reasons"]`` lists what could not be modeled (run, mode, why)."""
+    wanted = None if modes is None else set(modes)
     own_ratios = own_ratios or {}
     ids = [int(r) for r in run_ids]
     ev = store.evals_frame(ids) if ids else pd.DataFrame(columns=["run_id", "split", "metric"])
     if len(ev):
         ev = ev[(ev["split"] == "valid") & (ev["metric"].str.lower() == metric.lower())]
     rows, reasons = [], []
+
+    def series(rid, points, mode, device, ratio, band):
+        label = MEMORY_MODE_TABLE[mode].words if mode in MEMORY_MODE_TABLE else mode
+        return [dict(run_id=rid, series=f"#{rid} on {label} (modeled)", kind=Provenance.MODELED, memory_mode=mode,
+                     device=device, ratio=float(ratio), band=band, epoch=ep, step=st,
+                     train_s=modeled_seconds(t, ratio), **{"recall@20": v}) for ep, st, t, v in points]
+
     for rid in ids:
         e = ev[ev["run_id"] == rid].sort_values(["elapsed_s", "step"], kind="stable") if len(ev) else ev
         if e.empty:
@@ -485,24 +493,29 @@ def time_to_accuracy(store, run_ids, host: Optional[dict] = None, modes=None, me
                       **{"recall@20": v}) for ep, st, t, v in points]
         if host is None:
             continue
-        # a projection is kept once made (full_graph_modeled): made when the run has all its records
-        if rec.status is None or not rec.status.is_terminal:
+        if rec.status is None or not rec.status.is_terminal:   # its records are not all in yet
             reasons.append((rid, "every modeled mode", f"run {rid} is {rec.status}: modeled once it has ended"))
             continue
-        for mode, m in full_graph_modeled(store, rid, host, modes).items():
-            if "reason" in m:
-                reasons.append((rid, mode, m["reason"]))
+        if not memory_mode_of(rec.config).measured:   # a modeled memory mode: its own, at the table's ratio
+            ratio = own_ratios.get(rid)
+            if ratio is None or ratio != ratio:
+                reasons.append((rid, own, "no modeled step ratio stored yet"))
+            elif wanted is None or own in wanted:
+                rows += series(rid, points, own, MODE_DEVICES.get(own), ratio, None)
+            continue
+        try:
+            frame = dram_run_modes(store, rid, host)
+        except Exception as e:   # noqa: BLE001 - the chart shows why instead of the series
+            reasons.append((rid, "every modeled mode", f"{type(e).__name__}: {e}"))
+            continue
+        for m in frame.to_dict("records"):
+            if m["kind"] != Provenance.MODELED or (wanted is not None and m["memory_mode"] not in wanted):
                 continue
-            ratio = own_ratios.get(rid) if mode == own and own_ratios.get(rid) == own_ratios.get(rid) else None
-            ratio = ratio if ratio is not None else m["ratio"]
-            if ratio is None:
-                reasons.append((rid, mode, "no modeled step ratio"))
+            if m["ratio"] != m["ratio"]:
+                reasons.append((rid, m["memory_mode"], m.get("reason") or "no modeled step ratio"))
                 continue
-            label = MEMORY_MODE_TABLE[mode].words if mode in MEMORY_MODE_TABLE else mode
-            rows += [dict(run_id=rid, series=f"#{rid} on {label} (modeled)", kind=Provenance.MODELED,
-                          memory_mode=mode, device=m["device"], ratio=float(ratio), band=m["band"], epoch=ep,
-                          step=st, train_s=modeled_seconds(t, ratio), **{"recall@20": v})
-                     for ep, st, t, v in points]
+            band = m["band_step"] if m["band_step"] == m["band_step"] else None
+            rows += series(rid, points, m["memory_mode"], m["device"], m["ratio"], band)
     out = pd.DataFrame(rows, columns=TIME_TO_ACCURACY_COLUMNS)
     out.attrs["reasons"] = reasons
     return out
