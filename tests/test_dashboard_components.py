@@ -257,9 +257,29 @@ def test_modeled_bars_mark_every_modeled_bar():
     df = pd.DataFrame({"device": ["host", "optane", "cxl"], "seconds": [1.0, 3.0, 2.0],
                        "kind": ["measured", "modeled", "modeled"]})
     plot = modeled_bars(df, "device", "seconds", "s per step")
-    bars = plot.Bars.I.data
+    bars = plot.data
     assert list(bars["hatch"]) == [" ", "/", "/"]
-    assert plot.Labels.I.data["label"].tolist() == ["measured", "modeled", "modeled"]
+    # each bar says its value, in ms (the unit every sentence uses), and its kind
+    assert bars["label"].tolist() == ["1,000 ms measured", "3,000 ms modeled", "2,000 ms modeled"]
+    assert list(bars["ms"]) == [1000.0, 3000.0, 2000.0]
+
+
+def test_modeled_bars_mark_the_selected_mode_and_lie_flat():
+    """Issue 51: the bars had no values, an axis in seconds, overlapping names and no mark for the
+    mode chosen. Names now sit one per row (horizontal bars), the chosen mode's bar is outlined and
+    labelled."""
+    import holoviews as hv
+
+    from gnnrec_lab.dashboard.common import CHOSEN_MARK
+    df = pd.DataFrame({"device": ["host", "optane_pmem100_appdirect_6x"], "seconds": [0.0131, 0.0437],
+                       "kind": ["measured", "modeled"], "band": [None, 0.05], "chosen": [False, True]})
+    plot = modeled_bars(df, "device", "seconds", "kernel s per step")
+    assert plot.data["label"].tolist() == ["13.1 ms measured", f"43.7 ms modeled ±5%  {CHOSEN_MARK}"]
+    assert list(plot.data["line"]) == ["white", "black"]
+    fig = hv.render(plot)
+    assert fig.xaxis.axis_label == "kernel ms per step" and "ms" in fig.title.text
+    assert fig.y_range.factors == ["host", "optane_pmem100_appdirect_6x"] or \
+        set(fig.y_range.factors) == {"host", "optane_pmem100_appdirect_6x"}      # names on the vertical axis
 
 
 def test_breakdown_page_renders_fake_run(store):
@@ -880,7 +900,7 @@ def test_hatching_alone_marks_modeled_bars(store):
     hatched in phase colours: colour no longer says modeled, hatching does."""
     from gnnrec_lab.dashboard.common import MODELED_NOTE
     df = pd.DataFrame({"device": ["host", "optane"], "seconds": [1.0, 3.0], "kind": ["measured", "modeled"]})
-    bars = modeled_bars(df, "device", "seconds", "s per step").Bars.I.data
+    bars = modeled_bars(df, "device", "seconds", "s per step").data
     assert bars["color"].nunique() == 1 and list(bars["hatch"]) == [" ", "/"]
     assert "orange" not in MODELED_NOTE and "blue" not in MODELED_NOTE and "Hatched = **modeled**" in MODELED_NOTE
     _calibrate()
@@ -1122,9 +1142,9 @@ def test_breakdown_footprint_bars_read_on_a_log_axis_with_their_sizes_and_kinds_
     df = pd.DataFrame({"device": ["host", "optane"], "seconds": [1.0, 3.0], "kind": ["measured", "modeled"]})
     plot = hv.render(modeled_bars(df, "device", "seconds", "s per step"))
     labels = [r for r in plot.renderers if isinstance(r.glyph, TextGlyph)][0]
-    assert labels.glyph.text_baseline == "bottom"
-    assert all(y > v for y, v in zip(labels.data_source.data["y"], df["seconds"]))   # above the bar tops
-    assert plot.y_range.end > df["seconds"].max() * 1.1
+    assert labels.glyph.text_align == "left"                                  # past the bar ends
+    assert all(x > v * 1e3 for x, v in zip(labels.data_source.data["x"], df["seconds"]))
+    assert plot.x_range.end > df["seconds"].max() * 1e3 * 1.1
 
 
 class _Epochs:

@@ -40,7 +40,7 @@ from gnnrec_lab.dashboard.common import (
     safe_call,
 )
 from gnnrec_lab.dashboard.downloads import csv_download, tabulator_csv
-from gnnrec_lab.memory.analysis import ROOFLINE_NOTE, breakdown, roofline_points
+from gnnrec_lab.memory.analysis import BOUND_NOTE, ROOFLINE_NOTE, breakdown, roofline_points
 from gnnrec_lab.memory.calibrate import host_profile, load
 from gnnrec_lab.memory.profiles import get_profile, misses_in_flight
 from gnnrec_lab.memory.tiermodel import LOW, fmt_band, mode_device
@@ -238,6 +238,42 @@ def footprint_bars(fp: pd.DataFrame, dram: Optional[float] = None):
     return fig
 
 
+def sig3(v) -> float:
+    """``v`` to 3 significant digits (NaN and inf as they are): ``0.896906`` -> ``0.897``."""
+    v = float(v)
+    if not math.isfinite(v) or v == 0:
+        return v
+    return round(v, 2 - int(math.floor(math.log10(abs(v)))))
+
+
+#: The Breakdown table's columns: (header with its unit, analysis.breakdown column, scale). Per-step
+#: columns divide the run's total by its steps; "whole run" ones are the totals.
+TABLE_COLUMNS = (("calls (whole run)", "calls", None), ("time, ms per step", "seconds", "ms/step"),
+                 ("time, s (whole run)", "seconds", 1.0), ("share of kernel time, %", "share", 100.0),
+                 ("MB moved per step", "bytes", "MB/step"), ("random MB per step", "random_bytes", "MB/step"),
+                 ("GFLOP per step", "flops", "G/step"), ("GB/s", "GBps", 1.0), ("GFLOP/s", "GFLOPs", 1.0),
+                 ("flop/byte", "intensity", 1.0), ("roofline bound, ms per step", "bound_seconds", "ms/step"),
+                 ("% of bound", "pct_of_bound", 1.0))
+
+
+def breakdown_table(table: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """``analysis.breakdown``'s frame as the page shows it: units in the headers, 3 significant
+    digits, per-step values in ms (or MB, GFLOP) per step over ``steps`` steps, whole-run totals
+    labelled so, a plain row number (no second index)."""
+    steps = max(1, int(steps))
+    scale = {"ms/step": 1e3 / steps, "MB/step": 1e-6 / steps, "G/step": 1e-9 / steps}
+    out = pd.DataFrame({"kernel": table["kernel"].astype(str).values, "phase": table["phase"].astype(str).values})
+    for head, col, how in TABLE_COLUMNS:
+        if col not in table:
+            continue
+        v = table[col].astype(float)
+        if how is None:
+            out[head] = v.round().astype("Int64").values
+        else:
+            out[head] = [sig3(x) for x in v * (scale[how] if isinstance(how, str) else how)]
+    return out
+
+
 def newest_finished(runs: pd.DataFrame):
     """The run the Breakdown page shows until one is chosen: the newest finished, else the newest."""
     if runs is None or runs.empty or "status" not in runs.columns:
@@ -369,13 +405,17 @@ class BreakdownPage(pn.viewable.Viewer):
         table, why = safe_call(breakdown, kernels, host=host)
         if table is None:
             return not_available("Breakdown table (analysis)", why)
-        table = table.reset_index() if not isinstance(table.index, pd.RangeIndex) else table
-        tab = pn.widgets.Tabulator(table, disabled=True, pagination="local", page_size=15,
-                                   sizing_mode="stretch_width")
+        steps = int(kernels["step"].nunique()) if "step" in kernels else 1
+        tab = pn.widgets.Tabulator(breakdown_table(table, steps), disabled=True, show_index=False,
+                                   pagination="local", page_size=15, sizing_mode="stretch_width",
+                                   css_classes=["breakdown-table"])
         # the table as it shows it, under its headers (downloads.tabulator_csv); the name is the run's id
         download = csv_download(lambda: tabulator_csv(tab), f"breakdown_run_{int(self.run_id)}.csv",
                                 "Download the table (CSV)", "breakdown-download")
-        return pn.Card(tab, download,
+        return pn.Card(pn.pane.Markdown(f"Per-step columns are the run's totals over its {steps:,} recorded steps "
+                                        f"divided by {steps:,}; \"whole run\" columns are the totals. "
+                                        f"{BOUND_NOTE}.", css_classes=["breakdown-table-note"]),
+                       tab, download,
                        title="Breakdown table (measured)", collapsed=True, sizing_mode="stretch_width")
 
     @param.depends("run_id")

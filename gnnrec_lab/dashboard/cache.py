@@ -36,7 +36,15 @@ from gnnrec_lab.cache.study import AUTO_CAPACITY, run_study
 from gnnrec_lab.config.run import (
     SIMULATED_CACHE_POLICIES,
 )
-from gnnrec_lab.dashboard.common import PALETTE, Lab, error_note, not_available, safe_call
+from gnnrec_lab.dashboard.common import (
+    Lab,
+    error_note,
+    not_available,
+    policy_color,
+    policy_marks,
+    safe_call,
+    size_color,
+)
 from gnnrec_lab.dashboard.forms import dataclass_fields, form_class, form_widgets
 from gnnrec_lab.data import list_datasets, load
 from gnnrec_lab.graph.bipartite import BipartiteGraph
@@ -204,6 +212,16 @@ def auto_text(out: "SimOutcome") -> str:
             f"{int(out.trace_info.get('max_rows_per_batch') or 0):,} distinct rows to 90% of the table.")
 
 
+def policy_curve(g: pd.DataFrame, x: str, y, policy: str) -> list:
+    """A cache policy's line and points in its colour of every page (:func:`~.palettes.policy_color`),
+    dash and marker (:func:`~.palettes.policy_marks`): curves that coincide (the oracle at a long
+    look-ahead on Belady's ceiling) stay told apart by dash and marker."""
+    import holoviews as hv
+    color, (dash, marker) = policy_color(policy), policy_marks(policy)
+    return [hv.Curve(g, x, y, label=policy).opts(color=color, line_dash=dash, line_width=2),
+            hv.Scatter(g, x, y, label=policy).opts(color=color, marker=marker, size=8 if marker == "x" else 6)]
+
+
 def _why(why: str, x: float, y: float):
     """A reason drawn in the middle of an empty chart, wrapped to fit it."""
     import textwrap
@@ -217,10 +235,8 @@ def hit_rate_plot(curves: pd.DataFrame, why: Optional[str] = None):
     opts = dict(responsive=True, height=300, xlabel="cache size (% of rows)", ylabel="hit rate (modeled)",
                 ylim=(0, 1.02), tools=["hover"], title="Hit rate vs cache size (simulated)",
                 legend_position="right")
-    els = [hv.Curve(g, "capacity_pct", "hit_rate", label=str(p)) * hv.Scatter(g, "capacity_pct", "hit_rate",
-                                                                              label=str(p)).opts(size=6)
-           for p, g in curves.groupby("policy", sort=False)]
-    els = [e for ov in els for e in ov]
+    els = [e for p, g in curves.groupby("policy", sort=False)
+           for e in policy_curve(g, "capacity_pct", "hit_rate", str(p))]
     if why:
         els.append(_why(why, 50, 0.5))
         opts["xlim"] = (0, 100)
@@ -234,10 +250,8 @@ def bytes_plot(curves: pd.DataFrame, why: Optional[str] = None):
     opts = dict(responsive=True, height=300, xlabel="cache size (% of rows)",
                 ylabel="slow-tier MiB read (modeled)", tools=["hover"], legend_position="right",
                 title="Slow-tier MiB read (modeled)")
-    els = [hv.Curve(g, "capacity_pct", ["read_MiB", "written_MiB"], label=str(p)).opts(line_dash="dashed")
-           * hv.Scatter(g, "capacity_pct", ["read_MiB", "written_MiB"], label=str(p)).opts(size=6)
-           for p, g in curves.groupby("policy", sort=False)]
-    els = [e for ov in els for e in ov]
+    els = [e for p, g in curves.groupby("policy", sort=False)
+           for e in policy_curve(g, "capacity_pct", ["read_MiB", "written_MiB"], str(p))]
     if why:
         top = float(curves["read_MiB"].max()) if len(curves) else 1.0
         els.append(_why(why, 50, top / 2 if top == top and top > 0 else 0.5))
@@ -254,7 +268,7 @@ def lookahead_plot(la: pd.DataFrame, why: Optional[str] = None):
                 title="Look-ahead oracle: hit rate vs L (dotted = Belady ceiling)")
     els = []
     for i, (size, g) in enumerate(la.groupby("size", sort=False)):
-        color = PALETTE[i % len(PALETTE)]        # a size's oracle curve and its Belady ceiling alike
+        color = size_color(i)        # a size's oracle curve and its Belady ceiling alike
         els.append(hv.Curve(g, "lookahead", "hit_rate", label=size).opts(color=color))
         els.append(hv.Scatter(g, "lookahead", "hit_rate", label=size).opts(size=6, color=color))
         els.append(hv.Curve(g, "lookahead", "belady_hit_rate", label=size).opts(line_dash="dotted", alpha=0.6,

@@ -20,6 +20,21 @@ import panel as pn
 import param
 
 from gnnrec_lab.config.memory_modes import mode_look
+from gnnrec_lab.dashboard.palettes import (  # noqa: F401  (the pages import them from here)
+    BAR_COLOR,
+    KERNEL_COLORS,
+    LOSS_COLOR,
+    PHASE_COLORS,
+    category_color,
+    kernel_color,
+    kernel_name,
+    metric_color,
+    phase_color,
+    policy_color,
+    policy_marks,
+    run_color,
+    size_color,
+)
 from gnnrec_lab.dashboard.security import launch_policy
 from gnnrec_lab.memory.preflight import footprint_error
 from gnnrec_lab.memory.tiermodel import LOW, fmt_band, mode_device
@@ -29,29 +44,11 @@ from gnnrec_lab.util.errors import UserError
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.status import RunStatus
 
-# One colour rule for every plot: a phase, a kernel, a run and a memory mode (its table's colour:
-# config.memory_modes) each keep one colour on every page and for every run; hatching (never
-# colour) is what marks a bar as modeled.
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
-           "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
-PHASE_COLORS = {"forward": "#1f77b4", "backward": "#ff7f0e", "loss": "#2ca02c", "optimizer": "#d62728",
-                "sampling": "#9467bd", "evaluation": "#8c564b", "other": "#7f7f7f"}
-# Every kernel the models record has its own entry (none shares a colour); the fallback for a name
-# not listed draws from colours no listed kernel has (:func:`kernel_color`).
-KERNEL_COLORS = {"spmm": "#1f77b4", "sddmm": "#aec7e8", "gather": "#17becf", "scatter": "#9edae5",
-                 "bpr_loss": "#2ca02c", "l2_reg": "#98df8a", "adam": "#d62728", "sparse_adam": "#ff9896",
-                 "sgd": "#c49c94", "bpr_sample": "#9467bd", "sample_wait": "#c5b0d5",
-                 "sample_subgraph": "#e377c2", "row_fetch": "#8c564b", "row_writeback": "#bcbd22",
-                 # NGCF's kernels and the remaining registered ones (Category20b's darker shades)
-                 "gemm": "#393b79", "spmm_edge": "#5254a3", "sddmm_mul": "#6b6ecf", "sddmm_dot": "#9c9ede",
-                 "add": "#637939", "bias_leaky_relu": "#8ca252", "concat": "#8c6d31", "l2_normalize": "#bd9e39",
-                 "scatter_add": "#843c39", "permute": "#ad494a", "adamw": "#7b4173",
-                 "other": "#7f7f7f"}
-_KERNEL_FALLBACK = tuple(c for c in PALETTE + ("#cedb9c", "#e7cb94", "#e7969c", "#a55194", "#ce6dbd", "#de9ed6")
-                         if c not in set(KERNEL_COLORS.values()))
-# Bars whose colour has no meaning of its own (one device, one tensor class): one neutral colour.
-BAR_COLOR = "#4c72b0"
+# One colour rule for every plot: a phase, a kernel, a run, a memory mode (its table's colour:
+# config.memory_modes), a cache policy and a metric each keep one colour on every page and for every
+# run, and no colour names two of them (:mod:`.palettes`, where every palette lives); hatching
+# (never colour) is what marks a bar as modeled.
+
 # How a bar says where its number comes from, on every page: one colour, solid when measured,
 # hatched when modeled (HoloViews has no hatch option: :func:`hatch_hook` sets it).
 BAR_STYLES = {Provenance.MEASURED: dict(color=BAR_COLOR, hatch_pattern=" "),
@@ -60,37 +57,14 @@ MODELED_NOTE = ("Hatched = **modeled** (device profile, not measured on this mac
                 "Colours name phases, kernels, runs and memory modes, the same on every page.")
 
 
-def _stable(name: str, table: dict, fallback: tuple = PALETTE) -> str:
-    """``table[name]``, else a colour of ``fallback`` fixed by the name's CRC (the same in every
-    process and run)."""
-    import zlib
-    return table.get(name) or fallback[zlib.crc32(str(name).encode()) % len(fallback)]
 
 
-def phase_color(phase: str) -> str:
-    """The colour of training phase ``phase`` on every page."""
-    return _stable(phase, PHASE_COLORS)
 
 
-def kernel_name(label: str) -> str:
-    """The kernel of a chart label: ``"spmm (forward)"`` (a roofline point, a breakdown row) is
-    ``"spmm"``; a bare kernel name is itself."""
-    label = str(label)
-    if label.endswith(")") and " (" in label:
-        return label.rsplit(" (", 1)[0]
-    return label
 
 
-def kernel_color(name: str) -> str:
-    """The colour of kernel ``name`` on every chart (Live's area, Breakdown's pie and roofline): one
-    colour per kernel, whatever the phase (``"spmm (backward)"`` is spmm's colour). A kernel not in
-    :data:`KERNEL_COLORS` gets one no listed kernel has."""
-    return _stable(kernel_name(name), KERNEL_COLORS, _KERNEL_FALLBACK)
 
 
-def category_color(name: str) -> str:
-    """A colour fixed by a category's name (a comparison series no engine or memory mode colours)."""
-    return _stable(name, {})
 
 
 def mode_color(config) -> str:
@@ -115,9 +89,6 @@ def tint(color: str, amount: float = 0.5) -> str:
     return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in rgb)
 
 
-def run_color(run_id) -> str:
-    """The colour of run ``run_id`` in every overlay (loss, validation curves)."""
-    return PALETTE[int(run_id) % 10]
 
 
 def hv_pane(obj, **kw) -> pn.pane.HoloViews:
@@ -196,31 +167,75 @@ def hatch_hook(kind=None, column: str = "hatch"):
     return hook
 
 
+#: What marks the bar of the memory mode a run or the form has chosen (a ``chosen`` column).
+CHOSEN_MARK = "◀ selected"
+
+
+def fmt3(v: float) -> str:
+    """``v`` to 3 significant digits as a person reads it: ``13.1``, ``0.0437``, ``1,200`` (never ``1.2e+03``)."""
+    v = float(v)
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
+def _per_step_ms(df: pd.DataFrame, y: str, ylabel: str) -> tuple[pd.DataFrame, str, str]:
+    """A column of seconds (``seconds``, ``*_s``) as ms, the unit every sentence uses: the frame, the
+    column drawn and its axis label (``"kernel s per step"`` -> ``"kernel ms per step"``)."""
+    if y != "seconds" and not y.endswith("_s"):
+        return df, y, ylabel
+    label = f" {ylabel} ".replace(" s per ", " ms per ").strip()
+    label = label if label != ylabel else f"{ylabel} (ms)"
+    return df.assign(ms=df[y].astype(float) * 1e3), "ms", label
+
+
 def modeled_bars(df: pd.DataFrame, x: str, y: str, ylabel: str):
-    """Bars of ``y`` by ``x`` with measured solid and modeled hatched, and a kind label on each bar.
+    """Bars of ``y`` by ``x`` with measured solid and modeled hatched, each bar's value and kind beside it.
 
     ``df`` needs a ``kind`` column (a :class:`~gnnrec_lab.util.provenance.Provenance`); an optional
     ``band`` column (+- fraction, :func:`~gnnrec_lab.memory.tiermodel.model_band`) goes beside the
-    kind of each modeled bar, and ``confidence`` ``low`` says so there.
+    kind of each modeled bar, and ``confidence`` ``low`` says so there; a true ``chosen`` marks the
+    selected memory mode's bar (:data:`CHOSEN_MARK`). Seconds are drawn in ms. The bars lie
+    horizontally, one row per ``x``, so the names (long device profiles) never overlap.
     """
     import holoviews as hv
 
-    df = df.copy()
+    load_extensions()      # a chart built alone (a notebook cell, a test) can plot
+    df, y, ylabel = _per_step_ms(df.reset_index(drop=True), y, ylabel)
     bands = df["band"] if "band" in df else [None] * len(df)
     conf = df["confidence"] if "confidence" in df else [None] * len(df)
-    df["label"] = [f"{k}" + (f" {fmt_band(b)}" if b is not None and b == b else "") + (" LOW" if c == LOW else "")
-                   for k, b, c in zip(df["kind"], bands, conf)]
+    chosen = df["chosen"].fillna(False).astype(bool) if "chosen" in df else [False] * len(df)
+    unit = " ms" if y == "ms" else ""
+    df["label"] = [f"{fmt3(v)}{unit} {k}" + (f" {fmt_band(b)}" if b is not None and b == b else "")
+                   + (" LOW" if c == LOW else "") + (f"  {CHOSEN_MARK}" if ch else "")
+                   for v, k, b, c, ch in zip(df[y], df["kind"], bands, conf, chosen)]
     df["color"] = [bar_style(k)["color"] for k in df["kind"]]        # one colour: hatching marks the modeled bars
     df["hatch"] = [bar_style(k)["hatch_pattern"] for k in df["kind"]]
+    df["line"] = ["black" if ch else "white" for ch in chosen]      # the chosen bar outlined
     top = float(df[y].max()) if len(df) else 1.0
     top = top if top > 0 else 1.0
-    bars = hv.Bars(df, x, [y, "kind", "color", "hatch"]).opts(
-        color="color", hooks=[hatch_hook()], responsive=True, height=280, xrotation=20, ylim=(0, top * 1.18),
-        ylabel=ylabel, tools=["hover"], title=f"{ylabel}: measured (solid) vs modeled (hatched)")
-    # the kind above each bar, clear of its outline (written on the outline it could not be read)
-    labels = hv.Labels(df.assign(y=df[y] + top * 0.03), [x, "y"], "label").opts(
-        text_font_size="9pt", text_baseline="bottom", text_color="#333")
-    return bars * labels
+    longest = max((len(t) for t in df["label"]), default=10)
+    room = 1.15 + 0.028 * longest          # the value labels to the right of the longest bar
+    title = f"{ylabel}: measured (solid) vs modeled (hatched)"
+    bars = hv.Bars(df, x, [y, "kind", "color", "hatch", "line", "label"]).opts(
+        color="color", line_color="line", line_width=2, hooks=[hatch_hook(), _value_labels(df, x, y, top * 0.02)],
+        responsive=True, height=70 + 34 * max(len(df), 1), invert_axes=True, ylim=(0, top * room), ylabel=ylabel,
+        xlabel="", tools=["hover"],
+        title=title if len(title) <= 60 else f"{ylabel}: measured vs modeled (hatched)")
+    return bars
+
+
+def _value_labels(df: pd.DataFrame, x: str, y: str, pad: float):
+    """A HoloViews hook writing each bar's ``label`` just past its end (horizontal bars: HoloViews'
+    own Labels turn the values into text on an inverted categorical chart)."""
+    def hook(plot, element):
+        from bokeh.models import ColumnDataSource
+        fig = plot.state
+        if fig.select_one({"name": "bar-values"}) is not None:
+            return
+        src = ColumnDataSource({"x": [float(v) + pad for v in df[y]], "y": [str(v) for v in df[x]],
+                                "label": list(df["label"])})
+        fig.text(x="x", y="y", text="label", source=src, name="bar-values", text_font_size="9pt",
+                 text_align="left", text_baseline="middle", text_color="#333")
+    return hook
 
 
 def not_available(what: str, reason: Optional[str] = None) -> pn.pane.Alert:

@@ -43,6 +43,7 @@ from gnnrec_lab.dashboard.common import (
     tint,
 )
 from gnnrec_lab.dashboard.downloads import csv_download, shown_rows, table_csv
+from gnnrec_lab.dashboard.palettes import ENGINE_COLORS
 from gnnrec_lab.memory.tiermodel import fmt_band, modeled_seconds
 from gnnrec_lab.runs.store import TEST_METRICS
 from gnnrec_lab.services.comparison import best_by_depth, full_vs_distributed, time_to_accuracy
@@ -399,8 +400,8 @@ FULL_VS_DIST_NOTE = ("One machine is C cores and its memory: the full graph runs
 
 # One colour per engine on every view of the comparison (the notebook's and bench_headline's figures
 # too); a series modeled on a memory mode takes the mode's colour (config.memory_modes), a bf16 one
-# the lighter shade of its float32 one. Hatching, not colour, marks the modeled ones.
-ENGINE_COLORS = {"full": "#1f77b4", "full_bf16": "#aec7e8", "distdgl": "#ff7f0e"}
+# the lighter shade of its float32 one. Hatching, not colour, marks the modeled ones. The engines'
+# colours are in .palettes with every other palette.
 ENGINE_SHORT = {"full": "full", "distdgl": "DistDGL"}
 
 

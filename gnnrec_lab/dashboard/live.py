@@ -40,11 +40,13 @@ import pandas as pd
 import panel as pn
 import param
 
-from gnnrec_lab.config.memory_modes import DEFAULT_MEMORY_MODE
+from gnnrec_lab.config.memory_modes import DEFAULT_MEMORY_MODE, mode_look
 from gnnrec_lab.dashboard.common import (
-    PALETTE,
+    LOSS_COLOR,
     Lab,
     kernel_color,
+    metric_color,
+    mode_color,
     mode_swatch,
     not_available,
     run_selector,
@@ -206,22 +208,121 @@ def kernel_title(k: int) -> str:
     return "Kernel time per step (measured, every step)"
 
 
-def stacked_area(data: pd.DataFrame, top: int = 8, max_steps: int = MAX_CHART_STEPS):
+def clip_bound(values, k: float = 3.0, min_points: int = 5) -> Optional[float]:
+    """The robust upper bound of a chart's values past which points are clipped, or None when none
+    needs clipping: the 75th percentile plus ``k`` interquartile ranges (at least twice the median,
+    so a steady run's few-percent noise is never clipped). One stalled step then no longer sets the
+    axis and flattens every other step; fewer than ``min_points`` values are never clipped."""
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    if len(v) < min_points:
+        return None
+    q1, med, q3 = np.percentile(v, [25, 50, 75])
+    bound = max(q3 + k * (q3 - q1), 2.0 * med)
+    return float(bound) if bound > 0 and float(v.max()) > bound else None
+
+
+#: What the kernel chart's clip markers say in its legend (black: a mark, not a series).
+CLIPPED_LABEL = "▲ step above the axis (clipped)"
+
+
+def modeled_label(memory_mode) -> str:
+    """The legend entry of a modeled memory mode's series on the kernel chart (the mode's colour, dashed)."""
+    return f"{mode_look(memory_mode).short} (modeled)"
+
+
+def modeled_series(frame: dict, cols: list, modeled: Optional[dict]) -> Optional[np.ndarray]:
+    """The kernel chart's modeled series (ms per step) from its stack columns (:func:`stack_frame`)
+    and the projection of the run (``tiermodel.run_step_time``'s dict): each kernel's measured ms
+    times that kernel's modeled/measured ratio (the whole step's ratio for 'other' and any kernel
+    the projection does not list). None without a projection."""
+    if not modeled:
+        return None
+    # run_step_time's dict (measured_s, modeled_s) or the stored projection (..._per_step)
+    meas = modeled.get("measured_s", modeled.get("measured_s_per_step"))
+    mod = modeled.get("modeled_s", modeled.get("modeled_s_per_step"))
+    if not meas or mod is None:
+        return None
+    overall = float(mod) / float(meas)
+    per = {}
+    for k in modeled.get("kernels") or ():
+        m, d = per.get(k["name"], (0.0, 0.0))
+        per[k["name"]] = (m + float(k.get("measured_s") or 0.0), d + float(k.get("modeled_s") or 0.0))
+    ratio = {n: (d / m if m > 0 else overall) for n, (m, d) in per.items()}
+    out = np.zeros(len(frame["step"]))
+    for i, c in enumerate(cols):
+        out = out + np.asarray(frame[f"v{i}"], dtype=float) * ratio.get(c, overall)
+    return out
+
+
+def update_kernel_axis(fig, modeled: Optional[np.ndarray] = None) -> tuple[Optional[float], int, float]:
+    """Set the kernel chart's y axis from its points: up to the largest stack (and modeled value)
+    unless :func:`clip_bound` clips; the clipped steps are marked at the top of the axis. Returns
+    ``(bound or None, clipped steps, largest value)``."""
+    src = fig.renderers[0].data_source
+    tops = [c for c in src.data if c.startswith("t")]
+    total = np.asarray(src.data[max(tops, key=lambda c: int(c[1:]))], dtype=float) if tops else np.zeros(0)
+    steps = np.asarray(src.data.get("step", []), dtype=float)
+    line = fig.select_one({"name": "modeled"})
+    if line is not None:
+        ys = modeled if modeled is not None and len(modeled) == len(steps) else np.full(len(steps), np.nan)
+        line.data_source.data = {"step": steps, "ms": ys}
+    paired = modeled is not None and len(modeled) == len(total)
+    both = np.concatenate([total, modeled]) if paired else total
+    finite = both[np.isfinite(both)]
+    top = float(finite.max()) if len(finite) else 1.0
+    bound = clip_bound(finite)
+    over = np.zeros(len(total), dtype=bool)
+    if bound is not None:
+        over = total > bound
+        if paired:
+            over |= np.nan_to_num(np.asarray(modeled, dtype=float)) > bound
+    mark = fig.select_one({"name": "clipped"})
+    if mark is not None:
+        mark.data_source.data = {"step": steps[over], "y": np.full(int(over.sum()), (bound or 0.0) * 1.02)}
+        mark.visible = bool(over.any())
+    end = (bound * 1.08) if bound is not None else max(top, 1e-6) * 1.08
+    if fig.y_range.end != end:
+        fig.y_range.end = end
+    return bound, int(over.sum()), top
+
+
+def clip_note(bound: Optional[float], clipped: int, top: float) -> str:
+    """What the kernel chart's note says about clipped steps (nothing when none is)."""
+    if bound is None or not clipped:
+        return ""
+    what = "1 step is" if clipped == 1 else f"{clipped:,} steps are"
+    return (f"*{what} above the axis (up to {top:,.1f} ms): the axis stops at {bound:,.1f} ms (75th percentile "
+            f"+ 3 interquartile ranges) so one stalled step does not flatten the others; each clipped step is "
+            f"marked ▲ at the top.*")
+
+
+def stacked_area(data: pd.DataFrame, top: int = 8, max_steps: int = MAX_CHART_STEPS, memory_mode=None):
     """A Bokeh figure of ms per step by kernel stacked, one point per recorded step (see
     :func:`chart_frame`); kernels past the ``top`` longest merge into 'other'. Each kernel has its
     colour of every page (:func:`~.common.kernel_color`); all areas draw from one
-    ``ColumnDataSource`` (:func:`stack_frame`'s columns), which the Live page streams new steps into."""
-    from bokeh.models import ColumnDataSource
+    ``ColumnDataSource`` (:func:`stack_frame`'s columns), which the Live page streams new steps into.
+    A ``memory_mode`` (a modeled one) adds a dashed line in the mode's colour for its modeled series
+    (:func:`modeled_series`, set by :func:`update_kernel_axis`); steps above :func:`clip_bound` are
+    clipped and marked."""
+    from bokeh.models import ColumnDataSource, Range1d
     from bokeh.plotting import figure
     cols = kernel_columns(data, top)
     frame, k = stack_frame(data, cols, max_steps)
     src = ColumnDataSource(frame)
     fig = figure(height=300, sizing_mode="stretch_width", title=kernel_title(k), x_axis_label="step",
                  y_axis_label="ms per step (measured)", tools="pan,wheel_zoom,box_zoom,reset,save",
-                 toolbar_location="right")
+                 toolbar_location="right", y_range=Range1d(0, 1))
     for i, c in enumerate(cols):
         fig.varea(x="step", y1=f"b{i}", y2=f"t{i}", source=src, color=kernel_color(c), alpha=0.85,
                   legend_label=c)
+    if memory_mode is not None:
+        fig.line("step", "ms", source=ColumnDataSource({"step": [], "ms": []}), name="modeled",
+                 color=mode_color(memory_mode), line_dash="dashed", line_width=2,
+                 legend_label=modeled_label(memory_mode))
+        fig.yaxis.axis_label = "ms per step (measured; dashed: modeled)"
+    fig.scatter("step", "y", source=ColumnDataSource({"step": [], "y": []}), name="clipped", marker="triangle",
+                size=9, color="black", legend_label=CLIPPED_LABEL, visible=False)
+    update_kernel_axis(fig)
     if cols:
         fig.add_layout(fig.legend[0], "right")
         fig.legend[0].label_text_font_size = "9pt"
@@ -564,7 +665,15 @@ def test_text(m: LiveMonitor) -> str:
         return ("*Test metrics appear when training ends.*" if m.active
                 else "*No test metrics recorded for this run.*")
     last = t.groupby("metric", sort=True)["value"].last()
-    return "**test metrics** (measured, after training): " + " · ".join(f"{k} **{v:.4f}**" for k, v in last.items())
+    return f"**test metrics** ({metrics_kind(m)}): " + " · ".join(f"{k} **{v:.4f}**" for k, v in last.items())
+
+
+def metrics_kind(m: LiveMonitor) -> str:
+    """How the test metrics line names them: after training, or partial for a run that stopped before
+    its last step (cancelled, failed, stopped early)."""
+    if m.total and m.done < m.total and not m.active:
+        return f"measured, partial: stopped at step {m.done:,} of {m.total:,}"
+    return "measured, after training"
 
 
 def default_run(runs: pd.DataFrame):
@@ -611,9 +720,12 @@ class LivePage(pn.viewable.Viewer):
         # follows its figure's)
         self.loss_pane = pn.pane.Bokeh(None, sizing_mode="stretch_width")
         self.kernel_pane = pn.pane.Bokeh(None, sizing_mode="stretch_width")
+        self.kernel_note = pn.pane.Markdown("", css_classes=["live-kernel-note"], visible=False,
+                                            sizing_mode="stretch_width", margin=(0, 10))
         self.eval_pane = pn.pane.Bokeh(None, sizing_mode="stretch_width")
         self.boxes = {p: pn.Column(p, visible=False, sizing_mode="stretch_width", css_classes=[f"live-{n}-plot"])
                       for p, n in ((self.loss_pane, "loss"), (self.kernel_pane, "kernel"), (self.eval_pane, "eval"))}
+        self.boxes[self.kernel_pane].append(self.kernel_note)
         self._charted = ()                 # run id whose data the plots hold (none yet)
         self._last_status = None
         self.selector = run_selector(lab, self.param.run_id, default=default_run, css_class="live-select")
@@ -674,6 +786,7 @@ class LivePage(pn.viewable.Viewer):
             self._charted = m.run_id
             self._loss_rows, self._kernel_rows, self._kernel_cols, self._eval_rows = 0, 0, None, -1
             self._kernel_drawn_at = float("-inf")
+            self._kernel_modeled = None
             self._eval_metrics = None
             for pane, box in self.boxes.items():
                 _set(box, "visible", False)
@@ -744,7 +857,7 @@ class LivePage(pn.viewable.Viewer):
             if cols != self._kernel_cols or self.kernel_pane.object is None:
                 # new kernels (at the first steps only): a new figure, stacked as ``cols``
                 # (``_kernel_cols`` is None whenever the figure is, so ``cols`` is stacked_area's order)
-                self.kernel_pane.object = stacked_area(data)
+                self.kernel_pane.object = stacked_area(data, memory_mode=m.memory_mode if m.device else None)
                 self._kernel_cols = cols
             elif steps > MAX_CHART_STEPS:   # downsampled: every point is redrawn (every few seconds)
                 frame, k = m.shared(("stack", tuple(cols)), lambda: stack_frame(data, cols))
@@ -755,7 +868,32 @@ class LivePage(pn.viewable.Viewer):
                 frame, _ = m.shared(("stream", last, tuple(cols)), lambda: stack_frame(data[data["step"] > last], cols))
                 _source(self.kernel_pane.object).stream(frame)
             self._kernel_rows, self._kernel_drawn_at = len(data), time.monotonic()
+            self._kernel_modeled = None         # the axis and the modeled series follow the new points
+        self._update_kernel_axis()
         self._show(self.kernel_pane, self.kernel_wait, has, self._waiting("Kernel time per step"))
+
+    def _update_kernel_axis(self):
+        """The kernel chart's modeled series (a modeled memory mode: the run's projection applied to
+        each drawn step) and its axis, clipped above :func:`clip_bound` with the clipped steps marked
+        and the note saying so; redone when the points or the projection change."""
+        m, fig = self.monitor, self.kernel_pane.object
+        if fig is None:
+            _set(self.kernel_note, "visible", False)
+            return
+        # the stored projection once the run has one (every view reads it), else the feed's so far
+        stored = m._stored_modeled if m._stored_modeled and m._stored_modeled.get("kernels") else None
+        modeled = (stored or m.modeled) if m.device else None
+        key = (len(_source(fig).data["step"]), id(modeled))
+        if getattr(self, "_kernel_modeled", None) == key:
+            return
+        self._kernel_modeled = key
+        series = modeled_series(_source(fig).data, self._kernel_cols or [], modeled)
+        note = clip_note(*update_kernel_axis(fig, series))
+        if m.device and series is None:
+            why = m.modeled_reason or "after the first steps"
+            note = (f"*Modeled series ({modeled_label(m.memory_mode)}): not yet – {why}.* " + note).strip()
+        _set(self.kernel_note, "object", note)
+        _set(self.kernel_note, "visible", bool(note))
 
     def _update_evals(self):
         v = self.monitor.metrics("valid")
@@ -835,7 +973,7 @@ def _line_figure(title: str, x_name: str, y_name: str, *, x=(), y=()):
     from bokeh.plotting import figure
     fig = figure(height=260, sizing_mode="stretch_width", title=title, x_axis_label=x_name, y_axis_label=y_name,
                  tools="pan,wheel_zoom,box_zoom,reset,hover,save", toolbar_location="right")
-    fig.line("x", "y", source=ColumnDataSource({"x": list(x), "y": list(y)}), color=PALETTE[0], line_width=1.5)
+    fig.line("x", "y", source=ColumnDataSource({"x": list(x), "y": list(y)}), color=LOSS_COLOR, line_width=1.5)
     return fig
 
 
@@ -859,7 +997,7 @@ def _metrics_figure(metrics: list):
                  x_axis_label="epoch", y_axis_label="value", tools="pan,wheel_zoom,box_zoom,reset,hover,save",
                  toolbar_location="right")
     for i, name in enumerate(metrics):
-        color = PALETTE[(i + 2) % len(PALETTE)]
+        color = metric_color(i)
         fig.line("epoch", f"m{i}", source=src, color=color, legend_label=name, line_width=1.5)
         fig.scatter("epoch", f"m{i}", source=src, color=color, legend_label=name, size=6)
     fig.xaxis.ticker = AdaptiveTicker(min_interval=1, num_minor_ticks=0)   # epochs are whole numbers
