@@ -635,6 +635,9 @@ def test_runs_cli_shows_memory_mode_and_device(store, capsys):
     mid = _modeled_run(store, "optane_memory_mode")
     assert main(["runs"]) == 0
     out = capsys.readouterr().out
+    assert "memory mode" in out and "Optane MM" in out
+    assert main(["runs", "--wide"]) == 0
+    out = capsys.readouterr().out
     assert "memory mode" in out and "optane_pmem100_memory_mode" in out
     assert main(["runs", "show", str(mid)]) == 0
     assert "optane_memory_mode (modeled on optane_pmem100_memory_mode)" in capsys.readouterr().out
@@ -976,7 +979,7 @@ def test_runs_and_compare_show_modeled_times_beside_the_measured_ones(store, cap
     assert row.loc[mid, "modeled_train_s"] == pytest.approx(modeled_seconds(0.08, 3.0)) == pytest.approx(0.24)
     assert row.loc[mid, "modeled_step_s"] == pytest.approx(0.06)
     assert pd.isna(row.loc[did, "modeled_train_s"]) and modeled_ratio(None) is None
-    assert main(["runs"]) == 0
+    assert main(["runs", "--wide"]) == 0
     out = capsys.readouterr().out
     head, _, *lines = out.splitlines()
     assert "step (measured)" in head and "step (modeled)" in head and "train (modeled)" in head
@@ -1265,3 +1268,41 @@ def test_live_sessions_on_one_run_share_one_read_and_one_header(store, monkeypat
     pages[1]._callback = None
     pages[1].tick()
     assert spy.reads == reads + 2
+
+
+def test_runs_list_fits_120_columns_and_wide_lists_the_rest(store, capsys):
+    """Issue 51: `gnnrec-lab runs` lines were ~330 characters. The list fits 120 by default (long
+    names and datasets cut with "…"); `--wide` lists every column."""
+    from gnnrec_lab.commands.cli import main
+    _timed_run(store, 20.0, steps=4)
+    named = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=1,
+                                    name="a run with a rather long name that a user typed into the launch form"))
+    store.record_start(named, {"steps_per_epoch": 4})
+    mid = _finished_modeled_run(store, ratio=3.0, mode="optane_memory_mode")
+    assert main(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(ln) for ln in out.splitlines()) <= 120, max(out.splitlines(), key=len)
+    head = out.splitlines()[0]
+    assert "step (measured)" in head and "step (modeled)" in head and "memory mode" in head
+    line = [ln for ln in out.splitlines() if ln.startswith(f"{mid} ")][0]
+    assert "Optane MM" in line and "20.0 ms" in line and "60.0 ms" in line
+    assert "a run with" in out and "…" in out and "--wide" in out
+    assert main(["runs", "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert max(len(ln) for ln in wide.splitlines()) > 120
+    assert "kernel time (modeled)" in wide and "optane_pmem100_memory_mode" in wide and "a run with a rather long name" in wide
+    assert "optane_memory_mode" in wide
+
+
+def test_fit_table_cuts_text_then_leaves_columns_out():
+    from gnnrec_lab.commands.runs import NARROW, fit_table
+    headers = [h for h, _ in NARROW]
+    row = ["12", "n" * 60, "finished", "d" * 40, "lightgcn", "3", "4096", "Optane AD", "13.1 ms",
+           "43.7 ms ±15%", "0.1234", "3.7 !"]
+    rows, heads, dropped = fit_table([row], headers, width=120)
+    widths = [max(len(h), len(r)) for h, r in zip(heads, rows[0])]
+    assert sum(widths) + 2 * (len(heads) - 1) <= 120 and not dropped
+    assert rows[0][heads.index("name")].endswith("…") and rows[0][heads.index("memory mode")] == "Optane AD"
+    rows, heads, dropped = fit_table([row], headers, width=80)     # cutting alone cannot reach 80
+    assert dropped and dropped[0] == "test R@20" and "id" in heads and "step (modeled)" in heads
+    assert sum(max(len(h), len(r)) for h, r in zip(heads, rows[0])) + 2 * (len(heads) - 1) <= 80

@@ -8,7 +8,7 @@ import time
 
 from gnnrec_lab.commands.common import bounded, run_id
 from gnnrec_lab.config.bounds import MAX_SECONDS, number
-from gnnrec_lab.config.memory_modes import memory_mode_of
+from gnnrec_lab.config.memory_modes import memory_mode_of, mode_look
 from gnnrec_lab.config.run import RUN_NAME_MAX
 from gnnrec_lab.memory.calibrate import calibration_flags
 from gnnrec_lab.memory.tiermodel import LOW, fmt_band, mode_label, modeled_seconds
@@ -37,6 +37,17 @@ TABLE = (  # (header, column in services.projection.modeled_runs_frame)
     ("best valid R@20", "best_valid_recall@20"),
     ("test R@20", "test_recall@20"), ("load", "load_max"),
 )
+# The columns `gnnrec-lab runs` lists by default, to fit WIDTH characters (a memory mode by its short
+# label); `--wide` lists TABLE.
+NARROW = (("id", "id"), ("name", "name"), ("status", "status"), ("dataset", "dataset"), ("model", "model"),
+          ("L", "layers"), ("batch", "batch_size"), ("memory mode", "memory_mode"),
+          ("step (measured)", "step_s"), ("step (modeled)", "modeled_step_s"), ("test R@20", "test_recall@20"),
+          ("load", "load_max"))
+# Text columns that give up characters (cut with "…") before a column is left out, and the
+# columns left out first when cutting is not enough (the last named goes first).
+SHRINKABLE = {"name": 6, "dataset": 10, "status": 8, "model": 6}
+DROP_ORDER = ("test R@20", "batch", "L", "model", "load")
+WIDTH = 120
 # marks a run whose load average exceeded its cores (the table's footnote says what it means)
 OVERLOADED_MARK = "!"
 
@@ -52,6 +63,9 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print the list as JSON (machine-readable)")
     p.add_argument("--status", choices=[s.value for s in RunStatus],
                    help="list only runs with this status (default: every status)")
+    p.add_argument("--wide", action="store_true",
+                   help=f"list every column (device profile, kernel and training times, confidence, duration, "
+                        f"validation); by default the list fits {WIDTH} characters")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     s = sub.add_parser("show", help="everything stored about one run")
     s.add_argument("id", type=run_id, help="run id, as `gnnrec-lab runs` lists it")
@@ -221,6 +235,40 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(1, width - 1)] + "…"
+
+
+def fit_table(rows: list[list[str]], headers: list[str], width: int = WIDTH) -> tuple[list[list[str]], list[str], list]:
+    """``rows`` and ``headers`` cut to fit ``width`` characters: the widest :data:`SHRINKABLE` text
+    columns lose characters first (down to their floor, the cut marked "…"), then columns of
+    :data:`DROP_ORDER` are left out. Returns the rows, the headers and the headers left out."""
+    rows, headers, dropped = [list(r) for r in rows], list(headers), []
+
+    def widths():
+        return [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def total():
+        return sum(widths()) + 2 * (len(headers) - 1)
+    while total() > width:
+        w = widths()
+        cuts = [(w[i] - max(SHRINKABLE[h], len(h)), i) for i, h in enumerate(headers) if h in SHRINKABLE]
+        over, i = max(cuts, default=(0, None))
+        if i is not None and over > 0:
+            target = max(w[i] - (total() - width), max(SHRINKABLE[headers[i]], len(headers[i])))
+            for r in rows:
+                r[i] = _cut(r[i], target)
+            continue
+        left = [h for h in DROP_ORDER if h in headers]
+        if not left:
+            break
+        i = headers.index(left[0])
+        dropped.append(headers.pop(i))
+        for r in rows:
+            r.pop(i)
+    return rows, headers, dropped
+
+
 def _list(store, args) -> int:
     df = modeled_runs_frame(store, status=args.status)
     if args.json:
@@ -236,19 +284,47 @@ def _list(store, args) -> int:
         print(f"no runs{' with status ' + args.status if args.status else ''} in {store.path}")
         return 0
     recs = df.to_dict(orient="records")
-    rows = [[_load_cell(r) if col == "load_max" else _banded(r, col) for _, col in TABLE] for r in recs]
-    print(_table(rows, [h for h, _ in TABLE]))
+    wide = getattr(args, "wide", False)
+    columns = TABLE if wide else NARROW
+    rows = [[_list_cell(r, col, wide) for _, col in columns] for r in recs]
+    headers = [h for h, _ in columns]
+    say = print if wide else _wrapped
+    if not wide:
+        rows, headers, dropped = fit_table(rows, headers)
+        if dropped:
+            say(f"(left out to fit {WIDTH} characters: {', '.join(dropped)})")
+    print(_table(rows, headers))
     if any(r.get("confidence") is not None for r in recs):
-        print("± on a modeled cell: the held-out error of the regimes its modeled traffic falls in "
-              "(`runs show ID` says which); low confidence: most of it in a regime that failed validation, "
-              "or a flagged host calibration")
+        say("± on a modeled cell: the held-out error of the regimes its modeled traffic falls in "
+            "(`runs show ID` says which); low confidence: most of it in a regime that failed validation, "
+            "or a flagged host calibration")
     if any(r.get("overloaded") for r in recs):
-        print(f"{OVERLOADED_MARK} load average (1 min) above the core count during the run: its measured times "
-              f"include waiting for other work")
+        say(f"{OVERLOADED_MARK} load average (1 min) above the core count during the run: its measured times "
+            f"include waiting for other work")
+    if not wide:
+        say("--wide lists every column: the device profile, kernel and training times, confidence, duration and "
+            "validation Recall@20.")
     for r in recs:   # a damaged row is listed above with what is readable, and named here
         if isinstance(r.get("damaged"), str):
-            print(f"run {r['id']} is damaged: {r['damaged']} (kept as it is)")
+            say(f"run {r['id']} is damaged: {r['damaged']} (kept as it is)")
     return 0
+
+
+def _wrapped(text: str) -> None:
+    """A footnote of the run list, wrapped at :data:`WIDTH`."""
+    import textwrap
+    print(textwrap.fill(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False))
+
+
+def _list_cell(row: dict, col: str, wide: bool = True) -> str:
+    """A cell of the run list; the narrow list names a memory mode by its short label ("Optane AD",
+    as the dashboards do; ``--wide`` and ``runs show`` the name ``--memory-mode`` takes)."""
+    if col == "load_max":
+        return _load_cell(row)
+    mode = row.get("memory_mode")
+    if col == "memory_mode" and not wide and isinstance(mode, str) and mode:
+        return mode_look(mode).short
+    return _banded(row, col)
 
 
 def _show(store, run_id: int, as_json: bool) -> int:
