@@ -474,7 +474,9 @@ def run_selector(lab: Lab, run: param.Parameter, default=None, css_class: str = 
     runs = lab.load_runs()
     if getattr(owner, name) is None:
         setattr(owner, name, lab.run_id if lab.run_id is not None or default is None else default(runs))
-    widget = pn.widgets.Select.from_param(run, name="Run", options=pn.bind(run_options, lab.param.runs), width=360,
+    # as wide as the page allows: a fixed 360 px cut "⚠ load > cores" (and the device profile) off the labels
+    widget = pn.widgets.Select.from_param(run, name="Run", options=pn.bind(run_options, lab.param.runs),
+                                          sizing_mode="stretch_width", min_width=360, max_width=1100,
                                           css_classes=[css_class])
     widget.link(lab, value="run_id", bidirectional=True)
     return widget

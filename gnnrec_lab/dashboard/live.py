@@ -931,7 +931,8 @@ class LivePage(pn.viewable.Viewer):
         if self.lab.store is None:
             return not_available("Live view (run store)", self.lab.store_reason)
         return pn.Column(
-            "## Live run", pn.Row(self.selector, self.cancel_button), self.progress, self._header,
+            "## Live run", pn.Row(self.selector, self.cancel_button, sizing_mode="stretch_width"), self.progress,
+            self._header,
             pn.Row(pn.Column(self.loss_wait, self.boxes[self.loss_pane], sizing_mode="stretch_width"),
                    pn.Column(self.eval_wait, self.boxes[self.eval_pane], sizing_mode="stretch_width"),
                    sizing_mode="stretch_width"),
