@@ -1290,7 +1290,8 @@ def test_runs_list_fits_120_columns_and_wide_lists_the_rest(store, capsys):
     assert main(["runs", "--wide"]) == 0
     wide = capsys.readouterr().out
     assert max(len(ln) for ln in wide.splitlines()) > 120
-    assert "kernel time (modeled)" in wide and "optane_pmem100_memory_mode" in wide and "a run with a rather long name" in wide
+    assert "kernel time (modeled)" in wide and "optane_pmem100_memory_mode" in wide
+    assert "a run with a rather long name" in wide
     assert "optane_memory_mode" in wide
 
 
@@ -1306,3 +1307,105 @@ def test_fit_table_cuts_text_then_leaves_columns_out():
     rows, heads, dropped = fit_table([row], headers, width=80)     # cutting alone cannot reach 80
     assert dropped and dropped[0] == "test R@20" and "id" in heads and "step (modeled)" in heads
     assert sum(max(len(h), len(r)) for h, r in zip(heads, rows[0])) + 2 * (len(heads) - 1) <= 80
+
+
+# -- issue 51: colours with one meaning, readable charts ---------------------------------------
+
+def test_every_palette_colour_has_one_meaning():
+    """A phase, a kernel, a run, a memory mode, a cache policy... never share a colour (forward and
+    spmm were both blue, run #1 and a mode both orange)."""
+    from gnnrec_lab.dashboard.common import kernel_color, phase_color, run_color   # what the pages draw with
+    from gnnrec_lab.dashboard.palettes import check_palettes
+    assert check_palettes() == []
+    modes = {m.color for m in MEMORY_MODE_TABLE.values()}
+    assert phase_color("forward") != kernel_color("spmm") and phase_color("loss") != kernel_color("bpr_loss")
+    assert phase_color("optimizer") != kernel_color("adam")
+    assert not {run_color(i) for i in range(10)} & modes
+    assert not {kernel_color(k) for k in RUN_KERNELS} & (modes | {phase_color(p) for p in common.PHASE_COLORS})
+
+
+def test_clip_bound_ignores_one_stalled_step_and_clips_nothing_steady():
+    from gnnrec_lab.dashboard.live import clip_bound
+    steady = [13.0 + 0.1 * (i % 7) for i in range(200)]
+    assert clip_bound(steady) is None                         # nothing to clip: the axis is the data's
+    bound = clip_bound(steady + [280.0])
+    assert bound is not None and 13.6 < bound < 40, bound      # one 280 ms stall does not set the axis
+    assert clip_bound([1.0, 300.0]) is None                   # too few points to call one an outlier
+    assert clip_bound([10.0] * 50 + [25.0]) == pytest.approx(20.0)   # flat steps: twice the median
+
+
+def test_live_kernel_chart_clips_an_outlier_marks_it_and_says_so(store):
+    """Issue 51: one 280 ms step set the kernel chart's axis to 300 ms and flattened 199 steps."""
+    from gnnrec_lab.dashboard.live import CLIPPED_LABEL
+    from gnnrec_lab.util.recorder import KernelRecord
+    rid = store.add_run(RunConfig(dataset="synth-tiny", layers=1, dim=8, epochs=1), status="running")
+    store.record_start(rid, {"steps_per_epoch": 60})
+    for s in range(1, 61):
+        ms = 280.0 if s == 30 else 13.0 + 0.2 * (s % 5)
+        store.add_step(rid, s, 1, 1.0, ms / 1e3, [KernelRecord("spmm", "forward", 0, s, int(ms * 1e6), 1, 1, 1,
+                                                               "gather", 32, 1, "native")])
+    store.set_status(rid, "finished")
+    page = LivePage(Lab(store=store, runner=RecordingRunner(store)))
+    page.run_id = rid
+    fig = page.kernel_pane.object
+    assert fig.y_range.end < 50, fig.y_range.end
+    mark = fig.select_one({"name": "clipped"})
+    assert mark.visible and list(mark.data_source.data["step"]) == [30.0]
+    assert all(y <= fig.y_range.end for y in mark.data_source.data["y"])
+    assert CLIPPED_LABEL in [item.label.value for item in fig.legend[0].items]
+    note = page.kernel_note.object
+    assert page.kernel_note.visible and "1 step is above the axis (up to 280.0 ms)" in note
+
+
+def test_live_draws_the_modeled_series_of_a_modeled_mode(store):
+    """Issue 51: a run in a modeled memory mode showed no modeled series on Live."""
+    _calibrate()
+    mid = _modeled_run(store, "cxl", steps=6)
+    store.set_status(mid, "finished")
+    page = LivePage(Lab(store=store, runner=RecordingRunner(store)))
+    page.run_id = mid
+    fig = page.kernel_pane.object
+    line = fig.select_one({"name": "modeled"})
+    assert line is not None and line.glyph.line_dash in ("dashed", [6])      # modeled: dashed, not a colour
+    assert line.glyph.line_color == MEMORY_MODE_TABLE["cxl"].color
+    ys = list(line.data_source.data["ms"])
+    src = fig.renderers[0].data_source.data
+    tops = src[max((c for c in src if c.startswith("t")), key=lambda c: int(c[1:]))]
+    assert len(ys) == len(tops) and all(y == y for y in ys)
+    ratio = page.monitor.modeled["modeled_s"] / page.monitor.modeled["measured_s"]
+    assert sum(ys) == pytest.approx(sum(tops) * ratio, rel=1e-6)      # the run's projection, step by step
+    assert "CXL (modeled)" in [item.label.value for item in fig.legend[0].items]
+
+
+def test_test_metrics_of_a_stopped_run_are_named_partial(store):
+    """Issue 51: a cancelled run showed "test metrics (measured, after training)" for a model stopped
+    at step 313 of 1,760."""
+    from gnnrec_lab.dashboard.live import test_text
+    rid = _timed_run(store, 5.0, steps=3, status="running")
+    store.record_start(rid, {"steps_per_epoch": 10})
+    store.add_eval(rid, 1, 3, "test", {"recall@20": 0.11}, 2.0)
+    store.set_status(rid, "cancelled")
+    mon = LiveMonitor(lab=Lab(store=store, runner=RecordingRunner(store)), run_id=rid)
+    assert "test metrics** (measured, partial: stopped at step 3 of 10)" in test_text(mon)
+    done = _timed_run(store, 5.0, steps=3, status="running")
+    store.add_eval(done, 1, 3, "test", {"recall@20": 0.11}, 2.0)
+    store.set_status(done, "finished")
+    mon = LiveMonitor(lab=Lab(store=store, runner=RecordingRunner(store)), run_id=done)
+    assert "(measured, after training)" in test_text(mon)
+
+
+def test_breakdown_table_reads_with_units_and_three_digits():
+    """Issue 51: `seconds 0.896906`, `pct_of_bound 264.946735`, the index printed twice, whole-run
+    totals under charts in ms per step."""
+    from gnnrec_lab.dashboard.breakdown import breakdown_table, sig3
+    assert sig3(0.896906) == 0.897 and sig3(264.946735) == 265 and sig3(123456.0) == 123000
+    table = pd.DataFrame({"kernel": ["spmm"], "phase": ["forward"], "calls": [200], "seconds": [0.896906],
+                          "share": [0.61234], "bytes": [4.2e9], "random_bytes": [1.1e9], "flops": [3e9],
+                          "GBps": [4.6829], "GFLOPs": [3.3449], "intensity": [0.7142857],
+                          "bound_seconds": [2.37634], "pct_of_bound": [264.946735]})
+    out = breakdown_table(table, steps=200)
+    row = out.iloc[0]
+    assert row["time, ms per step"] == 4.48 and row["time, s (whole run)"] == 0.897
+    assert row["share of kernel time, %"] == 61.2 and row["% of bound"] == 265
+    assert row["MB moved per step"] == 21 and row["calls (whole run)"] == 200
+    assert "seconds" not in out.columns and "index" not in out.columns and list(out.columns[:2]) == ["kernel", "phase"]
