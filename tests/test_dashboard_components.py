@@ -1314,7 +1314,7 @@ def test_fit_table_cuts_text_then_leaves_columns_out():
 def test_every_palette_colour_has_one_meaning():
     """A phase, a kernel, a run, a memory mode, a cache policy... never share a colour (forward and
     spmm were both blue, run #1 and a mode both orange)."""
-    from gnnrec_lab.dashboard.common import kernel_color, phase_color, run_color   # what the pages draw with
+    from gnnrec_lab.dashboard.common import kernel_color, phase_color, run_color  # what the pages draw with
     from gnnrec_lab.dashboard.palettes import check_palettes
     assert check_palettes() == []
     modes = {m.color for m in MEMORY_MODE_TABLE.values()}

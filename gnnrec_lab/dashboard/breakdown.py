@@ -40,6 +40,7 @@ from gnnrec_lab.dashboard.common import (
     safe_call,
 )
 from gnnrec_lab.dashboard.downloads import csv_download, tabulator_csv
+from gnnrec_lab.dashboard.palettes import curve_color
 from gnnrec_lab.memory.analysis import BOUND_NOTE, ROOFLINE_NOTE, breakdown, roofline_points
 from gnnrec_lab.memory.calibrate import host_profile, load
 from gnnrec_lab.memory.profiles import get_profile, misses_in_flight
@@ -180,11 +181,13 @@ def device_curve_plots(curves: dict) -> list:
     share of a read/write mix (local and remote) where the profile has a measured series."""
     import holoviews as hv
     size = pd.DataFrame(curves["access_size"])
-    by_size = hv.Overlay([hv.Curve(size, "bytes", col, label=label).opts(logx=True, tools=["hover"])
+    by_size = hv.Overlay([hv.Curve(size, "bytes", col, label=label).opts(logx=True, tools=["hover"],
+                                                                         color=curve_color(label))
                           for col, label in (("random_read_GBps", "read"), ("random_write_GBps", "write"),
                                              ("random_write_ntstore_GBps", "write, ntstore")) if col in size])
     thr = pd.DataFrame(curves["threads"])
-    by_threads = hv.Overlay([hv.Curve(thr, "threads", col, label=label).opts(tools=["hover"])
+    by_threads = hv.Overlay([hv.Curve(thr, "threads", col, label=label).opts(tools=["hover"],
+                                                                             color=curve_color(label))
                              for col, label in (("read_GBps", "sequential read"), ("write_GBps", "sequential write"),
                                                 ("random_read_64B_GBps", "random 64 B rows"),
                                                 ("random_read_256B_GBps", "random 256 B rows"))])
@@ -193,7 +196,8 @@ def device_curve_plots(curves: dict) -> list:
              by_threads.opts(title="Bandwidth against threads (modeled)", **opts)]
     if curves["mixed"]:
         mix = pd.DataFrame(curves["mixed"])
-        by_mix = hv.Overlay([hv.Curve(mix, "write_share", col, label=label).opts(tools=["hover"])
+        by_mix = hv.Overlay([hv.Curve(mix, "write_share", col, label=label).opts(tools=["hover"],
+                                                                                 color=curve_color(label))
                              for col, label in (("GBps", "local"), ("remote_GBps", "remote socket")) if col in mix])
         plots.append(by_mix.opts(title=f"Read/write mix, {curves['mixed_threads']} threads (modeled)",
                                  xlabel="write share of the bytes", **opts))

@@ -119,6 +119,10 @@ def load_extensions(inline: bool = False) -> None:
         import holoviews as hv
         pn.extension("tabulator", notifications=False, inline=inline)
         hv.extension("bokeh", logo=False, inline=inline)
+        # stacked bars of tensor classes (Launch's DRAM use) in their colours, not the default
+        # cycle's (which holds the memory modes' and the phases' colours)
+        from gnnrec_lab.dashboard.palettes import TENSOR_CLASS_COLORS
+        hv.opts.defaults(hv.opts.Bars(cmap=dict(TENSOR_CLASS_COLORS)))
         if inline:
             _display_holoviews_in_panes()
         _extensions_loaded = inline

@@ -1,12 +1,12 @@
 """Every colour a chart of the lab draws, one meaning each.
 
 A colour names one thing on every page: a training phase, a kernel, a run, a memory mode, a cache
-policy, a cache size, an evaluation metric or an engine. Each kind has its own palette here and no
-colour is in two of them, nor a memory mode's (:data:`~gnnrec_lab.config.memory_modes.MEMORY_MODE_TABLE`,
-the one source of mode colours, read here only to stay apart from it). Whether a number is measured
-or modeled is never a colour: hatching (bars), dashes or markers (lines and points) say it.
-:func:`check_palettes` holds the rule; ``tests/test_dashboard_components.py`` runs it, and a browser
-test reads the colours of every chart on every page.
+policy, a cache size, an evaluation metric, an engine, a device curve or a tensor class. Each kind
+has its own palette here and no colour is in two of them, nor a memory mode's (the mode table in
+config.memory_modes is the one source of mode colours, read here only to stay apart from it).
+Whether a number is measured or modeled is never a colour: hatching (bars), dashes or markers
+(lines and points) say it. :func:`check_palettes` holds the rule; ``tests/test_dashboard_components.py``
+runs it, and a browser test reads the colours of every chart on every page.
 """
 from __future__ import annotations
 
@@ -56,6 +56,16 @@ METRIC_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc94
 
 # Engines of the full-graph vs DistDGL comparison (a series modeled on a memory mode takes the mode's).
 ENGINE_COLORS = {"full": "#08519c", "full_bf16": "#6495ed", "distdgl": "#a63603"}
+
+# A device profile's modeled curves (Breakdown's device card), by what each line is.
+CURVE_COLORS = {"read": "#66c2a5", "write": "#fc8d62", "write, ntstore": "#8da0cb", "sequential read": "#e78ac3",
+                "sequential write": "#a6d854", "random 64 B rows": "#386cb0", "random 256 B rows": "#f0027f",
+                "local": "#bf5b17", "remote socket": "#7fc97f"}
+
+# Tensor classes (Launch's predicted DRAM use, stacked by class).
+TENSOR_CLASS_COLORS = {"graph": "#1b7837", "embeddings": "#762a83", "optimizer": "#c51b7d", "gradients": "#4d9221",
+                       "activations": "#2166ac", "edge_intermediates": "#b2182b", "buffers": "#35978f",
+                       "runtime": "#8073ac"}
 
 # Categories none of the tables above names (a comparison series by its name).
 CATEGORY_FALLBACK = ("#00429d", "#93003a", "#005f5f", "#5e3c99", "#8c2d04", "#3f007d")
@@ -119,12 +129,18 @@ def category_color(name: str) -> str:
     return _stable(name, {}, CATEGORY_FALLBACK)
 
 
+def curve_color(label: str) -> str:
+    """The colour of a device curve (:data:`CURVE_COLORS`)."""
+    return _stable(label, CURVE_COLORS, CATEGORY_FALLBACK)
+
+
 def palettes() -> dict[str, tuple]:
     """Every palette by what its colours name (the memory modes' from their table)."""
     return {"memory mode": tuple(m.color for m in MEMORY_MODE_TABLE.values()) + (UNKNOWN_MODE_COLOR,),
             "phase": tuple(PHASE_COLORS.values()), "kernel": tuple(KERNEL_COLORS.values()) + KERNEL_FALLBACK,
             "run": RUN_PALETTE, "cache policy": tuple(POLICY_COLORS.values()), "cache size": SIZE_PALETTE,
             "metric": METRIC_PALETTE, "engine": tuple(ENGINE_COLORS.values()), "category": CATEGORY_FALLBACK,
+            "device curve": tuple(CURVE_COLORS.values()), "tensor class": tuple(TENSOR_CLASS_COLORS.values()),
             "neutral": (BAR_COLOR, LOSS_COLOR)}
 
 
