@@ -1409,3 +1409,23 @@ def test_breakdown_table_reads_with_units_and_three_digits():
     assert row["share of kernel time, %"] == 61.2 and row["% of bound"] == 265
     assert row["MB moved per step"] == 21 and row["calls (whole run)"] == 200
     assert "seconds" not in out.columns and "index" not in out.columns and list(out.columns[:2]) == ["kernel", "phase"]
+
+
+def test_cache_curves_that_coincide_stay_told_apart():
+    """Issue 51: on Cache, belady was drawn exactly under oracle(L=200). The ceiling is now drawn
+    last, dashed, with its own marker, in its policy's colour on every chart."""
+    from gnnrec_lab.dashboard.cache import bytes_plot, hit_rate_plot
+    from gnnrec_lab.dashboard.palettes import policy_color
+    common.load_extensions()
+    same = [0.2, 0.5, 0.9]
+    curves = pd.DataFrame({"policy": ["belady"] * 3 + ["oracle(L=200)"] * 3 + ["static-degree"] * 3,
+                           "capacity_pct": [10, 50, 90] * 3, "hit_rate": same * 2 + [0.1, 0.3, 0.8],
+                           "read_MiB": [3.0, 2.0, 1.0] * 3, "written_MiB": [1.0] * 9})
+    for plot in (hit_rate_plot(curves), bytes_plot(curves)):
+        els = list(plot)
+        assert els[-1].label == "belady" and els[-2].label == "belady"            # on top
+        style = {(type(e).__name__, e.label): e.opts.get().kwargs for e in els}
+        assert style[("Curve", "belady")]["line_dash"] == "dashed" != style[("Curve", "oracle(L=200)")]["line_dash"]
+        assert style[("Scatter", "belady")]["marker"] != style[("Scatter", "oracle(L=200)")]["marker"]
+        assert style[("Curve", "static-degree")]["color"] == policy_color("static")
+        assert len({style[("Curve", p)]["color"] for p in ("belady", "oracle(L=200)", "static-degree")}) == 3

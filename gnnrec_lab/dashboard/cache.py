@@ -42,6 +42,7 @@ from gnnrec_lab.dashboard.common import (
     not_available,
     policy_color,
     policy_marks,
+    policy_order,
     safe_call,
     size_color,
 )
@@ -218,7 +219,7 @@ def policy_curve(g: pd.DataFrame, x: str, y, policy: str) -> list:
     look-ahead on Belady's ceiling) stay told apart by dash and marker."""
     import holoviews as hv
     color, (dash, marker) = policy_color(policy), policy_marks(policy)
-    return [hv.Curve(g, x, y, label=policy).opts(color=color, line_dash=dash, line_width=2),
+    return [hv.Curve(g, x, y, label=policy).opts(color=color, line_dash=dash, line_width=3 if dash == "dashed" else 2),
             hv.Scatter(g, x, y, label=policy).opts(color=color, marker=marker, size=8 if marker == "x" else 6)]
 
 
@@ -235,8 +236,8 @@ def hit_rate_plot(curves: pd.DataFrame, why: Optional[str] = None):
     opts = dict(responsive=True, height=300, xlabel="cache size (% of rows)", ylabel="hit rate (modeled)",
                 ylim=(0, 1.02), tools=["hover"], title="Hit rate vs cache size (simulated)",
                 legend_position="right")
-    els = [e for p, g in curves.groupby("policy", sort=False)
-           for e in policy_curve(g, "capacity_pct", "hit_rate", str(p))]
+    groups = dict(list(curves.groupby("policy", sort=False)))
+    els = [e for p in policy_order(groups) for e in policy_curve(groups[p], "capacity_pct", "hit_rate", str(p))]
     if why:
         els.append(_why(why, 50, 0.5))
         opts["xlim"] = (0, 100)
@@ -250,8 +251,9 @@ def bytes_plot(curves: pd.DataFrame, why: Optional[str] = None):
     opts = dict(responsive=True, height=300, xlabel="cache size (% of rows)",
                 ylabel="slow-tier MiB read (modeled)", tools=["hover"], legend_position="right",
                 title="Slow-tier MiB read (modeled)")
-    els = [e for p, g in curves.groupby("policy", sort=False)
-           for e in policy_curve(g, "capacity_pct", ["read_MiB", "written_MiB"], str(p))]
+    groups = dict(list(curves.groupby("policy", sort=False)))
+    els = [e for p in policy_order(groups)
+           for e in policy_curve(groups[p], "capacity_pct", ["read_MiB", "written_MiB"], str(p))]
     if why:
         top = float(curves["read_MiB"].max()) if len(curves) else 1.0
         els.append(_why(why, 50, top / 2 if top == top and top > 0 else 0.5))

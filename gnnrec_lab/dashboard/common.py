@@ -32,6 +32,7 @@ from gnnrec_lab.dashboard.palettes import (  # noqa: F401  (the pages import the
     phase_color,
     policy_color,
     policy_marks,
+    policy_order,
     run_color,
     size_color,
 )

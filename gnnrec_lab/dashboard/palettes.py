@@ -20,9 +20,11 @@ BAR_COLOR = "#4c72b0"
 LOSS_COLOR = "#2f2f2f"
 NEUTRAL_COLORS = frozenset({BAR_COLOR, LOSS_COLOR, "#000000", "black", "white", "#ffffff", "red", "#333333"})
 
-# Training phases (Category10's strong hues the memory modes leave free).
-PHASE_COLORS = {"forward": "#1f77b4", "backward": "#ff7f0e", "loss": "#bcbd22", "optimizer": "#d62728",
-                "sampling": "#e377c2", "evaluation": "#7f7f7f", "other": "#c7c7c7"}
+# Training phases: hues the kernels' families (blues, oranges, greens, purples, olives) leave free, so
+# a phase in Breakdown's stacked bars never looks like a kernel in the pie beside it (forward and
+# spmm were both blue).
+PHASE_COLORS = {"forward": "#b2182b", "backward": "#de77ae", "loss": "#01665e", "optimizer": "#80cdc1",
+                "sampling": "#8e0152", "evaluation": "#4d4d4d", "other": "#e0e0e0"}
 
 # Kernels: Category20b and Category20c shades, none a phase's or a mode's. Every kernel the models
 # record has its own entry; a name not listed draws from KERNEL_FALLBACK.
@@ -63,8 +65,8 @@ CURVE_COLORS = {"read": "#66c2a5", "write": "#fc8d62", "write, ntstore": "#8da0c
                 "local": "#bf5b17", "remote socket": "#7fc97f"}
 
 # Tensor classes (Launch's predicted DRAM use, stacked by class).
-TENSOR_CLASS_COLORS = {"graph": "#1b7837", "embeddings": "#762a83", "optimizer": "#c51b7d", "gradients": "#4d9221",
-                       "activations": "#2166ac", "edge_intermediates": "#b2182b", "buffers": "#35978f",
+TENSOR_CLASS_COLORS = {"graph": "#1b7837", "embeddings": "#762a83", "optimizer": "#fdb863", "gradients": "#4d9221",
+                       "activations": "#2166ac", "edge_intermediates": "#e08214", "buffers": "#35978f",
                        "runtime": "#8073ac"}
 
 # Categories none of the tables above names (a comparison series by its name).
@@ -103,8 +105,15 @@ def run_color(run_id) -> str:
 
 
 def policy_base(policy: str) -> str:
-    """The policy of a cache curve's label: ``"oracle(L=200)"`` is ``"oracle"``."""
-    return str(policy).split("(", 1)[0].strip()
+    """The policy of a cache curve's label: ``"oracle(L=200)"`` is ``"oracle"``, ``"static-degree"``
+    is ``"static"``."""
+    return str(policy).split("(", 1)[0].split("-", 1)[0].strip()
+
+
+def policy_order(policies) -> list:
+    """The order a chart draws cache policies in: the dashed ceilings (Belady's) last, on top, so a
+    curve that reaches them (the oracle at a long look-ahead) shows between their dashes."""
+    return sorted(policies, key=lambda p: policy_marks(p)[0] == "dashed")
 
 
 def policy_color(policy: str) -> str:
