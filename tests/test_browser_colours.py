@@ -83,6 +83,7 @@ TICK_BOXES_SETUP = """(prefix) => {
     if (!m || m.title === undefined || m.renderers === undefined) continue;
     const title = m.title && m.title.text !== undefined ? m.title.text : '';
     if (!title.startsWith(prefix)) continue;
+    try { view.el.scrollIntoView({block: 'center'}); } catch (e) { /* a screenshot shows it when it can */ }
     for (const axis of [...m.left, ...m.below]) {
       const av = Bokeh.index.find_one(axis);
       if (!av || av.__wrapped) continue;
@@ -234,6 +235,7 @@ def test_every_page_gives_each_colour_one_meaning_and_readable_modeled_bars(tmp_
         choose(appd)
         wait_legends("Live", lambda s: s["label"] == "Optane AD (modeled)")
         wait_legends("Live", lambda s: s["label"].startswith("recall@"))
+        page.screenshot(path=str(ARTIFACTS / "live-modeled-series.png"), full_page=True)
         # the selector shows the whole label (it was cut to "⚠ l")
         fits = select.evaluate("""(el) => { const c = document.createElement('canvas').getContext('2d');
             const st = getComputedStyle(el); c.font = st.font || `${st.fontSize} ${st.fontFamily}`;

@@ -223,7 +223,7 @@ def modeled_bars(df: pd.DataFrame, x: str, y: str, ylabel: str):
     bars = hv.Bars(df, x, [y, "kind", "color", "hatch", "line", "label"]).opts(
         color="color", line_color="line", line_width=2, hooks=[hatch_hook(), _value_labels(df, x, y, top * 0.02)],
         responsive=True, height=70 + 34 * max(len(df), 1), invert_axes=True, ylim=(0, top * room), ylabel=ylabel,
-        xlabel="", tools=["hover"],
+        xlabel="", tools=["hover"], show_legend=False,     # (the outline colours are no legend's entries)
         title=title if len(title) <= 60 else f"{ylabel}: measured vs modeled (hatched)")
     return bars
 

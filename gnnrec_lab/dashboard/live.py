@@ -319,7 +319,6 @@ def stacked_area(data: pd.DataFrame, top: int = 8, max_steps: int = MAX_CHART_ST
         fig.line("step", "ms", source=ColumnDataSource({"step": [], "ms": []}), name="modeled",
                  color=mode_color(memory_mode), line_dash="dashed", line_width=2,
                  legend_label=modeled_label(memory_mode))
-        fig.yaxis.axis_label = "ms per step (measured; dashed: modeled)"
     fig.scatter("step", "y", source=ColumnDataSource({"step": [], "y": []}), name="clipped", marker="triangle",
                 size=9, color="black", legend_label=CLIPPED_LABEL, visible=False)
     update_kernel_axis(fig)
