@@ -296,7 +296,8 @@ def _list(store, args) -> int:
     print(_table(rows, headers))
     if any(r.get("confidence") is not None for r in recs):
         say("± on a modeled cell: the held-out error of the regimes its modeled traffic falls in "
-            "(`runs show ID` says which); low confidence: most of it in a regime that failed validation, "
+            "(`runs show ID` says which) and, in quadrature, the run's step-to-step spread (measured); "
+            "low confidence: most of it in a regime that failed validation, "
             "or a flagged host calibration")
     if any(r.get("overloaded") for r in recs):
         say(f"{OVERLOADED_MARK} load average (1 min) above the core count during the run: its measured times "
