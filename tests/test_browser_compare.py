@@ -112,7 +112,7 @@ def test_compare_time_to_accuracy_and_csv_downloads(tmp_path, browser, monkeypat
         deadline, chart = time.monotonic() + 60, None
         while time.monotonic() < deadline:
             charts = [c for c in page.evaluate(TTA_PLOT)
-                      if all(any(ln["label"] == f"#{rid} measured" for ln in c["lines"]) for rid in ids)]
+                      if all(any(ln["label"] == f"DRAM · #{rid} (measured)" for ln in c["lines"]) for rid in ids)]
             if charts:
                 chart = charts[-1]
                 break
@@ -120,8 +120,8 @@ def test_compare_time_to_accuracy_and_csv_downloads(tmp_path, browser, monkeypat
         assert chart is not None, page.evaluate(TTA_PLOT)
         lines = [ln for ln in chart["lines"] if ln["label"]]
         for rid in ids:
-            mine = [ln for ln in lines if ln["label"].startswith(f"#{rid} ")]
-            measured = [ln for ln in mine if ln["label"] == f"#{rid} measured"]
+            mine = [ln for ln in lines if f" · #{rid} (" in ln["label"]]
+            measured = [ln for ln in mine if ln["label"] == f"DRAM · #{rid} (measured)"]
             modeled = [ln for ln in mine if ln["label"].endswith("(modeled)")]
             assert len(measured) == 1 and len(modeled) >= 1 and len(measured) + len(modeled) == len(mine), mine
             assert measured[0]["dash"] == "[]", measured                # solid

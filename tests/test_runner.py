@@ -308,8 +308,12 @@ def test_cli_runs(store, monkeypatch, capsys):
 
     assert cli.main(["runs"]) == 0
     out = capsys.readouterr().out
+    assert "clirun" in out and "0.1100" in out and "modeled" in out and "measured" in out
+    assert "damaged" not in out, out          # a queued run has no info yet: not a damaged one
+    assert cli.main(["runs", "--wide"]) == 0
+    out = capsys.readouterr().out
     assert "best valid R@20" in out and "clirun" in out and "0.1250" in out and "0.1100" in out
-    assert "modeled" in out and "measured" in out
+    assert "modeled" in out and "measured" in out and "damaged" not in out
 
     assert cli.main(["runs", "--json", "--status", "finished"]) == 0
     rows = json.loads(capsys.readouterr().out)

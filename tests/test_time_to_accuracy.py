@@ -69,7 +69,7 @@ def test_measured_points_are_the_runs_evaluations_and_modeled_ones_their_times_s
     # measured: exactly the stored evaluations, in their order, at their elapsed training seconds
     assert list(measured["train_s"]) == [t for t, _ in EVALS]
     assert list(measured["recall@20"]) == [r for _, r in EVALS]
-    assert set(measured["series"]) == {f"#{rid} measured"} and set(measured["device"]) == {"this host (DRAM)"}
+    assert set(measured["series"]) == {f"DRAM · #{rid} (measured)"} and set(measured["device"]) == {"this host (DRAM)"}
     assert measured["ratio"].isna().all()
     modeled = mine[mine["kind"] == Provenance.MODELED]
     assert set(modeled["memory_mode"]) == set(MODE_DEVICES)   # every modeled memory mode
@@ -82,7 +82,7 @@ def test_measured_points_are_the_runs_evaluations_and_modeled_ones_their_times_s
         assert g["band"].iloc[0] == pytest.approx(modes.loc[mode, "band_step"])
         assert list(g["train_s"]) == pytest.approx([t * ratio for t, _ in EVALS])
         assert list(g["recall@20"]) == [r for _, r in EVALS]   # the accuracy is the run's own
-        assert g["series"].iloc[0].endswith("(modeled)") and f"#{rid} on " in g["series"].iloc[0]
+        assert g["series"].iloc[0].endswith("(modeled)") and f" · #{rid} (modeled)" in g["series"].iloc[0]
         assert (g["train_s"].to_numpy() > measured["train_s"].to_numpy()).all()
     # the other run's points are its own
     o = df[(df["run_id"] == other) & (df["kind"] == Provenance.MEASURED)]

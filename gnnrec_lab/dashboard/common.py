@@ -25,6 +25,7 @@ from gnnrec_lab.dashboard.palettes import (  # noqa: F401  (the pages import the
     KERNEL_COLORS,
     LOSS_COLOR,
     PHASE_COLORS,
+    TENSOR_CLASS_COLORS,
     category_color,
     kernel_color,
     kernel_name,
@@ -122,7 +123,6 @@ def load_extensions(inline: bool = False) -> None:
         hv.extension("bokeh", logo=False, inline=inline)
         # stacked bars of tensor classes (Launch's DRAM use) in their colours, not the default
         # cycle's (which holds the memory modes' and the phases' colours)
-        from gnnrec_lab.dashboard.palettes import TENSOR_CLASS_COLORS
         hv.opts.defaults(hv.opts.Bars(cmap=dict(TENSOR_CLASS_COLORS)))
         if inline:
             _display_holoviews_in_panes()

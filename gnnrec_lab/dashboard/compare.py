@@ -26,7 +26,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE, mode_look
+from gnnrec_lab.config.memory_modes import DEFAULT_MEMORY_MODE, MEMORY_MODE_TABLE, mode_look
 from gnnrec_lab.config.run import FIELD_DOCS, field_label
 from gnnrec_lab.dashboard.common import (
     OVERLOADED_LABEL,
@@ -371,12 +371,12 @@ TIME_TO_ACCURACY_NOTE = (
 def time_to_accuracy_chart(df: pd.DataFrame):
     """One curve per series of :func:`~gnnrec_lab.services.comparison.time_to_accuracy`'s frame:
     measured solid, in DRAM's colour (its time is this host's DRAM's), modeled dashed in its memory
-    mode's colour, each labelled as the frame names it ("#3 on Optane App Direct (modeled)")."""
+    mode's colour, each labelled as the frame names it ("Optane AD · #3 (modeled)", "DRAM · #3 (measured)")."""
     import holoviews as hv
     layers = []
     for (_, series), g in df.groupby(["run_id", "series"], sort=False):
         modeled = g["kind"].iloc[0] == Provenance.MODELED
-        color = mode_color(g["memory_mode"].iloc[0] if modeled else "dram")
+        color = mode_color(g["memory_mode"].iloc[0] if modeled else DEFAULT_MEMORY_MODE.name)   # measured: on DRAM
         d = g[["train_s", "recall@20", "epoch", "run_id", "kind"]]
         layers.append(hv.Curve(d, "train_s", ["recall@20", "epoch", "run_id", "kind"], label=str(series)).opts(
             color=color, line_dash="dashed" if modeled else "solid", line_width=2 if not modeled else 1.5))

@@ -208,7 +208,7 @@ def parse_json_field(text, run_id, field: str) -> tuple:
     """``(value, damage)`` of run ``run_id``'s JSON column ``field``: the parsed object (None when
     empty) and None, or None and one line saying what is wrong ("config: not valid JSON (...)").
     One damaged row never takes the store down: readers list the run as damaged and go on."""
-    if text is None or text == "":
+    if text is None or text == "" or (isinstance(text, float) and text != text):   # NULL read through pandas: NaN
         return None, None
     try:
         value = json.loads(text)

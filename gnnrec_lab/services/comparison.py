@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from gnnrec_lab.config.memory_modes import MEMORY_MODE_TABLE, memory_mode_of
+from gnnrec_lab.config.memory_modes import DEFAULT_MEMORY_MODE, MEMORY_MODE_TABLE, memory_mode_of, mode_look
 from gnnrec_lab.memory.tiermodel import MODE_DEVICES, model_band, modeled_seconds
 from gnnrec_lab.runs.record import StoredResult, section
 from gnnrec_lab.services.projection import dram_run_modes, stored_run_step_time
@@ -476,8 +476,8 @@ def time_to_accuracy(store, run_ids, host: Optional[dict] = None, modes=None, me
     rows, reasons = [], []
 
     def series(rid, points, mode, device, ratio, band):
-        label = MEMORY_MODE_TABLE[mode].words if mode in MEMORY_MODE_TABLE else mode
-        return [dict(run_id=rid, series=f"#{rid} on {label} (modeled)", kind=Provenance.MODELED, memory_mode=mode,
+        name = f"{mode_look(mode).short} · #{rid} (modeled)"    # colour = memory mode, as on every chart
+        return [dict(run_id=rid, series=name, kind=Provenance.MODELED, memory_mode=mode,
                      device=device, ratio=float(ratio), band=band, epoch=ep, step=st,
                      train_s=modeled_seconds(t, ratio), **{"recall@20": v}) for ep, st, t, v in points]
 
@@ -488,7 +488,8 @@ def time_to_accuracy(store, run_ids, host: Optional[dict] = None, modes=None, me
         rec = store.run_record(rid)
         own = rec.config.get("memory_mode")
         points = [(int(p.epoch), int(p.step), float(p.elapsed_s), float(p.value)) for p in e.itertuples()]
-        rows += [dict(run_id=rid, series=f"#{rid} measured", kind=Provenance.MEASURED, memory_mode=own,
+        name = f"{DEFAULT_MEMORY_MODE.short} · #{rid} (measured)"          # measured on this host's DRAM
+        rows += [dict(run_id=rid, series=name, kind=Provenance.MEASURED, memory_mode=own,
                       device="this host (DRAM)", ratio=None, band=None, epoch=ep, step=st, train_s=t,
                       **{"recall@20": v}) for ep, st, t, v in points]
         if host is None:
