@@ -126,6 +126,18 @@ def fill_form(page, **values):
     sync_api.expect(button).to_be_enabled(timeout=10_000)
     return button
 
+def run_chooser(page):
+    """``(choose, select)`` for the run selector of the page shown (the other pages' are hidden):
+    ``choose(rid)`` selects run ``rid`` once its option is there."""
+    select = page.locator("select:visible").filter(has_text=re.compile(r"#\d+ lightgcn")).first
+
+    def choose(rid):
+        option = select.locator("option").filter(has_text=re.compile(rf"^#{rid} "))
+        option.wait_for(state="attached", timeout=30_000)
+        select.select_option(label=option.inner_text())
+    return choose, select
+
+
 
 # Canvases (inside Bokeh's shadow roots) that hold more than one colour: drawn plots.
 DRAWN_CANVASES = """() => {

@@ -15,7 +15,7 @@ import re
 import time
 
 import pytest
-from test_browser import ARTIFACTS, browser, fill_form, open_page, serve, stop, sync_api  # noqa: F401
+from test_browser import ARTIFACTS, browser, fill_form, open_page, run_chooser, serve, stop, sync_api  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -206,13 +206,7 @@ def test_every_page_gives_each_colour_one_meaning_and_readable_modeled_bars(tmp_
             time.sleep(0.5)
 
     def chooser():
-        select = page.locator("select:visible").filter(has_text=re.compile(r"#\d+ lightgcn")).first
-
-        def choose(rid):
-            option = select.locator("option").filter(has_text=re.compile(rf"^#{rid} "))
-            option.wait_for(state="attached", timeout=30_000)
-            select.select_option(label=option.inner_text())
-        return choose, select
+        return run_chooser(page)
 
     def tick_boxes(prefix: str, timeout: float = 30.0) -> dict:
         deadline = time.monotonic() + timeout

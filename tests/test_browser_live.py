@@ -12,7 +12,7 @@ import re
 import time
 
 import pytest
-from test_browser import ARTIFACTS, DRAWN_CANVASES, browser, open_page, serve, stop, sync_api  # noqa: F401
+from test_browser import ARTIFACTS, DRAWN_CANVASES, browser, open_page, run_chooser, serve, stop, sync_api  # noqa: F401
 from test_browser_pages import DEEP_TEXT, deep_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -263,14 +263,7 @@ def test_live_breakdown_compare_and_runs_json_read_one_step_and_kernel_time(tmp_
         page, _ = open_page(browser, url)
 
         def chooser():
-            # the run selector of the page shown (the other pages' are hidden)
-            select = page.locator("select:visible").filter(has_text=re.compile(r"#\d+ lightgcn")).first
-
-            def choose(rid):
-                option = select.locator("option").filter(has_text=re.compile(rf"^#{rid} "))
-                option.wait_for(state="attached", timeout=30_000)
-                select.select_option(label=option.inner_text())
-            return choose
+            return run_chooser(page)[0]
 
         def wait_words(selector, words, timeout=30):
             deadline = time.monotonic() + timeout
