@@ -52,7 +52,14 @@ from gnnrec_lab.dashboard.common import (
     run_selector,
     safe_call,
 )
-from gnnrec_lab.memory.tiermodel import dram_residency, mode_device, run_step_time, step_times, training_kernel_ns
+from gnnrec_lab.memory.tiermodel import (
+    dram_residency,
+    mode_device,
+    modeled_ratio,
+    run_step_time,
+    step_times,
+    training_kernel_ns,
+)
 from gnnrec_lab.runs.record import RunRecord, StoredConfig
 from gnnrec_lab.services.projection import host_calibration, predicted_footprint
 from gnnrec_lab.util.formatting import fmt_bytes, fmt_duration
@@ -235,14 +242,9 @@ def modeled_series(frame: dict, cols: list, modeled: Optional[dict]) -> Optional
     and the projection of the run (``tiermodel.run_step_time``'s dict): each kernel's measured ms
     times that kernel's modeled/measured ratio (the whole step's ratio for 'other' and any kernel
     the projection does not list). None without a projection."""
-    if not modeled:
+    overall = modeled_ratio(modeled)      # run_step_time's dict or the stored projection, as every view reads it
+    if overall is None:
         return None
-    # run_step_time's dict (measured_s, modeled_s) or the stored projection (..._per_step)
-    meas = modeled.get("measured_s", modeled.get("measured_s_per_step"))
-    mod = modeled.get("modeled_s", modeled.get("modeled_s_per_step"))
-    if not meas or mod is None:
-        return None
-    overall = float(mod) / float(meas)
     per = {}
     for k in modeled.get("kernels") or ():
         m, d = per.get(k["name"], (0.0, 0.0))

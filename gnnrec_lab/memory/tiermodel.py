@@ -721,16 +721,23 @@ class RunProjection:
 def modeled_ratio(modeled: Optional[dict]) -> Optional[float]:
     """A run's modeled / measured step-time ratio from its projection (:func:`run_step_time`, stored
     as the run's ``result.modeled``): the "3.00x" that ``runs show``, Live, Breakdown and ``whatif``
-    print. None for a DRAM run (nothing modeled) or a run without its projection yet (running)."""
+    print. None for a DRAM run (nothing modeled) or a run without its projection yet (running).
+    The stored form's ``..._per_step`` seconds decide where present; :func:`run_step_time`'s dict
+    gives its ``ratio``, else its ``modeled_s`` / ``measured_s``."""
     if not modeled:
         return None
-    try:
-        mod, meas = float(modeled.get("modeled_s_per_step")), float(modeled.get("measured_s_per_step"))
-    except (TypeError, ValueError):   # absent, or not a number in a damaged result
-        return None
-    if not meas or mod != mod or meas != meas:
-        return None
-    return mod / meas
+    if "modeled_s_per_step" in modeled:
+        try:
+            mod, meas = float(modeled.get("modeled_s_per_step")), float(modeled.get("measured_s_per_step"))
+        except (TypeError, ValueError):   # absent, or not a number in a damaged result
+            return None
+        if not meas or mod != mod or meas != meas:
+            return None
+        return mod / meas
+    ratio = _num(modeled.get("ratio"))
+    if ratio is None and _num(modeled.get("modeled_s")) is not None and _num(modeled.get("measured_s")):
+        ratio = float(modeled["modeled_s"]) / float(modeled["measured_s"])
+    return ratio
 
 
 def _num(v) -> Optional[float]:
@@ -1026,9 +1033,7 @@ def step_times(step_seconds: Optional[float], steps: Optional[int], kernel_ns: O
     kernel_s = kns / 1e9 / kn if kn > 0 and kns is not None else None
     ratio, where = None, None
     if modeled:
-        ratio = modeled_ratio(modeled) if "modeled_s_per_step" in modeled else _num(modeled.get("ratio"))
-        if ratio is None and _num(modeled.get("modeled_s")) is not None and _num(modeled.get("measured_s")):
-            ratio = float(modeled["modeled_s"]) / float(modeled["measured_s"])
+        ratio = modeled_ratio(modeled)
         device = device or modeled.get("device")
         where = modeled.get("placement_assumption")
     if device is None:
