@@ -14,7 +14,7 @@ from gnnrec_lab.memory.calibrate import calibration_flags
 from gnnrec_lab.memory.tiermodel import LOW, fmt_band, mode_label, modeled_seconds
 from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.runs.runner import Runner, recover_dead
-from gnnrec_lab.runs.store import Store, describe_store_error
+from gnnrec_lab.runs.store import Store, describe_store_error, running_run_error
 from gnnrec_lab.services.export import export_mlflow, export_tensorboard
 from gnnrec_lab.services.projection import host_calibration, modeled_runs_frame, run_step_times
 from gnnrec_lab.util.errors import UserError
@@ -126,9 +126,8 @@ def _delete(store, args, ask=input) -> int:
     """``runs delete ID [--yes]``: confirmed by typing the id (stdin); no answer, or another one,
     deletes nothing (exit 1)."""
     run = store.get_run(args.id)
-    if run["status"] is RunStatus.RUNNING:   # (Store.delete_run refuses it too, in its transaction)
-        raise UserError(f"run {args.id} is running: cancel it first (`gnnrec-lab runs cancel {args.id}`), "
-                        f"then delete it")
+    if run["status"] is RunStatus.RUNNING:   # before asking (Store.delete_run refuses it too, in its transaction)
+        raise running_run_error(args.id)
     if not args.yes:
         what = f"run {args.id}" + (f" ({run['name']})" if run["name"] else "") + f", {run['status']}"
         try:

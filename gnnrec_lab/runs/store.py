@@ -219,6 +219,11 @@ def parse_json_field(text, run_id, field: str) -> tuple:
     return value, None
 
 
+def running_run_error(run_id) -> UserError:
+    """Why a running run is not deleted (its worker still writes), and what to do."""
+    return UserError(f"run {run_id} is running: cancel it first (`gnnrec-lab runs cancel {run_id}`), then delete it")
+
+
 # A file of this size kept in the store's home, deleted when the disk fills so that a run's last
 # words (its result and final status) still fit; made again when a store opens with room for it.
 RESERVE_NAME = ".space-reserve"
@@ -736,8 +741,7 @@ class Store:
             if row is None:
                 raise UserError(f"run {run_id}: no such run in {self.path}")
             if RunStatus.of(row[0]) is RunStatus.RUNNING:
-                raise UserError(f"run {run_id} is running: cancel it first (`gnnrec-lab runs cancel {run_id}`), "
-                                f"then delete it")
+                raise running_run_error(run_id)
             for table in self.RUN_TABLES:
                 deleted[table] = con.execute(f"DELETE FROM {table} WHERE run_id=?", (rid,)).rowcount
             deleted["runs"] = con.execute("DELETE FROM runs WHERE id=?", (rid,)).rowcount
