@@ -1398,7 +1398,8 @@ def test_test_metrics_of_a_stopped_run_are_named_partial(store):
 def test_breakdown_table_reads_with_units_and_three_digits():
     """Issue 51: `seconds 0.896906`, `pct_of_bound 264.946735`, the index printed twice, whole-run
     totals under charts in ms per step."""
-    from gnnrec_lab.dashboard.breakdown import breakdown_table, sig3
+    from gnnrec_lab.dashboard.breakdown import breakdown_table
+    from gnnrec_lab.util.formatting import significant as sig3
     assert sig3(0.896906) == 0.897 and sig3(264.946735) == 265 and sig3(123456.0) == 123000
     table = pd.DataFrame({"kernel": ["spmm"], "phase": ["forward"], "calls": [200], "seconds": [0.896906],
                           "share": [0.61234], "bytes": [4.2e9], "random_bytes": [1.1e9], "flops": [3e9],

@@ -48,7 +48,7 @@ from gnnrec_lab.memory.tiermodel import LOW, fmt_band, mode_device
 from gnnrec_lab.memory.validation import device_curves
 from gnnrec_lab.runs.record import RunRecord
 from gnnrec_lab.services.projection import host_calibration, run_modeled_step, run_step_times, tier_projection
-from gnnrec_lab.util.formatting import fmt_bytes, fmt_ms, fmt_percent
+from gnnrec_lab.util.formatting import fmt_bytes, fmt_ms, fmt_percent, significant
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.status import RunStatus
 
@@ -242,12 +242,6 @@ def footprint_bars(fp: pd.DataFrame, dram: Optional[float] = None):
     return fig
 
 
-def sig3(v) -> float:
-    """``v`` to 3 significant digits (NaN and inf as they are): ``0.896906`` -> ``0.897``."""
-    v = float(v)
-    if not math.isfinite(v) or v == 0:
-        return v
-    return round(v, 2 - int(math.floor(math.log10(abs(v)))))
 
 
 #: The Breakdown table's columns: (header with its unit, analysis.breakdown column, scale). Per-step
@@ -274,7 +268,7 @@ def breakdown_table(table: pd.DataFrame, steps: int) -> pd.DataFrame:
         if how is None:
             out[head] = v.round().astype("Int64").values
         else:
-            out[head] = [sig3(x) for x in v * (scale[how] if isinstance(how, str) else how)]
+            out[head] = [significant(x) for x in v * (scale[how] if isinstance(how, str) else how)]
     return out
 
 

@@ -48,7 +48,7 @@ from gnnrec_lab.memory.tiermodel import fmt_band, modeled_seconds
 from gnnrec_lab.runs.store import TEST_METRICS
 from gnnrec_lab.services.comparison import best_by_depth, full_vs_distributed, time_to_accuracy
 from gnnrec_lab.services.projection import host_calibration
-from gnnrec_lab.util.formatting import ms_value
+from gnnrec_lab.util.formatting import ms_value, significant
 from gnnrec_lab.util.proc import load_cell
 from gnnrec_lab.util.provenance import Provenance
 from gnnrec_lab.util.status import RunStatus
@@ -117,14 +117,10 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
     for c in df.columns:   # seconds and metrics to SIGNIFICANT digits; the ms columns as fmt_ms prints them
         if c not in ("id", "layers", "dim", "batch_size", "last_step") and not c.endswith("_ms") \
                 and pd.api.types.is_float_dtype(df[c]):
-            df[c] = [significant(v) for v in df[c]]
+            df[c] = [significant(v, SIGNIFICANT) for v in df[c]]
     return df.set_index("id")
 
 
-def significant(v, digits: int = SIGNIFICANT) -> float:
-    """``v`` rounded to ``digits`` significant digits (NaN stays NaN): 0.13681 -> 0.137, 1234.5 -> 1230."""
-    v = float(v)
-    return v if v != v or v in (0.0, float("inf"), float("-inf")) else float(f"{v:.{digits}g}")
 
 
 

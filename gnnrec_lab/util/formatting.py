@@ -50,3 +50,10 @@ def fmt_ms(s: float) -> str:
 def fmt_percent(fraction: float) -> str:
     """A fraction as a percentage, '12.3%' (hit and stall rates, shares)."""
     return f"{100 * float(fraction):.1f}%"
+
+
+def significant(v, digits: int = 3) -> float:
+    """``v`` rounded to ``digits`` significant digits, as the pages' tables hold it (NaN, inf and 0 as
+    they are): ``0.896906`` -> ``0.897``, ``1234.5`` -> ``1230.0``."""
+    v = float(v)
+    return v if not math.isfinite(v) or v == 0 else float(f"{v:.{digits}g}")
